@@ -1,0 +1,1 @@
+"""The JSON-lines consumer: `python -m walqueue.cli DIRECTORY`."""

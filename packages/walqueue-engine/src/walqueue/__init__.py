@@ -1,0 +1,39 @@
+"""WALQueue: a single-writer, durable task queue built on the standard library.
+
+Only the public names live here. The path extension must come first: the
+format and CLI layers are separate distributions that contribute
+`walqueue.format` and `walqueue.cli` to this package from their own source
+directories (editable installs, or the three `src` folders on PYTHONPATH).
+"""
+
+from pkgutil import extend_path
+
+__path__ = extend_path(__path__, __name__)
+
+from walqueue.engine.queue import Queue  # noqa: E402
+from walqueue.engine.types import (  # noqa: E402
+    PHASES,
+    CorruptStore,
+    DirectoryLocked,
+    InjectedCrash,
+    KeyConflict,
+    Lease,
+    QueueClosed,
+    StaleLease,
+    Task,
+    WalQueueError,
+)
+
+__all__ = [
+    "PHASES",
+    "CorruptStore",
+    "DirectoryLocked",
+    "InjectedCrash",
+    "KeyConflict",
+    "Lease",
+    "Queue",
+    "QueueClosed",
+    "StaleLease",
+    "Task",
+    "WalQueueError",
+]

@@ -1,0 +1,1 @@
+"""The engine: a pure state machine (`state`), the storage around it, and `Queue`."""

@@ -1,0 +1,159 @@
+"""The public value types, error classes and fault-injection phase names.
+
+Everything here is plain data: no I/O, no state. `CorruptStore` and
+`WalQueueError` come from the format layer so that the offline inspector and
+the engine raise the very same classes.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from walqueue.format.errors import CorruptStore, WalQueueError
+
+__all__ = [
+    "PHASES",
+    "CorruptStore",
+    "DirectoryLocked",
+    "InjectedCrash",
+    "KeyConflict",
+    "Lease",
+    "QueueClosed",
+    "StaleLease",
+    "Task",
+    "WalQueueError",
+]
+
+#: Every fault-injection phase, in the order they can occur (SPEC §5).
+PHASES: tuple[str, ...] = (
+    "wal.append.before",
+    "wal.append.partial",
+    "wal.append.written",
+    "wal.append.synced",
+    "wal.rotate.before",
+    "wal.rotate.after",
+    "snapshot.partial",
+    "snapshot.written",
+    "snapshot.synced",
+    "current.written",
+    "current.published",
+    "segment.deleted",
+    "compact.done",
+    "recover.truncate.before",
+    "recover.truncate.after",
+)
+
+
+class KeyConflict(WalQueueError):
+    """A put reuses a known key with another identity, or a known task id with a new key."""
+
+
+class StaleLease(WalQueueError):
+    """The lease token no longer owns its task (acked, released, expired, or never did)."""
+
+
+class DirectoryLocked(WalQueueError):
+    """Another `Queue` (in this process or another) owns the directory."""
+
+
+class QueueClosed(WalQueueError):
+    """The queue was closed or poisoned; discard it and open a new one."""
+
+
+class InjectedCrash(Exception):
+    """Raised by a test's hook to simulate the death of the process.
+
+    Deliberately not a `WalQueueError`: no code path may catch it as an
+    ordinary queue error.
+    """
+
+
+def _copy_payload(payload: Any) -> Any:
+    # A JSON round trip is the cheapest deep copy that is also exactly the
+    # set of values a payload may hold.
+    if payload is None:
+        return None
+    return json.loads(json.dumps(payload))
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A reservation token. Only `task_id`, `worker` and `generation` are trusted."""
+
+    task_id: str
+    worker: str
+    generation: int
+    deadline: int
+    attempts: int
+    payload: dict[str, Any] = field(compare=True)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "task_id": self.task_id,
+            "worker": self.worker,
+            "generation": self.generation,
+            "deadline": self.deadline,
+            "attempts": self.attempts,
+            "payload": _copy_payload(self.payload),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Lease":
+        """Rebuild a token; missing, unknown or ill-typed keys are a `ValueError`."""
+        if not isinstance(d, Mapping):
+            raise ValueError(f"a lease must be a mapping, not {type(d).__name__}")
+        expected = {"task_id", "worker", "generation", "deadline", "attempts", "payload"}
+        keys = set(d.keys())
+        if keys != expected:
+            missing = sorted(expected - keys, key=str)
+            unknown = sorted((repr(k) for k in keys - expected))
+            raise ValueError(f"bad lease object: missing {missing}, unknown {unknown}")
+        for name in ("task_id", "worker"):
+            if not isinstance(d[name], str):
+                raise ValueError(f"lease {name} must be a str")
+        for name in ("generation", "deadline", "attempts"):
+            value = d[name]
+            if type(value) is not int:
+                raise ValueError(f"lease {name} must be an int")
+        if not isinstance(d["payload"], dict):
+            raise ValueError("lease payload must be a JSON object")
+        return cls(
+            task_id=d["task_id"],
+            worker=d["worker"],
+            generation=d["generation"],
+            deadline=d["deadline"],
+            attempts=d["attempts"],
+            payload=_copy_payload(d["payload"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """A read-only view of one task. `payload` is a copy; `None` once completed."""
+
+    task_id: str
+    key: str
+    status: str
+    payload: dict[str, Any] | None
+    available_at: int
+    max_attempts: int
+    attempts: int
+    generation: int
+    worker: str | None
+    deadline: int | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "task_id": self.task_id,
+            "key": self.key,
+            "status": self.status,
+            "payload": _copy_payload(self.payload),
+            "available_at": self.available_at,
+            "max_attempts": self.max_attempts,
+            "attempts": self.attempts,
+            "generation": self.generation,
+            "worker": self.worker,
+            "deadline": self.deadline,
+        }

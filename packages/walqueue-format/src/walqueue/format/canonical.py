@@ -1,0 +1,42 @@
+"""Canonical JSON: the only byte form WALQueue writes.
+
+One value has exactly one encoding, so that two requests can be compared by
+their bytes and a digest of those bytes names the request (SPEC §3).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def canonical_json(value: Any) -> bytes:
+    """Encode `value` as canonical JSON (UTF-8 bytes).
+
+    Raises `ValueError` for NaN/Infinity, for strings that are not valid
+    Unicode (lone surrogates) and for values JSON cannot hold; `TypeError`
+    for objects of other types or non-string keys that json would coerce is
+    NOT raised by json itself, which is why callers that need a round trip
+    check the value's shape first (see the engine's validation).
+    """
+    return _ENCODER.encode(value).encode("utf-8")
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not allowed in canonical JSON")
+
+
+def parse_json(body: bytes) -> Any:
+    """Decode a frame body: strict UTF-8, standard JSON, no NaN/Infinity.
+
+    Raises `ValueError` (UnicodeDecodeError and JSONDecodeError are both
+    ValueErrors) for anything a canonical writer could not have produced in
+    those respects.
+    """
+    text = body.decode("utf-8")
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply to decode") from None
