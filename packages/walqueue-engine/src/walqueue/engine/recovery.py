@@ -1,0 +1,139 @@
+"""Opening a directory: CURRENT -> snapshot -> replay of the live WAL -> torn-tail truncation.
+
+This is the live write path read backwards, and it uses the very same
+`apply` (SPEC §4). Every rule that can fail raises `CorruptStore` naming the
+file and byte offset; there is no fallback to another snapshot and never a
+fresh start over damaged data. The only repair is cutting a torn tail: the
+incomplete final frame of the newest live segment, which no caller was ever
+told had succeeded.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+
+from walqueue.engine.state import InvalidTransaction, State, apply
+from walqueue.engine.wal import Hook, WalWriter, create_segment
+from walqueue.format.current import Current, read_current
+from walqueue.format.errors import CorruptStore
+from walqueue.format.frame import SegmentEnd, read_frames
+from walqueue.format.names import list_directory, wal_name
+from walqueue.format.snapshot import SnapshotReader
+from walqueue.format.transaction import transaction_seq
+
+__all__ = ["Recovered", "recover"]
+
+log = logging.getLogger("walqueue")
+
+
+@dataclass(slots=True)
+class Recovered:
+    state: State
+    current: Current | None
+    wal: WalWriter
+    snapshot_size: int
+
+
+def _load_snapshot(directory: str, current: Current) -> tuple[State, int]:
+    path = os.path.join(directory, current.snapshot)
+    with SnapshotReader(path, expected_size=current.size, expected_sha256=current.sha256) as reader:
+        if reader.seq != current.seq:
+            raise CorruptStore(path, 0, f"snapshot holds sequence {reader.seq}, CURRENT says {current.seq}")
+        try:
+            state = State.from_records(reader.seq, reader.records())
+        except InvalidTransaction as exc:
+            raise CorruptStore(path, None, f"invalid snapshot record: {exc}") from None
+    return state, current.size
+
+
+def recover(directory: str, *, hook: Hook, sync: bool) -> Recovered:
+    """Rebuild the state of `directory` (which the caller owns) and open its WAL for appending."""
+    listing = list_directory(directory)
+    current = read_current(directory)
+    if current is not None:
+        state, snapshot_size = _load_snapshot(directory, current)
+        first_live = current.wal
+    else:
+        state, snapshot_size = State(), 0
+        first_live = 1
+    for name in listing.snapshots.values():
+        if current is None or name != current.snapshot:
+            log.info("ignoring orphan snapshot %s", name)
+    for name in listing.temps:
+        log.info("ignoring temporary file %s", name)
+
+    numbers = listing.segment_numbers
+    leftovers = [n for n in numbers if n < first_live]
+    if leftovers:
+        log.info("skipping %d leftover segment(s) below %s", len(leftovers), wal_name(first_live))
+    live = [n for n in numbers if n >= first_live]
+    if not live:
+        if current is not None or numbers:
+            raise CorruptStore(
+                os.path.join(directory, wal_name(first_live)), None, "the first live WAL segment is missing"
+            )
+        # A new directory: its first segment.
+        fd = create_segment(directory, 1, sync=sync)
+        wal = WalWriter(directory, first_live=1, newest=1, fd=fd, newest_size=0, wal_bytes=0, sync=sync, hook=hook)
+        return Recovered(state, None, wal, snapshot_size)
+    for expected, number in enumerate(live, start=first_live):
+        if number != expected:
+            raise CorruptStore(os.path.join(directory, wal_name(expected)), None, "WAL segment is missing")
+
+    snapshot_seq = state.last_seq
+    expected_seq: int | None = None
+    wal_bytes = 0
+    end = SegmentEnd()
+    newest = live[-1]
+    for number in live:
+        path = os.path.join(directory, wal_name(number))
+        end = SegmentEnd()
+        with open(path, "rb") as file:
+            for frame in read_frames(file, path, allow_torn_tail=number == newest, end=end):
+                seq = transaction_seq(frame.value, path, frame.offset)
+                if expected_seq is None:
+                    if seq > snapshot_seq + 1:
+                        raise CorruptStore(
+                            path, frame.offset, f"sequence {seq} follows snapshot {snapshot_seq}: a gap"
+                        )
+                elif seq != expected_seq:
+                    raise CorruptStore(path, frame.offset, f"sequence {seq} where {expected_seq} was expected")
+                expected_seq = seq + 1
+                if seq <= snapshot_seq:
+                    continue
+                try:
+                    apply(state, frame.value)
+                except InvalidTransaction as exc:
+                    raise CorruptStore(path, frame.offset, f"invalid transaction {seq}: {exc}") from None
+        wal_bytes += end.size if end.torn_offset is None else end.torn_offset
+
+    newest_path = os.path.join(directory, wal_name(newest))
+    fd = os.open(newest_path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        if end.torn_offset is not None:
+            log.warning(
+                "truncating a torn tail of %d bytes at byte %d of %s", end.torn_bytes, end.torn_offset, newest_path
+            )
+            hook("recover.truncate.before")
+            os.ftruncate(fd, end.torn_offset)
+            if sync:
+                os.fsync(fd)
+            hook("recover.truncate.after")
+        newest_size = end.size if end.torn_offset is None else end.torn_offset
+        os.lseek(fd, newest_size, os.SEEK_SET)
+    except BaseException:
+        os.close(fd)
+        raise
+    wal = WalWriter(
+        directory,
+        first_live=first_live,
+        newest=newest,
+        fd=fd,
+        newest_size=newest_size,
+        wal_bytes=wal_bytes,
+        sync=sync,
+        hook=hook,
+    )
+    return Recovered(state, current, wal, snapshot_size)

@@ -1,0 +1,108 @@
+"""CURRENT: the one-frame pointer that publishes a snapshot.
+
+Replacing CURRENT is the commit point of a compaction, so it is only ever
+replaced atomically (temp file, fsync, rename, fsync of the directory), in two
+steps so that the engine can report the phase between them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from walqueue.format.errors import CorruptStore
+from walqueue.format.frame import MAX_FRAME_BYTES, FRAME_OVERHEAD, decode_frame, encode_frame
+from walqueue.format.fsutil import fsync_directory, write_all
+from walqueue.format.names import CURRENT_NAME, CURRENT_TMP_NAME, parse_snapshot_name
+
+__all__ = ["Current", "publish_current", "read_current", "write_current_tmp"]
+
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_FIELDS = frozenset({"current", "snapshot", "seq", "size", "sha256", "wal"})
+
+
+@dataclass(frozen=True, slots=True)
+class Current:
+    """The published pointer: which snapshot, and the first live WAL segment after it."""
+
+    snapshot: str
+    seq: int
+    size: int
+    sha256: str
+    wal: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "current": 1,
+            "snapshot": self.snapshot,
+            "seq": self.seq,
+            "size": self.size,
+            "sha256": self.sha256,
+            "wal": self.wal,
+        }
+
+
+def _is_int(value: Any, minimum: int) -> bool:
+    return type(value) is int and value >= minimum
+
+
+def current_from_json(value: Any, path: str | None = None) -> Current:
+    """Validate a decoded CURRENT body; any deviation is `CorruptStore`."""
+    if not isinstance(value, dict):
+        raise CorruptStore(path, 0, "CURRENT is not a JSON object")
+    if set(value) != _FIELDS:
+        raise CorruptStore(path, 0, f"CURRENT has fields {sorted(value)}, expected {sorted(_FIELDS)}")
+    if type(value["current"]) is not int or value["current"] != 1:
+        raise CorruptStore(path, 0, f"unknown CURRENT version {value['current']!r}")
+    name = value["snapshot"]
+    if not isinstance(name, str) or parse_snapshot_name(name) is None:
+        raise CorruptStore(path, 0, f"CURRENT names {name!r}, which is not a snapshot file name")
+    if not _is_int(value["seq"], 0) or parse_snapshot_name(name) != value["seq"]:
+        raise CorruptStore(path, 0, f"CURRENT seq {value['seq']!r} does not match snapshot {name}")
+    if not _is_int(value["size"], 0):
+        raise CorruptStore(path, 0, f"CURRENT size {value['size']!r} is not a byte count")
+    if not isinstance(value["sha256"], str) or not _HEX64.fullmatch(value["sha256"]):
+        raise CorruptStore(path, 0, "CURRENT sha256 is not 64 lowercase hex digits")
+    if not _is_int(value["wal"], 1):
+        raise CorruptStore(path, 0, f"CURRENT wal {value['wal']!r} is not a segment number")
+    return Current(name, value["seq"], value["size"], value["sha256"], value["wal"])
+
+
+def read_current(directory: str | os.PathLike[str]) -> Current | None:
+    """Read and validate CURRENT; None when the directory has none.
+
+    CURRENT is one small frame; a file larger than the largest possible frame
+    is refused without reading it whole.
+    """
+    path = os.path.join(directory, CURRENT_NAME)
+    try:
+        with open(path, "rb") as file:
+            size = os.fstat(file.fileno()).st_size
+            if size > MAX_FRAME_BYTES + FRAME_OVERHEAD:
+                raise CorruptStore(path, 0, f"CURRENT is {size} bytes, more than one frame")
+            data = file.read()
+    except FileNotFoundError:
+        return None
+    return current_from_json(decode_frame(data, path), path)
+
+
+def write_current_tmp(directory: str | os.PathLike[str], current: Current, *, sync: bool = True) -> None:
+    """Write and fsync CURRENT.tmp (step one of the atomic replacement)."""
+    path = os.path.join(directory, CURRENT_TMP_NAME)
+    data = encode_frame(current.to_json())
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        write_all(fd, data)
+        if sync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def publish_current(directory: str | os.PathLike[str], *, sync: bool = True) -> None:
+    """Rename CURRENT.tmp over CURRENT and fsync the directory (step two)."""
+    os.replace(os.path.join(directory, CURRENT_TMP_NAME), os.path.join(directory, CURRENT_NAME))
+    if sync:
+        fsync_directory(directory)

@@ -1,0 +1,247 @@
+"""Frames: the one record layout of every WALQueue file.
+
+A frame is ``len`` (4 bytes, unsigned big-endian) + ``body`` (``len`` bytes of
+canonical JSON) + ``digest`` (32 bytes, SHA-256 of ``body``). This module
+encodes frames and reads them back from a file, classifying a file's end as
+clean, torn (an incomplete final frame that opening may cut) or corrupt.
+
+The reader never trusts a length before checking it against
+`MAX_FRAME_BYTES`, so a damaged length can never make it allocate or read
+gigabytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from typing import Any, BinaryIO, Iterator
+
+from walqueue.format.canonical import canonical_json, parse_json
+from walqueue.format.errors import CorruptStore
+
+__all__ = [
+    "DIGEST_BYTES",
+    "FRAME_OVERHEAD",
+    "LENGTH_BYTES",
+    "MAX_FRAME_BYTES",
+    "Frame",
+    "SegmentEnd",
+    "decode_frame",
+    "encode_body",
+    "encode_frame",
+    "find_complete_frame",
+    "read_frames",
+]
+
+#: The largest body a frame may carry (16 MiB). Larger transactions are refused before writing.
+MAX_FRAME_BYTES = 16 * 2**20
+LENGTH_BYTES = 4
+DIGEST_BYTES = 32
+FRAME_OVERHEAD = LENGTH_BYTES + DIGEST_BYTES
+
+_READ_CHUNK = 1 << 20
+
+
+def encode_body(body: bytes) -> bytes:
+    """Frame an already-encoded canonical JSON body.
+
+    Raises `ValueError` for an empty body or one above `MAX_FRAME_BYTES`, so a
+    transaction that could never be read back is refused before any byte of
+    it reaches a file.
+    """
+    size = len(body)
+    if size < 1 or size > MAX_FRAME_BYTES:
+        raise ValueError(f"frame body of {size} bytes is outside 1..{MAX_FRAME_BYTES}")
+    return size.to_bytes(LENGTH_BYTES, "big") + body + hashlib.sha256(body).digest()
+
+
+def encode_frame(value: Any) -> bytes:
+    """Encode `value` as canonical JSON and frame it."""
+    return encode_body(canonical_json(value))
+
+
+def _parse_body(body: bytes, path: str | None, offset: int) -> Any:
+    try:
+        return parse_json(body)
+    except ValueError as exc:
+        raise CorruptStore(path, offset, f"frame body is not UTF-8 JSON: {exc}") from None
+
+
+def decode_frame(data: bytes, path: str | None = None) -> Any:
+    """Decode `data` that must hold exactly one complete, valid frame.
+
+    Used for CURRENT, which is one frame and nothing else.
+    """
+    if len(data) < LENGTH_BYTES:
+        raise CorruptStore(path, 0, f"{len(data)} bytes cannot hold a frame")
+    length = int.from_bytes(data[:LENGTH_BYTES], "big")
+    if length < 1 or length > MAX_FRAME_BYTES:
+        raise CorruptStore(path, 0, f"frame length {length} is outside 1..{MAX_FRAME_BYTES}")
+    end = FRAME_OVERHEAD + length
+    if len(data) < end:
+        raise CorruptStore(path, 0, f"incomplete frame: {len(data)} of {end} bytes")
+    if len(data) > end:
+        raise CorruptStore(path, end, f"{len(data) - end} bytes follow the frame")
+    body = data[LENGTH_BYTES : LENGTH_BYTES + length]
+    if hashlib.sha256(body).digest() != data[LENGTH_BYTES + length :]:
+        raise CorruptStore(path, 0, "frame digest mismatch")
+    return _parse_body(body, path, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """One complete, verified frame: where it starts, how long it is, what it says."""
+
+    offset: int
+    size: int
+    value: Any
+
+
+@dataclass(slots=True)
+class SegmentEnd:
+    """How a file read by `read_frames` ended.
+
+    `torn_offset` is ``None`` when the file ends exactly after a frame;
+    otherwise it is where an incomplete final frame starts, and `size` minus
+    it is the number of bytes opening would cut.
+    """
+
+    size: int = 0
+    torn_offset: int | None = None
+    frames: int = 0
+
+    @property
+    def torn_bytes(self) -> int:
+        return 0 if self.torn_offset is None else self.size - self.torn_offset
+
+
+def _pread_exact(fd: int, size: int, offset: int) -> bytes:
+    chunks = []
+    while size > 0:
+        chunk = os.pread(fd, min(size, _READ_CHUNK * 16), offset)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size -= len(chunk)
+        offset += len(chunk)
+    return b"".join(chunks)
+
+
+def find_complete_frame(fd: int, start: int, end: int) -> int | None:
+    """Return the offset of the first complete frame with a valid digest in (start, end).
+
+    This is what tells a torn write from a damaged length (SPEC §4.5): an
+    apparently incomplete frame is the real end of the log only if nothing
+    that parses as a whole frame begins anywhere after its first byte. A torn
+    write leaves at most one frame's worth of bytes, so the scan is short for
+    real crashes; damaged data may cost more.
+    """
+    window_start = start + 1
+    if end - window_start < FRAME_OVERHEAD + 1:
+        return None
+    data = _pread_exact(fd, end - window_start, window_start)
+    for rel in _length_candidates(data):
+        length = int.from_bytes(data[rel : rel + LENGTH_BYTES], "big")
+        if length < 1 or rel + FRAME_OVERHEAD + length > len(data):
+            continue
+        body = data[rel + LENGTH_BYTES : rel + LENGTH_BYTES + length]
+        digest = data[rel + LENGTH_BYTES + length : rel + FRAME_OVERHEAD + length]
+        if hashlib.sha256(body).digest() == digest:
+            return window_start + rel
+    return None
+
+
+def _length_candidates(data: bytes) -> Iterator[int]:
+    """Offsets in `data` where a length field within the bound could start.
+
+    A length <= MAX_FRAME_BYTES (0x01000000) has a first byte of 0x00, or is
+    exactly 0x01000000; jumping between such bytes with `bytes.find` keeps the
+    scan fast even across megabytes of payload (JSON text holds no NUL byte).
+    """
+    last = len(data) - FRAME_OVERHEAD - 1
+    zero = data.find(b"\x00", 0, last + 1)
+    top = data.find(b"\x01\x00\x00\x00", 0, last + LENGTH_BYTES)
+    while zero != -1 or top != -1:
+        if top == -1 or (zero != -1 and zero < top):
+            yield zero
+            zero = data.find(b"\x00", zero + 1, last + 1)
+        else:
+            if top <= last:
+                yield top
+            top = data.find(b"\x01\x00\x00\x00", top + 1, last + LENGTH_BYTES)
+
+
+def read_frames(
+    file: BinaryIO,
+    path: str | None = None,
+    *,
+    allow_torn_tail: bool = True,
+    end: SegmentEnd | None = None,
+    start: int = 0,
+) -> Iterator[Frame]:
+    """Yield every complete frame of `file` from `start`, verifying each.
+
+    Raises `CorruptStore` (with path and offset) for a length outside
+    1..MAX_FRAME_BYTES, a digest mismatch or a body that is not UTF-8 JSON.
+    An incomplete final frame is a torn tail when `allow_torn_tail` (the
+    newest segment) and no complete frame starts after it; it is recorded in
+    `end` (if given) and iteration stops. Otherwise it is `CorruptStore`.
+
+    Frames are parsed one at a time: a body is read only after its length has
+    been checked, and memory holds one frame, never the whole file.
+    """
+    if end is None:
+        end = SegmentEnd()
+    fd = file.fileno()
+    size = os.fstat(fd).st_size
+    end.size = size
+    offset = start
+    file.seek(offset)
+    buffer = b""
+    buffer_start = offset  # file offset of buffer[0]
+    while offset < size:
+        # Make sure the length field is in the buffer.
+        rel = offset - buffer_start
+        if len(buffer) - rel < LENGTH_BYTES:
+            buffer = buffer[rel:] + file.read(max(_READ_CHUNK, LENGTH_BYTES))
+            buffer_start = offset
+            rel = 0
+        remaining = size - offset
+        if remaining < LENGTH_BYTES:
+            _torn_or_corrupt(fd, path, offset, size, allow_torn_tail, end, "incomplete length field")
+            return
+        length = int.from_bytes(buffer[rel : rel + LENGTH_BYTES], "big")
+        if length < 1 or length > MAX_FRAME_BYTES:
+            raise CorruptStore(path, offset, f"frame length {length} is outside 1..{MAX_FRAME_BYTES}")
+        frame_size = FRAME_OVERHEAD + length
+        if remaining < frame_size:
+            _torn_or_corrupt(
+                fd, path, offset, size, allow_torn_tail, end, f"incomplete frame: {remaining} of {frame_size} bytes"
+            )
+            return
+        if len(buffer) - rel < frame_size:
+            buffer = buffer[rel:] + file.read(max(_READ_CHUNK, frame_size - (len(buffer) - rel)))
+            buffer_start = offset
+            rel = 0
+        body = buffer[rel + LENGTH_BYTES : rel + LENGTH_BYTES + length]
+        if hashlib.sha256(body).digest() != buffer[rel + LENGTH_BYTES + length : rel + frame_size]:
+            raise CorruptStore(path, offset, "frame digest mismatch")
+        value = _parse_body(body, path, offset)
+        end.frames += 1
+        yield Frame(offset, frame_size, value)
+        offset += frame_size
+    end.torn_offset = None
+
+
+def _torn_or_corrupt(
+    fd: int, path: str | None, offset: int, size: int, allow_torn_tail: bool, end: SegmentEnd, what: str
+) -> None:
+    if not allow_torn_tail:
+        raise CorruptStore(path, offset, f"{what} in a segment that is not the newest")
+    later = find_complete_frame(fd, offset, size)
+    if later is not None:
+        raise CorruptStore(
+            path, offset, f"{what}, but a complete frame starts at byte {later}: the length was damaged"
+        )
+    end.torn_offset = offset

@@ -1,0 +1,238 @@
+"""Snapshot files: a header frame, record bodies, a footer frame.
+
+Both directions stream: the writer takes records one at a time and packs
+them into bodies of bounded size; the reader yields records body by body.
+A snapshot of millions of tasks is therefore never one frame, one string or
+one list in memory.
+
+The format layer knows a record only as a JSON object with a string `task`
+and a string `key` (enough to check order and uniqueness, SPEC §3); what a
+record means is the engine's business.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Iterator
+
+from walqueue.format.errors import CorruptStore
+from walqueue.format.frame import SegmentEnd, encode_body, encode_frame, read_frames
+from walqueue.format.fsutil import write_all
+
+__all__ = [
+    "BODY_TARGET_BYTES",
+    "SnapshotInfo",
+    "SnapshotReader",
+    "file_sha256",
+    "write_snapshot",
+]
+
+#: Bodies are cut once they reach about this size; a larger single record gets a body of its own.
+BODY_TARGET_BYTES = 1 << 20
+_BODY_OPEN = b'{"tasks":['
+_BODY_CLOSE = b"]}"
+_WRITE_BUFFER = 4 << 20
+_HEADER_FIELDS = frozenset({"snapshot", "seq", "tasks"})
+_FOOTER_FIELDS = frozenset({"end", "seq", "tasks"})
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotInfo:
+    """What CURRENT records about a written snapshot."""
+
+    size: int
+    sha256: str
+
+
+def write_snapshot(
+    path: str | os.PathLike[str],
+    seq: int,
+    count: int,
+    records: Iterable[bytes],
+    *,
+    on_partial: Callable[[], None] | None = None,
+) -> SnapshotInfo:
+    """Write the snapshot through `seq` holding `count` records (canonical JSON bytes, in task-id order).
+
+    The file is written but NOT synced: the caller fsyncs it (and the
+    directory) so that it can report the phases in between. `on_partial` is
+    called once, after the header has reached the file, so that a crash there
+    leaves a real partial snapshot. Raises `ValueError` (before finishing the
+    file) if the number of records differs from `count`.
+    """
+    digest = hashlib.sha256()
+    size = 0
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        pending: list[bytes] = []
+        pending_size = 0
+
+        def emit(data: bytes) -> None:
+            nonlocal size, pending_size
+            pending.append(data)
+            pending_size += len(data)
+            digest.update(data)
+            size += len(data)
+            if pending_size >= _WRITE_BUFFER:
+                flush()
+
+        def flush() -> None:
+            nonlocal pending_size
+            if pending:
+                write_all(fd, b"".join(pending))
+                pending.clear()
+                pending_size = 0
+
+        emit(encode_frame({"snapshot": 1, "seq": seq, "tasks": count}))
+        flush()
+        if on_partial is not None:
+            on_partial()
+
+        written = 0
+        body: list[bytes] = []
+        body_size = len(_BODY_OPEN) + len(_BODY_CLOSE) - 1
+        for record in records:
+            if body and body_size + len(record) + 1 > BODY_TARGET_BYTES:
+                emit(encode_body(_BODY_OPEN + b",".join(body) + _BODY_CLOSE))
+                body = []
+                body_size = len(_BODY_OPEN) + len(_BODY_CLOSE) - 1
+            body.append(record)
+            body_size += len(record) + 1
+            written += 1
+        if body:
+            emit(encode_body(_BODY_OPEN + b",".join(body) + _BODY_CLOSE))
+        if written != count:
+            raise ValueError(f"snapshot header announced {count} records, {written} were given")
+        emit(encode_frame({"end": True, "seq": seq, "tasks": count}))
+        flush()
+    finally:
+        os.close(fd)
+    return SnapshotInfo(size, digest.hexdigest())
+
+
+def file_sha256(path: str | os.PathLike[str]) -> tuple[int, str]:
+    """Size and SHA-256 of a whole file, read in chunks."""
+    digest = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as file:
+        while chunk := file.read(1 << 20):
+            digest.update(chunk)
+            size += len(chunk)
+    return size, digest.hexdigest()
+
+
+def _check_counter(value: Any) -> bool:
+    return type(value) is int and value >= 0
+
+
+class SnapshotReader:
+    """Open a snapshot, check its size and digest, read its header; then stream its records.
+
+    Iterating `records()` checks everything SPEC §3 asks of a snapshot: every
+    frame, header and footer agreeing on sequence and count, exactly that many
+    records in strictly increasing task-id order with unique keys, and nothing
+    after the footer. Any failure is `CorruptStore` naming the file and offset.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        expected_size: int | None = None,
+        expected_sha256: str | None = None,
+    ) -> None:
+        self.path = os.fspath(path)
+        try:
+            actual_size, actual_sha256 = file_sha256(self.path)
+        except FileNotFoundError:
+            raise CorruptStore(self.path, None, "snapshot file is missing") from None
+        if expected_size is not None and actual_size != expected_size:
+            raise CorruptStore(self.path, None, f"snapshot is {actual_size} bytes, CURRENT says {expected_size}")
+        if expected_sha256 is not None and actual_sha256 != expected_sha256:
+            raise CorruptStore(self.path, None, "snapshot SHA-256 differs from the one CURRENT records")
+        self.size = actual_size
+        self.sha256 = actual_sha256
+        self._file = open(self.path, "rb")
+        self._frames = read_frames(self._file, self.path, allow_torn_tail=False, end=SegmentEnd())
+        try:
+            header = next(self._frames, None)
+            if header is None:
+                raise CorruptStore(self.path, 0, "snapshot has no header frame")
+            value = header.value
+            if (
+                not isinstance(value, dict)
+                or set(value) != _HEADER_FIELDS
+                or type(value["snapshot"]) is not int
+                or value["snapshot"] != 1
+                or not _check_counter(value["seq"])
+                or not _check_counter(value["tasks"])
+            ):
+                raise CorruptStore(self.path, 0, f"bad snapshot header {value!r:.200}")
+        except BaseException:
+            self.close()
+            raise
+        self.seq: int = value["seq"]
+        self.count: int = value["tasks"]
+        self._consumed = False
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> "SnapshotReader":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def records(self) -> Iterator[dict[str, Any]]:
+        """Yield every record, then verify the footer and the end of the file."""
+        if self._consumed:
+            raise RuntimeError("a snapshot's records can be read once")
+        self._consumed = True
+        path = self.path
+        seen = 0
+        previous: str | None = None
+        keys: set[str] = set()
+        footer_offset: int | None = None
+        for frame in self._frames:
+            value = frame.value
+            if footer_offset is not None:
+                raise CorruptStore(path, frame.offset, "data follows the snapshot footer")
+            if isinstance(value, dict) and "end" in value:
+                if (
+                    set(value) != _FOOTER_FIELDS
+                    or value["end"] is not True
+                    or type(value["seq"]) is not int
+                    or type(value["tasks"]) is not int
+                ):
+                    raise CorruptStore(path, frame.offset, f"bad snapshot footer {value!r:.200}")
+                if value["seq"] != self.seq or value["tasks"] != self.count:
+                    raise CorruptStore(path, frame.offset, "snapshot footer disagrees with its header")
+                if seen != self.count:
+                    raise CorruptStore(path, frame.offset, f"snapshot holds {seen} records, header says {self.count}")
+                footer_offset = frame.offset
+                continue
+            if not isinstance(value, dict) or set(value) != {"tasks"} or not isinstance(value["tasks"], list):
+                raise CorruptStore(path, frame.offset, "snapshot frame is neither a body nor the footer")
+            for record in value["tasks"]:
+                if not isinstance(record, dict):
+                    raise CorruptStore(path, frame.offset, "snapshot record is not an object")
+                task = record.get("task")
+                key = record.get("key")
+                if not isinstance(task, str) or not isinstance(key, str):
+                    raise CorruptStore(path, frame.offset, "snapshot record lacks a string task or key")
+                if previous is not None and not previous < task:
+                    raise CorruptStore(path, frame.offset, f"snapshot records out of task-id order at {task!r:.100}")
+                if key in keys:
+                    raise CorruptStore(path, frame.offset, f"snapshot repeats key {key!r:.100}")
+                seen += 1
+                if seen > self.count:
+                    raise CorruptStore(path, frame.offset, f"snapshot holds more than {self.count} records")
+                previous = task
+                keys.add(key)
+                yield record
+        if footer_offset is None:
+            raise CorruptStore(path, self.size, "snapshot has no footer")
+

@@ -1,0 +1,33 @@
+"""The envelope of a WAL transaction: `{"seq": S, "ops": [op, ...]}`.
+
+The format layer checks only the envelope (what any reader of the log needs
+to order transactions); what each op means is checked by the engine's
+state machine. Both the engine's recovery and `walqueue-fsck` use this.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from walqueue.format.errors import CorruptStore
+
+__all__ = ["OP_NAMES", "transaction_seq"]
+
+#: The op names SPEC §3 defines.
+OP_NAMES = frozenset({"put", "lease", "expire", "ack", "release"})
+
+
+def transaction_seq(value: Any, path: str | None, offset: int) -> int:
+    """Return the sequence of a decoded WAL frame, or raise `CorruptStore` if its envelope is wrong."""
+    if not isinstance(value, dict) or set(value) != {"seq", "ops"}:
+        raise CorruptStore(path, offset, "WAL frame is not a {seq, ops} transaction")
+    seq = value["seq"]
+    if type(seq) is not int or seq < 1:
+        raise CorruptStore(path, offset, f"transaction sequence {seq!r} is not an int >= 1")
+    ops = value["ops"]
+    if not isinstance(ops, list) or not ops:
+        raise CorruptStore(path, offset, f"transaction {seq} has no ops")
+    for index, op in enumerate(ops):
+        if not isinstance(op, dict) or op.get("op") not in OP_NAMES:
+            raise CorruptStore(path, offset, f"transaction {seq} op {index} is not a known op")
+    return seq
