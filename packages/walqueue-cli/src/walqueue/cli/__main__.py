@@ -1,0 +1,142 @@
+"""The consumer process: `python -m walqueue.cli DIRECTORY` (script `walqueue`).
+
+This module only moves bytes and picks exit codes; what a line means and what
+its answer says is `walqueue.cli.protocol`. It is meant to be driven as a
+co-process through pipes, so it reads with `readline` on the binary stream
+(no read-ahead waits for more input than one line) and flushes every answer
+before reading the next request.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from typing import BinaryIO
+
+from walqueue import CorruptStore, DirectoryLocked, Queue
+from walqueue.cli.protocol import MAX_DEPTH, QueueLike, encode_answer, is_blank, respond
+
+#: Exit statuses: end of input, a fatal (poisoning) error, a directory that could not be opened.
+EXIT_OK = 0
+EXIT_FATAL = 1
+EXIT_CANNOT_OPEN = 2
+
+_DESCRIPTION = """\
+Serve a WALQueue directory over JSON lines: one request per line on stdin,
+one answer per line on stdout, flushed at once, in order. The queue is opened
+with sync=True (every transaction is fsynced before it is answered).
+"""
+
+_EPILOG = f"""\
+requests:
+  A request is a JSON object with "op", the Python API's argument names, and
+  an optional "id" that is echoed in the answer, whatever JSON value it is.
+
+  op        arguments                                          answer fields
+  put       task_id, payload, key?, available_at?, max_attempts?   task_id
+  put_many  tasks (list of put objects without "op")               task_ids
+  reserve   worker, now, lease_seconds, limit?                     leases
+  ack       lease (a lease object from reserve), now               -
+  release   lease, now, delay?                                     -
+  get       task_id                                                task (or null)
+  tasks     status? ("ready", "leased", "completed", "dead")       tasks
+  stats     -                                                      stats
+  compact   -                                                      -
+
+  Times and counters are integers in [0, 2**63) (1.0 and true are not
+  integers); a payload is a JSON object. Unknown fields, duplicate fields,
+  numbers out of the range of a double and nesting deeper than {MAX_DEPTH}
+  levels are refused. Blank lines are skipped.
+
+answers:
+  success  {{"ok": true, ...fields}}
+  failure  {{"ok": false, "error": NAME, "message": TEXT}}
+    BadRequest   not JSON, not an object, unknown op, missing, unknown or
+                 ill-typed argument; nothing was changed
+    KeyConflict  the key or task id is taken by another request; nothing changed
+    StaleLease   the lease no longer owns its task; nothing changed
+    Fatal        an I/O error poisoned the queue; the consumer exits with 1
+  After BadRequest, KeyConflict and StaleLease the consumer reads the next line.
+
+example session (> is stdin, < is stdout; L stands for the lease object
+{{"task_id":"t1","worker":"w","generation":1,"deadline":130,"attempts":1,"payload":{{"n":1}}}}
+that answer 2 returned, sent back as it came):
+  > {{"op": "put", "task_id": "t1", "payload": {{"n": 1}}, "id": 1}}
+  < {{"id":1,"ok":true,"task_id":"t1"}}
+  > {{"op": "reserve", "worker": "w", "now": 100, "lease_seconds": 30, "id": 2}}
+  < {{"id":2,"ok":true,"leases":[L]}}
+  > {{"op": "ack", "lease": L, "now": 110, "id": 3}}
+  < {{"id":3,"ok":true}}
+  > {{"op": "ack", "lease": L, "now": 111, "id": "again"}}
+  < {{"id":"again","ok":false,"error":"StaleLease","message":"..."}}
+  > [1, 2]
+  < {{"ok":false,"error":"BadRequest","message":"a request must be a JSON object, not an array"}}
+
+exit status:
+  0  end of input (the queue is closed cleanly)
+  1  a Fatal answer was written (an I/O error poisoned the queue)
+  2  DIRECTORY could not be opened (corrupt, locked by another owner, or not
+     a directory); reported on stderr before any request is read
+"""
+
+
+def _argument_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="walqueue",
+        description=_DESCRIPTION,
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("directory", metavar="DIRECTORY", help="the queue directory (created if missing)")
+    return parser
+
+
+def serve(queue: QueueLike, requests: BinaryIO, answers: BinaryIO) -> int:
+    """Answer every non-blank line of `requests` until end of input or a fatal error."""
+    while line := requests.readline():
+        if is_blank(line):
+            continue
+        reply = respond(line, queue)
+        answers.write(encode_answer(reply.answer))
+        answers.flush()
+        if reply.fatal:
+            return EXIT_FATAL
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the consumer; returns the exit status instead of exiting."""
+    arguments = _argument_parser().parse_args(argv)
+    try:
+        queue = Queue(arguments.directory, sync=True)
+    except (CorruptStore, DirectoryLocked, OSError) as error:
+        # OSError: e.g. DIRECTORY is a regular file, or cannot be created.
+        print(f"walqueue: cannot open {arguments.directory}: {type(error).__name__}: {error}", file=sys.stderr)
+        return EXIT_CANNOT_OPEN
+    try:
+        return serve(queue, sys.stdin.buffer, sys.stdout.buffer)
+    except BrokenPipeError:
+        # The reader went away: nobody can receive answers any more. Stop
+        # quietly; the queue is closed below and nothing is lost, since
+        # every answered transaction was already durable.
+        _silence_stdout()
+        print("walqueue: stdout was closed; stopping", file=sys.stderr)
+        return EXIT_FATAL
+    finally:
+        queue.close()
+
+
+def _silence_stdout() -> None:
+    """Keep the interpreter's final flush of a broken stdout from printing a traceback."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

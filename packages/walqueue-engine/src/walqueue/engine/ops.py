@@ -1,0 +1,323 @@
+"""Building transactions from validated requests: pure planning, no I/O.
+
+Like h2's "data to send", an operation here only *produces* ops; the
+storage layer alone frames, writes and syncs them, and then hands the very
+same transaction to `state.apply`. A planner reads the state and never
+changes it, so a call refused here (bad arguments, `KeyConflict`,
+`StaleLease`) has written nothing and changed nothing.
+
+Every planner that may have to split or cut a transaction takes the frame
+bound as a keyword (`max_frame_bytes`) so that tests can exercise splitting
+with small bounds; the storage layer uses the default, `MAX_FRAME_BYTES`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from walqueue.engine.state import LEASED, State, request_identity
+from walqueue.engine.types import KeyConflict, Lease, StaleLease
+from walqueue.engine.validate import (
+    MAX_FRAME_BYTES,
+    MAX_INT,
+    check_int,
+    check_name,
+    check_payload,
+    check_record_fits,
+)
+from walqueue.format.canonical import canonical_json
+
+__all__ = [
+    "PutRequest",
+    "plan_ack",
+    "plan_lease",
+    "plan_puts",
+    "plan_reap",
+    "plan_release",
+    "put_request",
+    "put_request_from_mapping",
+    "transaction_size",
+    "validate_reserve_args",
+]
+
+Op = dict[str, Any]
+
+_TX_OPEN = len(b'{"ops":[')
+_TX_MIDDLE = len(b'],"seq":')
+_TX_CLOSE = len(b"}")
+
+
+@dataclass(frozen=True, slots=True)
+class PutRequest:
+    """One fully validated put: everything its op and its identity need.
+
+    `payload` is a private deep copy (decoded from `payload_json`), so the
+    caller mutating its own dict afterwards changes nothing; `identity` is
+    the 32-byte SHA-256 that decides whether a retry is identical.
+    """
+
+    task_id: str
+    key: str
+    payload: dict[str, Any]
+    payload_json: bytes
+    available_at: int
+    max_attempts: int
+    identity: bytes
+
+    def to_op(self) -> Op:
+        return {
+            "op": "put",
+            "task": self.task_id,
+            "key": self.key,
+            "payload": self.payload,
+            "available_at": self.available_at,
+            "max_attempts": self.max_attempts,
+        }
+
+
+def put_request(
+    task_id: object,
+    payload: object,
+    *,
+    key: object = None,
+    available_at: object = 0,
+    max_attempts: object = 3,
+) -> PutRequest:
+    """Validate the arguments of `Queue.put` (`TypeError`/`ValueError`) and build the request."""
+    task_id = check_name(task_id, "task_id")
+    key = task_id if key is None else check_name(key, "key")
+    payload_json = check_payload(payload)
+    available_at = check_int(available_at, "available_at")
+    max_attempts = check_int(max_attempts, "max_attempts", 1)
+    check_record_fits(payload_json, canonical_json(task_id), canonical_json(key))
+    return PutRequest(
+        task_id=task_id,
+        key=key,
+        payload=json.loads(payload_json),
+        payload_json=payload_json,
+        available_at=available_at,
+        max_attempts=max_attempts,
+        identity=request_identity(task_id, payload_json, available_at, max_attempts),
+    )
+
+
+_PUT_ARGUMENTS = frozenset({"task_id", "payload", "key", "available_at", "max_attempts"})
+
+
+def put_request_from_mapping(item: object) -> PutRequest:
+    """Validate one `put_many` item: a mapping with exactly `put`'s keyword names.
+
+    A missing `task_id` or `payload`, or any other key, is a `TypeError`,
+    as the same mistake in a call to `put` would be.
+    """
+    if not isinstance(item, Mapping):
+        raise TypeError(f"each put_many item must be a mapping, not {type(item).__name__}")
+    unknown = [name for name in item if name not in _PUT_ARGUMENTS]
+    if unknown:
+        raise TypeError(f"unexpected put argument(s) {sorted(map(repr, unknown))}")
+    missing = [name for name in ("task_id", "payload") if name not in item]
+    if missing:
+        raise TypeError(f"put_many item lacks {', '.join(missing)}")
+    return put_request(
+        item["task_id"],
+        item["payload"],
+        key=item.get("key"),
+        available_at=item.get("available_at", 0),
+        max_attempts=item.get("max_attempts", 3),
+    )
+
+
+def plan_puts(state: State, requests: Iterable[PutRequest]) -> tuple[list[Op], list[str]]:
+    """The put ops for `requests` and the task id each request names, in input order.
+
+    Each request is judged against the state plus the earlier requests of
+    the same list. A known key with the same identity is an identical retry
+    (no op, whatever the task's status: nothing is ever resurrected); a known
+    key with another identity, or a new key with a known task id, is a
+    `KeyConflict` that fails the whole list.
+    """
+    new_ops: list[Op] = []
+    task_ids: list[str] = []
+    planned_keys: dict[str, bytes] = {}  # key -> identity, for the new tasks of this list
+    planned_ids: set[str] = set()
+    for index, request in enumerate(requests):
+        if not isinstance(request, PutRequest):
+            raise TypeError(f"plan_puts takes PutRequest items, not {type(request).__name__}")
+        known_identity = planned_keys.get(request.key)
+        if known_identity is None:
+            owner = state.lookup_key(request.key)
+            if owner is not None:
+                known_identity = state.identity(owner)
+        if known_identity is not None:
+            if known_identity != request.identity:
+                raise KeyConflict(
+                    f"item {index}: key {request.key!r:.100} is already used by a different request"
+                    " (task id, payload, available_at or max_attempts differ)"
+                )
+        elif request.task_id in state.tasks or request.task_id in planned_ids:
+            raise KeyConflict(f"item {index}: task {request.task_id!r:.100} already exists under another key")
+        else:
+            planned_keys[request.key] = request.identity
+            planned_ids.add(request.task_id)
+            new_ops.append(request.to_op())
+        task_ids.append(request.task_id)
+    return new_ops, task_ids
+
+
+def transaction_size(op_sizes: Iterable[int], seq: int) -> int:
+    """The exact size of the body ``{"ops":[op,...],"seq":S}`` whose ops encode to `op_sizes` bytes."""
+    count = 0
+    total = 0
+    for size in op_sizes:
+        total += size
+        count += 1
+    return _TX_OPEN + total + max(count - 1, 0) + _TX_MIDDLE + len(str(seq)) + _TX_CLOSE
+
+
+def _fixed_size(seq: int) -> int:
+    """What a transaction body costs before its ops (and the commas between them)."""
+    return _TX_OPEN + _TX_MIDDLE + len(str(seq)) + _TX_CLOSE
+
+
+def plan_reap(state: State, now: int, first_seq: int, *, max_frame_bytes: int = MAX_FRAME_BYTES) -> list[list[Op]]:
+    """Expire ops for every leased task with ``deadline <= now``, in (deadline, task id) order.
+
+    Usually one transaction; split into consecutive ones (sequences
+    `first_seq`, `first_seq + 1`, ...) only where one would exceed the frame
+    bound. An empty list means nothing is overdue.
+    """
+    check_int(now, "now")
+    check_int(first_seq, "first_seq", 1)
+    tasks = state.tasks
+    transactions: list[list[Op]] = []
+    current: list[Op] = []
+    seq = first_seq
+    size = _fixed_size(seq)
+    for task_id in state.peek_expired(now):
+        op: Op = {"op": "expire", "task": task_id, "generation": tasks[task_id].generation}
+        op_size = len(canonical_json(op))
+        added = op_size + (1 if current else 0)
+        if size + added > max_frame_bytes:
+            if not current:
+                raise ValueError(f"an expire op of {op_size} bytes cannot fit in a frame of {max_frame_bytes}")
+            transactions.append(current)
+            seq += 1
+            if seq > MAX_INT:
+                raise ValueError("sequence numbers exhausted")
+            current = []
+            size = _fixed_size(seq)
+            added = op_size
+            if size + added > max_frame_bytes:
+                raise ValueError(f"an expire op of {op_size} bytes cannot fit in a frame of {max_frame_bytes}")
+        current.append(op)
+        size += added
+    if current:
+        transactions.append(current)
+    return transactions
+
+
+def validate_reserve_args(worker: object, now: object, lease_seconds: object, limit: object) -> None:
+    """Check `reserve`'s arguments before anything (the reap included) is written."""
+    check_name(worker, "worker")
+    now = check_int(now, "now")
+    lease_seconds = check_int(lease_seconds, "lease_seconds", 1)
+    check_int(limit, "limit", 1)
+    if now + lease_seconds > MAX_INT:
+        raise ValueError(f"now + lease_seconds exceeds {MAX_INT}")
+
+
+def plan_lease(
+    state: State,
+    worker: str,
+    now: int,
+    lease_seconds: int,
+    limit: int,
+    seq: int,
+    *,
+    max_frame_bytes: int = MAX_FRAME_BYTES,
+) -> list[Op]:
+    """Lease ops for up to `limit` ready tasks with ``available_at <= now``, in (available_at, task id) order.
+
+    Deadline ``now + lease_seconds``, generation one more than the task's.
+    If all of them would not fit in one frame (as transaction `seq`), as
+    many as fit, in that order. Call it after the reap has been applied: an
+    expired task that became ready again is then eligible. An empty list
+    means nothing is due.
+    """
+    validate_reserve_args(worker, now, lease_seconds, limit)
+    check_int(seq, "seq", 1)
+    deadline = now + lease_seconds
+    tasks = state.tasks
+    lease_ops: list[Op] = []
+    size = _fixed_size(seq)
+    for task_id in state.peek_ready(now, limit):
+        op: Op = {
+            "op": "lease",
+            "task": task_id,
+            "worker": worker,
+            "generation": tasks[task_id].generation + 1,
+            "deadline": deadline,
+        }
+        added = len(canonical_json(op)) + (1 if lease_ops else 0)
+        if size + added > max_frame_bytes:
+            if not lease_ops:
+                raise ValueError(f"a lease op of {added} bytes cannot fit in a frame of {max_frame_bytes}")
+            break
+        lease_ops.append(op)
+        size += added
+    return lease_ops
+
+
+def _check_lease(lease: object) -> Lease:
+    if not isinstance(lease, Lease):
+        raise TypeError(f"lease must be a Lease, not {type(lease).__name__}")
+    return lease
+
+
+def _owned_record_generation(state: State, lease: Lease, now: int) -> tuple[str, int]:
+    """The stored task id and generation that `lease` still owns at `now`, or `StaleLease`.
+
+    Only the token's task_id, worker and generation are read. A field that
+    could never match a stored lease (a non-str name, a name too long to
+    store, a non-int or bool generation) makes the token stale rather than
+    the call ill-typed: the token is data the caller got back from us,
+    perhaps through JSON, and the answer "this lease no longer owns its
+    task" is the true one. Only a `lease` that is not a `Lease` at all is a
+    `TypeError`.
+    """
+    task_id, worker, generation = lease.task_id, lease.worker, lease.generation
+    if type(task_id) is not str or type(worker) is not str or type(generation) is not int:
+        raise StaleLease("the lease token's task_id, worker or generation has the wrong type")
+    record = state.tasks.get(task_id)
+    if record is None:
+        raise StaleLease(f"task {task_id!r:.100} does not exist")
+    if record.status != LEASED:
+        raise StaleLease(f"task {task_id!r:.100} is {record.status}, not leased")
+    if record.worker != worker or record.generation != generation:
+        raise StaleLease(f"task {task_id!r:.100} is leased to another worker or generation")
+    assert record.deadline is not None
+    if not now < record.deadline:
+        raise StaleLease(f"task {task_id!r:.100}: the lease expired at {record.deadline} (now {now})")
+    return record.task_id, record.generation
+
+
+def plan_ack(state: State, lease: Lease, now: int) -> list[Op]:
+    """The one ack op of a lease that still owns its task, else `StaleLease`."""
+    lease = _check_lease(lease)
+    now = check_int(now, "now")
+    task_id, generation = _owned_record_generation(state, lease, now)
+    return [{"op": "ack", "task": task_id, "generation": generation}]
+
+
+def plan_release(state: State, lease: Lease, now: int, delay: int = 0) -> list[Op]:
+    """The one release op (ready again at ``now + delay``) of a lease that still owns its task."""
+    lease = _check_lease(lease)
+    now = check_int(now, "now")
+    delay = check_int(delay, "delay")
+    if now + delay > MAX_INT:
+        raise ValueError(f"now + delay exceeds {MAX_INT}")
+    task_id, generation = _owned_record_generation(state, lease, now)
+    return [{"op": "release", "task": task_id, "generation": generation, "available_at": now + delay}]

@@ -1,0 +1,737 @@
+"""The queue's state machine: task records, their indexes, and `apply`, the only transitions.
+
+Everything that changes a task lives in this file, and this file knows no
+files, clocks, threads or hooks. Live operations and recovery both call the
+same `apply(state, transaction)`, so a transaction means exactly the same
+thing whether it was just written or is being replayed years later.
+
+The transitions, as data (SPEC §3); every op names its task and is valid
+only from the status in the second column:
+
+=========  ========  ==========================  ================================
+op         from      to                          also
+=========  ========  ==========================  ================================
+put        (new)     ready                       attempts 0, generation 0
+lease      ready     leased                      G == generation + 1; attempts += 1
+expire     leased    dead if attempts >= max,    available_at = old deadline
+                     else ready
+ack        leased    completed                   payload dropped (a tombstone)
+release    leased    dead if attempts >= max,    available_at = A
+                     else ready
+=========  ========  ==========================  ================================
+
+`worker` and `deadline` are set exactly while a task is leased. Anything
+else is an `InvalidTransaction`, raised before the state is touched.
+
+Why the shapes below: a record is a `__slots__` object whose payload is kept
+as canonical JSON bytes behind its identity digest (one bytes object, no
+decoded tree), so a million tasks cost little memory and a snapshot splices
+the stored bytes without re-encoding them. The ready and lease orders are
+heaps with lazy deletion: a heap entry is live only while it is the very
+tuple its record points at, so a transition never searches a heap.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import json
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
+
+from walqueue.engine.types import Lease, Task
+from walqueue.engine.validate import (
+    MAX_INT,
+    check_int,
+    check_name,
+    check_payload,
+    check_record_fits,
+)
+from walqueue.format.canonical import canonical_json
+
+__all__ = [
+    "COMPLETED",
+    "DEAD",
+    "LEASED",
+    "READY",
+    "STATUSES",
+    "InvalidTransaction",
+    "State",
+    "TaskRecord",
+    "apply",
+    "request_identity",
+]
+
+READY = "ready"
+LEASED = "leased"
+COMPLETED = "completed"
+DEAD = "dead"
+#: Every status a task can have, in the order `counts()` lists them.
+STATUSES: tuple[str, ...] = (READY, LEASED, COMPLETED, DEAD)
+
+_DIGEST_BYTES = 32
+_HEX_DIGITS = frozenset("0123456789abcdef")
+# A heap is rebuilt from its live entries once its dead entries outnumber the
+# live ones by this much, so stale entries (of tasks acked or released long
+# before their deadline) cost amortized O(1) and memory stays bounded.
+_HEAP_SLACK = 64
+
+HeapEntry = tuple[int, str]
+
+
+class InvalidTransaction(ValueError):
+    """A transaction (or snapshot record) that the state machine refuses; the state is untouched.
+
+    Recovery turns it into `CorruptStore`: a log written by WALQueue never
+    holds one.
+    """
+
+
+def request_identity(task_id: str, payload_json: bytes, available_at: int, max_attempts: int) -> bytes:
+    """SHA-256 of the canonical JSON of a put's identity (SPEC §2).
+
+    Built by splicing the already-canonical payload bytes into the object
+    ``{"available_at":A,"max_attempts":M,"payload":P,"task":T}`` (keys in
+    sorted order) instead of encoding the payload a second time; the tests
+    prove it byte-equal to `canonical_json` of that object.
+    """
+    text = b'{"available_at":%d,"max_attempts":%d,"payload":%b,"task":%b}' % (
+        available_at,
+        max_attempts,
+        payload_json,
+        canonical_json(task_id),
+    )
+    return hashlib.sha256(text).digest()
+
+
+class TaskRecord:
+    """The complete state of one task.
+
+    `blob` is the 32-byte identity digest followed by the payload's canonical
+    JSON (nothing after the digest once completed). `entry` is the heap tuple
+    that currently stands for this task in the ready heap (ready) or the
+    lease heap (leased), ``None`` otherwise. Records are never changed after
+    they are committed to a `State`: a transition replaces the record, which
+    also makes the old heap entry stale at once.
+    """
+
+    __slots__ = (
+        "task_id",
+        "key",
+        "status",
+        "blob",
+        "available_at",
+        "max_attempts",
+        "attempts",
+        "generation",
+        "worker",
+        "deadline",
+        "entry",
+    )
+
+    task_id: str
+    key: str
+    status: str
+    blob: bytes
+    available_at: int
+    max_attempts: int
+    attempts: int
+    generation: int
+    worker: str | None
+    deadline: int | None
+    entry: HeapEntry | None
+
+    def __init__(
+        self,
+        task_id: str,
+        key: str,
+        status: str,
+        blob: bytes,
+        available_at: int,
+        max_attempts: int,
+        attempts: int,
+        generation: int,
+        worker: str | None,
+        deadline: int | None,
+    ) -> None:
+        self.task_id = task_id
+        self.key = key
+        self.status = status
+        self.blob = blob
+        self.available_at = available_at
+        self.max_attempts = max_attempts
+        self.attempts = attempts
+        self.generation = generation
+        self.worker = worker
+        self.deadline = deadline
+        self.entry = None
+
+    def fields(self) -> tuple[object, ...]:
+        """Everything that is state (not `entry`, which is only an index position)."""
+        return (
+            self.task_id,
+            self.key,
+            self.status,
+            self.blob,
+            self.available_at,
+            self.max_attempts,
+            self.attempts,
+            self.generation,
+            self.worker,
+            self.deadline,
+        )
+
+    def __repr__(self) -> str:
+        return f"TaskRecord{self.fields()!r}"
+
+    def payload_json(self) -> bytes:
+        """The payload's canonical JSON, ``b"null"`` once completed."""
+        return self.blob[_DIGEST_BYTES:] or b"null"
+
+    def to_task(self) -> Task:
+        payload = json.loads(self.blob[_DIGEST_BYTES:]) if self.status != COMPLETED else None
+        return Task(
+            task_id=self.task_id,
+            key=self.key,
+            status=self.status,
+            payload=payload,
+            available_at=self.available_at,
+            max_attempts=self.max_attempts,
+            attempts=self.attempts,
+            generation=self.generation,
+            worker=self.worker,
+            deadline=self.deadline,
+        )
+
+    def record_json(self) -> bytes:
+        """This task's snapshot record (SPEC §3) as canonical JSON, splicing the stored payload bytes."""
+        return (
+            b'{"attempts":%d,"available_at":%d,"deadline":%b,"generation":%d,"identity":"%b","key":%b,'
+            b'"max_attempts":%d,"payload":%b,"status":"%b","task":%b,"worker":%b}'
+            % (
+                self.attempts,
+                self.available_at,
+                b"null" if self.deadline is None else b"%d" % self.deadline,
+                self.generation,
+                self.blob[:_DIGEST_BYTES].hex().encode("ascii"),
+                canonical_json(self.key),
+                self.max_attempts,
+                self.payload_json(),
+                self.status.encode("ascii"),
+                canonical_json(self.task_id),
+                b"null" if self.worker is None else canonical_json(self.worker),
+            )
+        )
+
+
+class State:
+    """All tasks, their key index, the ready and lease orders, and the last sequence.
+
+    Mutated only by `apply` (and built by `from_records`); every other method
+    reads. The key index holds only keys that differ from their task id, so
+    the default key (the task id itself) costs no memory.
+    """
+
+    __slots__ = ("last_seq", "tasks", "_key_owner", "_ready", "_leases", "_counts")
+
+    def __init__(self) -> None:
+        self.last_seq = 0
+        #: task id -> record; read it, never write it (use `apply`).
+        self.tasks: dict[str, TaskRecord] = {}
+        self._key_owner: dict[str, str] = {}
+        self._ready: list[HeapEntry] = []
+        self._leases: list[HeapEntry] = []
+        self._counts: dict[str, int] = dict.fromkeys(STATUSES, 0)
+
+    # -- reads --------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self.tasks)
+
+    def __eq__(self, other: object) -> bool:
+        """Equal states hold the same tasks with the same fields at the same sequence."""
+        if not isinstance(other, State):
+            return NotImplemented
+        if self.last_seq != other.last_seq or len(self.tasks) != len(other.tasks):
+            return False
+        other_tasks = other.tasks
+        for task_id, record in self.tasks.items():
+            other_record = other_tasks.get(task_id)
+            if other_record is None or record.fields() != other_record.fields():
+                return False
+        return True
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def lookup_key(self, key: str) -> str | None:
+        """The id of the task that owns `key`, or ``None`` if the key is unknown.
+
+        A task whose id equals `key` owns it only if its key is its id too.
+        """
+        owner = self._key_owner.get(key)
+        if owner is not None:
+            return owner
+        record = self.tasks.get(key)
+        if record is not None and record.key == key:
+            return key
+        return None
+
+    def get_task(self, task_id: str) -> Task | None:
+        """A fresh view of the task (its payload decoded anew, so a copy), or ``None``."""
+        record = self.tasks.get(task_id)
+        return None if record is None else record.to_task()
+
+    def list_tasks(self, status: str | None = None) -> list[Task]:
+        """Every task (or every task with `status`), ordered by task id."""
+        if status is not None and (type(status) is not str or status not in STATUSES):
+            raise ValueError(f"status must be one of {', '.join(STATUSES)} or None, not {status!r}")
+        tasks = self.tasks
+        return [
+            tasks[task_id].to_task() for task_id in sorted(tasks) if status is None or tasks[task_id].status == status
+        ]
+
+    def counts(self) -> dict[str, int]:
+        """The number of tasks per status, always with exactly the four status keys."""
+        return dict(self._counts)
+
+    def identity(self, task_id: str) -> bytes:
+        """The 32-byte identity digest of the task's original put (`KeyError` if unknown)."""
+        return self.tasks[task_id].blob[:_DIGEST_BYTES]
+
+    def lease_for(self, task_id: str) -> Lease:
+        """The lease token of a leased task (`KeyError` if unknown, `ValueError` if not leased)."""
+        record = self.tasks[task_id]
+        if record.status != LEASED or record.worker is None or record.deadline is None:
+            raise ValueError(f"task {task_id!r} is {record.status}, not leased")
+        return Lease(
+            task_id=record.task_id,
+            worker=record.worker,
+            generation=record.generation,
+            deadline=record.deadline,
+            attempts=record.attempts,
+            payload=json.loads(record.blob[_DIGEST_BYTES:]),
+        )
+
+    # -- planner support ------------------------------------------------------
+
+    def peek_ready(self, now: int, limit: int) -> list[str]:
+        """Up to `limit` ready task ids with ``available_at <= now``, in (available_at, task id) order.
+
+        Costs O(k log n) for k results: the first entries are popped and
+        pushed back (stale entries met on the way are dropped for good).
+        """
+        check_int(now, "now")
+        check_int(limit, "limit", 1)
+        return self._peek(self._ready, now, limit)
+
+    def peek_expired(self, now: int) -> list[str]:
+        """Every leased task id with ``deadline <= now``, in (deadline, task id) order."""
+        check_int(now, "now")
+        return self._peek(self._leases, now, MAX_INT)
+
+    def _peek(self, heap: list[HeapEntry], now: int, limit: int) -> list[str]:
+        tasks = self.tasks
+        live: list[HeapEntry] = []
+        while heap and len(live) < limit:
+            entry = heap[0]
+            if tasks[entry[1]].entry is not entry:
+                heapq.heappop(heap)
+                continue
+            if entry[0] > now:
+                break
+            live.append(heapq.heappop(heap))
+        for entry in live:
+            heapq.heappush(heap, entry)
+        return [entry[1] for entry in live]
+
+    # -- snapshot support -----------------------------------------------------
+
+    def iter_record_json(self) -> Iterator[bytes]:
+        """Every task's snapshot record as canonical JSON bytes, in task-id order."""
+        tasks = self.tasks
+        for task_id in sorted(tasks):
+            yield tasks[task_id].record_json()
+
+    @classmethod
+    def from_records(cls, seq: int, records: Iterable[Mapping[str, Any]]) -> State:
+        """Rebuild the state written as snapshot `seq` from its decoded records.
+
+        Every record is checked completely, including the invariants that the
+        transitions keep (``generation == attempts``; a ready task has
+        attempts left, a dead one none; a leased or completed one was leased
+        at least once), and records must come in strictly increasing task-id
+        order with unique keys, as `iter_record_json` writes them. Any
+        failure is `InvalidTransaction`; nothing is normalized, so the result
+        equals the state that was written.
+        """
+        if type(seq) is not int or not 0 <= seq <= MAX_INT:
+            raise InvalidTransaction(f"snapshot sequence {seq!r} is not an int in 0..{MAX_INT}")
+        state = cls()
+        tasks = state.tasks
+        key_owner = state._key_owner
+        counts = state._counts
+        previous: str | None = None
+        for index, record_value in enumerate(records):
+            try:
+                record = _record_from_dict(record_value)
+            except (TypeError, ValueError) as exc:
+                raise InvalidTransaction(f"snapshot record {index}: {exc}") from None
+            task_id = record.task_id
+            if previous is not None and not previous < task_id:
+                raise InvalidTransaction(f"snapshot record {index}: task {task_id!r:.100} is out of task-id order")
+            previous = task_id
+            key = record.key
+            if key != task_id:
+                if key in key_owner or (key in tasks and tasks[key].key == key):
+                    raise InvalidTransaction(f"snapshot record {index}: key {key!r:.100} is repeated")
+                key_owner[key] = task_id
+            elif task_id in key_owner:
+                raise InvalidTransaction(f"snapshot record {index}: key {key!r:.100} is repeated")
+            tasks[task_id] = record
+            counts[record.status] += 1
+            if record.status == READY:
+                record.entry = (record.available_at, task_id)
+                state._ready.append(record.entry)
+            elif record.status == LEASED:
+                assert record.deadline is not None
+                record.entry = (record.deadline, task_id)
+                state._leases.append(record.entry)
+        heapq.heapify(state._ready)
+        heapq.heapify(state._leases)
+        state.last_seq = seq
+        return state
+
+    # -- commit (apply's second half) -----------------------------------------
+
+    def _commit(self, staged: dict[str, TaskRecord], seq: int) -> None:
+        tasks = self.tasks
+        counts = self._counts
+        for task_id, record in staged.items():
+            old = tasks.get(task_id)
+            if old is None:
+                if record.key != task_id:
+                    self._key_owner[record.key] = task_id
+            else:
+                counts[old.status] -= 1
+            counts[record.status] += 1
+            tasks[task_id] = record
+            status = record.status
+            if status == READY:
+                record.entry = entry = (record.available_at, task_id)
+                heapq.heappush(self._ready, entry)
+            elif status == LEASED:
+                record.entry = entry = (record.deadline, task_id)  # type: ignore[assignment]
+                heapq.heappush(self._leases, entry)
+        self.last_seq = seq
+        if len(self._ready) > 2 * counts[READY] + _HEAP_SLACK:
+            self._ready = self._live_entries(self._ready)
+        if len(self._leases) > 2 * counts[LEASED] + _HEAP_SLACK:
+            self._leases = self._live_entries(self._leases)
+
+    def _live_entries(self, heap: list[HeapEntry]) -> list[HeapEntry]:
+        tasks = self.tasks
+        live = [entry for entry in heap if tasks[entry[1]].entry is entry]
+        heapq.heapify(live)
+        return live
+
+    def check_invariants(self) -> None:
+        """Verify every index against the records (O(n); for tests and `walqueue-fsck --replay`)."""
+        counts = dict.fromkeys(STATUSES, 0)
+        live_ready = {id(entry) for entry in self._ready}
+        live_leases = {id(entry) for entry in self._leases}
+        for task_id, record in self.tasks.items():
+            assert record.task_id == task_id
+            counts[record.status] += 1
+            assert self.lookup_key(record.key) == task_id, task_id
+            if record.key != task_id:
+                assert self._key_owner[record.key] == task_id
+            assert (record.worker is not None) == (record.status == LEASED)
+            assert (record.deadline is not None) == (record.status == LEASED)
+            assert (len(record.blob) == _DIGEST_BYTES) == (record.status == COMPLETED)
+            if record.status == READY:
+                assert record.entry == (record.available_at, task_id) and id(record.entry) in live_ready
+            elif record.status == LEASED:
+                assert record.entry == (record.deadline, task_id) and id(record.entry) in live_leases
+            else:
+                assert record.entry is None
+        assert counts == self._counts, (counts, self._counts)
+        assert len(self._key_owner) == sum(1 for r in self.tasks.values() if r.key != r.task_id)
+        assert len(self._ready) <= 2 * counts[READY] + _HEAP_SLACK
+        assert len(self._leases) <= 2 * counts[LEASED] + _HEAP_SLACK
+
+
+_RECORD_KEYS = frozenset(
+    {
+        "task",
+        "key",
+        "identity",
+        "status",
+        "payload",
+        "available_at",
+        "max_attempts",
+        "attempts",
+        "generation",
+        "worker",
+        "deadline",
+    }
+)
+
+
+def _record_from_dict(value: object) -> TaskRecord:
+    """Check one decoded snapshot record completely; `TypeError`/`ValueError` on any flaw."""
+    if type(value) is not dict:
+        raise TypeError(f"a record must be a JSON object, not {type(value).__name__}")
+    if value.keys() != _RECORD_KEYS:
+        raise ValueError(f"record keys must be exactly {sorted(_RECORD_KEYS)}, not {sorted(map(str, value))}")
+    task_id = check_name(value["task"], "task")
+    key = check_name(value["key"], "key")
+    identity = value["identity"]
+    if type(identity) is not str or len(identity) != 2 * _DIGEST_BYTES or not _HEX_DIGITS.issuperset(identity):
+        raise ValueError(f"identity must be 64 lowercase hex digits, not {identity!r:.80}")
+    status = value["status"]
+    if type(status) is not str or status not in STATUSES:
+        raise ValueError(f"status must be one of {STATUSES}, not {status!r:.80}")
+    available_at = check_int(value["available_at"], "available_at")
+    max_attempts = check_int(value["max_attempts"], "max_attempts", 1)
+    attempts = check_int(value["attempts"], "attempts")
+    generation = check_int(value["generation"], "generation")
+    worker = value["worker"]
+    deadline = value["deadline"]
+    if status == LEASED:
+        check_name(worker, "worker")
+        check_int(deadline, "deadline")
+    elif worker is not None or deadline is not None:
+        raise ValueError(f"a {status} task has no worker and no deadline")
+    payload = value["payload"]
+    digest = bytes.fromhex(identity)
+    if status == COMPLETED:
+        if payload is not None:
+            raise ValueError("a completed task's payload must be null")
+        blob = digest
+    else:
+        payload_json = check_payload(payload)
+        check_record_fits(payload_json, canonical_json(task_id), canonical_json(key))
+        blob = digest + payload_json
+    # The invariants every sequence of transitions keeps (see the table above).
+    if generation != attempts:
+        raise ValueError(f"generation {generation} differs from attempts {attempts}")
+    if attempts > max_attempts:
+        raise ValueError(f"attempts {attempts} exceed max_attempts {max_attempts}")
+    if status == READY and attempts >= max_attempts:
+        raise ValueError("a ready task has no attempts left")
+    if status == DEAD and attempts < max_attempts:
+        raise ValueError("a dead task still has attempts left")
+    if status in (LEASED, COMPLETED) and attempts < 1:
+        raise ValueError(f"a {status} task was never leased")
+    return TaskRecord(task_id, key, status, blob, available_at, max_attempts, attempts, generation, worker, deadline)
+
+
+# -- apply ---------------------------------------------------------------------
+
+_TX_KEYS = frozenset({"seq", "ops"})
+_PUT_KEYS = frozenset({"op", "task", "key", "payload", "available_at", "max_attempts"})
+_LEASE_KEYS = frozenset({"op", "task", "worker", "generation", "deadline"})
+_SETTLE_KEYS = frozenset({"op", "task", "generation"})
+_RELEASE_KEYS = frozenset({"op", "task", "generation", "available_at"})
+
+
+class _OpError(Exception):
+    """An op-level refusal; `apply` adds the transaction, the op's index and its name."""
+
+
+class _Staging:
+    """The records a transaction has touched so far, and the keys its puts claimed.
+
+    Later ops of the same transaction see these instead of the committed
+    records; nothing here is visible in the `State` until the commit.
+    """
+
+    __slots__ = ("records", "keys")
+
+    def __init__(self) -> None:
+        self.records: dict[str, TaskRecord] = {}
+        self.keys: set[str] = set()
+
+
+def _describe(value: object) -> str:
+    """A short repr that never fails (a huge int's repr can raise) and never floods a message."""
+    if type(value) is int and value.bit_length() > 64:
+        return f"an int of {value.bit_length()} bits"
+    return f"{value!r:.80}"
+
+
+def _int(op: dict[str, Any], name: str, minimum: int = 0) -> int:
+    value = op[name]
+    if type(value) is not int or not minimum <= value <= MAX_INT:
+        raise _OpError(f"{name} must be an int in {minimum}..{MAX_INT}, not {_describe(value)}")
+    return value
+
+
+def _copy(record: TaskRecord) -> TaskRecord:
+    """A private copy to change: committed records are never mutated."""
+    return TaskRecord(
+        record.task_id,
+        record.key,
+        record.status,
+        record.blob,
+        record.available_at,
+        record.max_attempts,
+        record.attempts,
+        record.generation,
+        record.worker,
+        record.deadline,
+    )
+
+
+def _current(state: State, staging: _Staging, op: dict[str, Any]) -> TaskRecord:
+    """The task the op names, as the earlier ops of the same transaction left it."""
+    task_id = op["task"]
+    if type(task_id) is not str:
+        raise _OpError(f"task must be a str, not {type(task_id).__name__}")
+    record = staging.records.get(task_id)
+    if record is None:
+        record = state.tasks.get(task_id)
+        if record is None:
+            raise _OpError(f"unknown task {task_id!r:.100}")
+    return record
+
+
+def _held(state: State, staging: _Staging, op: dict[str, Any]) -> TaskRecord:
+    """The leased task an expire/ack/release op names, checked against its generation."""
+    record = _current(state, staging, op)
+    generation = _int(op, "generation", 1)
+    if record.status != LEASED:
+        raise _OpError(f"task {record.task_id!r:.100} is {record.status}, not leased")
+    if generation != record.generation:
+        raise _OpError(f"task {record.task_id!r:.100} is leased with generation {record.generation}, not {generation}")
+    return record
+
+
+def _settled(record: TaskRecord, status: str, available_at: int) -> TaskRecord:
+    """A copy of a leased record that is no longer leased (`worker` and `deadline` cleared)."""
+    new = _copy(record)
+    new.status = status
+    new.available_at = available_at
+    new.worker = None
+    new.deadline = None
+    return new
+
+
+def _unleased_status(record: TaskRecord) -> str:
+    """Where expire and release send a task: back to ready, or dead once its attempts are spent."""
+    return DEAD if record.attempts >= record.max_attempts else READY
+
+
+def _put(state: State, staging: _Staging, op: dict[str, Any]) -> TaskRecord:
+    try:
+        task_id = check_name(op["task"], "task")
+        key = check_name(op["key"], "key")
+        payload_json = check_payload(op["payload"])
+    except (TypeError, ValueError) as exc:
+        raise _OpError(str(exc)) from None
+    available_at = _int(op, "available_at")
+    max_attempts = _int(op, "max_attempts", 1)
+    if task_id in state.tasks or task_id in staging.records:
+        raise _OpError(f"task {task_id!r:.100} already exists")
+    if key in staging.keys or state.lookup_key(key) is not None:
+        raise _OpError(f"key {key!r:.100} is already known")
+    try:
+        check_record_fits(payload_json, canonical_json(task_id), canonical_json(key))
+    except ValueError as exc:
+        raise _OpError(str(exc)) from None
+    staging.keys.add(key)
+    digest = request_identity(task_id, payload_json, available_at, max_attempts)
+    return TaskRecord(task_id, key, READY, digest + payload_json, available_at, max_attempts, 0, 0, None, None)
+
+
+def _lease(state: State, staging: _Staging, op: dict[str, Any]) -> TaskRecord:
+    record = _current(state, staging, op)
+    try:
+        worker = check_name(op["worker"], "worker")
+    except (TypeError, ValueError) as exc:
+        raise _OpError(str(exc)) from None
+    generation = _int(op, "generation", 1)
+    deadline = _int(op, "deadline")
+    if record.status != READY:
+        raise _OpError(f"task {record.task_id!r:.100} is {record.status}, not ready")
+    if generation != record.generation + 1:
+        raise _OpError(f"lease generation must be {record.generation + 1}, not {generation}")
+    new = _copy(record)
+    new.status = LEASED
+    new.attempts = record.attempts + 1
+    new.generation = generation
+    new.worker = worker
+    new.deadline = deadline
+    return new
+
+
+def _expire(state: State, staging: _Staging, op: dict[str, Any]) -> TaskRecord:
+    record = _held(state, staging, op)
+    assert record.deadline is not None  # a leased record always has one
+    return _settled(record, _unleased_status(record), record.deadline)
+
+
+def _ack(state: State, staging: _Staging, op: dict[str, Any]) -> TaskRecord:
+    record = _held(state, staging, op)
+    new = _settled(record, COMPLETED, record.available_at)
+    new.blob = record.blob[:_DIGEST_BYTES]
+    return new
+
+
+def _release(state: State, staging: _Staging, op: dict[str, Any]) -> TaskRecord:
+    record = _held(state, staging, op)
+    return _settled(record, _unleased_status(record), _int(op, "available_at"))
+
+
+_Transition = Callable[[State, _Staging, dict[str, Any]], TaskRecord]
+
+#: op name -> (its exact key set, the function that stages the task's new record).
+_TRANSITIONS: dict[str, tuple[frozenset[str], _Transition]] = {
+    "put": (_PUT_KEYS, _put),
+    "lease": (_LEASE_KEYS, _lease),
+    "expire": (_SETTLE_KEYS, _expire),
+    "ack": (_SETTLE_KEYS, _ack),
+    "release": (_RELEASE_KEYS, _release),
+}
+
+
+def apply(state: State, tx: Mapping[str, Any]) -> None:
+    """Apply transaction `tx` (``{"seq": S, "ops": [...]}``) to `state`, whole or not at all.
+
+    Every op is checked first, against the state as the earlier ops of the
+    same transaction would leave it (staged copies of the touched records);
+    only when all are valid are the staged records committed. Any flaw
+    raises `InvalidTransaction` naming the op and the reason, and leaves
+    `state` exactly as it was.
+    """
+    if type(tx) is not dict:
+        raise InvalidTransaction(f"a transaction must be a dict, not {type(tx).__name__}")
+    if tx.keys() != _TX_KEYS:
+        raise InvalidTransaction(f"a transaction has exactly the keys ops and seq, not {sorted(map(repr, tx))}")
+    seq = tx["seq"]
+    if type(seq) is not int or seq != state.last_seq + 1:
+        raise InvalidTransaction(f"transaction sequence must be {state.last_seq + 1}, not {_describe(seq)}")
+    ops = tx["ops"]
+    if type(ops) is not list or not ops:
+        raise InvalidTransaction(f"transaction {seq}: ops must be a non-empty list")
+    staging = _Staging()
+    staged = staging.records
+    for index, op in enumerate(ops):
+        if type(op) is not dict:
+            raise InvalidTransaction(f"transaction {seq} op {index}: an op must be a dict, not {type(op).__name__}")
+        name = op.get("op")
+        transition = _TRANSITIONS.get(name) if type(name) is str else None
+        if transition is None:
+            raise InvalidTransaction(f"transaction {seq} op {index}: unknown op {_describe(name)}")
+        keys, stage = transition
+        if op.keys() != keys:
+            raise InvalidTransaction(
+                f"transaction {seq} op {index} ({name}): keys must be exactly {sorted(keys)},"
+                f" not {sorted(map(repr, op))}"
+            )
+        try:
+            record = stage(state, staging, op)
+        except _OpError as exc:
+            raise InvalidTransaction(f"transaction {seq} op {index} ({name}): {exc}") from None
+        staged[record.task_id] = record
+    state._commit(staged, seq)

@@ -1,0 +1,206 @@
+"""Argument checks shared by every entry point: `Queue`, the planners and `apply`.
+
+One module decides what a name, a counter and a payload may be, so that a
+value accepted live is exactly a value recovery accepts again. Every check
+raises `TypeError` for a value of the wrong type and `ValueError` for a value
+of the right type outside its bounds, and never changes anything.
+
+Exact types only: a `bool` is not an int, and subclasses of `str`, `int`,
+`float`, `dict` or `list` are refused. A subclass may encode differently than
+it compares (a str subclass with its own `__str__`, an int enum), and the
+queue promises that what it stores is what it gives back, byte for byte.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from walqueue.format.canonical import canonical_json
+from walqueue.format.frame import MAX_FRAME_BYTES
+
+__all__ = [
+    "MAX_FRAME_BYTES",
+    "MAX_INT",
+    "MAX_NAME_BYTES",
+    "MAX_PAYLOAD_DEPTH",
+    "MAX_PAYLOAD_INT_BITS",
+    "RECORD_WORST_CASE_EXTRA",
+    "check_int",
+    "check_name",
+    "check_payload",
+    "check_record_fits",
+]
+
+#: Task ids, keys and worker names are at most this many UTF-8 bytes (SPEC §2).
+MAX_NAME_BYTES = 1024
+
+#: The team's bound for every time and counter: 0 <= x <= MAX_INT, so that
+#: each one is at most 19 decimal digits in any record or op.
+MAX_INT = 2**63 - 1
+
+#: Payloads nest at most this many containers deep, the payload object itself
+#: being level 1. A stored payload sits at most 3 levels down in a WAL or
+#: snapshot frame ({"ops":[{"payload":...}]} / {"tasks":[{"payload":...}]}),
+#: so every frame stays far below the recursion limits of `json.loads` and of
+#: any reasonable JSON reader: a payload accepted today can always be decoded
+#: again by recovery, whatever the interpreter's recursion limit.
+MAX_PAYLOAD_DEPTH = 64
+
+#: Payload ints hold at most this many bits (about 4,214 decimal digits).
+#: CPython refuses to convert ints of more than 4,300 digits to or from text
+#: by default (`sys.get_int_max_str_digits`), so a larger int written by a
+#: process that lifted that limit could not be read back by a default one.
+MAX_PAYLOAD_INT_BITS = 14_000
+
+#: What a snapshot body frame ``{"tasks":[record]}`` holding one task may
+#: contain besides the canonical JSON of its payload, task id and key, in the
+#: worst case over every status. The record's keys, in their canonical
+#: (sorted) order, each with the fixed text before its value and the value:
+#:
+#: ====================================  =====  ==============================  =====
+#: fixed text                            bytes  variable part (worst case)      bytes
+#: ====================================  =====  ==============================  =====
+#: ``{"tasks":[``                           10
+#: ``{"attempts":``                         12  19-digit int                       19
+#: ``,"available_at":``                     16  19-digit int                       19
+#: ``,"deadline":``                         12  19-digit int (or ``null``)         19
+#: ``,"generation":``                       14  19-digit int                       19
+#: ``,"identity":``                         12  ``"`` + 64 hex + ``"``             66
+#: ``,"key":``                               7  canonical key (counted apart)
+#: ``,"max_attempts":``                     16  19-digit int                       19
+#: ``,"payload":``                          11  payload (counted apart), or
+#:                                              ``null`` when completed: at most
+#:                                              2 more than ``{}``                  2
+#: ``,"status":``                           10  ``"completed"`` (the longest)      11
+#: ``,"task":``                              8  canonical task id (counted apart)
+#: ``,"worker":``                           10  1,024 one-byte chars, each a
+#:                                              6-byte ``\\uXXXX`` escape, + 2
+#:                                              quotes (``null`` is shorter)      6146
+#: ``}`` ``]}``                              3
+#: ====================================  =====  ==============================  =====
+#:
+#: Fixed text: 10+12+16+12+14+12+7+16+11+10+8+10+3 = 141 bytes. Variable
+#: parts: 5 x 19 + 66 + 2 + 11 + 6146 = 6320 bytes. Total 6461 <= 8192, which
+#: leaves 1731 bytes of slack. No character expands more than 6-fold under
+#: canonical JSON (ensure_ascii=False writes every non-control character as
+#: its own UTF-8 bytes; only `"`, `\\` and control characters are escaped, to
+#: 2 or 6 bytes), so 6 x 1024 + 2 bounds any worker name. The WAL put op of
+#: the same task (``{"ops":[{"available_at":A,"key":K,"max_attempts":M,
+#: "op":"put","payload":P,"task":T}],"seq":S}``) has fewer extras (about 160
+#: bytes), and every other op is smaller still.
+RECORD_WORST_CASE_EXTRA = 8192
+
+_UNITS = frozenset({str, bool, type(None)})
+_CONTAINERS = frozenset({dict, list})
+
+
+def check_name(value: object, what: str) -> str:
+    """Return `value` if it is a storable name (task id, key or worker).
+
+    A name must be an exact, non-empty `str` of at most `MAX_NAME_BYTES`
+    UTF-8 bytes that UTF-8 can encode (a lone surrogate cannot be written to
+    disk, so it could never be stored and found again).
+    """
+    if type(value) is not str:
+        raise TypeError(f"{what} must be a str, not {type(value).__name__}")
+    if not value:
+        raise ValueError(f"{what} must not be empty")
+    if len(value) > MAX_NAME_BYTES:  # each character takes at least one byte
+        raise ValueError(f"{what} is longer than {MAX_NAME_BYTES} UTF-8 bytes")
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise ValueError(f"{what} is not encodable as UTF-8 (lone surrogate?)") from None
+    if size > MAX_NAME_BYTES:
+        raise ValueError(f"{what} is {size} UTF-8 bytes, more than {MAX_NAME_BYTES}")
+    return value
+
+
+def check_int(value: object, what: str, minimum: int = 0) -> int:
+    """Return `value` if it is an exact int with ``minimum <= value <= MAX_INT``.
+
+    `bool` is refused: ``True`` would otherwise be stored as ``true`` in one
+    place and compared as ``1`` in another.
+    """
+    if type(value) is not int:
+        raise TypeError(f"{what} must be an int, not {type(value).__name__}")
+    if value < minimum or value > MAX_INT:
+        raise ValueError(f"{what} must be an int in {minimum}..{MAX_INT}, not {value}")
+    return value
+
+
+def check_payload(payload: object) -> bytes:
+    """Return the canonical JSON of `payload` if it survives a round trip unchanged.
+
+    A payload is an exact `dict` with `str` keys whose values are, at any
+    depth up to `MAX_PAYLOAD_DEPTH`, exact `dict`, `list`, `str`, `int` (at
+    most `MAX_PAYLOAD_INT_BITS` bits), finite `float`, `bool` or ``None``.
+    Anything else would come back changed from disk (a tuple as a list, a
+    non-str key as a str, a subclass as its base) or not at all (NaN, a lone
+    surrogate), and the queue promises that what it stores is what it gives
+    back. The walk is iterative and also bounds a lower estimate of the
+    encoded size, so a cyclic or hugely shared structure is refused quickly
+    instead of being expanded.
+    """
+    if type(payload) is not dict:
+        raise TypeError(f"payload must be a dict (a JSON object), not {type(payload).__name__}")
+    # A lower bound of the encoded size: every dict item costs at least its
+    # key, two quotes, a colon and a one-byte value; every list item a
+    # one-byte value and a comma (the brackets pay for the missing last one).
+    budget = MAX_FRAME_BYTES
+    stack: list[tuple[dict[Any, Any] | list[Any], int]] = [(payload, 1)]
+    while stack:
+        container, depth = stack.pop()
+        values: Any
+        if type(container) is dict:
+            for item_key in container:
+                if type(item_key) is not str:
+                    raise TypeError(f"payload keys must be str, not {type(item_key).__name__}")
+                budget -= len(item_key) + 4
+            values = container.values()
+        else:
+            budget -= 2 * len(container)
+            values = container
+        budget -= 2
+        for item in values:
+            item_type = type(item)
+            if item_type in _UNITS:
+                if item_type is str:
+                    budget -= len(item)
+            elif item_type is int:
+                if item.bit_length() > MAX_PAYLOAD_INT_BITS:
+                    raise ValueError(f"payload int of {item.bit_length()} bits exceeds {MAX_PAYLOAD_INT_BITS}")
+            elif item_type is float:
+                if not math.isfinite(item):
+                    raise ValueError(f"payload float {item!r} is not finite")
+            elif item_type in _CONTAINERS:
+                if depth >= MAX_PAYLOAD_DEPTH:
+                    raise ValueError(f"payload nests deeper than {MAX_PAYLOAD_DEPTH} levels")
+                stack.append((item, depth + 1))
+            else:
+                raise TypeError(f"payload value of type {item_type.__name__} is not JSON (exact types only)")
+        if budget < 0:
+            raise ValueError(f"payload is larger than a frame ({MAX_FRAME_BYTES} bytes)")
+    try:
+        return canonical_json(payload)
+    except ValueError as exc:  # UnicodeEncodeError: a lone surrogate in a key or a string
+        raise ValueError(f"payload is not encodable as UTF-8 JSON: {exc}") from None
+
+
+def check_record_fits(
+    payload_json: bytes, task_json: bytes, key_json: bytes, *, max_frame_bytes: int = MAX_FRAME_BYTES
+) -> None:
+    """Refuse a task whose snapshot record might not fit in one frame, in any status.
+
+    `task_json` and `key_json` are the canonical JSON of the task id and key
+    (with their quotes and escapes). `RECORD_WORST_CASE_EXTRA` covers
+    everything else a record can hold (see its derivation), so a task
+    accepted here can always be snapshotted and its put op always framed.
+    """
+    size = len(payload_json) + len(task_json) + len(key_json) + RECORD_WORST_CASE_EXTRA
+    if size > max_frame_bytes:
+        raise ValueError(
+            f"task too large: payload {len(payload_json)} bytes + names {len(task_json) + len(key_json)} bytes"
+            f" + {RECORD_WORST_CASE_EXTRA} bytes of record margin exceed the frame bound of {max_frame_bytes}"
+        )

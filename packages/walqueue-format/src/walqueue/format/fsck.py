@@ -1,0 +1,678 @@
+"""walqueue-fsck: the offline inspector of a WALQueue directory (SPEC §7).
+
+It checks what opening a directory checks (SPEC §3 and §4), in the same
+order and with the same readers as the engine's recovery, but it only
+reads: it never writes, creates, truncates or locks anything, so it can look
+at a directory that another process owns, or at a copy of a damaged one.
+Without `--replay` it needs nothing but this package and does not apply
+transactions (their meaning is the engine's business); with `--replay` it
+also applies them with the engine's own state machine, and then its verdict
+is exactly opening's:
+
+- exit 0, `healthy`: opening would succeed and change nothing (notes — orphan
+  snapshots, leftover segments, temp files, unknown files — are allowed);
+- exit 1, `torn`: opening would succeed after cutting a torn tail (the
+  incomplete final frame of the newest live segment);
+- exit 2, `corrupt`: opening would raise `CorruptStore`; also `error`, when
+  the directory or one of its files cannot be read at all.
+
+Every finding names its file and byte offset (``None`` when it concerns a
+whole file). `check()` returns the report as an object for programs; `main()`
+is the command line. A directory that a live writer is appending to may show
+its in-flight frame as a torn tail: that is what a crash at this instant
+would leave.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from walqueue.format.current import Current, read_current
+from walqueue.format.errors import CorruptStore
+from walqueue.format.frame import FRAME_OVERHEAD, LENGTH_BYTES, SegmentEnd, read_frames
+from walqueue.format.names import DirectoryListing, list_directory, wal_name
+from walqueue.format.snapshot import SnapshotReader
+from walqueue.format.transaction import transaction_seq
+
+__all__ = [
+    "EXIT_CORRUPT",
+    "EXIT_HEALTHY",
+    "EXIT_TORN",
+    "REPORT_VERSION",
+    "Finding",
+    "LeftoverSummary",
+    "ReplaySummary",
+    "ReplayUnavailable",
+    "Report",
+    "SegmentSummary",
+    "SnapshotSummary",
+    "check",
+    "main",
+]
+
+EXIT_HEALTHY = 0
+EXIT_TORN = 1
+EXIT_CORRUPT = 2
+
+#: The version of the `--json` report's layout (the `fsck` field).
+REPORT_VERSION = 1
+
+#: Severities, worst first. `error`: fsck could not read something; `corrupt`:
+#: opening would raise CorruptStore; `torn`: opening would cut a torn tail;
+#: `note`: worth knowing, harmless to opening.
+SEVERITIES = ("error", "corrupt", "torn", "note")
+_STATUS_EXIT = {"error": EXIT_CORRUPT, "corrupt": EXIT_CORRUPT, "torn": EXIT_TORN, "healthy": EXIT_HEALTHY}
+
+
+class ReplayUnavailable(RuntimeError):
+    """`--replay` was asked for but `walqueue.engine` cannot be imported."""
+
+
+# -- the report ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One thing fsck found: how bad, what kind, where (file name and byte offset), and why."""
+
+    severity: str
+    kind: str
+    file: str | None
+    offset: int | None
+    message: str
+    #: For a torn tail: the number of bytes opening would cut.
+    bytes: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "severity": self.severity,
+            "kind": self.kind,
+            "file": self.file,
+            "offset": self.offset,
+            "message": self.message,
+            "bytes": self.bytes,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotSummary:
+    """The snapshot CURRENT names, as read and verified."""
+
+    file: str
+    seq: int
+    tasks: int
+    size: int
+    sha256: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"file": self.file, "seq": self.seq, "tasks": self.tasks, "size": self.size, "sha256": self.sha256}
+
+
+@dataclass(slots=True)
+class SegmentSummary:
+    """One live WAL segment: its size, how many frames were verified, their sequence range, its end."""
+
+    file: str
+    number: int
+    size: int | None = None
+    frames: int = 0
+    first_seq: int | None = None
+    last_seq: int | None = None
+    torn_offset: int | None = None
+    torn_bytes: int = 0
+
+    def saw(self, seq: int) -> None:
+        self.frames += 1
+        if self.first_seq is None:
+            self.first_seq = seq
+        self.last_seq = seq
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "file": self.file,
+            "number": self.number,
+            "size": self.size,
+            "frames": self.frames,
+            "first_seq": self.first_seq,
+            "last_seq": self.last_seq,
+            "torn_offset": self.torn_offset,
+            "torn_bytes": self.torn_bytes,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class LeftoverSummary:
+    """A segment below CURRENT.wal: never read, as opening never reads it."""
+
+    file: str
+    number: int
+    size: int | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"file": self.file, "number": self.number, "size": self.size}
+
+
+@dataclass(frozen=True, slots=True)
+class ReplaySummary:
+    """What applying the log with the engine's state machine gave.
+
+    `complete` is false when damage stopped the replay: `applied`, `last_seq`
+    and `counts` then describe the state just before the damage (`counts` is
+    ``None`` when not even the snapshot could be loaded).
+    """
+
+    complete: bool
+    applied: int
+    last_seq: int | None
+    counts: dict[str, int] | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"complete": self.complete, "applied": self.applied, "last_seq": self.last_seq, "counts": self.counts}
+
+
+@dataclass(slots=True)
+class Report:
+    """Everything fsck learned about one directory; `status` and `exit_code` are its verdict."""
+
+    directory: str
+    findings: list[Finding] = field(default_factory=list)
+    current: Current | None = None
+    snapshot: SnapshotSummary | None = None
+    segments: list[SegmentSummary] = field(default_factory=list)
+    leftover_segments: list[LeftoverSummary] = field(default_factory=list)
+    last_seq: int | None = None
+    replay: ReplaySummary | None = None
+
+    def add(self, severity: str, kind: str, file: str | None, offset: int | None, message: str) -> None:
+        assert severity in SEVERITIES, severity
+        self.findings.append(Finding(severity, kind, file, offset, message))
+
+    def add_corrupt(self, kind: str, exc: CorruptStore) -> None:
+        self.add("corrupt", kind, _file_name(exc.path), exc.offset, exc.reason)
+
+    def add_unreadable(self, path: str, exc: OSError) -> None:
+        self.add("error", "unreadable", _file_name(path), None, f"cannot read: {exc.strerror or exc}")
+
+    @property
+    def sound(self) -> bool:
+        """True while nothing found so far would make opening fail."""
+        return not any(f.severity in ("error", "corrupt") for f in self.findings)
+
+    @property
+    def status(self) -> str:
+        """`error`, `corrupt`, `torn` or `healthy`: the worst severity found (notes count as healthy)."""
+        severities = {f.severity for f in self.findings}
+        for severity in ("error", "corrupt", "torn"):
+            if severity in severities:
+                return severity
+        return "healthy"
+
+    @property
+    def exit_code(self) -> int:
+        return _STATUS_EXIT[self.status]
+
+    def to_json(self) -> dict[str, Any]:
+        """The `--json` report (layout version `REPORT_VERSION`, documented in `main`'s help)."""
+        return {
+            "fsck": REPORT_VERSION,
+            "directory": self.directory,
+            "status": self.status,
+            "exit_code": self.exit_code,
+            "findings": [f.to_json() for f in self.findings],
+            "current": None if self.current is None else self.current.to_json(),
+            "snapshot": None if self.snapshot is None else self.snapshot.to_json(),
+            "segments": [s.to_json() for s in self.segments],
+            "leftover_segments": [s.to_json() for s in self.leftover_segments],
+            "last_seq": self.last_seq,
+            "replay": None if self.replay is None else self.replay.to_json(),
+        }
+
+
+def _file_name(path: str | None) -> str | None:
+    """Findings name files relative to the directory: every file of a store sits directly in it."""
+    return None if path is None else os.path.basename(path)
+
+
+# -- the optional engine (never imported at module level: fsck needs no engine) -------
+
+
+class _EngineState(Protocol):
+    @property
+    def last_seq(self) -> int: ...
+
+    def counts(self) -> dict[str, int]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class _Engine:
+    """The few pieces of `walqueue.engine.state` that replay uses."""
+
+    new_state: Callable[[], _EngineState]
+    from_records: Callable[[int, Iterable[Mapping[str, Any]]], _EngineState]
+    apply: Callable[[Any, Mapping[str, Any]], None]
+    invalid: type[Exception]
+
+
+def _load_engine() -> _Engine:
+    """Import the engine's state machine now; `ReplayUnavailable` if it is not installed."""
+    try:
+        from walqueue.engine import state as engine_state
+    except ImportError as exc:
+        raise ReplayUnavailable(f"--replay needs walqueue-engine, which cannot be imported ({exc})") from None
+    return _Engine(
+        new_state=engine_state.State,
+        from_records=engine_state.State.from_records,
+        apply=engine_state.apply,
+        invalid=engine_state.InvalidTransaction,
+    )
+
+
+class _Replay:
+    """The engine's state as the log is replayed, exactly as recovery builds it."""
+
+    def __init__(self, engine: _Engine) -> None:
+        self.engine = engine
+        self.state: _EngineState | None = None
+        self.applied = 0
+
+    def start_empty(self) -> None:
+        self.state = self.engine.new_state()
+
+    def load_snapshot(self, seq: int, records: Iterator[dict[str, Any]], path: str) -> None:
+        """Build the state from the snapshot's records (recovery's `State.from_records`)."""
+        try:
+            self.state = self.engine.from_records(seq, records)
+        except self.engine.invalid as exc:
+            raise CorruptStore(path, None, f"invalid snapshot record: {exc}") from None
+
+    def apply(self, tx: Mapping[str, Any], seq: int, path: str, offset: int) -> None:
+        """Apply one transaction after the snapshot; an invalid one is `CorruptStore`, as in recovery."""
+        if self.state is None:
+            return
+        try:
+            self.engine.apply(self.state, tx)
+        except self.engine.invalid as exc:
+            raise CorruptStore(path, offset, f"invalid transaction {seq}: {exc}") from None
+        self.applied += 1
+
+    def summary(self, complete: bool) -> ReplaySummary:
+        if self.state is None:
+            return ReplaySummary(complete, self.applied, None, None)
+        return ReplaySummary(complete, self.applied, self.state.last_seq, self.state.counts())
+
+
+# -- sequence continuity (SPEC §4 rule 4, as recovery checks it) ----------------------
+
+
+class _Sequencer:
+    """Checks that transactions follow each other exactly as recovery requires.
+
+    The first frame may repeat sequences the snapshot covers (those are
+    skipped) but must not jump past snapshot seq + 1; every later frame is
+    the previous one's seq + 1. After damage the continuity with what came
+    before is unknown, so checking restarts at the next readable frame
+    instead of reporting the same damage twice.
+    """
+
+    def __init__(self, snapshot_seq: int) -> None:
+        self.snapshot_seq = snapshot_seq
+        self.expected: int | None = None
+        self.anchored = True
+        self.last: int | None = None
+
+    def check(self, seq: int, path: str, offset: int) -> None:
+        if self.expected is None:
+            if self.anchored and seq > self.snapshot_seq + 1:
+                raise CorruptStore(path, offset, f"sequence {seq} follows snapshot {self.snapshot_seq}: a gap")
+        elif seq != self.expected:
+            raise CorruptStore(path, offset, f"sequence {seq} where {self.expected} was expected")
+        self.expected = seq + 1
+        self.last = seq
+
+    def resync(self) -> None:
+        self.expected = None
+        self.anchored = False
+
+
+# -- the checks, in recovery's order ---------------------------------------------------
+
+
+def check(directory: str | os.PathLike[str], *, replay: bool = False) -> Report:
+    """Inspect `directory` without changing anything and return the report.
+
+    With `replay`, the engine's state machine applies the snapshot and every
+    live transaction too (`ReplayUnavailable` if the engine is missing).
+    """
+    engine = _load_engine() if replay else None
+    path = os.fspath(directory)
+    report = Report(path)
+    if not os.path.isdir(path):
+        what = "does not exist" if not os.path.lexists(path) else "is not a directory"
+        report.add("error", "not-a-directory", None, None, f"{path} {what}")
+        return report
+    try:
+        listing = list_directory(path)
+    except OSError as exc:
+        report.add_unreadable(path, exc)
+        return report
+    replayer = None if engine is None else _Replay(engine)
+    current, current_ok = _check_current(report, path)
+    snapshot_seq = 0
+    if current is not None:
+        snapshot_seq = _check_snapshot(report, path, current, replayer)
+    elif current_ok and replayer is not None:
+        replayer.start_empty()
+    _note_other_files(report, listing, current, current_ok)
+    if current_ok:
+        first_live = 1 if current is None else current.wal
+        live = _live_segments(report, path, listing, current is not None, first_live)
+        sequencer = _Sequencer(snapshot_seq)
+        _check_segments(report, path, live, first_live, sequencer, replayer, snapshot_seq)
+        _summarize_sequences(report, sequencer, snapshot_seq)
+    else:
+        report.add(
+            "note", "not-checked", None, None, "WAL segments not checked: without CURRENT their range is unknown"
+        )
+    if replayer is not None:
+        report.replay = replayer.summary(report.sound)
+    return report
+
+
+def _check_current(report: Report, directory: str) -> tuple[Current | None, bool]:
+    """Read CURRENT; returns it (None if absent) and whether it could be used."""
+    try:
+        current = read_current(directory)
+    except CorruptStore as exc:
+        report.add_corrupt("current", exc)
+        return None, False
+    except OSError as exc:
+        report.add_unreadable(os.path.join(directory, "CURRENT"), exc)
+        return None, False
+    report.current = current
+    return current, True
+
+
+def _check_snapshot(report: Report, directory: str, current: Current, replayer: _Replay | None) -> int:
+    """Verify the snapshot CURRENT names (size, SHA-256, every frame and record); return its sequence."""
+    path = os.path.join(directory, current.snapshot)
+    try:
+        with SnapshotReader(path, expected_size=current.size, expected_sha256=current.sha256) as reader:
+            if reader.seq != current.seq:
+                raise CorruptStore(path, 0, f"snapshot holds sequence {reader.seq}, CURRENT says {current.seq}")
+            if replayer is not None:
+                replayer.load_snapshot(reader.seq, reader.records(), path)
+            else:
+                for _ in reader.records():
+                    pass
+            report.snapshot = SnapshotSummary(current.snapshot, reader.seq, reader.count, reader.size, reader.sha256)
+    except CorruptStore as exc:
+        report.add_corrupt("snapshot", exc)
+    except OSError as exc:
+        report.add_unreadable(path, exc)
+    return current.seq
+
+
+def _note_other_files(report: Report, listing: DirectoryListing, current: Current | None, current_ok: bool) -> None:
+    """Orphan snapshots, temp files and unknown files: ignored by opening, reported as notes."""
+    for seq, name in sorted(listing.snapshots.items()):
+        if current is not None and name == current.snapshot:
+            continue
+        if current_ok:
+            report.add("note", "orphan-snapshot", name, None, f"orphan snapshot (seq {seq}): CURRENT does not name it")
+        else:
+            report.add("note", "unchecked-snapshot", name, None, "snapshot not checked: CURRENT is unreadable")
+    for name in listing.temps:
+        report.add("note", "temp-file", name, None, "temporary file of an interrupted write: never read")
+    for name in listing.others:
+        report.add("note", "unknown-file", name, None, "not a WALQueue file: ignored")
+
+
+def _file_size(path: str) -> int | None:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return None
+
+
+def _live_segments(
+    report: Report, directory: str, listing: DirectoryListing, has_current: bool, first_live: int
+) -> list[int]:
+    """Sort segments into leftovers (below `first_live`, not read) and live ones; report gaps."""
+    numbers = listing.segment_numbers
+    for number in numbers:
+        if number < first_live:
+            name = listing.segments[number]
+            size = _file_size(os.path.join(directory, name))
+            report.leftover_segments.append(LeftoverSummary(name, number, size))
+            report.add(
+                "note",
+                "leftover-segment",
+                name,
+                None,
+                f"leftover of an interrupted compaction, below the first live segment {first_live}: not read",
+            )
+    live = [n for n in numbers if n >= first_live]
+    if not live:
+        if has_current or numbers:
+            report.add(
+                "corrupt", "segment-missing", wal_name(first_live), None, "the first live WAL segment is missing"
+            )
+        else:
+            report.add("note", "new-store", None, None, "no CURRENT and no WAL segment: opening starts an empty queue")
+        return live
+    expected = first_live
+    for number in live:
+        if number != expected:
+            missing = (
+                wal_name(expected) if number == expected + 1 else f"{wal_name(expected)} .. {wal_name(number - 1)}"
+            )
+            report.add("corrupt", "segment-missing", wal_name(expected), None, f"WAL segment is missing: {missing}")
+        expected = number + 1
+    return live
+
+
+def _check_segments(
+    report: Report,
+    directory: str,
+    live: list[int],
+    first_live: int,
+    sequencer: _Sequencer,
+    replayer: _Replay | None,
+    snapshot_seq: int,
+) -> None:
+    """Read every live segment in order; only the newest may end in a torn tail."""
+    previous = first_live - 1
+    for number in live:
+        if number != previous + 1:
+            sequencer.resync()
+        summary = SegmentSummary(wal_name(number), number)
+        report.segments.append(summary)
+        path = os.path.join(directory, summary.file)
+        if not _read_segment(report, path, summary, number == live[-1], sequencer, replayer, snapshot_seq):
+            sequencer.resync()
+        previous = number
+
+
+def _read_segment(
+    report: Report,
+    path: str,
+    summary: SegmentSummary,
+    newest: bool,
+    sequencer: _Sequencer,
+    replayer: _Replay | None,
+    snapshot_seq: int,
+) -> bool:
+    """Verify one segment's frames, envelopes and sequences (and replay them); False if it is damaged."""
+    end = SegmentEnd()
+    stage = "frame"
+    try:
+        with open(path, "rb") as file:
+            for frame in read_frames(file, path, allow_torn_tail=newest, end=end):
+                stage = "transaction"
+                seq = transaction_seq(frame.value, path, frame.offset)
+                stage = "sequence"
+                sequencer.check(seq, path, frame.offset)
+                summary.saw(seq)
+                if replayer is not None and seq > snapshot_seq and report.sound:
+                    stage = "invalid-transaction"
+                    replayer.apply(frame.value, seq, path, frame.offset)
+                stage = "frame"
+            summary.size = end.size
+            if end.torn_offset is not None:
+                _report_torn(report, file, summary, end)
+    except CorruptStore as exc:
+        summary.size = end.size
+        report.add_corrupt(stage, exc)
+        return False
+    except OSError as exc:
+        report.add_unreadable(path, exc)
+        return False
+    return True
+
+
+def _report_torn(report: Report, file: Any, summary: SegmentSummary, end: SegmentEnd) -> None:
+    """Record the torn tail: where it starts, how many bytes opening would cut, and what it holds."""
+    assert end.torn_offset is not None
+    summary.torn_offset = end.torn_offset
+    summary.torn_bytes = end.torn_bytes
+    if end.torn_bytes < LENGTH_BYTES:
+        what = f"incomplete length field ({end.torn_bytes} of {LENGTH_BYTES} bytes)"
+    else:
+        file.seek(end.torn_offset)
+        length = int.from_bytes(file.read(LENGTH_BYTES), "big")
+        what = f"incomplete final frame ({end.torn_bytes} of {length + FRAME_OVERHEAD} bytes)"
+    report.findings.append(
+        Finding(
+            "torn",
+            "torn-tail",
+            summary.file,
+            end.torn_offset,
+            f"torn tail: {what}; opening would cut {end.torn_bytes} bytes",
+            end.torn_bytes,
+        )
+    )
+
+
+def _summarize_sequences(report: Report, sequencer: _Sequencer, snapshot_seq: int) -> None:
+    """The last sequence opening would recover, and a warning when the log stops short of the snapshot.
+
+    Recovery accepts a live WAL whose frames all precede the snapshot's
+    sequence (it skips them), but the next transaction appended after them
+    would leave a gap that the following opening refuses: worth a note.
+    """
+    last = sequencer.last
+    report.last_seq = snapshot_seq if last is None else max(last, snapshot_seq)
+    if report.sound and last is not None and last < snapshot_seq and report.segments:
+        report.add(
+            "note",
+            "wal-behind-snapshot",
+            report.segments[-1].file,
+            None,
+            f"the live WAL ends at sequence {last}, before the snapshot's {snapshot_seq}: "
+            "the next transaction appended would leave a gap",
+        )
+
+
+# -- the command line -----------------------------------------------------------------
+
+_EPILOG = """\
+exit status: 0 healthy (notes allowed), 1 a torn tail that opening would
+truncate, 2 corrupt (opening would raise CorruptStore) or unreadable.
+
+--json prints one JSON object: fsck (report version), directory, status
+(healthy|torn|corrupt|error), exit_code, findings (each: severity
+error|corrupt|torn|note, kind, file, offset, message, bytes), current,
+snapshot, segments (file, number, size, frames, first_seq, last_seq,
+torn_offset, torn_bytes), leftover_segments, last_seq, replay (null, or
+complete, applied, last_seq, counts).
+"""
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="walqueue-fsck",
+        description="Check a WALQueue directory without changing it.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("directory", metavar="DIRECTORY", help="the queue directory to inspect")
+    parser.add_argument("--json", action="store_true", help="print one machine-readable JSON report")
+    parser.add_argument(
+        "--replay",
+        action="store_true",
+        help="also apply every transaction with walqueue-engine's state machine (needs walqueue-engine)",
+    )
+    return parser
+
+
+def _show(text: str) -> str:
+    """A file name printable on any terminal (undecodable bytes escaped, never an encoding error)."""
+    return os.fsencode(text).decode("utf-8", "backslashreplace").encode("ascii", "backslashreplace").decode("ascii")
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}" if count == 1 else f"{count} {word}s"
+
+
+def render_text(report: Report) -> str:
+    """The human-readable report: a summary of the store, then every finding, then the verdict."""
+    lines = [f"walqueue-fsck {_show(report.directory)}"]
+    lines.extend(_summary_lines(report))
+    for f in report.findings:
+        where = "" if f.file is None else _show(f.file)
+        if f.offset is not None:
+            where += f" at byte {f.offset}"
+        lines.append(f"{f.severity.upper():8}{where + ': ' if where else ''}{f.message} [{f.kind}]")
+    lines.append(f"result: {report.status} (exit {report.exit_code})")
+    return "\n".join(lines)
+
+
+def _summary_lines(report: Report) -> Iterator[str]:
+    current = report.current
+    if current is not None:
+        yield f"  CURRENT   {current.snapshot} (seq {current.seq}), first live segment {current.wal}"
+    snapshot = report.snapshot
+    if snapshot is not None:
+        tasks = _plural(snapshot.tasks, "task")
+        yield f"  snapshot  {snapshot.file}: seq {snapshot.seq}, {tasks}, {snapshot.size} bytes"
+    for s in report.segments:
+        seqs = "" if s.first_seq is None else f", seq {s.first_seq}..{s.last_seq}"
+        yield f"  segment   {s.file}: {s.size} bytes, {_plural(s.frames, 'frame')}{seqs}"
+    for left in report.leftover_segments:
+        yield f"  leftover  {left.file}: {left.size} bytes (not read)"
+    if report.last_seq is not None:
+        yield f"  last seq  {report.last_seq}"
+    replay = report.replay
+    if replay is not None:
+        counts = "n/a" if replay.counts is None else ", ".join(f"{k} {v}" for k, v in replay.counts.items())
+        state = "complete" if replay.complete else "stopped by damage"
+        yield f"  replay    {state}: {_plural(replay.applied, 'transaction')} applied, last seq {replay.last_seq}"
+        yield f"  counts    {counts}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run `walqueue-fsck [--json] [--replay] DIRECTORY`; return the exit status."""
+    args = _parser().parse_args(argv)
+    try:
+        report = check(args.directory, replay=args.replay)
+    except ReplayUnavailable as exc:
+        print(f"walqueue-fsck: {exc}", file=sys.stderr)
+        return EXIT_CORRUPT
+    for finding in report.findings:
+        if finding.severity == "error":
+            print(f"walqueue-fsck: {finding.message}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(report.to_json(), sort_keys=True))
+    else:
+        print(render_text(report))
+    return report.exit_code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,544 @@
+"""A deliberately simple reference model of the queue's semantics (SPEC §2).
+
+`Model` answers every call the way `walqueue.Queue` must, with plain dicts and
+linear scans, no disk and no cleverness, so that it can be read against the
+SPEC sentence by sentence. Tests run the same program against a `Queue` and a
+`Model` and compare results, errors and states.
+
+The model counts transactions exactly as the SPEC does, so `last_seq` is
+comparable too:
+
+- a `put`/`put_many` that creates tasks is one transaction; identical retries
+  (and an empty `put_many`) are none;
+- `reserve` is an optional reap transaction (split only where one frame would
+  exceed the 16 MiB bound) followed by an optional lease transaction;
+- a successful `ack`/`release` is one transaction; every failure is none.
+
+Public API (stable; crash campaigns and the torture harness import it):
+
+- `Model()` with `put`, `put_many`, `reserve`, `ack`, `release`, `get`,
+  `tasks`, `counts()`, `last_seq` (property) and `clone()`; `compact()` and
+  restarts do not change the model. `copy.deepcopy(model)` works as well.
+- `view(queue_or_model)`: a comparable, exact view of the whole state.
+- `render(value)`: an exact, comparable text of a call's result (`Task`,
+  `Lease`, lists of them, ids, `None`), where `1`, `1.0` and `True` differ.
+- `directory_digest(directory)` and `read_frames(path)`: small helpers for
+  tests that look at the bytes a queue wrote.
+
+Decisions the SPEC leaves to the implementation, taken here as the team
+documented them: ints are `int` but never `bool`, with 0 <= x < 2**63
+(outside: `ValueError`, wrong type: `TypeError`); names are non-empty `str`
+of at most 1,024 UTF-8 bytes; payload nesting depth is at most 64 (the
+payload object itself is level 1); a task is refused with `ValueError`
+unless len(canonical payload) + len(canonical task id) + len(canonical key) +
+8192 <= 16 MiB; a `Lease` whose `task_id`/`worker`/`generation` are ill-typed
+is simply stale. Where a call has several problems the model reports argument
+errors first, then conflicts/staleness.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import math
+import os
+import struct
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from walqueue import KeyConflict, Lease, Queue, StaleLease, Task
+from walqueue.format.canonical import canonical_json
+
+__all__ = [
+    "MAX_FRAME_BYTES",
+    "STATUSES",
+    "Model",
+    "directory_digest",
+    "read_frames",
+    "render",
+    "view",
+]
+
+#: The frame bound of SPEC §3 (bytes of one frame body).
+MAX_FRAME_BYTES = 16 * 2**20
+#: The statuses, in the order `stats()["counts"]` lists them.
+STATUSES: tuple[str, ...] = ("ready", "leased", "completed", "dead")
+
+_INT_LIMIT = 2**63  # exclusive upper bound of every time and counter
+_MAX_NAME_BYTES = 1024
+_MAX_DEPTH = 64
+_TASK_MARGIN = 8192
+_PUT_FIELDS = frozenset({"task_id", "payload", "key", "available_at", "max_attempts"})
+
+
+# ---------------------------------------------------------------------------
+# Argument checks (the same errors the Queue raises)
+
+
+def _check_int(value: object, what: str, minimum: int) -> int:
+    if type(value) is not int:
+        raise TypeError(f"{what} must be an int, not {type(value).__name__}")
+    if value < minimum or value >= _INT_LIMIT:
+        raise ValueError(f"{what} must be in [{minimum}, 2**63), got {value}")
+    return value
+
+
+def _check_name(value: object, what: str) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a str, not {type(value).__name__}")
+    if not value:
+        raise ValueError(f"{what} must not be empty")
+    if len(value.encode("utf-8")) > _MAX_NAME_BYTES:  # lone surrogates: UnicodeEncodeError
+        raise ValueError(f"{what} is longer than {_MAX_NAME_BYTES} UTF-8 bytes")
+    return value
+
+
+def _check_json_value(value: object, depth: int) -> None:
+    kind = type(value)
+    if value is None or kind is bool or kind is int:
+        return
+    if kind is str:
+        value.encode("utf-8")  # type: ignore[union-attr]
+        return
+    if kind is float:
+        if not math.isfinite(value):  # type: ignore[arg-type]
+            raise ValueError("payload numbers must be finite")
+        return
+    if kind is dict or kind is list:
+        if depth + 1 > _MAX_DEPTH:
+            raise ValueError(f"payload nested deeper than {_MAX_DEPTH}")
+        if kind is dict:
+            for k, v in value.items():  # type: ignore[union-attr]
+                if type(k) is not str:
+                    raise TypeError("payload keys must be str")
+                k.encode("utf-8")
+                _check_json_value(v, depth + 1)
+        else:
+            for v in value:  # type: ignore[union-attr]
+                _check_json_value(v, depth + 1)
+        return
+    raise TypeError(f"payload cannot hold a {kind.__name__}")
+
+
+def _check_payload(payload: object) -> dict[str, Any]:
+    if type(payload) is not dict:
+        raise TypeError(f"payload must be a dict, not {type(payload).__name__}")
+    _check_json_value(payload, 0)
+    return payload
+
+
+def _copy(payload: Any) -> Any:
+    return copy.deepcopy(payload)
+
+
+# ---------------------------------------------------------------------------
+# The model
+
+
+class Model:
+    """The reference semantics of `walqueue.Queue` (SPEC §2), in memory.
+
+    State: `_tasks` maps a task id to a record (a plain dict with the fields of
+    a snapshot record, `identity` as the canonical bytes of the put), `_keys`
+    maps an idempotency key to its task id, `_last_seq` counts transactions.
+    """
+
+    def __init__(self) -> None:
+        self._tasks: dict[str, dict[str, Any]] = {}
+        self._keys: dict[str, str] = {}
+        self._last_seq = 0
+
+    # -- bookkeeping ------------------------------------------------------
+
+    @property
+    def last_seq(self) -> int:
+        """The sequence of the last transaction (0 when none)."""
+        return self._last_seq
+
+    def clone(self) -> Model:
+        """An independent copy (the same as `copy.deepcopy(model)`)."""
+        return copy.deepcopy(self)
+
+    def compact(self) -> None:
+        """Compaction never changes what the queue answers."""
+
+    def _next_body(self) -> _BodySize:
+        return _BodySize(self._last_seq + 1)
+
+    def _commit(self) -> None:
+        self._last_seq += 1
+
+    # -- writes -----------------------------------------------------------
+
+    def put(
+        self,
+        task_id: str,
+        payload: dict[str, Any],
+        *,
+        key: str | None = None,
+        available_at: int = 0,
+        max_attempts: int = 3,
+    ) -> str:
+        """Create a task, or return `task_id` for an identical retry (SPEC §2 put)."""
+        request = self._request(task_id, payload, key, available_at, max_attempts)
+        return self._put_requests([request])[0]
+
+    def put_many(self, tasks: Iterable[Mapping[str, Any]]) -> list[str]:
+        """All-or-nothing: one transaction for every new task (SPEC §2 put_many)."""
+        requests = []
+        for item in list(tasks):
+            if not isinstance(item, Mapping):
+                raise TypeError(f"put_many items must be mappings, not {type(item).__name__}")
+            unknown = set(item) - _PUT_FIELDS
+            if unknown:
+                raise TypeError(f"unknown put_many item keys: {sorted(map(repr, unknown))}")
+            for required in ("task_id", "payload"):
+                if required not in item:
+                    raise TypeError(f"put_many item without {required!r}")
+            requests.append(
+                self._request(
+                    item["task_id"],
+                    item["payload"],
+                    item.get("key"),
+                    item.get("available_at", 0),
+                    item.get("max_attempts", 3),
+                )
+            )
+        return self._put_requests(requests)
+
+    def _request(
+        self, task_id: object, payload: object, key: object, available_at: object, max_attempts: object
+    ) -> dict[str, Any]:
+        task_id = _check_name(task_id, "task_id")
+        key = task_id if key is None else _check_name(key, "key")
+        payload = _check_payload(payload)
+        available_at = _check_int(available_at, "available_at", 0)
+        max_attempts = _check_int(max_attempts, "max_attempts", 1)
+        payload_bytes = canonical_json(payload)
+        size = len(payload_bytes) + len(canonical_json(task_id)) + len(canonical_json(key)) + _TASK_MARGIN
+        if size > MAX_FRAME_BYTES:
+            raise ValueError("task too large for one frame")
+        identity = canonical_json(
+            {"available_at": available_at, "max_attempts": max_attempts, "payload": payload, "task": task_id}
+        )
+        return {
+            "task": task_id,
+            "key": key,
+            "identity": identity,
+            "payload": _copy(payload),
+            "available_at": available_at,
+            "max_attempts": max_attempts,
+        }
+
+    def _put_requests(self, requests: list[dict[str, Any]]) -> list[str]:
+        new: dict[str, dict[str, Any]] = {}  # key -> request, in input order
+        new_ids: set[str] = set()
+        ids: list[str] = []
+        for request in requests:
+            key = request["key"]
+            if key in self._keys:
+                known = self._tasks[self._keys[key]]["identity"]
+            elif key in new:
+                known = new[key]["identity"]
+            else:
+                known = None
+            if known is not None:
+                if known != request["identity"]:
+                    raise KeyConflict(f"key {key!r} is known with another identity")
+            elif request["task"] in self._tasks or request["task"] in new_ids:
+                raise KeyConflict(f"task {request['task']!r} exists under another key")
+            else:
+                new[key] = request
+                new_ids.add(request["task"])
+            ids.append(request["task"])
+        if not new:
+            return ids
+        ops = [
+            {
+                "op": "put",
+                "task": r["task"],
+                "key": r["key"],
+                "payload": r["payload"],
+                "available_at": r["available_at"],
+                "max_attempts": r["max_attempts"],
+            }
+            for r in new.values()
+        ]
+        body = self._next_body()
+        for op in ops:
+            if not body.add(op):
+                raise ValueError("put_many transaction exceeds the frame bound")
+        self._commit()
+        for r in new.values():
+            self._tasks[r["task"]] = {
+                "task": r["task"],
+                "key": r["key"],
+                "identity": r["identity"],
+                "status": "ready",
+                "payload": r["payload"],
+                "available_at": r["available_at"],
+                "max_attempts": r["max_attempts"],
+                "attempts": 0,
+                "generation": 0,
+                "worker": None,
+                "deadline": None,
+            }
+            self._keys[r["key"]] = r["task"]
+        return ids
+
+    def reserve(self, worker: str, *, now: int, lease_seconds: int, limit: int = 1) -> list[Lease]:
+        """Reap expired leases (own transaction), then lease ready tasks (SPEC §2 reserve)."""
+        _check_name(worker, "worker")
+        _check_int(now, "now", 0)
+        _check_int(lease_seconds, "lease_seconds", 1)
+        _check_int(limit, "limit", 1)
+        deadline = now + lease_seconds
+        if deadline >= _INT_LIMIT:
+            raise ValueError("now + lease_seconds must be below 2**63")
+
+        # The reap: every leased task whose deadline <= now, in task-id order,
+        # in as few consecutive transactions as the frame bound allows.
+        expired = [r for _, r in sorted(self._tasks.items()) if r["status"] == "leased" and r["deadline"] <= now]
+        batch: list[dict[str, Any]] = []
+        body = self._next_body()
+        for record in expired:
+            op = {"op": "expire", "task": record["task"], "generation": record["generation"]}
+            if not body.add(op):
+                self._expire(batch)
+                batch, body = [], self._next_body()
+                body.add(op)
+            batch.append(op)
+        if batch:
+            self._expire(batch)
+
+        # The lease: ready and available, by (available_at, task_id).
+        ready = sorted(
+            (r for r in self._tasks.values() if r["status"] == "ready" and r["available_at"] <= now),
+            key=lambda r: (r["available_at"], r["task"]),
+        )
+        chosen: list[dict[str, Any]] = []
+        body = self._next_body()
+        for record in ready[:limit]:
+            op = {
+                "op": "lease",
+                "task": record["task"],
+                "worker": worker,
+                "generation": record["generation"] + 1,
+                "deadline": deadline,
+            }
+            if not body.add(op):
+                break  # "leases as many as fit instead"
+            chosen.append(record)
+        if not chosen:
+            return []
+        self._commit()
+        leases = []
+        for record in chosen:
+            record["status"] = "leased"
+            record["worker"] = worker
+            record["deadline"] = deadline
+            record["attempts"] += 1
+            record["generation"] += 1
+            leases.append(
+                Lease(
+                    task_id=record["task"],
+                    worker=worker,
+                    generation=record["generation"],
+                    deadline=deadline,
+                    attempts=record["attempts"],
+                    payload=_copy(record["payload"]),
+                )
+            )
+        return leases
+
+    def _expire(self, ops: list[dict[str, Any]]) -> None:
+        self._commit()
+        for op in ops:
+            record = self._tasks[op["task"]]
+            old_deadline = record["deadline"]
+            record["status"] = "dead" if record["attempts"] >= record["max_attempts"] else "ready"
+            record["available_at"] = old_deadline
+            record["worker"] = None
+            record["deadline"] = None
+
+    @staticmethod
+    def _check_token(lease: object, now: object) -> None:
+        if not isinstance(lease, Lease):
+            raise TypeError(f"expected a Lease, not {type(lease).__name__}")
+        _check_int(now, "now", 0)
+
+    def _owner_record(self, lease: Lease, now: int) -> dict[str, Any]:
+        task_id, worker, generation = lease.task_id, lease.worker, lease.generation
+        if type(task_id) is not str or type(worker) is not str or type(generation) is not int:
+            raise StaleLease("the lease token is ill-typed")
+        record = self._tasks.get(task_id)
+        if (
+            record is None
+            or record["status"] != "leased"
+            or record["worker"] != worker
+            or record["generation"] != generation
+            or now >= record["deadline"]
+        ):
+            raise StaleLease(f"the lease on {task_id!r} is not held")
+        return record
+
+    def ack(self, lease: Lease, *, now: int) -> None:
+        """Complete the leased task; its payload is dropped (SPEC §2 ack)."""
+        self._check_token(lease, now)
+        record = self._owner_record(lease, now)
+        self._commit()
+        record["status"] = "completed"
+        record["payload"] = None
+        record["worker"] = None
+        record["deadline"] = None
+
+    def release(self, lease: Lease, *, now: int, delay: int = 0) -> None:
+        """Give the task back, or bury it when its attempts are spent (SPEC §2 release)."""
+        self._check_token(lease, now)
+        _check_int(delay, "delay", 0)
+        if now + delay >= _INT_LIMIT:
+            raise ValueError("now + delay must be below 2**63")
+        record = self._owner_record(lease, now)
+        self._commit()
+        record["status"] = "dead" if record["attempts"] >= record["max_attempts"] else "ready"
+        record["available_at"] = now + delay
+        record["worker"] = None
+        record["deadline"] = None
+
+    # -- reads ------------------------------------------------------------
+
+    def get(self, task_id: str) -> Task | None:
+        """The task, or `None` for any id never stored."""
+        if not isinstance(task_id, str):
+            raise TypeError(f"task_id must be a str, not {type(task_id).__name__}")
+        record = self._tasks.get(task_id)
+        return None if record is None else _task(record)
+
+    def tasks(self, status: str | None = None) -> list[Task]:
+        """Every task (or those of one status), ordered by task id."""
+        if status is not None:
+            if not isinstance(status, str):
+                raise TypeError("status must be a str or None")
+            if status not in STATUSES:
+                raise ValueError(f"unknown status {status!r}")
+        return [_task(r) for _, r in sorted(self._tasks.items()) if status is None or r["status"] == status]
+
+    def counts(self) -> dict[str, int]:
+        """The number of tasks per status, always with exactly the four keys."""
+        counts = dict.fromkeys(STATUSES, 0)
+        for record in self._tasks.values():
+            counts[record["status"]] += 1
+        return counts
+
+
+class _BodySize:
+    """The length of one transaction's frame body `{"ops":[...],"seq":S}`, grown op by op.
+
+    Computed incrementally (the canonical JSON of the whole body is the base
+    plus every op plus one comma between ops) so that a reserve of thousands
+    of tasks stays linear.
+    """
+
+    def __init__(self, seq: int) -> None:
+        self.size = len(canonical_json({"ops": [], "seq": seq}))
+        self.count = 0
+
+    def add(self, op: dict[str, Any]) -> bool:
+        """Add `op` if the body stays within the frame bound; tell whether it did."""
+        grown = self.size + len(canonical_json(op)) + (1 if self.count else 0)
+        if grown > MAX_FRAME_BYTES:
+            return False
+        self.size = grown
+        self.count += 1
+        return True
+
+
+def _task(record: dict[str, Any]) -> Task:
+    return Task(
+        task_id=record["task"],
+        key=record["key"],
+        status=record["status"],
+        payload=_copy(record["payload"]),
+        available_at=record["available_at"],
+        max_attempts=record["max_attempts"],
+        attempts=record["attempts"],
+        generation=record["generation"],
+        worker=record["worker"],
+        deadline=record["deadline"],
+    )
+
+
+# ---------------------------------------------------------------------------
+# Comparing a Queue with a Model
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Task):
+        return {"Task": value.to_dict()}
+    if isinstance(value, Lease):
+        return {"Lease": value.to_dict()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def render(value: Any) -> str:
+    """An exact text of a call's result: `1`, `1.0` and `True` render differently."""
+    return canonical_json(_plain(value)).decode("utf-8")
+
+
+def view(queue_or_model: Queue | Model) -> dict[str, Any]:
+    """The whole observable state: every task (rendered exactly), counts, last_seq.
+
+    Two views are equal iff every read gives the same answer; storage details
+    (`snapshot_seq`, `wal_bytes`, `segments`) are deliberately left out.
+    """
+    if isinstance(queue_or_model, Model):
+        counts = queue_or_model.counts()
+    else:
+        counts = queue_or_model.stats()["counts"]
+    return {
+        "tasks": [render(task) for task in queue_or_model.tasks()],
+        "counts": render(counts),
+        "last_seq": queue_or_model.last_seq,
+    }
+
+
+# ---------------------------------------------------------------------------
+# Looking at a queue's directory
+
+
+def directory_digest(directory: str | os.PathLike[str]) -> dict[str, str]:
+    """Relative path -> SHA-256 of every file under `directory` (to prove nothing was written)."""
+    root = Path(directory)
+    digest: dict[str, str] = {}
+    for path in sorted(root.rglob("*")):
+        if path.is_file():
+            digest[str(path.relative_to(root))] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return digest
+
+
+def read_frames(path: str | os.PathLike[str]) -> list[tuple[int, Any]]:
+    """(offset, decoded body) of every frame of a segment, snapshot or CURRENT.
+
+    Strict: any incomplete frame or digest mismatch is an `AssertionError`
+    (this is a test helper, not the engine's reader).
+    """
+    import json
+
+    data = Path(path).read_bytes()
+    frames: list[tuple[int, Any]] = []
+    offset = 0
+    while offset < len(data):
+        assert offset + 4 <= len(data), f"{path}: incomplete length at {offset}"
+        (length,) = struct.unpack(">I", data[offset : offset + 4])
+        end = offset + 4 + length + 32
+        assert 1 <= length <= MAX_FRAME_BYTES and end <= len(data), f"{path}: bad frame at {offset}"
+        body = data[offset + 4 : offset + 4 + length]
+        assert hashlib.sha256(body).digest() == data[end - 32 : end], f"{path}: digest mismatch at {offset}"
+        frames.append((offset, json.loads(body)))
+        offset = end
+    return frames

@@ -1,0 +1,259 @@
+"""The three distributions build, install and work together or alone (slow).
+
+One build of the three sdists and wheels (`tools/release.py build`, which
+builds each wheel from its sdist) is shared by every test here. Each install
+goes into a fresh virtual environment of the interpreter running the tests,
+with `--no-index`: our distributions come only from that build or from the
+working tree, never from the package index. The only index access is the
+build itself and one download of the build backend (hatchling) as wheels, so
+that installs from a source directory can run offline too.
+"""
+
+from __future__ import annotations
+
+import email.parser
+import importlib.util
+import os
+import subprocess
+import sys
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DISTRIBUTIONS = ("walqueue-format", "walqueue-engine", "walqueue-cli")
+PY_TYPED = {
+    "walqueue-format": "walqueue/format/py.typed",
+    "walqueue-engine": "walqueue/py.typed",
+    "walqueue-cli": "walqueue/cli/py.typed",
+}
+PINNED_BELOW = {"walqueue-format": None, "walqueue-engine": "walqueue-format", "walqueue-cli": "walqueue-engine"}
+
+# Imports every layer and prints where each module came from.
+IMPORT_ALL = """if True:
+    import walqueue, walqueue.format, walqueue.cli
+    from walqueue import Queue
+    assert walqueue.CorruptStore is walqueue.format.CorruptStore
+    for module in (walqueue, walqueue.format, walqueue.cli):
+        print(module.__file__)
+"""
+
+
+def run(command: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """Run a command outside the repository, with no PYTHONPATH leaking in."""
+    env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "PYTHONHOME")}
+    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    env["PIP_NO_INPUT"] = "1"
+    return subprocess.run(
+        command,
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def check(result: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
+    assert result.returncode == 0, f"{result.args}\n--- stdout\n{result.stdout}\n--- stderr\n{result.stderr}"
+    return result
+
+
+@dataclass(frozen=True)
+class Build:
+    directory: Path
+    wheels: dict[str, Path]
+    sdists: dict[str, Path]
+
+
+@dataclass(frozen=True)
+class Venv:
+    """A fresh virtual environment; pip is run from outside it (`pip --python`)."""
+
+    root: Path
+    pip_command: tuple[str, ...]
+
+    @property
+    def python(self) -> Path:
+        return self.root / "bin" / "python"
+
+    def script(self, name: str) -> str:
+        return str(self.root / "bin" / name)
+
+    def pip_install(self, *args: str | Path) -> None:
+        command = [*self.pip_command, "--python", str(self.python), "install", "--no-index", *map(str, args)]
+        check(run(command, cwd=self.root))
+
+    def python_code(self, code: str) -> subprocess.CompletedProcess[str]:
+        # -I: no PYTHONPATH, no user site, no current directory on sys.path.
+        return run([str(self.python), "-I", "-c", code], cwd=self.root)
+
+
+def distribution_of(filename: str) -> str:
+    """`walqueue_engine-0.1.0-py3-none-any.whl` -> `walqueue-engine`."""
+    return filename.split("-")[0].replace("_", "-")
+
+
+@pytest.fixture(scope="session")
+def build(tmp_path_factory: pytest.TempPathFactory) -> Build:
+    out = tmp_path_factory.mktemp("dist")
+    check(run([sys.executable, str(REPO_ROOT / "tools" / "release.py"), "build", "--out", str(out)], cwd=out))
+    wheels = {distribution_of(path.name): path for path in out.glob("*.whl")}
+    sdists = {distribution_of(path.name): path for path in out.glob("*.tar.gz")}
+    assert set(wheels) == set(sdists) == set(DISTRIBUTIONS), sorted(path.name for path in out.iterdir())
+    return Build(directory=out, wheels=wheels, sdists=sdists)
+
+
+@pytest.fixture(scope="session")
+def pip_command(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, ...]:
+    """A pip able to install into other environments (`--python`, pip >= 22.3).
+
+    The running interpreter's own pip when it has one, else one venv with pip:
+    the fresh environments are then made without pip, which is much faster.
+    """
+    if importlib.util.find_spec("pip") is not None:
+        return (sys.executable, "-m", "pip")
+    tool = tmp_path_factory.mktemp("pip-tool")
+    check(run([sys.executable, "-m", "venv", str(tool)], cwd=tool))
+    return (str(tool / "bin" / "python"), "-m", "pip")
+
+
+@pytest.fixture(scope="session")
+def build_backend_wheels(tmp_path_factory: pytest.TempPathFactory, pip_command: tuple[str, ...]) -> Path:
+    """hatchling and its requirements as wheels, for builds under `--no-index`.
+
+    `editables` is what hatchling asks for on top to build an editable wheel.
+    """
+    directory = tmp_path_factory.mktemp("build-backend")
+    command = [*pip_command, "download", "--only-binary=:all:", "-d", str(directory), "hatchling", "editables"]
+    check(run(command, cwd=directory))
+    return directory
+
+
+@pytest.fixture
+def new_venv(tmp_path: Path, pip_command: tuple[str, ...]) -> Iterator[Venv]:
+    root = tmp_path / "venv"
+    check(run([sys.executable, "-m", "venv", "--without-pip", str(root)], cwd=tmp_path))
+    yield Venv(root=root, pip_command=pip_command)
+
+
+def wheel_files(wheel: Path) -> set[str]:
+    with zipfile.ZipFile(wheel) as archive:
+        return {name for name in archive.namelist() if ".dist-info/" not in name}
+
+
+def wheel_metadata(wheel: Path) -> email.message.Message:
+    with zipfile.ZipFile(wheel) as archive:
+        (name,) = [name for name in archive.namelist() if name.endswith(".dist-info/METADATA")]
+        return email.parser.Parser().parsestr(archive.read(name).decode("utf-8"))
+
+
+def assert_scripts_answer_help(venv: Venv, *names: str) -> None:
+    for name in names:
+        result = run([venv.script(name), "--help"], cwd=venv.root)
+        assert result.returncode == 0, f"{name} --help: {result.stderr}"
+        assert result.stdout.strip(), f"{name} --help printed nothing"
+
+
+# --- what the wheels hold ----------------------------------------------------
+
+
+def test_no_file_is_shipped_by_two_wheels(build: Build) -> None:
+    seen: dict[str, str] = {}
+    for dist, wheel in build.wheels.items():
+        for name in wheel_files(wheel):
+            assert name not in seen, f"{name} is in both {seen[name]} and {dist}"
+            seen[name] = dist
+
+
+def test_only_the_engine_wheel_ships_walqueue_init(build: Build) -> None:
+    owners = [dist for dist, wheel in build.wheels.items() if "walqueue/__init__.py" in wheel_files(wheel)]
+    assert owners == ["walqueue-engine"]
+
+
+def owner_of(name: str) -> str:
+    """The distribution whose directory is the longest prefix of `name`."""
+    prefixes = {dist: PY_TYPED[dist].removesuffix("py.typed") for dist in DISTRIBUTIONS}
+    matching = [dist for dist, prefix in prefixes.items() if name.startswith(prefix)]
+    return max(matching, key=lambda dist: len(prefixes[dist]), default="nobody")
+
+
+def test_each_wheel_holds_only_its_own_subpackage_and_its_py_typed(build: Build) -> None:
+    for dist, wheel in build.wheels.items():
+        files = wheel_files(wheel)
+        assert PY_TYPED[dist] in files
+        strays = sorted(name for name in files if owner_of(name) != dist)
+        assert strays == [], f"{dist} ships files of another distribution: {strays}"
+
+
+def test_wheel_metadata_pins_the_layer_below_exactly(build: Build) -> None:
+    versions = set()
+    for dist, wheel in build.wheels.items():
+        metadata = wheel_metadata(wheel)
+        versions.add(metadata["Version"])
+        assert metadata["Requires-Python"] == ">=3.12"
+        below = PINNED_BELOW[dist]
+        expected = [f"{below}=={metadata['Version']}"] if below else []
+        assert (metadata.get_all("Requires-Dist") or []) == expected, dist
+    assert len(versions) == 1, versions
+
+
+# --- how they install --------------------------------------------------------
+
+
+def test_the_three_wheels_install_offline_and_work_together(build: Build, new_venv: Venv) -> None:
+    # Asking for the CLI alone must pull the engine and the format layer
+    # through the exact pins, from the build directory only.
+    new_venv.pip_install("--find-links", build.directory, "walqueue-cli")
+    result = check(new_venv.python_code(IMPORT_ALL))
+    for module_file in result.stdout.splitlines():
+        assert Path(module_file).is_relative_to(new_venv.root), module_file
+    assert_scripts_answer_help(new_venv, "walqueue", "walqueue-fsck")
+
+
+def test_editable_install_of_all_three_serves_the_working_tree(build_backend_wheels: Path, new_venv: Venv) -> None:
+    new_venv.pip_install(
+        "--find-links",
+        build_backend_wheels,
+        *(arg for dist in DISTRIBUTIONS for arg in ("-e", str(REPO_ROOT / "packages" / dist))),
+    )
+    result = check(new_venv.python_code(IMPORT_ALL))
+    owners = ("walqueue-engine", "walqueue-format", "walqueue-cli")  # of walqueue, walqueue.format, walqueue.cli
+    for module_file, dist in zip(result.stdout.splitlines(), owners, strict=True):
+        assert Path(module_file).is_relative_to(REPO_ROOT / "packages" / dist / "src"), module_file
+    assert_scripts_answer_help(new_venv, "walqueue", "walqueue-fsck")
+
+
+def test_the_format_wheel_alone_gives_fsck_and_no_queue(build: Build, new_venv: Venv) -> None:
+    new_venv.pip_install(build.wheels["walqueue-format"])
+    check(new_venv.python_code("import walqueue.format"))
+    no_queue = new_venv.python_code("from walqueue import Queue")
+    assert no_queue.returncode != 0
+    assert "ImportError" in no_queue.stderr
+    assert_scripts_answer_help(new_venv, "walqueue-fsck")
+    assert not Path(new_venv.script("walqueue")).exists()
+
+
+@pytest.mark.parametrize(
+    ("dist", "code"),
+    [
+        ("walqueue-format", "import walqueue.format"),
+        ("walqueue-engine", "from walqueue import Queue; import walqueue.format"),
+        ("walqueue-cli", "import walqueue.cli, walqueue.format; from walqueue import Queue"),
+    ],
+)
+def test_each_distribution_installs_from_its_own_directory(
+    build: Build, build_backend_wheels: Path, new_venv: Venv, dist: str, code: str
+) -> None:
+    # The layers below come as wheels from --find-links; the build backend too.
+    new_venv.pip_install(
+        "--find-links", build.directory, "--find-links", build_backend_wheels, REPO_ROOT / "packages" / dist
+    )
+    check(new_venv.python_code(code))
