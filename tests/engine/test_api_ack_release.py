@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.model import directory_digest, read_frames, view
+from model import directory_digest, read_frames, view
 from walqueue import Lease, Queue, StaleLease
 
 
@@ -253,7 +253,9 @@ STALE_CASES: list[tuple[str, Callable[[Queue, Lease], Lease], int, int]] = [
 
 
 @pytest.mark.parametrize("verb", ["ack", "release"])
-@pytest.mark.parametrize(("make_stale", "max_attempts", "now"), [c[1:] for c in STALE_CASES], ids=[c[0] for c in STALE_CASES])
+@pytest.mark.parametrize(
+    ("make_stale", "max_attempts", "now"), [c[1:] for c in STALE_CASES], ids=[c[0] for c in STALE_CASES]
+)
 def test_stale_lease_changes_nothing_and_writes_no_frame(
     q: Queue, qdir: Path, verb: str, make_stale: Callable[[Queue, Lease], Lease], max_attempts: int, now: int
 ) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.model import MAX_FRAME_BYTES, Model, directory_digest, view
+from model import MAX_FRAME_BYTES, Model, directory_digest, view
 from walqueue import Lease, Queue
 from walqueue.format.canonical import canonical_json
 
@@ -122,7 +122,11 @@ BAD_CALLS: list[tuple[str, Call, type[Exception] | tuple[type[Exception], ...]]]
     ("put-max_attempts-2**63", lambda q, l: q.put("t", {}, max_attempts=BIG), ValueError),
     # --- put: bad arguments on an otherwise identical retry of a stored task
     ("put-retry-with-nan", lambda q, l: q.put("r", {"n": float("nan")}, available_at=10**6), ValueError),
-    ("put-retry-with-bool-max", lambda q, l: q.put("r", {"n": 2}, available_at=10**6, max_attempts=True), TYPE_OR_VALUE),
+    (
+        "put-retry-with-bool-max",
+        lambda q, l: q.put("r", {"n": 2}, available_at=10**6, max_attempts=True),
+        TYPE_OR_VALUE,
+    ),
     # --- put_many
     ("put_many-int", lambda q, l: q.put_many(5), TypeError),
     ("put_many-none", lambda q, l: q.put_many(None), TypeError),
@@ -132,9 +136,21 @@ BAD_CALLS: list[tuple[str, Call, type[Exception] | tuple[type[Exception], ...]]]
     ("put_many-non-str-item-key", lambda q, l: q.put_many([{"task_id": "a", "payload": {}, 1: 1}]), TypeError),
     ("put_many-missing-payload", lambda q, l: q.put_many([{"task_id": "a"}]), TYPE_OR_VALUE),
     ("put_many-missing-task_id", lambda q, l: q.put_many([{"payload": {}}]), TYPE_OR_VALUE),
-    ("put_many-bad-payload-later", lambda q, l: q.put_many([{"task_id": "a", "payload": {}}, {"task_id": "b", "payload": {"x": (1,)}}]), TYPE_OR_VALUE),
-    ("put_many-bad-available_at", lambda q, l: q.put_many([{"task_id": "a", "payload": {}, "available_at": -1}]), ValueError),
-    ("put_many-bool-max_attempts", lambda q, l: q.put_many([{"task_id": "a", "payload": {}, "max_attempts": True}]), TYPE_OR_VALUE),
+    (
+        "put_many-bad-payload-later",
+        lambda q, l: q.put_many([{"task_id": "a", "payload": {}}, {"task_id": "b", "payload": {"x": (1,)}}]),
+        TYPE_OR_VALUE,
+    ),
+    (
+        "put_many-bad-available_at",
+        lambda q, l: q.put_many([{"task_id": "a", "payload": {}, "available_at": -1}]),
+        ValueError,
+    ),
+    (
+        "put_many-bool-max_attempts",
+        lambda q, l: q.put_many([{"task_id": "a", "payload": {}, "max_attempts": True}]),
+        TYPE_OR_VALUE,
+    ),
     ("put_many-empty-key", lambda q, l: q.put_many([{"task_id": "a", "payload": {}, "key": ""}]), ValueError),
     # --- reserve
     ("reserve-worker-int", lambda q, l: q.reserve(1, now=0, lease_seconds=1), TypeError),
@@ -159,7 +175,11 @@ BAD_CALLS: list[tuple[str, Call, type[Exception] | tuple[type[Exception], ...]]]
     ("reserve-limit-float", lambda q, l: q.reserve("w", now=0, lease_seconds=1, limit=1.0), TypeError),
     ("reserve-limit-none", lambda q, l: q.reserve("w", now=0, lease_seconds=1, limit=None), TypeError),
     # a reserve that would reap "l" (now >= 1000) must still refuse its bad argument first
-    ("reserve-bad-limit-when-a-reap-is-due", lambda q, l: q.reserve("w", now=5000, lease_seconds=1, limit=0), ValueError),
+    (
+        "reserve-bad-limit-when-a-reap-is-due",
+        lambda q, l: q.reserve("w", now=5000, lease_seconds=1, limit=0),
+        ValueError,
+    ),
     ("reserve-bad-worker-when-a-reap-is-due", lambda q, l: q.reserve("", now=5000, lease_seconds=1), ValueError),
     # --- ack / release
     ("ack-dict", lambda q, l: q.ack(l.to_dict(), now=1), TypeError),
@@ -201,7 +221,9 @@ def test_bad_argument_raises_and_writes_nothing(
 
 
 @pytest.mark.parametrize(("call", "error"), [c[1:] for c in BAD_CALLS], ids=[c[0] for c in BAD_CALLS])
-def test_the_model_refuses_the_same_bad_arguments(call: Call, error: type[Exception] | tuple[type[Exception], ...]) -> None:
+def test_the_model_refuses_the_same_bad_arguments(
+    call: Call, error: type[Exception] | tuple[type[Exception], ...]
+) -> None:
     model = Model()
     model.put("l", {"n": 1})
     [token] = model.reserve("w", now=0, lease_seconds=1000)

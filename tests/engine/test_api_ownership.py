@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.model import view
+from model import view
 from walqueue import DirectoryLocked, InjectedCrash, Lease, Queue, QueueClosed, WalQueueError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -150,7 +150,11 @@ def test_another_process_is_directory_locked_while_this_one_owns_it(qdir: Path) 
 
 def test_lock_of_a_killed_process_is_free(qdir: Path) -> None:
     child = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, str(qdir)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=child_env()
+        [sys.executable, "-c", HOLDER, str(qdir)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=child_env(),
     )
     try:
         assert child.stdout is not None

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.model import Model, directory_digest, view
+from model import Model, directory_digest, view
 from walqueue import PHASES, InjectedCrash, KeyConflict, Lease, Queue, QueueClosed, StaleLease
 
 APPEND_PHASES = ["wal.append.before", "wal.append.partial", "wal.append.written", "wal.append.synced"]
@@ -294,7 +294,7 @@ def test_failures_before_writing_poison_nothing_and_call_no_phase(qdir: Path) ->
 def test_a_lease_token_from_a_poisoned_queue_works_on_the_reopened_one(qdir: Path) -> None:
     q, hook = open_recorded(qdir)
     q.put("a", {})
-    [lease]: list[Lease] = q.reserve("w", now=0, lease_seconds=10)
+    [lease] = q.reserve("w", now=0, lease_seconds=10)
     hook.arm("wal.append.before", InjectedCrash("x"))
     with pytest.raises(InjectedCrash):
         q.put("b", {})

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.model import MAX_FRAME_BYTES, Model, directory_digest, read_frames, view
+from model import MAX_FRAME_BYTES, Model, directory_digest, read_frames, view
 from walqueue import KeyConflict, Queue
 from walqueue.format.canonical import canonical_json
 
@@ -129,9 +129,7 @@ def test_put_is_durable_across_reopen_with_sync(qdir: Path) -> None:
 
 
 @pytest.mark.parametrize("status", ["ready", "leased", "completed", "dead"])
-def test_identical_retry_returns_id_and_writes_no_frame_whatever_the_status(
-    q: Queue, qdir: Path, status: str
-) -> None:
+def test_identical_retry_returns_id_and_writes_no_frame_whatever_the_status(q: Queue, qdir: Path, status: str) -> None:
     drive_to(q, "t", status, {"n": 1})
     before = view(q)
     with nothing_written(q, qdir):
@@ -189,9 +187,7 @@ def test_identical_retry_after_compaction_and_restart_writes_no_frame(qdir: Path
         pytest.param({"task_id": "t", "payload": {"n": 1, "m": None}}, id="extra-payload-key"),
     ],
 )
-def test_known_key_with_another_identity_is_key_conflict(
-    q: Queue, qdir: Path, retry: dict[str, Any]
-) -> None:
+def test_known_key_with_another_identity_is_key_conflict(q: Queue, qdir: Path, retry: dict[str, Any]) -> None:
     q.put("t", {"n": 1}, key="k")
     with nothing_written(q, qdir), pytest.raises(KeyConflict):
         q.put(key="k", **retry)
@@ -366,9 +362,7 @@ def test_put_many_identical_items_inside_one_list_are_one_op(q: Queue, qdir: Pat
         ),
     ],
 )
-def test_put_many_conflict_anywhere_fails_the_whole_call(
-    q: Queue, qdir: Path, items: list[dict[str, Any]]
-) -> None:
+def test_put_many_conflict_anywhere_fails_the_whole_call(q: Queue, qdir: Path, items: list[dict[str, Any]]) -> None:
     q.put("old", {"n": 1})
     with nothing_written(q, qdir), pytest.raises(KeyConflict):
         q.put_many(items)
@@ -402,9 +396,7 @@ def test_put_many_accepts_any_iterable_of_mappings(q: Queue) -> None:
     assert q.last_seq == 1
 
 
-def test_put_many_transaction_beyond_the_frame_bound_is_value_error_and_writes_nothing(
-    q: Queue, qdir: Path
-) -> None:
+def test_put_many_transaction_beyond_the_frame_bound_is_value_error_and_writes_nothing(q: Queue, qdir: Path) -> None:
     big = "x" * (MAX_FRAME_BYTES // 2)  # each task alone fits, two do not fit one frame
     items = [{"task_id": "a", "payload": {"s": big}}, {"task_id": "b", "payload": {"s": big}}]
     with nothing_written(q, qdir), pytest.raises(ValueError):
@@ -417,14 +409,28 @@ def test_put_many_transaction_beyond_the_frame_bound_is_value_error_and_writes_n
 # properties over many inputs
 
 names = st.text(st.characters(codec="utf-8"), min_size=1, max_size=8)
-json_scalars = st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=False, allow_infinity=False) | names
+json_scalars = (
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=False, allow_infinity=False) | names
+)
 payloads = st.dictionaries(
-    names, st.recursive(json_scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(names, inner, max_size=3), max_leaves=8), max_size=4
+    names,
+    st.recursive(
+        json_scalars,
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(names, inner, max_size=3),
+        max_leaves=8,
+    ),
+    max_size=4,
 )
 
 
 @settings(max_examples=40, deadline=None)
-@given(payload=payloads, task_id=names, key=names | st.none(), available_at=st.integers(0, 2**63 - 1), max_attempts=st.integers(1, 2**63 - 1))
+@given(
+    payload=payloads,
+    task_id=names,
+    key=names | st.none(),
+    available_at=st.integers(0, 2**63 - 1),
+    max_attempts=st.integers(1, 2**63 - 1),
+)
 def test_put_stores_exactly_what_was_given_and_retry_is_free(
     tmp_path_factory: pytest.TempPathFactory,
     payload: dict[str, Any],

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.model import STATUSES, directory_digest, view
+from model import STATUSES, directory_digest, view
 from walqueue import Queue, Task
 
 
@@ -145,7 +145,11 @@ def test_mutating_a_returned_payload_changes_nothing_stored(q: Queue) -> None:
     [lease] = q.reserve("w", now=0, lease_seconds=5)
     lease.payload["list"].append(9)
     assert q.get("t").payload == {"list": [1], "obj": {"a": 1}}  # type: ignore[union-attr]
-    q.release(lease, now=1, delay=0, )
+    q.release(
+        lease,
+        now=1,
+        delay=0,
+    )
     [again] = q.reserve("w", now=1, lease_seconds=5)
     assert again.payload == {"list": [1], "obj": {"a": 1}}
 

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.model import Model, directory_digest, read_frames, render, view
+from model import Model, directory_digest, read_frames, render, view
 from walqueue import Queue
 
 
@@ -91,7 +91,11 @@ def test_lease_carries_worker_generation_deadline_attempts_and_payload(q: Queue)
     q.put("t", {"job": [1, 2]}, available_at=3)
     [lease] = q.reserve("worker-1", now=7, lease_seconds=11)
     assert (lease.task_id, lease.worker, lease.generation, lease.deadline, lease.attempts) == (
-        "t", "worker-1", 1, 18, 1,
+        "t",
+        "worker-1",
+        1,
+        18,
+        1,
     )
     assert lease.payload == {"job": [1, 2]}
     task = q.get("t")

@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.model import view
+from model import view
 from walqueue import Lease, Queue, StaleLease
 
 THREADS = 8

@@ -381,6 +381,24 @@ def test_reap_refuses_a_bound_too_small_for_one_op() -> None:
         plan_reap(state, 5, 3, max_frame_bytes=40)
 
 
+def test_reap_refuses_a_bound_that_fits_an_op_only_under_a_shorter_sequence() -> None:
+    state = leased_state({"a": 1, "b": 1})
+    op_size = len(canonical_json({"op": "expire", "task": "a", "generation": 1}))
+    bound = transaction_size([op_size], 9)  # one op fits as transaction 9, not as transaction 10
+    with pytest.raises(ValueError, match="cannot fit"):
+        plan_reap(state, 5, 9, max_frame_bytes=bound)
+    assert plan_reap(state, 5, 8, max_frame_bytes=bound) == [[{"op": "expire", "task": "a", "generation": 1}]] + [
+        [{"op": "expire", "task": "b", "generation": 1}]
+    ]
+
+
+def test_reap_refuses_to_split_beyond_the_last_sequence() -> None:
+    state = leased_state({"a": 1, "b": 1})
+    assert len(plan_reap(state, 5, MAX_INT)) == 1
+    with pytest.raises(ValueError, match="exhausted"):
+        plan_reap(state, 5, MAX_INT, max_frame_bytes=80)
+
+
 @SETTINGS
 @given(
     st.dictionaries(st.text("abcé\x00", min_size=1, max_size=6), st.integers(0, 20), min_size=1, max_size=25),
@@ -462,6 +480,29 @@ def test_lease_truncates_to_what_fits_in_one_frame() -> None:
     assert body_size(fitting, 2) <= bound < body_size(everything[: len(fitting) + 1], 2)
     commit(state, fitting)
     assert state.counts()[LEASED] == len(fitting)
+
+
+def test_lease_fills_a_frame_exactly_as_far_as_every_bound_allows() -> None:
+    state = ready_state({f"t{i}": i for i in range(12)})
+    everything = plan_lease(state, "worker", 100, 5, 12, 7)
+    for bound in range(body_size(everything[:1], 7), body_size(everything, 7) + 2):
+        fitting = plan_lease(state, "worker", 100, 5, 12, 7, max_frame_bytes=bound)
+        assert fitting == everything[: len(fitting)]
+        assert body_size(fitting, 7) <= bound
+        if len(fitting) < len(everything):
+            assert body_size(everything[: len(fitting) + 1], 7) > bound
+
+
+def test_reap_splits_exactly_as_every_bound_requires() -> None:
+    state = leased_state({f"t{i}": i for i in range(12)})
+    (everything,) = plan_reap(state, 100, 9)
+    for bound in range(body_size(everything[:1], 10), body_size(everything, 9) + 2):
+        transactions = plan_reap(state, 100, 9, max_frame_bytes=bound)
+        assert [op for tx in transactions for op in tx] == everything
+        for index, tx_ops in enumerate(transactions):
+            assert body_size(tx_ops, 9 + index) <= bound
+            if index + 1 < len(transactions):
+                assert body_size(tx_ops + transactions[index + 1][:1], 9 + index) > bound
 
 
 def test_lease_refuses_a_bound_too_small_for_one_op() -> None:

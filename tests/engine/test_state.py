@@ -27,7 +27,7 @@ from walqueue.engine.types import Lease, Task
 from walqueue.engine.validate import MAX_FRAME_BYTES, MAX_INT, MAX_NAME_BYTES, RECORD_WORST_CASE_EXTRA
 from walqueue.format.canonical import canonical_json
 
-SETTINGS = settings(max_examples=60, deadline=None)
+SETTINGS = settings(max_examples=50, deadline=None)
 
 
 # -- helpers --------------------------------------------------------------------
@@ -507,6 +507,10 @@ def test_returned_payloads_are_copies() -> None:
     assert state.lease_for("t").payload == {"list": [1]}
 
 
+def test_record_repr_shows_its_fields() -> None:
+    assert repr(sample_state().tasks["l"]).startswith("TaskRecord('l', 'l', 'leased', b'")
+
+
 def test_get_task_of_an_unknown_id_is_none() -> None:
     assert sample_state().get_task("nope") is None
 
@@ -577,7 +581,8 @@ def test_stale_heap_entries_stay_bounded() -> None:
     run(state, put("t", max_attempts=10_000))
     for generation in range(1, 2000):
         # Far deadlines: the lease heap's stale entries are never popped by a peek.
-        run(state, lease("t", generation, deadline=MAX_INT - generation), release("t", generation, generation))
+        run(state, lease("t", generation, deadline=MAX_INT - generation))
+        run(state, release("t", generation, generation))
     state.check_invariants()  # asserts each heap <= 2 * live + slack
     assert len(state._leases) <= 64 and len(state._ready) <= 66
 
@@ -648,6 +653,11 @@ def test_state_equality_compares_every_field_and_the_sequence() -> None:
     run(other, put("more"))
     assert other != sample_state()
     assert State.from_records(7, []) != State()
+    renamed = State()
+    run(renamed, put("r"), put("l"), put("c"), put("other", max_attempts=1))
+    run(renamed, lease("l", deadline=50), lease("c"), lease("other", deadline=60))
+    run(renamed, ack("c"), expire("other"))
+    assert renamed != sample_state()
     assert State() != "not a state"
 
 

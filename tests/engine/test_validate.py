@@ -303,7 +303,7 @@ names = st.text(alphabet=st.characters(exclude_categories=("Cs",)), min_size=1, 
 escapes = st.text(alphabet='\x00\x1f"\\\n\x7f\u2028é', min_size=MAX_NAME_BYTES - 2, max_size=MAX_NAME_BYTES)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(
     task=names | escapes,
     key=names | escapes,

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from walqueue.format import canonical_json, parse_json
 
-SETTINGS = settings(max_examples=100, deadline=None)
+SETTINGS = settings(max_examples=60, deadline=None)
 
 json_scalars = (
     st.none()

@@ -57,7 +57,7 @@ def test_encode_frame_is_encode_body_of_the_canonical_json() -> None:
     assert encode_frame(value) == encode_body(canonical_json(value))
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(json_values)
 def test_decode_frame_inverts_encode_frame(value: Any) -> None:
     frame = encode_frame(value)

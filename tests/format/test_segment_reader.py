@@ -105,7 +105,7 @@ json_values = st.recursive(
 )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(st.lists(json_values, max_size=8))
 def test_read_frames_gives_back_every_frame_written(values: list[Any]) -> None:
     data, starts = stream_of(values)

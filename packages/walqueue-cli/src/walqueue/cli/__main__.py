@@ -34,9 +34,9 @@ requests:
   A request is a JSON object with "op", the Python API's argument names, and
   an optional "id" that is echoed in the answer, whatever JSON value it is.
 
-  op        arguments                                          answer fields
+  op        arguments                                              answer fields
   put       task_id, payload, key?, available_at?, max_attempts?   task_id
-  put_many  tasks (list of put objects without "op")               task_ids
+  put_many  tasks (a list of put objects without "op")             task_ids
   reserve   worker, now, lease_seconds, limit?                     leases
   ack       lease (a lease object from reserve), now               -
   release   lease, now, delay?                                     -
@@ -57,7 +57,8 @@ answers:
                  ill-typed argument; nothing was changed
     KeyConflict  the key or task id is taken by another request; nothing changed
     StaleLease   the lease no longer owns its task; nothing changed
-    Fatal        an I/O error poisoned the queue; the consumer exits with 1
+    Fatal        an I/O error poisoned the queue (or another unexpected failure
+                 left its state in doubt); the consumer exits with 1
   After BadRequest, KeyConflict and StaleLease the consumer reads the next line.
 
 example session (> is stdin, < is stdout; L stands for the lease object
@@ -76,7 +77,7 @@ that answer 2 returned, sent back as it came):
 
 exit status:
   0  end of input (the queue is closed cleanly)
-  1  a Fatal answer was written (an I/O error poisoned the queue)
+  1  a Fatal answer was written, or stdout was closed by the reader
   2  DIRECTORY could not be opened (corrupt, locked by another owner, or not
      a directory); reported on stderr before any request is read
 """

@@ -1,0 +1,310 @@
+"""The Queue and the reference Model give identical answers to any program.
+
+Random programs of puts, put_manys, reserves, acks, releases (valid and stale
+tokens), reads, bad calls, `compact()` and close/reopen run against
+`Queue(sync=False)` with a tiny `compact_bytes` (so automatic compaction
+happens often) and against `tests.model.Model`; every result, every error
+class and, after every step, the whole state (`view`) must be the same.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import shutil
+import tempfile
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from model import STATUSES, Model, render, view
+from walqueue import KeyConflict, Lease, Queue, StaleLease
+
+TASK_IDS = ["a", "b", "c", "B", "é", "a1", "a10"]
+KEYS = [None, None, None, "k1", "k2", "a", "b"]
+PAYLOADS: list[dict[str, Any]] = [{}, {"v": 1}, {"v": 1.0}, {"v": True}, {"v": [1, {"w": None}]}, {"z": "é"}]
+WORKERS = ["w1", "w2", "é"]
+BAD_CALLS: list[Callable[[Any], Any]] = [
+    lambda q: q.put("a", {"v": float("nan")}),
+    lambda q: q.put("a", {"v": (1,)}),
+    lambda q: q.put("", {}),
+    lambda q: q.put("a", {}, max_attempts=0),
+    lambda q: q.put("a", {}, available_at=-1),
+    lambda q: q.put_many([{"task_id": "x", "payload": {}}, {"task_id": "y", "payload": {}, "bogus": 1}]),
+    lambda q: q.reserve("w1", now=0, lease_seconds=0),
+    lambda q: q.reserve("w1", now=0, lease_seconds=1, limit=0),
+    lambda q: q.reserve("", now=0, lease_seconds=1),
+    lambda q: q.tasks("pending"),
+]
+
+
+def outcome(call: Callable[[], Any]) -> tuple[tuple[str, str], Any]:
+    """(("ok", exact result) or ("error", its class), the raw result).
+
+    TypeError and ValueError are one class here: which of the two a bad
+    argument raises is tested in test_api_errors.py.
+    """
+    try:
+        value = call()
+    except (TypeError, ValueError):
+        return ("error", "bad-argument"), None
+    except (KeyConflict, StaleLease) as exc:
+        return ("error", type(exc).__name__), None
+    return ("ok", render(value)), value
+
+
+class Harness:
+    """One Queue and one Model driven in lockstep."""
+
+    def __init__(self, compact_bytes: int | None) -> None:
+        self.directory = tempfile.mkdtemp(prefix="walqueue-equiv-")
+        self.compact_bytes = compact_bytes
+        self.queue = Queue(self.directory, sync=False, compact_bytes=compact_bytes)
+        self.model = Model()
+        self.leases: list[Lease] = []
+        self.now = 0
+        self.log: list[str] = []
+
+    def close(self) -> None:
+        self.queue.close()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def same(self, label: str, call: Callable[[Any], Any]) -> Any:
+        """Run `call` on both; the outcomes must match. Returns the queue's raw result."""
+        self.log.append(label)
+        expected, _ = outcome(lambda: call(self.model))
+        got, value = outcome(lambda: call(self.queue))
+        assert got == expected, f"{label}: queue gave {got}, model gave {expected}; program: {self.log}"
+        return value
+
+    def check(self) -> None:
+        assert view(self.queue) == view(self.model), f"states differ after {self.log}"
+        assert self.queue.stats()["last_seq"] == self.model.last_seq
+
+    # -- the operations ---------------------------------------------------
+
+    def put(self, task_id: str, payload: dict[str, Any], key: str | None, available_at: int, max_attempts: int) -> None:
+        self.same(
+            f"put({task_id!r}, {payload!r}, key={key!r}, available_at={available_at}, max_attempts={max_attempts})",
+            lambda q: q.put(task_id, payload, key=key, available_at=available_at, max_attempts=max_attempts),
+        )
+
+    def put_many(self, items: list[dict[str, Any]]) -> None:
+        self.same(f"put_many({items!r})", lambda q: q.put_many(items))
+
+    def reserve(self, worker: str, step: int, lease_seconds: int, limit: int) -> None:
+        self.now = max(0, self.now + step)
+        now = self.now
+        leases = self.same(
+            f"reserve({worker!r}, now={now}, lease_seconds={lease_seconds}, limit={limit})",
+            lambda q: q.reserve(worker, now=now, lease_seconds=lease_seconds, limit=limit),
+        )
+        self.leases.extend(leases or [])
+
+    def finish(self, verb: str, index: int, offset: int, forge: str, delay: int) -> None:
+        if not self.leases:
+            return
+        lease = self.leases[index % len(self.leases)]
+        if forge == "worker":
+            lease = dataclasses.replace(lease, worker=lease.worker + "x")
+        elif forge == "generation":
+            lease = dataclasses.replace(lease, generation=lease.generation + 1)
+        elif forge == "payload":
+            lease = dataclasses.replace(lease, payload={"forged": 1}, deadline=lease.deadline + 100)
+        now = max(0, lease.deadline + offset)
+        if verb == "ack":
+            self.same(f"ack({lease!r}, now={now})", lambda q: q.ack(lease, now=now))
+        else:
+            self.same(f"release({lease!r}, now={now}, delay={delay})", lambda q: q.release(lease, now=now, delay=delay))
+
+    def get(self, task_id: str) -> None:
+        self.same(f"get({task_id!r})", lambda q: q.get(task_id))
+
+    def tasks(self, status: str | None) -> None:
+        self.same(f"tasks({status!r})", lambda q: q.tasks(status))
+
+    def bad_call(self, index: int) -> None:
+        self.log.append(f"bad_call[{index}]")
+        for target in (self.model, self.queue):
+            assert outcome(lambda: BAD_CALLS[index](target))[0] == ("error", "bad-argument")
+
+    def compact(self) -> None:
+        self.log.append("compact()")
+        self.queue.compact()
+        assert self.queue.stats()["wal_bytes"] == 0
+
+    def reopen(self) -> None:
+        self.log.append("reopen")
+        self.queue.close()
+        self.queue = Queue(self.directory, sync=False, compact_bytes=self.compact_bytes)
+
+
+# ---------------------------------------------------------------------------
+# hypothesis: stateful
+
+
+item_strategy = st.fixed_dictionaries(
+    {"task_id": st.sampled_from(TASK_IDS), "payload": st.sampled_from(PAYLOADS)},
+    optional={
+        "key": st.sampled_from(KEYS),
+        "available_at": st.integers(0, 30),
+        "max_attempts": st.integers(1, 3),
+    },
+)
+
+
+class QueueVersusModel(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.h = Harness(compact_bytes=700)
+
+    def teardown(self) -> None:
+        self.h.close()
+
+    @rule(
+        task_id=st.sampled_from(TASK_IDS),
+        payload=st.sampled_from(PAYLOADS),
+        key=st.sampled_from(KEYS),
+        available_at=st.integers(0, 30),
+        max_attempts=st.integers(1, 3),
+    )
+    def put(self, task_id: str, payload: dict[str, Any], key: str | None, available_at: int, max_attempts: int) -> None:
+        self.h.put(task_id, payload, key, available_at, max_attempts)
+
+    @rule(items=st.lists(item_strategy, max_size=4))
+    def put_many(self, items: list[dict[str, Any]]) -> None:
+        self.h.put_many(items)
+
+    @rule(
+        worker=st.sampled_from(WORKERS),
+        step=st.integers(-3, 8),
+        lease_seconds=st.integers(1, 10),
+        limit=st.integers(1, 3),
+    )
+    def reserve(self, worker: str, step: int, lease_seconds: int, limit: int) -> None:
+        self.h.reserve(worker, step, lease_seconds, limit)
+
+    @precondition(lambda self: bool(self.h.leases))
+    @rule(
+        verb=st.sampled_from(["ack", "release"]),
+        index=st.integers(0, 50),
+        offset=st.integers(-6, 2),
+        forge=st.sampled_from(["none", "none", "none", "worker", "generation", "payload"]),
+        delay=st.integers(0, 5),
+    )
+    def finish(self, verb: str, index: int, offset: int, forge: str, delay: int) -> None:
+        self.h.finish(verb, index, offset, forge, delay)
+
+    @rule(task_id=st.sampled_from(TASK_IDS + ["never"]))
+    def get(self, task_id: str) -> None:
+        self.h.get(task_id)
+
+    @rule(status=st.sampled_from([None, *STATUSES]))
+    def tasks(self, status: str | None) -> None:
+        self.h.tasks(status)
+
+    @rule(index=st.integers(0, len(BAD_CALLS) - 1))
+    def bad_call(self, index: int) -> None:
+        self.h.bad_call(index)
+
+    @rule()
+    def compact(self) -> None:
+        self.h.compact()
+
+    @rule()
+    def reopen(self) -> None:
+        self.h.reopen()
+
+    @invariant()
+    def same_state(self) -> None:
+        self.h.check()
+
+
+QueueVersusModel.TestCase.settings = settings(
+    max_examples=30,
+    stateful_step_count=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+TestQueueVersusModel = QueueVersusModel.TestCase
+
+
+# ---------------------------------------------------------------------------
+# seeded random programs: longer runs, many automatic compactions
+
+
+def random_step(h: Harness, rng: random.Random) -> None:
+    roll = rng.random()
+    if roll < 0.22:
+        h.put(
+            rng.choice(TASK_IDS + [f"t{rng.randrange(40)}"]),
+            rng.choice(PAYLOADS),
+            rng.choice(KEYS),
+            rng.randrange(0, h.now + 20),
+            rng.randint(1, 3),
+        )
+    elif roll < 0.30:
+        items = []
+        for _ in range(rng.randrange(5)):
+            item: dict[str, Any] = {"task_id": f"t{rng.randrange(40)}", "payload": rng.choice(PAYLOADS)}
+            if rng.random() < 0.3:
+                item["key"] = f"k{rng.randrange(40)}"
+            if rng.random() < 0.5:
+                item["available_at"] = rng.randrange(0, h.now + 20)
+            if rng.random() < 0.5:
+                item["max_attempts"] = rng.randint(1, 4)
+            items.append(item)
+        h.put_many(items)
+    elif roll < 0.55:
+        h.reserve(rng.choice(WORKERS), rng.randint(-3, 8), rng.randint(1, 12), rng.randint(1, 4))
+    elif roll < 0.80:
+        forge = rng.choice(["none"] * 6 + ["worker", "generation", "payload"])
+        h.finish(rng.choice(["ack", "release"]), rng.randrange(1000), rng.randint(-8, 1), forge, rng.randint(0, 6))
+    elif roll < 0.86:
+        h.get(rng.choice(TASK_IDS + [f"t{rng.randrange(40)}", "never"]))
+    elif roll < 0.90:
+        h.tasks(rng.choice([None, *STATUSES]))
+    elif roll < 0.94:
+        h.bad_call(rng.randrange(len(BAD_CALLS)))
+    elif roll < 0.97:
+        h.compact()
+    else:
+        h.reopen()
+    h.check()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_program_gives_identical_answers_and_states(seed: int) -> None:
+    rng = random.Random(seed)
+    h = Harness(compact_bytes=rng.choice([400, 1500, None]))
+    try:
+        for _ in range(350):
+            random_step(h, rng)
+        h.reopen()
+        h.check()
+        stats = h.queue.stats()
+        assert stats["counts"] == h.model.counts()
+    finally:
+        h.close()
+
+
+def test_automatic_compaction_actually_happens_in_random_programs() -> None:
+    rng = random.Random(1234)
+    h = Harness(compact_bytes=300)
+    try:
+        for _ in range(300):  # no compact(), no reopen: only the trigger compacts
+            roll = rng.random()
+            if roll < 0.3:
+                h.put(f"t{rng.randrange(60)}", rng.choice(PAYLOADS), None, 0, 3)
+            elif roll < 0.6:
+                h.reserve(rng.choice(WORKERS), 1, rng.randint(1, 5), rng.randint(1, 3))
+            else:
+                h.finish(rng.choice(["ack", "release"]), rng.randrange(1000), -1, "none", 0)
+            h.check()
+        assert h.queue.stats()["snapshot_seq"] > 0
+    finally:
+        h.close()

@@ -1,0 +1,874 @@
+#!/usr/bin/env python3
+"""WALQueue against SQLite and the fsync floor: one process, interleaved, ratios per repetition.
+
+    python tools/bench.py                      default scale (about a minute on 2 cores)
+    python tools/bench.py --scale big          the big figures (several minutes)
+    python tools/bench.py --scale tiny         every workload in seconds (the smoke test)
+    python tools/bench.py --json out.json      also write every figure as JSON
+    python tools/bench.py --only a,d,g         run some workloads only
+    python tools/bench.py --dir /some/disk     where the stores go (default: the system temp dir)
+
+Backends (tools/bench_backends.py has the two baselines):
+  walqueue  the real `walqueue.Queue`; sync=True for durable workloads, sync=False for CPU ones.
+  sqlite    the standard library's sqlite3 implementing the same semantics (WAL journal,
+            synchronous=FULL when durable, OFF otherwise).
+  floor     one frame per commit (length, canonical JSON, SHA-256) + os.write (+ os.fsync):
+            the least any WAL queue can do.
+
+Method: every backend is set up and warmed up first; then each repetition runs
+one timed chunk per backend, the order rotating (A B C, B C A, C A B, ...), so
+that a shared machine's drift hits every backend alike. A ratio is computed
+within each repetition, from chunks that ran seconds apart, and the median of
+those per-repetition ratios is reported, with their min..max. Absolute times
+are machine-specific; ratios are the figures to compare. Nothing here is a
+test: targets are printed as met / NOT MET, never asserted.
+
+Workloads: see `WORKLOADS` below and docs/PERFORMANCE.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import shutil
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+import tracemalloc
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+_HERE = Path(__file__).resolve().parent
+
+
+def _import_walqueue() -> Any:
+    """`walqueue.Queue`, from an install if there is one, else from this checkout's three src dirs."""
+    try:
+        from walqueue import Queue
+    except ImportError:
+        for name in [name for name in sys.modules if name == "walqueue" or name.startswith("walqueue.")]:
+            del sys.modules[name]
+        root = _HERE.parent
+        for dist in ("walqueue-cli", "walqueue-engine", "walqueue-format"):
+            sys.path.insert(0, str(root / "packages" / dist / "src"))
+        from walqueue import Queue
+    return Queue
+
+
+Queue = _import_walqueue()
+sys.path.insert(0, str(_HERE))
+from bench_backends import FloorLog, SqliteQueue, floor_read  # noqa: E402
+
+# -- scales ------------------------------------------------------------------------
+
+#: Per scale: repetitions and the size of every chunk and state. The (f) sizes are
+#: 1:20 at every scale; the issue's figure (200,000 / 10,000) is the big run's.
+SCALES: dict[str, dict[str, int]] = {
+    "tiny": {
+        "reps": 3,
+        "a_chunk": 3,
+        "b_fill": 50,
+        "b_chunk": 2,
+        "c_batch": 100,
+        "c_chunk": 1,
+        "d_put_chunk": 50,
+        "d_cycle_chunk": 30,
+        "e_reps": 3,
+        "e_replay_tx": 300,
+        "e_snapshot_tasks": 500,
+        "f_small": 100,
+        "f_large": 2_000,
+        "f_chunk": 20,
+        "g_tasks": 300,
+    },
+    "default": {
+        "reps": 5,
+        "a_chunk": 20,
+        "b_fill": 2_000,
+        "b_chunk": 10,
+        "c_batch": 1_000,
+        "c_chunk": 2,
+        "d_put_chunk": 500,
+        "d_cycle_chunk": 300,
+        "e_reps": 5,
+        "e_replay_tx": 5_000,
+        "e_snapshot_tasks": 10_000,
+        "f_small": 1_000,
+        "f_large": 20_000,
+        "f_chunk": 100,
+        "g_tasks": 5_000,
+    },
+    "big": {
+        "reps": 7,
+        "a_chunk": 40,
+        "b_fill": 100_000,
+        "b_chunk": 20,
+        "c_batch": 1_000,
+        "c_chunk": 4,
+        "d_put_chunk": 3_000,
+        "d_cycle_chunk": 2_000,
+        "e_reps": 5,
+        "e_replay_tx": 100_000,
+        "e_snapshot_tasks": 200_000,
+        "f_small": 10_000,
+        "f_large": 200_000,
+        "f_chunk": 1_000,
+        "g_tasks": 100_000,
+    },
+}
+
+WORKER = "worker-1"
+NOW = 1_000
+LEASE_SECONDS = 600
+FILL_BATCH = 1_000
+
+# -- inputs --------------------------------------------------------------------------
+
+
+def payload(i: int) -> dict[str, Any]:
+    """A realistic payload of about 110 bytes of canonical JSON."""
+    return {
+        "body": f"Your order #{i:08d} has shipped.",
+        "kind": "email",
+        "priority": i % 3,
+        "to": f"customer{i:08d}@example.com",
+    }
+
+
+PAYLOAD_BYTES = len(json.dumps(payload(12_345_678), sort_keys=True, separators=(",", ":")).encode())
+
+
+def task_id(prefix: str, i: int) -> str:
+    return f"{prefix}-{i:09d}"
+
+
+def puts(prefix: str, start: int, count: int) -> list[tuple[str, dict[str, Any]]]:
+    return [(task_id(prefix, i), payload(i)) for i in range(start, start + count)]
+
+
+def put_items(prefix: str, start: int, count: int) -> list[dict[str, Any]]:
+    return [{"task_id": task_id(prefix, i), "payload": payload(i)} for i in range(start, start + count)]
+
+
+# -- backends -------------------------------------------------------------------------
+
+
+def open_backend(kind: str, directory: Path, *, durable: bool, compact_bytes: Any = "default") -> Any:
+    directory.mkdir(parents=True, exist_ok=True)
+    if kind == "walqueue":
+        if compact_bytes == "default":
+            return Queue(directory, sync=durable)
+        return Queue(directory, sync=durable, compact_bytes=compact_bytes)
+    if kind == "sqlite":
+        return SqliteQueue(directory / "queue.sqlite", durable=durable)
+    if kind == "floor":
+        return FloorLog(directory / "floor.log", durable=durable)
+    raise ValueError(kind)
+
+
+def fill(backend: Any, prefix: str, count: int, start: int = 0) -> None:
+    for first in range(start, start + count, FILL_BATCH):
+        backend.put_many(put_items(prefix, first, min(FILL_BATCH, start + count - first)))
+
+
+# -- timing ------------------------------------------------------------------------------
+
+#: A chunk runs repetition `rep` of one backend and returns (wall seconds, CPU seconds).
+Chunk = Callable[[int], tuple[float, float]]
+Clock = tuple[float, float]
+
+
+def clock() -> Clock:
+    return time.perf_counter(), time.process_time()
+
+
+def since(start: Clock) -> Clock:
+    return time.perf_counter() - start[0], time.process_time() - start[1]
+
+
+class Times:
+    """Seconds per chunk, per backend, on both clocks."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.wall: dict[str, list[float]] = {name: [] for name in names}
+        self.cpu: dict[str, list[float]] = {name: [] for name in names}
+
+    def on(self, which: str) -> dict[str, list[float]]:
+        return self.wall if which == "wall" else self.cpu
+
+
+def interleave(chunks: dict[str, Chunk], reps: int) -> Times:
+    """Run each named chunk once per repetition, rotating the order (A B C, B C A, C A B, ...)."""
+    names = list(chunks)
+    times = Times(names)
+    for rep in range(reps):
+        shift = rep % len(names)
+        for name in names[shift:] + names[:shift]:
+            gc.collect()
+            wall, cpu = chunks[name](rep)
+            times.wall[name].append(wall)
+            times.cpu[name].append(cpu)
+    return times
+
+
+def summary(samples: list[float]) -> dict[str, Any]:
+    median = statistics.median(samples)
+    low, high = min(samples), max(samples)
+    return {
+        "median": median,
+        "min": low,
+        "max": high,
+        "spread_pct": 100.0 * (high - low) / median if median else 0.0,
+        "samples": samples,
+    }
+
+
+def figure(
+    samples: list[float],
+    unit: str,
+    *,
+    target: tuple[str, float] | None = None,
+    better: str = "higher",
+    note: str = "",
+) -> dict[str, Any]:
+    result = summary(samples)
+    result["unit"] = unit
+    result["better"] = better
+    result["note"] = note
+    if target is not None:
+        op, bound = target
+        value = result["median"]
+        result["target"] = f"{op} {bound:g}"
+        result["met"] = value >= bound if op == ">=" else value <= bound
+    else:
+        result["target"] = None
+        result["met"] = None
+    return result
+
+
+def per_op(times: Times, ops: int, which: str) -> dict[str, list[float]]:
+    """Seconds per operation on clock `which` ("wall" or "cpu")."""
+    return {name: [t / ops for t in values] for name, values in times.on(which).items()}
+
+
+def speed_ratio(per: dict[str, list[float]], mine: str, other: str) -> list[float]:
+    """Per repetition: how many times faster `mine` is than `other` (their time / my time)."""
+    return [b / a for a, b in zip(per[mine], per[other], strict=True)]
+
+
+def time_ratio(per: dict[str, list[float]], mine: str, other: str) -> list[float]:
+    """Per repetition: my time / their time (lower is better)."""
+    return [a / b for a, b in zip(per[mine], per[other], strict=True)]
+
+
+def backends_block(times: Times, ops: int, primary: str, unit: str = "s/op") -> dict[str, Any]:
+    """Per backend: the primary clock's figure, with the other clock's summary under `other_clock`."""
+    other = "cpu" if primary == "wall" else "wall"
+    main, second = per_op(times, ops, primary), per_op(times, ops, other)
+    block = {}
+    for name, values in main.items():
+        fig = figure(values, unit, better="lower")
+        fig["clock"] = primary
+        fig["other_clock"] = dict(summary(second[name]), clock=other)
+        block[name] = fig
+    return block
+
+
+class Context:
+    def __init__(self, root: Path, scale: dict[str, int], verbose: bool) -> None:
+        self.root = root
+        self.scale = scale
+        self.verbose = verbose
+        self._n = 0
+
+    def dir(self, label: str) -> Path:
+        self._n += 1
+        path = self.root / f"{self._n:02d}-{label}"
+        path.mkdir(parents=True)
+        return path
+
+    def log(self, text: str) -> None:
+        if self.verbose:
+            print(f"  .. {text}", file=sys.stderr, flush=True)
+
+
+BACKENDS = ("walqueue", "sqlite", "floor")
+
+
+def _warm_puts(backend: Any, prefix: str, count: int = 5) -> None:
+    for tid, body in puts(prefix, 0, count):
+        backend.put(tid, body)
+
+
+# -- (a) durable single puts --------------------------------------------------------------
+
+
+def workload_a(ctx: Context) -> dict[str, Any]:
+    s = ctx.scale
+    k = s["a_chunk"]
+    opened = {name: open_backend(name, ctx.dir(f"a-{name}"), durable=True) for name in BACKENDS}
+    try:
+        for backend in opened.values():
+            _warm_puts(backend, "warm")
+        inputs = [puts("a", rep * k, k) for rep in range(s["reps"])]
+
+        def chunk_for(backend: Any) -> Chunk:
+            def run(rep: int) -> float:
+                put = backend.put
+                items = inputs[rep]
+                start = clock()
+                for tid, body in items:
+                    put(tid, body)
+                return since(start)
+
+            return run
+
+        times = interleave({name: chunk_for(b) for name, b in opened.items()}, s["reps"])
+    finally:
+        for backend in opened.values():
+            backend.close()
+    per = per_op(times, k)
+    return {
+        "title": "(a) durable single puts",
+        "params": {"ops_per_chunk": k, "reps": s["reps"], "payload_bytes": PAYLOAD_BYTES},
+        "backends": backends_block(per),
+        "ratios": {
+            "walqueue_vs_sqlite": figure(speed_ratio(per, "walqueue", "sqlite"), "x", target=(">=", 1.0)),
+            "walqueue_vs_floor": figure(speed_ratio(per, "walqueue", "floor"), "x", target=(">=", 0.9)),
+        },
+    }
+
+
+# -- (b) durable reserve+ack cycles on a filled queue ---------------------------------------
+
+
+def _cycle_chunk(backend: Any, k: int) -> Chunk:
+    def run(rep: int) -> float:
+        reserve = backend.reserve
+        ack = backend.ack
+        start = clock()
+        for _ in range(k):
+            lease = reserve(WORKER, now=NOW, lease_seconds=LEASE_SECONDS)[0]
+            ack(lease, now=NOW)
+        return since(start)
+
+    return run
+
+
+def _warm_cycles(backend: Any, count: int = 5) -> None:
+    for _ in range(count):
+        backend.ack(backend.reserve(WORKER, now=NOW, lease_seconds=LEASE_SECONDS)[0], now=NOW)
+
+
+def workload_b(ctx: Context) -> dict[str, Any]:
+    s = ctx.scale
+    k = s["b_chunk"]
+    opened = {name: open_backend(name, ctx.dir(f"b-{name}"), durable=True) for name in BACKENDS}
+    try:
+        for backend in opened.values():
+            fill(backend, "b", s["b_fill"])
+            _warm_cycles(backend)
+        ctx.log(f"(b) filled {s['b_fill']} tasks")
+        times = interleave({name: _cycle_chunk(b, k) for name, b in opened.items()}, s["reps"])
+    finally:
+        for backend in opened.values():
+            backend.close()
+    per = per_op(times, k)
+    return {
+        "title": "(b) durable reserve+ack cycles on a filled queue",
+        "params": {"cycles_per_chunk": k, "reps": s["reps"], "filled_tasks": s["b_fill"]},
+        "backends": backends_block(per, "s/cycle"),
+        "ratios": {
+            "walqueue_vs_sqlite": figure(speed_ratio(per, "walqueue", "sqlite"), "x", target=(">=", 1.0)),
+            "walqueue_vs_floor": figure(speed_ratio(per, "walqueue", "floor"), "x", note="information"),
+        },
+    }
+
+
+# -- (c) durable put_many of 1,000 tasks ----------------------------------------------------
+
+
+def workload_c(ctx: Context) -> dict[str, Any]:
+    s = ctx.scale
+    batch, calls = s["c_batch"], s["c_chunk"]
+    opened = {name: open_backend(name, ctx.dir(f"c-{name}"), durable=True) for name in BACKENDS}
+    try:
+        for backend in opened.values():
+            backend.put_many(put_items("warm", 0, batch))
+        inputs = [
+            [put_items("c", (rep * calls + call) * batch, batch) for call in range(calls)] for rep in range(s["reps"])
+        ]
+
+        def chunk_for(backend: Any) -> Chunk:
+            def run(rep: int) -> float:
+                put_many = backend.put_many
+                lists = inputs[rep]
+                start = clock()
+                for items in lists:
+                    put_many(items)
+                return since(start)
+
+            return run
+
+        times = interleave({name: chunk_for(b) for name, b in opened.items()}, s["reps"])
+    finally:
+        for backend in opened.values():
+            backend.close()
+    per = per_op(times, batch * calls)
+    return {
+        "title": f"(c) durable put_many of {batch:,} tasks",
+        "params": {"batch": batch, "calls_per_chunk": calls, "reps": s["reps"]},
+        "backends": backends_block(per, "s/task"),
+        "ratios": {
+            "walqueue_vs_sqlite": figure(speed_ratio(per, "walqueue", "sqlite"), "x", target=(">=", 1.5)),
+            "walqueue_vs_floor": figure(speed_ratio(per, "walqueue", "floor"), "x", note="information"),
+        },
+    }
+
+
+# -- (d) sync off: CPU per put and per reserve+ack cycle ---------------------------------------
+
+
+def workload_d(ctx: Context) -> dict[str, Any]:
+    s = ctx.scale
+    kp, kc, reps = s["d_put_chunk"], s["d_cycle_chunk"], s["reps"]
+    opened = {name: open_backend(name, ctx.dir(f"d-{name}"), durable=False) for name in BACKENDS}
+    try:
+        for backend in opened.values():
+            _warm_puts(backend, "warm", 50)
+        put_inputs = [puts("d", rep * kp, kp) for rep in range(reps)]
+
+        def put_chunk(backend: Any) -> Chunk:
+            def run(rep: int) -> float:
+                put = backend.put
+                items = put_inputs[rep]
+                start = clock()
+                for tid, body in items:
+                    put(tid, body)
+                return since(start)
+
+            return run
+
+        put_times = interleave({name: put_chunk(b) for name, b in opened.items()}, reps)
+        # The cycles lease the earliest ready tasks: the warm-up and the puts above, then these.
+        for backend in opened.values():
+            fill(backend, "dfill", kc * reps + 50)
+            _warm_cycles(backend, 50)
+        cycle_times = interleave({name: _cycle_chunk(b, kc) for name, b in opened.items()}, reps)
+    finally:
+        for backend in opened.values():
+            backend.close()
+    put_per = per_op(put_times, kp)
+    cycle_per = per_op(cycle_times, kc)
+    return {
+        "title": "(d) sync off: CPU per single put and per reserve+ack cycle",
+        "params": {"puts_per_chunk": kp, "cycles_per_chunk": kc, "reps": reps},
+        "backends": {
+            "put": backends_block(put_per),
+            "cycle": backends_block(cycle_per, "s/cycle"),
+        },
+        "ratios": {
+            "put_walqueue_vs_sqlite": figure(speed_ratio(put_per, "walqueue", "sqlite"), "x", target=(">=", 1.5)),
+            "cycle_walqueue_vs_sqlite": figure(
+                speed_ratio(cycle_per, "walqueue", "sqlite"), "x", target=(">=", 2.0)
+            ),
+            "put_walqueue_vs_floor": figure(speed_ratio(put_per, "walqueue", "floor"), "x", note="information"),
+            "cycle_walqueue_vs_floor": figure(
+                speed_ratio(cycle_per, "walqueue", "floor"), "x", note="information"
+            ),
+        },
+    }
+
+
+# -- (e) reopen: replay of N transactions, and load of a snapshot of N tasks ---------------------
+
+
+def _history(backend: Any, n_tx: int) -> str:
+    """Commit exactly `n_tx` transactions (half single puts, then reserve+ack cycles); return a task id."""
+    n_cycles = n_tx // 4
+    n_puts = n_tx - 2 * n_cycles
+    for tid, body in puts("e", 0, n_puts):
+        backend.put(tid, body)
+    for _ in range(n_cycles):
+        backend.ack(backend.reserve(WORKER, now=NOW, lease_seconds=LEASE_SECONDS)[0], now=NOW)
+    return task_id("e", n_puts - 1)
+
+
+def _reopen_chunks(wq_dir: Path, sq_dir: Path, floor_files: list[str], probe: str) -> dict[str, Chunk]:
+    def walqueue(rep: int) -> Clock:
+        start = clock()
+        queue = Queue(wq_dir)
+        found = queue.get(probe)
+        elapsed = since(start)
+        queue.close()
+        assert found is not None
+        return elapsed
+
+    def sqlite(rep: int) -> Clock:
+        start = clock()
+        queue = SqliteQueue(sq_dir / "queue.sqlite", durable=True)
+        found = queue.get(probe)
+        elapsed = since(start)
+        queue.close()
+        assert found is not None
+        return elapsed
+
+    def floor(rep: int) -> Clock:
+        start = clock()
+        floor_read(floor_files)
+        return since(start)
+
+    return {"walqueue": walqueue, "floor": floor, "sqlite": sqlite}
+
+
+def _files(directory: Path, pattern: str) -> list[str]:
+    return sorted(str(path) for path in directory.glob(pattern))
+
+
+def workload_e(ctx: Context) -> dict[str, Any]:
+    s = ctx.scale
+    reps = s["e_reps"]
+    n_tx, n_tasks = s["e_replay_tx"], s["e_snapshot_tasks"]
+
+    # Replay: N transactions, never compacted.
+    wq_dir, sq_dir = ctx.dir("e-replay-walqueue"), ctx.dir("e-replay-sqlite")
+    queue = Queue(wq_dir, sync=False, compact_bytes=None)
+    probe = _history(queue, n_tx)
+    assert queue.last_seq == n_tx
+    queue.close()
+    sq = SqliteQueue(sq_dir / "queue.sqlite", durable=False)
+    _history(sq, n_tx)
+    sq.close()
+    segments = _files(wq_dir, "wal-*.log")
+    wal_bytes = sum(os.path.getsize(path) for path in segments)
+    ctx.log(f"(e) history of {n_tx} transactions, {wal_bytes:,} WAL bytes")
+    replay = per_op(interleave(_reopen_chunks(wq_dir, sq_dir, segments, probe), reps), 1)
+
+    # Snapshot: a state of N ready tasks, compacted (the WAL after it is empty).
+    wq_dir, sq_dir = ctx.dir("e-snapshot-walqueue"), ctx.dir("e-snapshot-sqlite")
+    queue = Queue(wq_dir, sync=False, compact_bytes=None)
+    fill(queue, "s", n_tasks)
+    queue.compact()
+    queue.close()
+    sq = SqliteQueue(sq_dir / "queue.sqlite", durable=False)
+    fill(sq, "s", n_tasks)
+    sq.close()
+    snapshots = _files(wq_dir, "snapshot-*.snap")
+    assert len(snapshots) == 1
+    snap_bytes = os.path.getsize(snapshots[0])
+    ctx.log(f"(e) snapshot of {n_tasks} tasks, {snap_bytes:,} bytes")
+    snap = per_op(interleave(_reopen_chunks(wq_dir, sq_dir, snapshots, task_id("s", n_tasks - 1)), reps), 1)
+
+    return {
+        "title": "(e) reopen: replay of N transactions; load of a snapshot of N tasks",
+        "params": {
+            "reps": reps,
+            "replay_transactions": n_tx,
+            "replay_wal_bytes": wal_bytes,
+            "snapshot_tasks": n_tasks,
+            "snapshot_bytes": snap_bytes,
+        },
+        "backends": {
+            "replay": backends_block(replay, "s/open"),
+            "snapshot": backends_block(snap, "s/open"),
+        },
+        "ratios": {
+            "replay_walqueue_over_floor": figure(
+                time_ratio(replay, "walqueue", "floor"),
+                "x time",
+                target=("<=", 2.0),
+                better="lower",
+                note="walqueue open + first read / floor read+verify+parse of the same segments",
+            ),
+            "replay_walqueue_tx_per_s": figure(
+                [n_tx / t for t in replay["walqueue"]], "tx/s", note="information"
+            ),
+            "snapshot_walqueue_tasks_per_s": figure(
+                [n_tasks / t for t in snap["walqueue"]], "tasks/s", target=(">=", 300_000)
+            ),
+            "snapshot_walqueue_over_floor": figure(
+                time_ratio(snap, "walqueue", "floor"),
+                "x time",
+                better="lower",
+                note="information: walqueue open + first read / floor read+verify+parse of the snapshot",
+            ),
+        },
+    }
+
+
+# -- (f) cost growth with the number of ready tasks --------------------------------------------
+
+
+def workload_f(ctx: Context) -> dict[str, Any]:
+    s = ctx.scale
+    small, large, k, reps = s["f_small"], s["f_large"], s["f_chunk"], s["reps"]
+    if k * (reps + 1) >= small:
+        raise SystemExit(f"scale error: (f) would drain the small queue ({k} x {reps + 1} >= {small})")
+    opened: dict[str, Any] = {}
+    try:
+        for name in ("walqueue", "sqlite"):
+            for size in (small, large):
+                backend = open_backend(name, ctx.dir(f"f-{name}-{size}"), durable=False)
+                opened[f"{name}_{size}"] = backend
+                fill(backend, "f", size)
+                _warm_cycles(backend, k)
+                ctx.log(f"(f) {name} filled with {size} tasks")
+        times = interleave({name: _cycle_chunk(b, k) for name, b in opened.items()}, reps)
+    finally:
+        for backend in opened.values():
+            backend.close()
+    per = per_op(times, k)
+    return {
+        "title": f"(f) cost growth: reserve+ack with {large:,} ready tasks / with {small:,}",
+        "params": {"small": small, "large": large, "cycles_per_chunk": k, "reps": reps},
+        "backends": backends_block(per, "s/cycle"),
+        "ratios": {
+            "walqueue_growth": figure(
+                time_ratio(per, f"walqueue_{large}", f"walqueue_{small}"),
+                "x time",
+                target=("<=", 1.1),
+                better="lower",
+            ),
+            "sqlite_growth": figure(
+                time_ratio(per, f"sqlite_{large}", f"sqlite_{small}"), "x time", better="lower", note="information"
+            ),
+        },
+    }
+
+
+# -- (g) memory per stored task and per tombstone ---------------------------------------------
+
+
+def _traced() -> int:
+    gc.collect()
+    return tracemalloc.get_traced_memory()[0]
+
+
+def workload_g(ctx: Context) -> dict[str, Any]:
+    n = ctx.scale["g_tasks"]
+    directory = ctx.dir("g-walqueue")
+    tracemalloc.start()
+    try:
+        queue = Queue(directory, sync=False, compact_bytes=None)
+        base = _traced()
+        fill(queue, "g", n)
+        ready = _traced() - base
+        while True:
+            leases = queue.reserve(WORKER, now=NOW, lease_seconds=LEASE_SECONDS, limit=FILL_BATCH)
+            if not leases:
+                break
+            for lease in leases:
+                queue.ack(lease, now=NOW)
+            del lease, leases
+        tombstones = _traced() - base
+        assert queue.stats()["counts"]["completed"] == n
+        queue.close()
+        del queue
+
+        # The same ready state loaded back from a snapshot (strings now come from the JSON decoder).
+        directory = ctx.dir("g-walqueue-reopen")
+        queue = Queue(directory, sync=False, compact_bytes=None)
+        fill(queue, "g", n)
+        queue.compact()
+        queue.close()
+        del queue
+        base = _traced()
+        queue = Queue(directory, sync=False)
+        reloaded = _traced() - base
+        queue.close()
+        del queue
+    finally:
+        tracemalloc.stop()
+    return {
+        "title": f"(g) memory per stored task ({PAYLOAD_BYTES}-byte payload) and per tombstone",
+        "params": {"tasks": n, "payload_bytes": PAYLOAD_BYTES, "method": "tracemalloc, after gc.collect()"},
+        "backends": {},
+        "ratios": {
+            "bytes_per_ready_task": figure([ready / n], "bytes", target=("<=", 500), better="lower"),
+            "bytes_per_tombstone": figure([tombstones / n], "bytes", target=("<=", 200), better="lower"),
+            "bytes_per_ready_task_after_reopen": figure(
+                [reloaded / n], "bytes", better="lower", note="information: state loaded from a snapshot"
+            ),
+        },
+    }
+
+
+WORKLOADS: dict[str, Callable[[Context], dict[str, Any]]] = {
+    "a": workload_a,
+    "b": workload_b,
+    "c": workload_c,
+    "d": workload_d,
+    "e": workload_e,
+    "f": workload_f,
+    "g": workload_g,
+}
+
+# -- reporting ------------------------------------------------------------------------------------
+
+
+def _fmt_value(value: float, unit: str) -> str:
+    if unit.startswith("s/"):
+        if value >= 1:
+            return f"{value:.3f} s"
+        if value >= 1e-3:
+            return f"{value * 1e3:.3f} ms"
+        return f"{value * 1e6:.1f} us"
+    if unit in ("x", "x time"):
+        return f"{value:.2f}x"
+    if unit in ("tx/s", "tasks/s"):
+        return f"{value:,.0f} {unit}"
+    if unit == "bytes":
+        return f"{value:,.0f} B"
+    return f"{value:g} {unit}"
+
+
+def _print_backends(block: dict[str, Any], label: str = "") -> None:
+    for name, fig in block.items():
+        unit = fig["unit"]
+        rate = f"{1 / fig['median']:>12,.0f} /s" if fig["median"] else ""
+        print(
+            f"    {label}{name:<18} median {_fmt_value(fig['median'], unit):>11}   "
+            f"min..max {_fmt_value(fig['min'], unit)} .. {_fmt_value(fig['max'], unit)}"
+            f" (spread {fig['spread_pct']:.0f}%)  {rate}"
+        )
+
+
+def _verdict(fig: dict[str, Any]) -> str:
+    if fig["met"] is None:
+        return ""
+    return f"target {fig['target']}: {'met' if fig['met'] else 'NOT MET'}"
+
+
+def print_result(result: dict[str, Any]) -> None:
+    print(f"\n{result['title']}   {json.dumps(result['params'])}")
+    backends = result["backends"]
+    if backends:
+        first = next(iter(backends.values()))
+        if "median" in first:
+            _print_backends(backends)
+        else:
+            for label, block in backends.items():
+                _print_backends(block, f"{label}: ")
+    for name, fig in result["ratios"].items():
+        spread = "" if len(fig["samples"]) == 1 else f"  ({_fmt_value(fig['min'], fig['unit'])} .. {_fmt_value(fig['max'], fig['unit'])})"
+        print(f"  = {name:<36} {_fmt_value(fig['median'], fig['unit']):>16}{spread}   {_verdict(fig)}")
+
+
+def targets_table(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    rows = []
+    for key, result in results.items():
+        for name, fig in result["ratios"].items():
+            if fig["target"] is not None:
+                rows.append(
+                    {
+                        "workload": key,
+                        "figure": name,
+                        "value": fig["median"],
+                        "unit": fig["unit"],
+                        "target": fig["target"],
+                        "met": fig["met"],
+                    }
+                )
+    return rows
+
+
+def _filesystem(path: Path) -> str:
+    """The mount point and file-system type that holds `path` (best effort, Linux)."""
+    try:
+        best = ("", "?")
+        real = str(path.resolve())
+        with open("/proc/mounts") as mounts:
+            for line in mounts:
+                fields = line.split()
+                if len(fields) >= 3 and (real == fields[1] or real.startswith(fields[1].rstrip("/") + "/")):
+                    if len(fields[1]) >= len(best[0]):
+                        best = (fields[1], fields[2])
+        return f"{best[1]} at {best[0]}"
+    except OSError:
+        return "unknown"
+
+
+def _loadavg() -> list[float] | None:
+    try:
+        return list(os.getloadavg())
+    except OSError:
+        return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scale", choices=sorted(SCALES), default="default")
+    parser.add_argument("--json", metavar="FILE", help="write every figure to FILE as JSON")
+    parser.add_argument("--only", metavar="LIST", help=f"comma-separated workloads among {','.join(WORKLOADS)}")
+    parser.add_argument("--dir", metavar="DIR", help="parent directory of the stores (default: system temp dir)")
+    parser.add_argument("--keep", action="store_true", help="keep the stores after the run")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+    args = parser.parse_args(argv)
+    selected = list(WORKLOADS) if not args.only else [w.strip() for w in args.only.split(",") if w.strip()]
+    unknown = [w for w in selected if w not in WORKLOADS]
+    if unknown:
+        parser.error(f"unknown workload(s) {unknown}")
+    scale = SCALES[args.scale]
+
+    root = Path(tempfile.mkdtemp(prefix="walqueue-bench-", dir=args.dir))
+    import walqueue
+
+    meta = {
+        "scale": args.scale,
+        "scale_params": scale,
+        "python": sys.version.split()[0],
+        "implementation": platform.python_implementation(),
+        "sqlite": sqlite3.sqlite_version,
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "filesystem": _filesystem(root),
+        "walqueue_from": os.path.dirname(walqueue.__file__),
+        "loadavg_start": _loadavg(),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    print(
+        f"walqueue bench: scale {args.scale}, Python {meta['python']}, SQLite {meta['sqlite']}, "
+        f"{meta['cpus']} CPUs, stores on {meta['filesystem']}, load {meta['loadavg_start']}"
+    )
+    if "tmpfs" in meta["filesystem"]:
+        print("  warning: the stores are on tmpfs: fsync costs nothing there, durable figures mean little")
+    ctx = Context(root, scale, verbose=not args.quiet)
+    results: dict[str, dict[str, Any]] = {}
+    started = time.perf_counter()
+    try:
+        for key in selected:
+            t0 = time.perf_counter()
+            result = WORKLOADS[key](ctx)
+            result["seconds"] = time.perf_counter() - t0
+            results[key] = result
+            print_result(result)
+            sys.stdout.flush()
+    finally:
+        if args.keep:
+            print(f"\nstores kept in {root}")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+    meta["seconds"] = time.perf_counter() - started
+    meta["loadavg_end"] = _loadavg()
+    targets = targets_table(results)
+    print(f"\nTargets (medians of per-repetition ratios; {meta['seconds']:.0f} s in all):")
+    for row in targets:
+        print(
+            f"  ({row['workload']}) {row['figure']:<34} {_fmt_value(row['value'], row['unit']):>16}"
+            f"   {row['target']:<12} {'met' if row['met'] else 'NOT MET'}"
+        )
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as out:
+            json.dump({"meta": meta, "workloads": results, "targets": targets}, out, indent=2)
+            out.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
