@@ -17,7 +17,8 @@ comparable too:
 Public API (stable; crash campaigns and the torture harness import it):
 
 - `Model()` with `put`, `put_many`, `reserve`, `ack`, `release`, `get`,
-  `tasks`, `counts()`, `last_seq` (property) and `clone()`; `compact()` and
+  `tasks`, `counts()`, `last_seq` (property), `clone()` and `reap(now)` (the
+  reap half of `reserve`, for the state between its two transactions); `compact()` and
   restarts do not change the model. `copy.deepcopy(model)` works as well.
 - `view(queue_or_model)`: a comparable, exact view of the whole state.
 - `render(value)`: an exact, comparable text of a call's result (`Task`,
@@ -29,7 +30,8 @@ Decisions the SPEC leaves to the implementation, taken here as the team
 documented them: ints are `int` but never `bool`, with 0 <= x < 2**63
 (outside: `ValueError`, wrong type: `TypeError`); names are non-empty `str`
 of at most 1,024 UTF-8 bytes; payload nesting depth is at most 64 (the
-payload object itself is level 1); a task is refused with `ValueError`
+payload object itself is level 1) and payload ints at most 14,000 bits; subclasses of
+str/int/float/dict/list are refused with `TypeError`; a task is refused with `ValueError`
 unless len(canonical payload) + len(canonical task id) + len(canonical key) +
 8192 <= 16 MiB; a `Lease` whose `task_id`/`worker`/`generation` are ill-typed
 is simply stale. Where a call has several problems the model reports argument
@@ -68,6 +70,7 @@ STATUSES: tuple[str, ...] = ("ready", "leased", "completed", "dead")
 _INT_LIMIT = 2**63  # exclusive upper bound of every time and counter
 _MAX_NAME_BYTES = 1024
 _MAX_DEPTH = 64
+_MAX_INT_BITS = 14_000  # payload ints: readable again under CPython's default int/str digit limit
 _TASK_MARGIN = 8192
 _PUT_FIELDS = frozenset({"task_id", "payload", "key", "available_at", "max_attempts"})
 
@@ -85,7 +88,7 @@ def _check_int(value: object, what: str, minimum: int) -> int:
 
 
 def _check_name(value: object, what: str) -> str:
-    if not isinstance(value, str):
+    if not isinstance(value, str) or type(value) is not str:
         raise TypeError(f"{what} must be a str, not {type(value).__name__}")
     if not value:
         raise ValueError(f"{what} must not be empty")
@@ -95,34 +98,39 @@ def _check_name(value: object, what: str) -> str:
 
 
 def _check_json_value(value: object, depth: int) -> None:
+    """Exact JSON types only (no subclasses but bool), finite floats, str keys, bounded depth."""
     kind = type(value)
-    if value is None or kind is bool or kind is int:
+    if value is None or kind is bool:
         return
-    if kind is str:
-        value.encode("utf-8")  # type: ignore[union-attr]
+    if isinstance(value, int) and kind is int:
+        if value.bit_length() > _MAX_INT_BITS:
+            raise ValueError(f"payload ints hold at most {_MAX_INT_BITS} bits")
         return
-    if kind is float:
-        if not math.isfinite(value):  # type: ignore[arg-type]
+    if isinstance(value, str) and kind is str:
+        value.encode("utf-8")  # lone surrogates: UnicodeEncodeError, a ValueError
+        return
+    if isinstance(value, float) and kind is float:
+        if not math.isfinite(value):
             raise ValueError("payload numbers must be finite")
         return
-    if kind is dict or kind is list:
+    if isinstance(value, (dict, list)) and kind in (dict, list):
         if depth + 1 > _MAX_DEPTH:
             raise ValueError(f"payload nested deeper than {_MAX_DEPTH}")
-        if kind is dict:
-            for k, v in value.items():  # type: ignore[union-attr]
-                if type(k) is not str:
+        if isinstance(value, dict):
+            for k, v in value.items():
+                if not isinstance(k, str) or type(k) is not str:
                     raise TypeError("payload keys must be str")
                 k.encode("utf-8")
                 _check_json_value(v, depth + 1)
         else:
-            for v in value:  # type: ignore[union-attr]
+            for v in value:
                 _check_json_value(v, depth + 1)
         return
     raise TypeError(f"payload cannot hold a {kind.__name__}")
 
 
 def _check_payload(payload: object) -> dict[str, Any]:
-    if type(payload) is not dict:
+    if not isinstance(payload, dict) or type(payload) is not dict:
         raise TypeError(f"payload must be a dict, not {type(payload).__name__}")
     _check_json_value(payload, 0)
     return payload
@@ -186,6 +194,8 @@ class Model:
 
     def put_many(self, tasks: Iterable[Mapping[str, Any]]) -> list[str]:
         """All-or-nothing: one transaction for every new task (SPEC §2 put_many)."""
+        if isinstance(tasks, (str, bytes, Mapping)) or not isinstance(tasks, Iterable):
+            raise TypeError("put_many takes an iterable of mappings")
         requests = []
         for item in list(tasks):
             if not isinstance(item, Mapping):
@@ -297,20 +307,7 @@ class Model:
         if deadline >= _INT_LIMIT:
             raise ValueError("now + lease_seconds must be below 2**63")
 
-        # The reap: every leased task whose deadline <= now, in task-id order,
-        # in as few consecutive transactions as the frame bound allows.
-        expired = [r for _, r in sorted(self._tasks.items()) if r["status"] == "leased" and r["deadline"] <= now]
-        batch: list[dict[str, Any]] = []
-        body = self._next_body()
-        for record in expired:
-            op = {"op": "expire", "task": record["task"], "generation": record["generation"]}
-            if not body.add(op):
-                self._expire(batch)
-                batch, body = [], self._next_body()
-                body.add(op)
-            batch.append(op)
-        if batch:
-            self._expire(batch)
+        self.reap(now)
 
         # The lease: ready and available, by (available_at, task_id).
         ready = sorted(
@@ -351,6 +348,32 @@ class Model:
                 )
             )
         return leases
+
+    def reap(self, now: int) -> int:
+        """Only the reap half of `reserve(now=...)`; return how many transactions it wrote.
+
+        Every leased task whose deadline <= `now` expires, in task-id order, in
+        as few consecutive transactions as the frame bound allows (0 when
+        nothing is due). Crash tests use it for the state between a
+        reserve's reap and its lease.
+        """
+        _check_int(now, "now", 0)
+        written = 0
+        expired = [r for _, r in sorted(self._tasks.items()) if r["status"] == "leased" and r["deadline"] <= now]
+        batch: list[dict[str, Any]] = []
+        body = self._next_body()
+        for record in expired:
+            op = {"op": "expire", "task": record["task"], "generation": record["generation"]}
+            if not body.add(op):
+                self._expire(batch)
+                written += 1
+                batch, body = [], self._next_body()
+                body.add(op)
+            batch.append(op)
+        if batch:
+            self._expire(batch)
+            written += 1
+        return written
 
     def _expire(self, ops: list[dict[str, Any]]) -> None:
         self._commit()

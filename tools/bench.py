@@ -88,25 +88,25 @@ SCALES: dict[str, dict[str, int]] = {
         "g_tasks": 300,
     },
     "default": {
-        "reps": 5,
-        "a_chunk": 20,
+        "reps": 9,
+        "a_chunk": 12,
         "b_fill": 2_000,
-        "b_chunk": 10,
+        "b_chunk": 6,
         "c_batch": 1_000,
-        "c_chunk": 2,
-        "d_put_chunk": 500,
-        "d_cycle_chunk": 300,
+        "c_chunk": 1,
+        "d_put_chunk": 300,
+        "d_cycle_chunk": 200,
         "e_reps": 5,
         "e_replay_tx": 5_000,
         "e_snapshot_tasks": 10_000,
         "f_small": 1_000,
         "f_large": 20_000,
-        "f_chunk": 100,
+        "f_chunk": 60,
         "g_tasks": 5_000,
     },
     "big": {
-        "reps": 7,
-        "a_chunk": 40,
+        "reps": 11,
+        "a_chunk": 30,
         "b_fill": 100_000,
         "b_chunk": 20,
         "c_batch": 1_000,
@@ -118,7 +118,7 @@ SCALES: dict[str, dict[str, int]] = {
         "e_snapshot_tasks": 200_000,
         "f_small": 10_000,
         "f_large": 200_000,
-        "f_chunk": 1_000,
+        "f_chunk": 500,
         "g_tasks": 100_000,
     },
 }
@@ -333,11 +333,12 @@ def workload_a(ctx: Context) -> dict[str, Any]:
     finally:
         for backend in opened.values():
             backend.close()
-    per = per_op(times, k)
+    per = per_op(times, k, "wall")
     return {
         "title": "(a) durable single puts",
+        "clock": "wall",
         "params": {"ops_per_chunk": k, "reps": s["reps"], "payload_bytes": PAYLOAD_BYTES},
-        "backends": backends_block(per),
+        "backends": backends_block(times, k, "wall"),
         "ratios": {
             "walqueue_vs_sqlite": figure(speed_ratio(per, "walqueue", "sqlite"), "x", target=(">=", 1.0)),
             "walqueue_vs_floor": figure(speed_ratio(per, "walqueue", "floor"), "x", target=(">=", 0.9)),
@@ -379,11 +380,12 @@ def workload_b(ctx: Context) -> dict[str, Any]:
     finally:
         for backend in opened.values():
             backend.close()
-    per = per_op(times, k)
+    per = per_op(times, k, "wall")
     return {
         "title": "(b) durable reserve+ack cycles on a filled queue",
+        "clock": "wall",
         "params": {"cycles_per_chunk": k, "reps": s["reps"], "filled_tasks": s["b_fill"]},
-        "backends": backends_block(per, "s/cycle"),
+        "backends": backends_block(times, k, "wall", "s/cycle"),
         "ratios": {
             "walqueue_vs_sqlite": figure(speed_ratio(per, "walqueue", "sqlite"), "x", target=(">=", 1.0)),
             "walqueue_vs_floor": figure(speed_ratio(per, "walqueue", "floor"), "x", note="information"),
@@ -420,11 +422,12 @@ def workload_c(ctx: Context) -> dict[str, Any]:
     finally:
         for backend in opened.values():
             backend.close()
-    per = per_op(times, batch * calls)
+    per = per_op(times, batch * calls, "wall")
     return {
         "title": f"(c) durable put_many of {batch:,} tasks",
+        "clock": "wall",
         "params": {"batch": batch, "calls_per_chunk": calls, "reps": s["reps"]},
-        "backends": backends_block(per, "s/task"),
+        "backends": backends_block(times, batch * calls, "wall", "s/task"),
         "ratios": {
             "walqueue_vs_sqlite": figure(speed_ratio(per, "walqueue", "sqlite"), "x", target=(">=", 1.5)),
             "walqueue_vs_floor": figure(speed_ratio(per, "walqueue", "floor"), "x", note="information"),
@@ -464,14 +467,15 @@ def workload_d(ctx: Context) -> dict[str, Any]:
     finally:
         for backend in opened.values():
             backend.close()
-    put_per = per_op(put_times, kp)
-    cycle_per = per_op(cycle_times, kc)
+    put_per = per_op(put_times, kp, "cpu")
+    cycle_per = per_op(cycle_times, kc, "cpu")
     return {
         "title": "(d) sync off: CPU per single put and per reserve+ack cycle",
+        "clock": "cpu",
         "params": {"puts_per_chunk": kp, "cycles_per_chunk": kc, "reps": reps},
         "backends": {
-            "put": backends_block(put_per),
-            "cycle": backends_block(cycle_per, "s/cycle"),
+            "put": backends_block(put_times, kp, "cpu"),
+            "cycle": backends_block(cycle_times, kc, "cpu", "s/cycle"),
         },
         "ratios": {
             "put_walqueue_vs_sqlite": figure(speed_ratio(put_per, "walqueue", "sqlite"), "x", target=(">=", 1.5)),
@@ -548,7 +552,8 @@ def workload_e(ctx: Context) -> dict[str, Any]:
     segments = _files(wq_dir, "wal-*.log")
     wal_bytes = sum(os.path.getsize(path) for path in segments)
     ctx.log(f"(e) history of {n_tx} transactions, {wal_bytes:,} WAL bytes")
-    replay = per_op(interleave(_reopen_chunks(wq_dir, sq_dir, segments, probe), reps), 1)
+    replay_times = interleave(_reopen_chunks(wq_dir, sq_dir, segments, probe), reps)
+    replay = per_op(replay_times, 1, "cpu")
 
     # Snapshot: a state of N ready tasks, compacted (the WAL after it is empty).
     wq_dir, sq_dir = ctx.dir("e-snapshot-walqueue"), ctx.dir("e-snapshot-sqlite")
@@ -563,10 +568,12 @@ def workload_e(ctx: Context) -> dict[str, Any]:
     assert len(snapshots) == 1
     snap_bytes = os.path.getsize(snapshots[0])
     ctx.log(f"(e) snapshot of {n_tasks} tasks, {snap_bytes:,} bytes")
-    snap = per_op(interleave(_reopen_chunks(wq_dir, sq_dir, snapshots, task_id("s", n_tasks - 1)), reps), 1)
+    snap_times = interleave(_reopen_chunks(wq_dir, sq_dir, snapshots, task_id("s", n_tasks - 1)), reps)
+    snap = per_op(snap_times, 1, "cpu")
 
     return {
         "title": "(e) reopen: replay of N transactions; load of a snapshot of N tasks",
+        "clock": "cpu",
         "params": {
             "reps": reps,
             "replay_transactions": n_tx,
@@ -575,8 +582,8 @@ def workload_e(ctx: Context) -> dict[str, Any]:
             "snapshot_bytes": snap_bytes,
         },
         "backends": {
-            "replay": backends_block(replay, "s/open"),
-            "snapshot": backends_block(snap, "s/open"),
+            "replay": backends_block(replay_times, 1, "cpu", "s/open"),
+            "snapshot": backends_block(snap_times, 1, "cpu", "s/open"),
         },
         "ratios": {
             "replay_walqueue_over_floor": figure(
@@ -623,11 +630,12 @@ def workload_f(ctx: Context) -> dict[str, Any]:
     finally:
         for backend in opened.values():
             backend.close()
-    per = per_op(times, k)
+    per = per_op(times, k, "cpu")
     return {
+        "clock": "cpu",
         "title": f"(f) cost growth: reserve+ack with {large:,} ready tasks / with {small:,}",
         "params": {"small": small, "large": large, "cycles_per_chunk": k, "reps": reps},
-        "backends": backends_block(per, "s/cycle"),
+        "backends": backends_block(times, k, "cpu", "s/cycle"),
         "ratios": {
             "walqueue_growth": figure(
                 time_ratio(per, f"walqueue_{large}", f"walqueue_{small}"),
@@ -686,6 +694,7 @@ def workload_g(ctx: Context) -> dict[str, Any]:
     finally:
         tracemalloc.stop()
     return {
+        "clock": None,
         "title": f"(g) memory per stored task ({PAYLOAD_BYTES}-byte payload) and per tombstone",
         "params": {"tasks": n, "payload_bytes": PAYLOAD_BYTES, "method": "tracemalloc, after gc.collect()"},
         "backends": {},
@@ -731,22 +740,24 @@ def _fmt_value(value: float, unit: str) -> str:
 def _print_backends(block: dict[str, Any], label: str = "") -> None:
     for name, fig in block.items():
         unit = fig["unit"]
-        rate = f"{1 / fig['median']:>12,.0f} /s" if fig["median"] else ""
+        other = fig["other_clock"]
+        rate = f"{1 / fig['median']:>9,.0f}/s" if fig["median"] and unit != "s/open" else " " * 11
         print(
-            f"    {label}{name:<18} median {_fmt_value(fig['median'], unit):>11}   "
-            f"min..max {_fmt_value(fig['min'], unit)} .. {_fmt_value(fig['max'], unit)}"
-            f" (spread {fig['spread_pct']:.0f}%)  {rate}"
+            f"    {label + name:<22} {fig['clock']} {_fmt_value(fig['median'], unit):>10}"
+            f"  [{_fmt_value(fig['min'], unit)} .. {_fmt_value(fig['max'], unit)}, spread {fig['spread_pct']:.0f}%]"
+            f" {rate}   ({other['clock']} {_fmt_value(other['median'], unit)})"
         )
 
 
 def _verdict(fig: dict[str, Any]) -> str:
     if fig["met"] is None:
-        return ""
+        return "(information)"
     return f"target {fig['target']}: {'met' if fig['met'] else 'NOT MET'}"
 
 
 def print_result(result: dict[str, Any]) -> None:
-    print(f"\n{result['title']}   {json.dumps(result['params'])}")
+    clock_note = {"wall": "wall clock", "cpu": "process CPU time", None: "tracemalloc"}[result["clock"]]
+    print(f"\n{result['title']}  [{clock_note}]\n    {json.dumps(result['params'])}")
     backends = result["backends"]
     if backends:
         first = next(iter(backends.values()))
@@ -756,8 +767,9 @@ def print_result(result: dict[str, Any]) -> None:
             for label, block in backends.items():
                 _print_backends(block, f"{label}: ")
     for name, fig in result["ratios"].items():
-        spread = "" if len(fig["samples"]) == 1 else f"  ({_fmt_value(fig['min'], fig['unit'])} .. {_fmt_value(fig['max'], fig['unit'])})"
-        print(f"  = {name:<36} {_fmt_value(fig['median'], fig['unit']):>16}{spread}   {_verdict(fig)}")
+        unit = fig["unit"]
+        spread = "" if len(fig["samples"]) == 1 else f"[{_fmt_value(fig['min'], unit)} .. {_fmt_value(fig['max'], unit)}]"
+        print(f"  = {name:<34} {_fmt_value(fig['median'], unit):>15} {spread:<32} {_verdict(fig)}")
 
 
 def targets_table(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:

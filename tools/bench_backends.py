@@ -38,7 +38,16 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["FloorLog", "SqliteLease", "SqliteQueue", "StaleLease", "KeyConflict", "floor_read"]
+__all__ = [
+    "REAP_SQL",
+    "SELECT_READY_SQL",
+    "FloorLog",
+    "KeyConflict",
+    "SqliteLease",
+    "SqliteQueue",
+    "StaleLease",
+    "floor_read",
+]
 
 MAX_INT = 2**63 - 1
 MAX_NAME_BYTES = 1024

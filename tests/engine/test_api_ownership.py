@@ -23,13 +23,18 @@ import pytest
 from model import view
 from walqueue import DirectoryLocked, InjectedCrash, Lease, Queue, QueueClosed, WalQueueError
 
-REPO = Path(__file__).resolve().parents[2]
-SRC_DIRS = [str(REPO / "packages" / p / "src") for p in ("walqueue-format", "walqueue-engine", "walqueue-cli")]
 
+@pytest.fixture
+def child_env(src_pythonpath: str) -> dict[str, str]:
+    """The environment of a child Python that imports the same walqueue as this process.
 
-def child_env() -> dict[str, str]:
+    `src_pythonpath` (tests/conftest.py) holds the three src directories, or
+    nothing when the suite tests installed wheels (`-o pythonpath=`).
+    """
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(SRC_DIRS + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    if src_pythonpath:
+        inherited = env.get("PYTHONPATH")
+        env["PYTHONPATH"] = src_pythonpath + (os.pathsep + inherited if inherited else "")
     return env
 
 
@@ -109,13 +114,13 @@ PROBE = textwrap.dedent(
 )
 
 
-def test_queue_held_by_another_process_is_directory_locked(qdir: Path) -> None:
+def test_queue_held_by_another_process_is_directory_locked(qdir: Path, child_env: dict[str, str]) -> None:
     child = subprocess.Popen(
         [sys.executable, "-c", HOLDER, str(qdir)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
-        env=child_env(),
+        env=child_env,
     )
     try:
         assert child.stdout is not None and child.stdin is not None
@@ -134,10 +139,10 @@ def test_queue_held_by_another_process_is_directory_locked(qdir: Path) -> None:
         assert q.get("from-child") is not None
 
 
-def test_another_process_is_directory_locked_while_this_one_owns_it(qdir: Path) -> None:
+def test_another_process_is_directory_locked_while_this_one_owns_it(qdir: Path, child_env: dict[str, str]) -> None:
     def probe() -> str:
         result = subprocess.run(
-            [sys.executable, "-c", PROBE, str(qdir)], capture_output=True, text=True, env=child_env(), timeout=60
+            [sys.executable, "-c", PROBE, str(qdir)], capture_output=True, text=True, env=child_env, timeout=60
         )
         assert result.returncode == 0, result.stderr
         return result.stdout.strip()
@@ -148,13 +153,13 @@ def test_another_process_is_directory_locked_while_this_one_owns_it(qdir: Path) 
     assert probe() == "opened"
 
 
-def test_lock_of_a_killed_process_is_free(qdir: Path) -> None:
+def test_lock_of_a_killed_process_is_free(qdir: Path, child_env: dict[str, str]) -> None:
     child = subprocess.Popen(
         [sys.executable, "-c", HOLDER, str(qdir)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
-        env=child_env(),
+        env=child_env,
     )
     try:
         assert child.stdout is not None

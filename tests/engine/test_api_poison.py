@@ -9,6 +9,8 @@ hook phase.
 
 from __future__ import annotations
 
+import errno
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,7 +18,7 @@ from typing import Any
 import pytest
 
 from model import Model, directory_digest, view
-from walqueue import PHASES, InjectedCrash, KeyConflict, Lease, Queue, QueueClosed, StaleLease
+from walqueue import PHASES, InjectedCrash, KeyConflict, Queue, QueueClosed, StaleLease
 
 APPEND_PHASES = ["wal.append.before", "wal.append.partial", "wal.append.written", "wal.append.synced"]
 COMPACT_PHASES = [
@@ -252,6 +254,48 @@ def test_hook_crash_while_opening_releases_the_lock(qdir: Path) -> None:
         Queue(qdir, sync=False, hook=hook)
     with Queue(qdir, sync=False) as again:  # the lock is free, and the truncation happens now
         assert again.get("a") is not None and again.last_seq == 1
+
+
+def _descriptors_of(path: Path) -> list[int]:
+    """This process's open descriptors on `path` (Linux /proc)."""
+    found = []
+    for entry in os.listdir("/proc/self/fd"):
+        try:
+            if os.path.realpath(os.readlink(f"/proc/self/fd/{entry}")) == os.path.realpath(path):
+                found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
+def test_an_os_error_during_a_write_poisons_and_propagates_unwrapped(qdir: Path) -> None:
+    # A real OS error, not one raised by the hook: just before the frame is
+    # written, the hook swaps the segment's descriptor for a read-only one and
+    # returns normally, so the engine's own write fails with EBADF.
+    armed = False
+
+    def sabotage(phase: str) -> None:
+        if armed and phase == "wal.append.before":
+            read_only = os.open(os.devnull, os.O_RDONLY)
+            try:
+                for segment in qdir.glob("wal-*.log"):
+                    for fd in _descriptors_of(segment):
+                        os.dup2(read_only, fd)
+            finally:
+                os.close(read_only)
+
+    q = Queue(qdir, sync=False, hook=sabotage, compact_bytes=None)
+    q.put("a", {"n": 1})
+    before = view(q)
+    armed = True
+    with pytest.raises(OSError) as info:
+        q.put("b", {"n": 2})
+    assert info.value.errno == errno.EBADF  # the engine's own OSError, unwrapped
+    armed = False
+    assert_poisoned(q, qdir)
+    with Queue(qdir, sync=False) as again:
+        assert view(again) == before  # nothing of the failed frame was written
 
 
 # ---------------------------------------------------------------------------

@@ -496,13 +496,22 @@ def test_lease_fills_a_frame_exactly_as_far_as_every_bound_allows() -> None:
 def test_reap_splits_exactly_as_every_bound_requires() -> None:
     state = leased_state({f"t{i}": i for i in range(12)})
     (everything,) = plan_reap(state, 100, 9)
-    for bound in range(body_size(everything[:1], 10), body_size(everything, 9) + 2):
+    smallest = max(body_size([op], 9 + len(everything)) for op in everything)  # one op per transaction
+    for bound in range(smallest, body_size(everything, 9) + 2):
         transactions = plan_reap(state, 100, 9, max_frame_bytes=bound)
         assert [op for tx in transactions for op in tx] == everything
         for index, tx_ops in enumerate(transactions):
             assert body_size(tx_ops, 9 + index) <= bound
             if index + 1 < len(transactions):
                 assert body_size(tx_ops + transactions[index + 1][:1], 9 + index) > bound
+
+
+def test_the_op_size_bounds_that_skip_measuring_are_exact_worst_cases() -> None:
+    worst_name = "\x01" * MAX_NAME_BYTES  # every byte a 6-byte escape
+    lease_op = {"op": "lease", "task": worst_name, "worker": worst_name, "generation": MAX_INT, "deadline": MAX_INT}
+    assert len(canonical_json(lease_op)) == ops._LEASE_OP_MAX_WITHOUT_WORKER + len(canonical_json(worst_name))
+    expire_op = {"op": "expire", "task": worst_name, "generation": MAX_INT}
+    assert len(canonical_json(expire_op)) == ops._EXPIRE_OP_MAX
 
 
 def test_lease_refuses_a_bound_too_small_for_one_op() -> None:
@@ -540,7 +549,8 @@ def test_bad_reserve_arguments_are_refused(error: type[Exception], arguments: tu
     with pytest.raises(error):
         validate_reserve_args(*arguments)
     with pytest.raises(error):
-        plan_lease(ready_state({"a": 0}), *arguments, 2)
+        worker, now, lease_seconds, limit = arguments
+        plan_lease(ready_state({"a": 0}), worker, now, lease_seconds, limit, 2)
 
 
 def test_largest_deadline_is_accepted() -> None:
@@ -751,3 +761,34 @@ def test_any_sequence_of_planned_operations_applies_cleanly(data: st.DataObject)
 def test_module_exports_what_the_queue_uses() -> None:
     for name in ops.__all__:
         assert hasattr(ops, name)
+
+
+# -- transaction_body: the spliced frame body equals canonical JSON ----------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    payloads=st.lists(
+        st.dictionaries(
+            st.text(max_size=5),
+            st.recursive(
+                st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+                lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
+                max_leaves=8,
+            ),
+            max_size=4,
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    seq=st.integers(min_value=1, max_value=2**63 - 1),
+)
+def test_transaction_body_is_the_canonical_json_of_the_transaction(payloads: list[dict[str, Any]], seq: int) -> None:
+    from walqueue.engine.ops import transaction_body
+
+    tx_ops: list[dict[str, Any]] = [
+        put_request(f"t\u00e9{index}", payload, key=f"k{index}" if index % 2 else None, available_at=index).to_op()
+        for index, payload in enumerate(payloads)
+    ]
+    tx_ops.append({"op": "ack", "task": "t\n", "generation": 3})
+    assert transaction_body(seq, tx_ops) == canonical_json({"seq": seq, "ops": tx_ops})

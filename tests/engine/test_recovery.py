@@ -30,7 +30,6 @@ import pytest
 from model import Model, directory_digest, read_frames, render, view
 from walqueue import CorruptStore, InjectedCrash, Lease, Queue, StaleLease
 from walqueue.format import encode_frame
-from walqueue.format.canonical import canonical_json
 
 TRUNCATE_PHASES = ["recover.truncate.before", "recover.truncate.after"]
 
@@ -190,12 +189,7 @@ def with_segments(qdir: Path, count: int) -> Model:
     model = Model()
     for n in range(count):
         hook_armed = n < count - 1
-
-        def hook(phase: str) -> None:
-            if hook_armed and phase == "wal.rotate.after":
-                raise InjectedCrash(phase)
-
-        q = Queue(qdir, sync=False, hook=hook, compact_bytes=None)
+        q = Queue(qdir, sync=False, hook=_crash_at("wal.rotate.after"), compact_bytes=None)
         for i in range(3):
             task_id = f"s{n}-{i}"
             q.put(task_id, {"n": n, "i": i})
@@ -923,3 +917,89 @@ def test_state_after_every_crash_point_of_compaction_reopens_equal(tmp_path: Pat
             q.compact()
             assert view(q) == view(work.model)
         assert reopen_view(qdir) == view(work.model), phase
+
+
+# ---------------------------------------------------------------------------
+# more of rule 3, 4 and 5
+
+
+def test_an_empty_next_segment_is_simply_the_newest_segment(tmp_path: Path) -> None:
+    qdir = tmp_path / "q"
+    work = compacted(qdir)
+    newest = segments(qdir)[-1]
+    number = int(newest.name[4:24])
+    (qdir / wal(number + 1)).write_bytes(b"")  # what a crash right after rotation leaves
+    with Queue(qdir, sync=False) as q:
+        assert view(q) == view(work.model)
+        q.put("lands-in-the-empty-segment", {})
+        work.model.put("lands-in-the-empty-segment", {})
+    assert (qdir / wal(number + 1)).stat().st_size > 0
+    assert reopen_view(qdir) == view(work.model)
+
+
+@pytest.mark.parametrize("with_current", [False, True])
+def test_a_segment_beyond_a_gap_is_corrupt_store(tmp_path: Path, with_current: bool) -> None:
+    qdir = tmp_path / "q"
+    compacted(qdir) if with_current else build(qdir, seed=15, steps=10)
+    number = int(segments(qdir)[-1].name[4:24])
+    (qdir / wal(number + 2)).write_bytes(b"")
+    expect_corrupt(qdir)
+
+
+def test_live_frames_at_or_below_the_snapshot_seq_are_skipped(tmp_path: Path) -> None:
+    # CURRENT points at a live segment that still holds the frames the
+    # snapshot covers: they are skipped, never applied twice.
+    qdir = tmp_path / "q"
+    work = build(qdir, seed=16, steps=30)
+    old_segment = {p.name: p.read_bytes() for p in segments(qdir)}
+    assert list(old_segment) == [wal(1)]
+    with Queue(qdir, sync=False) as q:
+        q.compact()
+        q.put("after", {})
+        work.model.put("after", {})
+    (qdir / wal(1)).write_bytes(old_segment[wal(1)])
+    record = current_record(qdir)
+    assert record["wal"] == 2
+    write_current(qdir, {**record, "wal": 1})
+    assert reopen_view(qdir) == view(work.model)
+
+
+def test_replay_starts_inside_a_segment_right_after_the_snapshot_seq(tmp_path: Path) -> None:
+    # A snapshot through seq 6 published over a segment holding seqs 1..N:
+    # 1..6 are skipped, 7..N applied once. Both directories run the same
+    # deterministic program, so their frames are byte-identical.
+    short, long_ = tmp_path / "short", tmp_path / "long"
+    program = Workload(17)
+    with Queue(long_, sync=False, compact_bytes=None) as q:
+        while program.model.last_seq < 12:
+            program.step(q)
+    short_program = Workload(17)
+    with Queue(short, sync=False, compact_bytes=None) as q:
+        while short_program.model.last_seq < 6:
+            short_program.step(q)
+        q.compact()
+    record = current_record(short)
+    assert record["seq"] == 6
+    shutil.copyfile(short / record["snapshot"], long_ / record["snapshot"])
+    write_current(long_, {**record, "wal": 1})
+    assert [p.name for p in segments(long_)] == [wal(1)]
+    assert reopen_view(long_) == view(program.model)
+
+
+def test_a_damaged_length_in_the_very_last_frame_is_cut_like_a_torn_tail(tmp_path: Path) -> None:
+    # The documented limit of the format: it cannot be told from a torn write.
+    qdir = tmp_path / "q"
+    work = build(qdir, seed=18, steps=20)
+    newest = segments(qdir)[-1]
+    start = newest.stat().st_size
+    with Queue(qdir, sync=False) as q:
+        q.put("last", {"n": 1})
+    data = bytearray(newest.read_bytes())
+    (length,) = struct.unpack(">I", data[start : start + 4])
+    data[start : start + 4] = struct.pack(">I", length + 100)
+    newest.write_bytes(bytes(data))
+    hook = Phases()
+    with Queue(qdir, sync=False, hook=hook) as q:
+        assert hook.seen == TRUNCATE_PHASES
+        assert view(q) == view(work.model)
+    assert newest.stat().st_size == start

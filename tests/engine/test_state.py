@@ -33,7 +33,9 @@ SETTINGS = settings(max_examples=50, deadline=None)
 # -- helpers --------------------------------------------------------------------
 
 
-def put(task: str, payload: Any = None, *, key: str | None = None, available_at: int = 0, max_attempts: int = 3) -> Any:
+def put(
+    task: str, payload: Any = None, *, key: str | None = None, available_at: int = 0, max_attempts: int = 3
+) -> dict[str, Any]:
     return {
         "op": "put",
         "task": task,
@@ -373,7 +375,7 @@ INVALID_OPS: dict[str, Any] = {
     "lease dead task": lease("d", 2),
     "lease same generation": lease("r", 0),
     "lease skips a generation": lease("r", 2),
-    "lease generation bool": lease("r", True),  # type: ignore[arg-type]
+    "lease generation bool": lease("r", True),
     "lease worker empty": lease("r", worker=""),
     "lease worker too long": lease("r", worker="w" * (MAX_NAME_BYTES + 1)),
     "lease worker not str": _with(lease("r"), worker=7),
@@ -390,7 +392,7 @@ INVALID_OPS: dict[str, Any] = {
     "expire dead task": expire("d", 1),
     "expire wrong generation": expire("l", 2),
     "expire generation zero": expire("l", 0),
-    "expire generation bool": expire("l", True),  # type: ignore[arg-type]
+    "expire generation bool": expire("l", True),
     "expire extra field": _with(expire("l"), available_at=3),
     "ack unknown task": ack("nope"),
     "ack ready task": ack("r", 0),
@@ -473,6 +475,17 @@ def test_random_invalid_transaction_leaves_the_state_identical(data: st.DataObje
         state.check_invariants()
 
 
+def test_invariant_check_notices_a_broken_index() -> None:
+    state = sample_state()
+    state._counts[READY] += 1
+    with pytest.raises(AssertionError, match="counts"):
+        state.check_invariants()
+    state = sample_state()
+    state.tasks["r"].entry = (0, "r")  # not the tuple that is in the heap
+    with pytest.raises(AssertionError, match="ready heap"):
+        state.check_invariants()
+
+
 @SETTINGS
 @given(st.data())
 def test_valid_transactions_keep_every_index_consistent(data: st.DataObject) -> None:
@@ -499,7 +512,7 @@ def test_returned_payloads_are_copies() -> None:
     payload["list"].append(2)
     first = task(state, "t")
     assert first.payload == {"list": [1]}
-    first.payload["list"].append(3)  # type: ignore[index]
+    first.payload["list"].append(3)
     assert task(state, "t").payload == {"list": [1]}
     run(state, lease("t"))
     token = state.lease_for("t")
@@ -599,7 +612,7 @@ class NoScanDict(dict):  # type: ignore[type-arg]
     def _scan(self, *args: Any) -> Any:
         raise AssertionError("walked every task")
 
-    __iter__ = keys = values = items = __len__ = _scan  # type: ignore[assignment]
+    __iter__ = keys = values = items = __len__ = _scan
 
 
 def test_transitions_and_peeks_never_walk_all_tasks() -> None:

@@ -35,7 +35,7 @@ json_scalars = (
     | st.booleans()
     | st.integers()
     | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(alphabet=st.characters(exclude_categories=("Cs",)), max_size=8)
+    | st.text(alphabet=st.characters(exclude_categories=["Cs"]), max_size=8)
 )
 json_values = st.recursive(
     json_scalars,
@@ -297,7 +297,7 @@ def test_worst_case_record_extra_matches_the_documented_arithmetic() -> None:
     assert extra == 6461 <= RECORD_WORST_CASE_EXTRA
 
 
-names = st.text(alphabet=st.characters(exclude_categories=("Cs",)), min_size=1, max_size=40).filter(
+names = st.text(alphabet=st.characters(exclude_categories=["Cs"]), min_size=1, max_size=40).filter(
     lambda s: len(s.encode("utf-8")) <= MAX_NAME_BYTES
 )
 escapes = st.text(alphabet='\x00\x1f"\\\n\x7f\u2028é', min_size=MAX_NAME_BYTES - 2, max_size=MAX_NAME_BYTES)

@@ -167,6 +167,7 @@ BAD_BODIES: list[tuple[str, Any]] = [
     ("sha256 int", mutated({"sha256": 0})),
     ("sha256 null", mutated({"sha256": None})),
     ("wal 0", mutated({"wal": 0})),
+    ("wal beyond the 20 digits of a segment name", mutated({"wal": 10**20})),
     ("wal -1", mutated({"wal": -1})),
     ("wal true", mutated({"wal": True})),
     ("wal 1.0", mutated({"wal": 1.0})),
@@ -223,3 +224,8 @@ def test_an_oversized_current_is_refused_without_reading_it(tmp_path: Path) -> N
         file.truncate(MAX_FRAME_BYTES + 36 + 1)  # sparse
     error = assert_corrupt(tmp_path, path)
     assert error.offset == 0
+
+
+def test_a_directory_named_current_is_corrupt(tmp_path: Path) -> None:
+    (tmp_path / CURRENT_NAME).mkdir()
+    assert_corrupt(tmp_path, tmp_path / CURRENT_NAME)

@@ -172,3 +172,32 @@ def test_the_package_exports_what_spec_section_1_names() -> None:
     for name in ("MAX_FRAME_BYTES", "CorruptStore", "canonical_json", "encode_frame"):
         assert name in fmt.__all__
         assert hasattr(fmt, name)
+
+
+def test_the_worked_example_of_format_md_is_what_encode_frame_writes() -> None:
+    """docs/FORMAT.md §10 shows this frame byte by byte; this keeps the document honest."""
+    value = {
+        "seq": 1,
+        "ops": [{"op": "put", "task": "t1", "key": "t1", "payload": {"n": 1}, "available_at": 0, "max_attempts": 3}],
+    }
+    expected = bytes.fromhex(
+        "00000069"
+        "7b226f7073223a5b7b22617661696c61"
+        "626c655f6174223a302c226b6579223a"
+        "227431222c226d61785f617474656d70"
+        "7473223a332c226f70223a2270757422"
+        "2c227061796c6f6164223a7b226e223a"
+        "317d2c227461736b223a227431227d5d"
+        "2c22736571223a317d"
+        "89bd6a68d98e27557562e969425cd6e9"
+        "1caca36176185d12dea1a9c460f020a9"
+    )
+    assert len(expected) == 141
+    assert encode_frame(value) == expected
+    assert hashlib.sha256(expected[4:109]).hexdigest() == (
+        "89bd6a68d98e27557562e969425cd6e91caca36176185d12dea1a9c460f020a9"
+    )
+    identity = {"available_at": 0, "max_attempts": 3, "payload": {"n": 1}, "task": "t1"}
+    assert hashlib.sha256(canonical_json(identity)).hexdigest() == (
+        "02f9f61cf1a62ee2987a9f03c0f55a7fa5175d2bfc8272e9e78b4f290e893990"
+    )

@@ -389,3 +389,9 @@ def test_a_missing_snapshot_is_corrupt(tmp_path: Path) -> None:
     error = assert_corrupt(path, expected_size=10, expected_sha256="0" * 64)
     assert error.offset is None
     assert_corrupt(path)
+
+
+def test_a_directory_in_place_of_the_snapshot_is_corrupt(tmp_path: Path) -> None:
+    path = tmp_path / snapshot_name(1)
+    path.mkdir()
+    assert assert_corrupt(path).offset is None

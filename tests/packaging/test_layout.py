@@ -196,6 +196,14 @@ def test_root_is_a_workspace_and_its_tools_search_exactly_the_three_src_dirs() -
     assert root["tool"]["hatch"]["envs"]["default"]["workspace"]["members"] == ["packages/*"]
 
 
+def test_hatch_test_pins_the_same_tools_as_requirements_test_txt() -> None:
+    root = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    hatch_pins = set(root["tool"]["hatch"]["envs"]["hatch-test"]["extra-dependencies"])
+    lines = (REPO_ROOT / "requirements-test.txt").read_text(encoding="utf-8").splitlines()
+    requirement_pins = {line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")}
+    assert hatch_pins <= requirement_pins, hatch_pins - requirement_pins
+
+
 # --- no-install mode ---------------------------------------------------------
 
 

@@ -21,7 +21,7 @@ from walqueue.engine.ownership import DirectoryLock
 from walqueue.engine.recovery import recover
 from walqueue.engine.state import apply
 from walqueue.engine.types import Lease, QueueClosed, Task
-from walqueue.format.frame import encode_frame
+from walqueue.format.frame import encode_body
 
 __all__ = ["Queue"]
 
@@ -108,8 +108,10 @@ class Queue:
     # -- the one write path ---------------------------------------------------------
 
     def _commit(self, tx_ops: list[dict[str, Any]]) -> None:
-        tx = {"seq": self._state.last_seq + 1, "ops": tx_ops}
-        frame = encode_frame(tx)  # ValueError for an oversize transaction: nothing written yet
+        seq = self._state.last_seq + 1
+        tx = {"seq": seq, "ops": tx_ops}
+        # ValueError for an oversize transaction, before anything is written.
+        frame = encode_body(ops.transaction_body(seq, tx_ops))
         try:
             self._wal.append(frame)
             apply(self._state, tx)

@@ -90,6 +90,8 @@ def recover(directory: str, *, hook: Hook, sync: bool) -> Recovered:
     for number in live:
         path = os.path.join(directory, wal_name(number))
         end = SegmentEnd()
+        if not os.path.isfile(path):
+            raise CorruptStore(path, None, "a WAL segment name that is not a regular file")
         with open(path, "rb") as file:
             for frame in read_frames(file, path, allow_torn_tail=number == newest, end=end):
                 seq = transaction_seq(frame.value, path, frame.offset)

@@ -52,6 +52,7 @@ from walqueue.format.canonical import canonical_json
 __all__ = [
     "COMPLETED",
     "DEAD",
+    "EncodedPayload",
     "LEASED",
     "READY",
     "STATUSES",
@@ -59,6 +60,7 @@ __all__ = [
     "State",
     "TaskRecord",
     "apply",
+    "identity_digest",
     "request_identity",
 ]
 
@@ -90,18 +92,47 @@ class InvalidTransaction(ValueError):
 def request_identity(task_id: str, payload_json: bytes, available_at: int, max_attempts: int) -> bytes:
     """SHA-256 of the canonical JSON of a put's identity (SPEC §2).
 
-    Built by splicing the already-canonical payload bytes into the object
-    ``{"available_at":A,"max_attempts":M,"payload":P,"task":T}`` (keys in
-    sorted order) instead of encoding the payload a second time; the tests
-    prove it byte-equal to `canonical_json` of that object.
+    The identity object is ``{"available_at":A,"max_attempts":M,"payload":P,
+    "task":T}``; two puts are identical iff these bytes are.
+    """
+    return identity_digest(canonical_json(task_id), payload_json, available_at, max_attempts)
+
+
+def identity_digest(task_json: bytes, payload_json: bytes, available_at: int, max_attempts: int) -> bytes:
+    """`request_identity` from the already-canonical task id and payload bytes.
+
+    Splices them into the identity object (keys in sorted order) instead of
+    encoding the payload a second time; the tests prove it byte-equal to
+    `canonical_json` of that object.
     """
     text = b'{"available_at":%d,"max_attempts":%d,"payload":%b,"task":%b}' % (
         available_at,
         max_attempts,
         payload_json,
-        canonical_json(task_id),
+        task_json,
     )
     return hashlib.sha256(text).digest()
+
+
+class EncodedPayload(dict[str, Any]):
+    """A payload already validated, with its canonical JSON bytes attached.
+
+    `ops.put_request` builds one (a private copy nobody else can reach) so
+    that `apply` and the frame encoder reuse the bytes instead of walking and
+    encoding the payload again. Only the engine's own planners create it;
+    anything decoded from disk is a plain dict and is checked in full. The
+    transition is the same either way: the stored bytes are identical.
+    """
+
+    __slots__ = ("canonical",)
+
+    canonical: bytes
+
+    @classmethod
+    def of(cls, payload_json: bytes) -> EncodedPayload:
+        payload = cls(json.loads(payload_json))
+        payload.canonical = payload_json
+        return payload
 
 
 class TaskRecord:
@@ -435,29 +466,48 @@ class State:
         return live
 
     def check_invariants(self) -> None:
-        """Verify every index against the records (O(n); for tests and `walqueue-fsck --replay`)."""
+        """Verify every index against the records; `AssertionError` names the first broken one.
+
+        O(n): for tests and offline checks (`walqueue-fsck --replay`), never
+        on a live path. Raises explicitly, so that ``python -O`` cannot turn
+        it into a silent no-op.
+        """
+
+        def require(condition: bool, what: str) -> None:
+            if not condition:
+                raise AssertionError(f"state invariant broken: {what}")
+
         counts = dict.fromkeys(STATUSES, 0)
         live_ready = {id(entry) for entry in self._ready}
         live_leases = {id(entry) for entry in self._leases}
         for task_id, record in self.tasks.items():
-            assert record.task_id == task_id
+            require(record.task_id == task_id, f"task {task_id!r} is filed under another id")
             counts[record.status] += 1
-            assert self.lookup_key(record.key) == task_id, task_id
-            if record.key != task_id:
-                assert self._key_owner[record.key] == task_id
-            assert (record.worker is not None) == (record.status == LEASED)
-            assert (record.deadline is not None) == (record.status == LEASED)
-            assert (len(record.blob) == _DIGEST_BYTES) == (record.status == COMPLETED)
+            require(self.lookup_key(record.key) == task_id, f"key of task {task_id!r} does not lead back to it")
+            leased = record.status == LEASED
+            require((record.worker is not None) == leased, f"worker of {record.status} task {task_id!r}")
+            require((record.deadline is not None) == leased, f"deadline of {record.status} task {task_id!r}")
+            require(
+                (len(record.blob) == _DIGEST_BYTES) == (record.status == COMPLETED),
+                f"payload of {record.status} task {task_id!r}",
+            )
             if record.status == READY:
-                assert record.entry == (record.available_at, task_id) and id(record.entry) in live_ready
-            elif record.status == LEASED:
-                assert record.entry == (record.deadline, task_id) and id(record.entry) in live_leases
+                require(
+                    record.entry == (record.available_at, task_id) and id(record.entry) in live_ready,
+                    f"ready task {task_id!r} is not in the ready heap",
+                )
+            elif leased:
+                require(
+                    record.entry == (record.deadline, task_id) and id(record.entry) in live_leases,
+                    f"leased task {task_id!r} is not in the lease heap",
+                )
             else:
-                assert record.entry is None
-        assert counts == self._counts, (counts, self._counts)
-        assert len(self._key_owner) == sum(1 for r in self.tasks.values() if r.key != r.task_id)
-        assert len(self._ready) <= 2 * counts[READY] + _HEAP_SLACK
-        assert len(self._leases) <= 2 * counts[LEASED] + _HEAP_SLACK
+                require(record.entry is None, f"{record.status} task {task_id!r} is still in a heap")
+        require(counts == self._counts, f"counts {self._counts} differ from the records' {counts}")
+        custom_keys = sum(1 for record in self.tasks.values() if record.key != record.task_id)
+        require(len(self._key_owner) == custom_keys, "the key index holds keys of no task")
+        require(len(self._ready) <= 2 * counts[READY] + _HEAP_SLACK, "the ready heap holds too many stale entries")
+        require(len(self._leases) <= 2 * counts[LEASED] + _HEAP_SLACK, "the lease heap holds too many stale entries")
 
 
 _RECORD_KEYS = frozenset(
@@ -626,7 +676,8 @@ def _put(state: State, staging: _Staging, op: dict[str, Any]) -> TaskRecord:
     try:
         task_id = check_name(op["task"], "task")
         key = check_name(op["key"], "key")
-        payload_json = check_payload(op["payload"])
+        payload = op["payload"]
+        payload_json = payload.canonical if type(payload) is EncodedPayload else check_payload(payload)
     except (TypeError, ValueError) as exc:
         raise _OpError(str(exc)) from None
     available_at = _int(op, "available_at")
@@ -635,12 +686,13 @@ def _put(state: State, staging: _Staging, op: dict[str, Any]) -> TaskRecord:
         raise _OpError(f"task {task_id!r:.100} already exists")
     if key in staging.keys or state.lookup_key(key) is not None:
         raise _OpError(f"key {key!r:.100} is already known")
+    task_json = canonical_json(task_id)
     try:
-        check_record_fits(payload_json, canonical_json(task_id), canonical_json(key))
+        check_record_fits(payload_json, task_json, task_json if key == task_id else canonical_json(key))
     except ValueError as exc:
         raise _OpError(str(exc)) from None
     staging.keys.add(key)
-    digest = request_identity(task_id, payload_json, available_at, max_attempts)
+    digest = identity_digest(task_json, payload_json, available_at, max_attempts)
     return TaskRecord(task_id, key, READY, digest + payload_json, available_at, max_attempts, 0, 0, None, None)
 
 

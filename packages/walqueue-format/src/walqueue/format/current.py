@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from walqueue.format.errors import CorruptStore
-from walqueue.format.frame import MAX_FRAME_BYTES, FRAME_OVERHEAD, decode_frame, encode_frame
+from walqueue.format.frame import FRAME_OVERHEAD, MAX_FRAME_BYTES, decode_frame, encode_frame
 from walqueue.format.fsutil import fsync_directory, write_all
-from walqueue.format.names import CURRENT_NAME, CURRENT_TMP_NAME, parse_snapshot_name
+from walqueue.format.names import CURRENT_NAME, CURRENT_TMP_NAME, MAX_NUMBER, parse_snapshot_name
 
 __all__ = ["Current", "publish_current", "read_current", "write_current_tmp"]
 
@@ -65,7 +65,8 @@ def current_from_json(value: Any, path: str | None = None) -> Current:
         raise CorruptStore(path, 0, f"CURRENT size {value['size']!r} is not a byte count")
     if not isinstance(value["sha256"], str) or not _HEX64.fullmatch(value["sha256"]):
         raise CorruptStore(path, 0, "CURRENT sha256 is not 64 lowercase hex digits")
-    if not _is_int(value["wal"], 1):
+    # A segment number must fit the 20 digits of a segment name (wal_name would refuse it later).
+    if not _is_int(value["wal"], 1) or value["wal"] > MAX_NUMBER:
         raise CorruptStore(path, 0, f"CURRENT wal {value['wal']!r} is not a segment number")
     return Current(name, value["seq"], value["size"], value["sha256"], value["wal"])
 
@@ -85,6 +86,8 @@ def read_current(directory: str | os.PathLike[str]) -> Current | None:
             data = file.read()
     except FileNotFoundError:
         return None
+    except IsADirectoryError:
+        raise CorruptStore(path, None, "CURRENT is a directory, not a file") from None
     return current_from_json(decode_frame(data, path), path)
 
 

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, BinaryIO, Iterator
+from typing import Any, BinaryIO
 
 from walqueue.format.canonical import canonical_json, parse_json
 from walqueue.format.errors import CorruptStore
@@ -241,7 +242,5 @@ def _torn_or_corrupt(
         raise CorruptStore(path, offset, f"{what} in a segment that is not the newest")
     later = find_complete_frame(fd, offset, size)
     if later is not None:
-        raise CorruptStore(
-            path, offset, f"{what}, but a complete frame starts at byte {later}: the length was damaged"
-        )
+        raise CorruptStore(path, offset, f"{what}, but a complete frame starts at byte {later}: the length was damaged")
     end.torn_offset = offset

@@ -17,10 +17,27 @@ is exactly opening's:
   the directory or one of its files cannot be read at all.
 
 Every finding names its file and byte offset (``None`` when it concerns a
-whole file). `check()` returns the report as an object for programs; `main()`
-is the command line. A directory that a live writer is appending to may show
-its in-flight frame as a torn tail: that is what a crash at this instant
-would leave.
+whole file) and has a `kind`:
+
+- error: `not-a-directory`, `unreadable`;
+- corrupt: `current`, `snapshot` (size, digest, header, records, footer; with
+  replay also an invalid record), `segment-missing`, `frame` (length,
+  digest, JSON, an incomplete frame before the newest segment's end),
+  `transaction` (the {seq, ops} envelope), `sequence` (a gap or a repeat),
+  `invalid-transaction` (replay only);
+- torn: `torn-tail` (with `bytes`, what opening would cut);
+- note: `new-store`, `orphan-snapshot`, `unchecked-snapshot`,
+  `leftover-segment`, `temp-file`, `unknown-file`, `not-checked`,
+  `wal-behind-snapshot`.
+
+Opening stops at the first problem; fsck goes on where the rest can still
+be checked on its own (other segments, the files opening ignores), so one
+damaged frame does not hide another. Replay stops at the first problem.
+
+`check()` returns the report as an object for programs; `main()` is the
+command line. A directory that a live writer is appending to may show its
+in-flight frame as a torn tail: that is what a crash at this instant would
+leave.
 """
 
 from __future__ import annotations
@@ -31,7 +48,7 @@ import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol
 
 from walqueue.format.current import Current, read_current
 from walqueue.format.errors import CorruptStore
@@ -54,6 +71,7 @@ __all__ = [
     "SnapshotSummary",
     "check",
     "main",
+    "render_text",
 ]
 
 EXIT_HEALTHY = 0
@@ -536,7 +554,7 @@ def _read_segment(
     return True
 
 
-def _report_torn(report: Report, file: Any, summary: SegmentSummary, end: SegmentEnd) -> None:
+def _report_torn(report: Report, file: BinaryIO, summary: SegmentSummary, end: SegmentEnd) -> None:
     """Record the torn tail: where it starts, how many bytes opening would cut, and what it holds."""
     assert end.torn_offset is not None
     summary.torn_offset = end.torn_offset
@@ -553,7 +571,7 @@ def _report_torn(report: Report, file: Any, summary: SegmentSummary, end: Segmen
             "torn-tail",
             summary.file,
             end.torn_offset,
-            f"torn tail: {what}; opening would cut {end.torn_bytes} bytes",
+            f"{what}; opening would cut {end.torn_bytes} bytes",
             end.torn_bytes,
         )
     )

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 from walqueue.format.errors import CorruptStore
 from walqueue.format.frame import SegmentEnd, encode_body, encode_frame, read_frames
@@ -148,6 +149,8 @@ class SnapshotReader:
             actual_size, actual_sha256 = file_sha256(self.path)
         except FileNotFoundError:
             raise CorruptStore(self.path, None, "snapshot file is missing") from None
+        except IsADirectoryError:
+            raise CorruptStore(self.path, None, "snapshot is a directory, not a file") from None
         if expected_size is not None and actual_size != expected_size:
             raise CorruptStore(self.path, None, f"snapshot is {actual_size} bytes, CURRENT says {expected_size}")
         if expected_sha256 is not None and actual_sha256 != expected_sha256:
@@ -180,7 +183,7 @@ class SnapshotReader:
     def close(self) -> None:
         self._file.close()
 
-    def __enter__(self) -> "SnapshotReader":
+    def __enter__(self) -> SnapshotReader:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -235,4 +238,3 @@ class SnapshotReader:
                 yield record
         if footer_offset is None:
             raise CorruptStore(path, self.size, "snapshot has no footer")
-

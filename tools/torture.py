@@ -1,0 +1,2000 @@
+#!/usr/bin/env python3
+"""The torture harness: WALQueue against its reference model, under every fault we can make.
+
+    python tools/torture.py [--seed N] [--seconds S] [--campaign NAME ...]
+
+Five campaigns, each seeded and reproducible, each comparing the real
+`walqueue.Queue` with the reference model of `tests/model.py`:
+
+1. ``crash-points``: randomized workloads (every operation, explicit and
+   automatic compaction, reaps) are killed with `InjectedCrash` at every
+   phase call of every step, on a copy of the directory. Each copy is reopened
+   at once (first crashing again at each recovery phase) and must equal the
+   model before the step, or after exactly those of its transactions whose
+   frames were complete (the ``wal.append.written`` phases reached, SPEC §4
+   rules 6 and 7). The workload then goes on, sometimes from a crashed copy.
+2. ``kill``: a child process (this very file, ``--kill-child``) runs a
+   seeded workload with ``sync=True`` and reports ``begin i`` before and
+   ``done i <digest>`` after each call; the parent SIGKILLs it at random
+   moments, reopens, and requires the model's replay of the done operations,
+   with the one in-flight operation applied, not applied, or (a reserve)
+   only reaped.
+3. ``bytes``: stores with CURRENT, a snapshot, orphans, a leftover segment
+   and three live segments are damaged one way at a time (every truncation
+   offset, single-bit flips of every file): opening recovers exactly the
+   model's state (minus the cut transactions, only for a torn tail of the
+   newest segment) or raises `CorruptStore`, and ``walqueue-fsck --replay``
+   agrees (2 iff `CorruptStore`, 1 iff opening cut a torn tail).
+4. ``os-faults``: `OSError` (ENOSPC, EIO) at the k-th ``os`` call (write,
+   fsync, replace/rename, unlink, open, ftruncate) of a step, for every k:
+   the error reaches the caller unwrapped, the queue is poisoned
+   (`QueueClosed`, ``close()`` silent), and reopening gives the model's state
+   before or after the step (same rule as campaign 1). Opening itself is
+   faulted too, with and without a torn tail to cut.
+5. ``bad-input``: seeded fuzzing of every API call and every CLI line with
+   hostile values: only the documented exceptions (or CLI answers), the
+   model's answer for every call that succeeds, and not one byte written by
+   a call that fails.
+
+One line per campaign gives its counts and divergences; the last line is
+``N passed, M failed``. The exit status is 0 only when every campaign passed.
+Faults are injected only from outside the engine: the hook of SPEC §5, the
+``os`` module's functions, the bytes of files, and SIGKILL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import enum
+import errno
+import hashlib
+import importlib.util
+import itertools
+import json
+import logging
+import os
+import random
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# -- finding the code under test -----------------------------------------------------
+
+_ROOT = Path(__file__).resolve().parent.parent
+_SRC_DIRS = [_ROOT / "packages" / name / "src" for name in ("walqueue-format", "walqueue-engine", "walqueue-cli")]
+_TESTS_DIR = _ROOT / "tests"
+
+
+def _setup_path() -> None:
+    """Make `walqueue` and the model importable from a checkout as well as from an install.
+
+    The model lives in tests/ and is never installed. The src directories are
+    added only when `walqueue` is not importable already, so an installed
+    distribution is what gets tested when there is one.
+    """
+    if str(_TESTS_DIR) not in sys.path:
+        sys.path.insert(0, str(_TESTS_DIR))
+    if importlib.util.find_spec("walqueue") is None:
+        for directory in reversed(_SRC_DIRS):
+            if directory.is_dir():
+                sys.path.insert(0, str(directory))
+
+
+_setup_path()
+
+from model import Model, directory_digest, read_frames, render, view  # noqa: E402
+from walqueue import (  # noqa: E402
+    PHASES,
+    CorruptStore,
+    InjectedCrash,
+    KeyConflict,
+    Lease,
+    Queue,
+    QueueClosed,
+    StaleLease,
+    Task,
+)
+from walqueue.format.current import read_current  # noqa: E402
+from walqueue.format.names import LOCK_NAME, parse_wal_name  # noqa: E402
+
+CAMPAIGNS = ("crash-points", "kill", "bytes", "os-faults", "bad-input")
+#: Share of --seconds each campaign gets (renormalized over the ones selected).
+BUDGET_SHARES = {"crash-points": 0.22, "kill": 0.22, "bytes": 0.22, "os-faults": 0.17, "bad-input": 0.17}
+DEFAULT_SECONDS = 60.0
+RECOVERY_PHASES = ("recover.truncate.before", "recover.truncate.after")
+#: The errors a call may raise without anything being wrong (SPEC §2).
+DOCUMENTED_ERRORS: tuple[type[Exception], ...] = (KeyConflict, StaleLease, TypeError, ValueError)
+#: How many divergence messages a campaign keeps (it counts them all).
+MAX_MESSAGES = 12
+
+
+# ---------------------------------------------------------------------------
+# Reports
+
+
+@dataclass
+class Report:
+    """What one campaign did (ordered counts) and what went wrong.
+
+    `divergences` are disagreements with the model or the SPEC; `gaps` are
+    coverage promises the run did not keep (a phase never crashed at). Either
+    fails the campaign.
+    """
+
+    name: str
+    counts: dict[str, int] = field(default_factory=dict)
+    divergences: list[str] = field(default_factory=list)
+    divergence_count: int = 0
+    gaps: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def count(self, what: str, n: int = 1) -> None:
+        self.counts[what] = self.counts.get(what, 0) + n
+
+    def diverge(self, message: str) -> None:
+        self.divergence_count += 1
+        if len(self.divergences) < MAX_MESSAGES:
+            self.divergences.append(message)
+
+    @property
+    def passed(self) -> bool:
+        return self.divergence_count == 0 and not self.gaps
+
+    def line(self) -> str:
+        counts = ", ".join(f"{value} {what}" for what, value in self.counts.items())
+        notes = "".join(f"; {note}" for note in self.notes)
+        gaps = "".join(f"; GAP {gap}" for gap in self.gaps)
+        verdict = "ok" if self.passed else "FAILED"
+        return (
+            f"{self.name}: {counts}{notes}; {self.divergence_count} divergences{gaps}"
+            f" ({self.seconds:.1f} s) {verdict}"
+        )
+
+
+class Abort(Exception):
+    """Stop the current work unit after a divergence: its model no longer describes the store."""
+
+
+@contextlib.contextmanager
+def quiet_walqueue_logging() -> Iterator[None]:
+    """Silence the engine's torn-tail warnings (thousands of expected ones), restoring the logger after."""
+    logger = logging.getLogger("walqueue")
+    saved = (logger.level, logger.propagate, list(logger.handlers))
+    handler = logging.NullHandler()
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(saved[0])
+        logger.propagate = saved[1]
+
+
+class Dirs:
+    """Fresh, never-reused directory names under one temporary root."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._counter = itertools.count()
+
+    def new(self, copy_of: Path | None = None) -> Path:
+        path = self.root / f"d{next(self._counter)}"
+        if copy_of is None:
+            path.mkdir()
+        else:
+            shutil.copytree(copy_of, path)
+        return path
+
+
+def remove(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------
+# Operations and the seeded workload shared by campaigns 1, 2, 3 and 4
+
+
+@dataclass(frozen=True)
+class Op:
+    """One call of the public API, as data, so that a child process and its parent build the same."""
+
+    kind: str
+    args: dict[str, Any]
+
+    def describe(self) -> str:
+        """A one-line text that identifies the call (the kill campaign compares it across processes)."""
+        a = self.args
+        if self.kind == "put":
+            spec = a["spec"]
+            return f"put {spec['task_id']} key={spec.get('key')} at={spec.get('available_at', 0)}"
+        if self.kind == "put_many":
+            return "put_many " + ",".join(item["task_id"] for item in a["items"])
+        if self.kind == "reserve":
+            return f"reserve {a['worker']} now={a['now']} for={a['lease_seconds']} limit={a['limit']}"
+        if self.kind in ("ack", "release"):
+            lease = a["lease"]
+            return f"{self.kind} {lease.task_id} {lease.worker} g{lease.generation} now={a['now']}"
+        if self.kind == "get":
+            return f"get {a['task_id']}"
+        if self.kind == "tasks":
+            return f"tasks {a['status']}"
+        return self.kind
+
+
+def perform(op: Op, target: Any) -> Any:
+    """Run `op` on a `Queue` or a `Model` (they share the API)."""
+    a = op.args
+    if op.kind == "put":
+        return target.put(**copy.deepcopy(a["spec"]))
+    if op.kind == "put_many":
+        return target.put_many(copy.deepcopy(a["items"]))
+    if op.kind == "reserve":
+        return target.reserve(a["worker"], now=a["now"], lease_seconds=a["lease_seconds"], limit=a["limit"])
+    if op.kind == "ack":
+        return target.ack(a["lease"], now=a["now"])
+    if op.kind == "release":
+        return target.release(a["lease"], now=a["now"], delay=a["delay"])
+    if op.kind == "compact":
+        return target.compact()
+    if op.kind == "get":
+        return target.get(a["task_id"])
+    if op.kind == "tasks":
+        return target.tasks(a["status"])
+    raise AssertionError(f"unknown op kind {op.kind}")
+
+
+def outcome(op: Op, target: Any) -> str:
+    """The call's answer as exact text: the rendered result, or the documented error's class."""
+    try:
+        value = perform(op, target)
+    except DOCUMENTED_ERRORS as exc:
+        return "error " + type(exc).__name__
+    return "ok " + render(value)
+
+
+def text_digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def token_for(task: Task) -> Lease:
+    """The lease token a worker would hold for a leased task (also used to forge stale ones)."""
+    return Lease(
+        task_id=task.task_id,
+        worker=task.worker or "w1",
+        generation=task.generation,
+        deadline=task.deadline or 0,
+        attempts=task.attempts,
+        payload=task.payload or {},
+    )
+
+
+class Workload:
+    """A seeded stream of calls that depends only on its seed and on the state it reads.
+
+    Tokens are rebuilt from `tasks()` rather than remembered, so a child
+    process reading its queue and a parent reading the model make the same
+    choices as long as the two states agree, and a workload can go on from a
+    crashed copy whose last answer nobody saw.
+    """
+
+    KINDS = ("put", "retry", "conflict", "put_many", "reserve", "ack", "release", "stale", "compact", "get", "tasks")
+    WEIGHTS = (6, 1, 1, 2, 5, 4, 2, 1, 1, 1, 1)
+
+    def __init__(self, seed: str, *, prefix: str = "t", now: int = 0, compact_weight: int = 1) -> None:
+        self.rng = random.Random(seed)
+        self.prefix = prefix
+        self.now = now
+        self.next_id = 0
+        self.puts: list[dict[str, Any]] = []
+        self.weights = list(self.WEIGHTS)
+        self.weights[self.KINDS.index("compact")] = compact_weight
+
+    def _payload(self, n: int) -> dict[str, Any]:
+        rng = self.rng
+        payload: dict[str, Any] = {"n": n}
+        shape = rng.random()
+        if shape < 0.5:
+            payload["blob"] = "x" * rng.randrange(0, 40)
+        elif shape < 0.7:
+            payload["f"] = rng.choice([1.5, -0.0, 1e300, 0.1, 2.0])
+            payload["b"] = rng.choice([True, False, None, 1])
+        elif shape < 0.85:
+            payload["nested"] = {"l": [1, "two", {"three": [3.0]}], "u": "é\u2028\x00\"\\"}
+        else:
+            payload["big"] = rng.randrange(2**62)
+        return payload
+
+    def new_spec(self) -> dict[str, Any]:
+        rng = self.rng
+        self.next_id += 1
+        spec: dict[str, Any] = {
+            "task_id": f"{self.prefix}{self.next_id:04d}",
+            "payload": self._payload(self.next_id),
+            "available_at": self.now + rng.choice([0, 0, 0, 3]),
+            "max_attempts": rng.choice([1, 2, 3]),
+        }
+        if rng.random() < 0.3:
+            spec["key"] = f"k-{self.prefix}{self.next_id:04d}"
+        self.puts.append(spec)
+        return spec
+
+    def next_op(self, target: Any) -> Op:
+        """Choose the next call from the seed and from `target`'s state (a Queue or a Model)."""
+        rng = self.rng
+        self.now += rng.choice([0, 1, 1, 2, 5])
+        now = self.now
+        kind = rng.choices(self.KINDS, weights=self.weights)[0]
+        if kind in ("retry", "conflict") and self.puts:
+            spec = dict(rng.choice(self.puts))
+            if kind == "conflict":
+                spec["payload"] = {"other": rng.randrange(3)}
+            return Op("put", {"spec": spec})
+        if kind == "put_many":
+            items = [self.new_spec() for _ in range(rng.randrange(1, 4))]
+            if len(self.puts) > len(items) and rng.random() < 0.4:
+                items.append(dict(rng.choice(self.puts[: -len(items)])))
+            return Op("put_many", {"items": items})
+        if kind == "reserve":
+            return Op(
+                "reserve",
+                {
+                    "worker": rng.choice(["w1", "w2", "w3"]),
+                    "now": now,
+                    "lease_seconds": rng.choice([1, 2, 4, 10]),
+                    "limit": rng.choice([1, 2, 3, 5]),
+                },
+            )
+        if kind in ("ack", "release"):
+            leased = target.tasks("leased")
+            if leased:
+                lease = token_for(rng.choice(leased))
+                if kind == "ack":
+                    return Op("ack", {"lease": lease, "now": now})
+                return Op("release", {"lease": lease, "now": now, "delay": rng.choice([0, 1, 3])})
+        if kind == "stale":
+            touched = [t for t in target.tasks() if t.generation > 0]
+            if touched:
+                lease = token_for(rng.choice(touched))
+                forged = rng.choice(["generation", "worker", "as-is"])
+                if forged == "generation":
+                    lease = Lease(lease.task_id, lease.worker, lease.generation - 1, 0, 0, {})
+                elif forged == "worker":
+                    lease = Lease(lease.task_id, "w9", lease.generation, 0, 0, {})
+                return Op(rng.choice(["ack", "release"]), {"lease": lease, "now": now, "delay": 0})
+        if kind == "compact":
+            return Op("compact", {})
+        if kind == "get":
+            known = [t.task_id for t in target.tasks()]
+            task_id = rng.choice(known) if known and rng.random() < 0.8 else f"{self.prefix}missing"
+            return Op("get", {"task_id": task_id})
+        if kind == "tasks":
+            return Op("tasks", {"status": rng.choice([None, "ready", "leased", "completed", "dead"])})
+        return Op("put", {"spec": self.new_spec()})
+
+
+def reap_only(model: Model, now: int) -> Model:
+    """The model after the reap transaction of `reserve(now=now)` and before its lease transaction."""
+    reaped = model.clone()
+    reap = getattr(reaped, "reap", None)
+    if callable(reap):
+        reap(now)
+        return reaped
+    # The model has no public reap (yet): do exactly what its reserve does first.
+    records = sorted(reaped._tasks.items())
+    expired = [r for _, r in records if r["status"] == "leased" and r["deadline"] <= now]
+    if expired:
+        reaped._expire([{"op": "expire", "task": r["task"], "generation": r["generation"]} for r in expired])
+    return reaped
+
+
+@dataclass
+class Expected:
+    """The model states a step may leave, by `last_seq`, and the answer it must give."""
+
+    by_seq: dict[int, Model]
+    before: Model
+    after: Model
+    answer: str
+
+    def state_after(self, complete: int) -> Model | None:
+        """The state once `complete` of the step's transactions are durable (None: no such state)."""
+        return self.by_seq.get(self.before.last_seq + complete)
+
+
+def expected_states(model: Model, op: Op) -> Expected:
+    before = model.clone()
+    by_seq = {before.last_seq: before}
+    if op.kind == "reserve":
+        reaped = reap_only(model, op.args["now"])
+        by_seq.setdefault(reaped.last_seq, reaped)
+    after = model.clone()
+    answer = outcome(op, after)
+    by_seq[after.last_seq] = after
+    return Expected(by_seq, before, after, answer)
+
+
+class PhaseLog:
+    """A hook that records phases and raises `InjectedCrash` at call number `crash_at`, or at `crash_phase`."""
+
+    def __init__(self, crash_at: int | None = None, crash_phase: str | None = None) -> None:
+        self.crash_at = crash_at
+        self.crash_phase = crash_phase
+        self.phases: list[str] = []
+
+    def __call__(self, phase: str) -> None:
+        self.phases.append(phase)
+        if self.crash_at is not None and len(self.phases) - 1 == self.crash_at:
+            raise InjectedCrash(phase)
+        if self.crash_phase == phase:
+            self.crash_phase = None
+            raise InjectedCrash(phase)
+
+
+def check_poisoned(queue: Queue, where: str, report: Report) -> None:
+    """After a crash or an OS error: every call raises QueueClosed, close() raises nothing (SPEC §2)."""
+    probes: list[tuple[str, Callable[[], Any]]] = [
+        ("tasks()", lambda: queue.tasks()),
+        ("last_seq", lambda: queue.last_seq),
+        ("put()", lambda: queue.put("poison-probe", {})),
+    ]
+    for name, probe in probes:
+        try:
+            probe()
+        except QueueClosed:
+            continue
+        except Exception as exc:
+            report.diverge(f"{where}: {name} on a poisoned queue raised {type(exc).__name__}, not QueueClosed")
+        else:
+            report.diverge(f"{where}: {name} on a poisoned queue succeeded")
+    for _ in range(2):
+        try:
+            queue.close()
+        except BaseException as exc:  # close() must never raise
+            report.diverge(f"{where}: close() on a poisoned queue raised {type(exc).__name__}")
+
+
+def open_through_recovery_crashes(
+    path: Path, report: Report, crashed: set[str], where: str, **options: Any
+) -> Queue:
+    """Open `path`, first dying at each recovery phase call in turn (SPEC §4 rule 5, §5).
+
+    Opening may report only `recover.truncate.*`, each at most once; a crash
+    at either must leave a directory that opens to the same state.
+    """
+    for attempt in range(len(RECOVERY_PHASES) + 2):
+        log = PhaseLog(crash_at=attempt)
+        try:
+            queue = Queue(path, hook=log, **options)
+        except InjectedCrash:
+            crashed.add(log.phases[-1])
+            report.count("recovery crashes")
+            _check_recovery_phases(log.phases, report, where)
+            continue
+        _check_recovery_phases(log.phases, report, where)
+        return queue
+    raise Abort(f"{where}: opening reported more phases than recovery has")
+
+
+def _check_recovery_phases(phases: list[str], report: Report, where: str) -> None:
+    if phases and tuple(phases) != RECOVERY_PHASES[: len(phases)]:
+        report.diverge(f"{where}: opening reported phases {phases}")
+
+
+def compare_views(actual: Queue, expected: Model, report: Report, where: str) -> bool:
+    got, want = view(actual), view(expected)
+    if got == want:
+        return True
+    report.diverge(f"{where}: state differs from the model: {_view_difference(got, want)}")
+    return False
+
+
+def _view_difference(got: dict[str, Any], want: dict[str, Any]) -> str:
+    if got["last_seq"] != want["last_seq"]:
+        return f"last_seq {got['last_seq']} != model {want['last_seq']}"
+    extra = sorted(set(got["tasks"]) - set(want["tasks"]))[:2]
+    missing = sorted(set(want["tasks"]) - set(got["tasks"]))[:2]
+    return f"counts {got['counts']} vs model {want['counts']}; only in queue {extra}; only in model {missing}"
+
+
+# ---------------------------------------------------------------------------
+# Campaign 1: crash points
+
+
+CRASH_STEPS = 160
+ADOPT_PROBABILITY = 0.3
+
+
+def campaign_crash_points(seed: int, budget: float, report: Report) -> None:
+    """Crash every phase call of every step of seeded workloads, on copies of the directory."""
+    deadline = time.monotonic() + budget
+    crashed: set[str] = set()
+    with tempfile.TemporaryDirectory(prefix="walqueue-crash-") as tmp:
+        for unit in itertools.count():
+            if unit and time.monotonic() >= deadline:
+                break
+            report.count("workloads")
+            try:
+                _crash_workload(seed, unit, Dirs(Path(tmp) / f"u{unit}"), deadline, report, crashed)
+            except Abort as exc:
+                report.diverge(str(exc))
+            except Exception:
+                report.diverge(f"unit {unit}: unexpected exception\n{traceback.format_exc(limit=6)}")
+    report.counts["phases crashed"] = len(crashed)
+    missing = sorted(set(PHASES) - crashed)
+    if missing:
+        report.gaps.append(f"phases never crashed at: {missing}")
+
+
+def _crash_workload(seed: int, unit: int, dirs: Dirs, deadline: float, report: Report, crashed: set[str]) -> None:
+    dirs.root.mkdir()
+    rng = random.Random(f"crash:{seed}:{unit}")
+    workload = Workload(f"crash-ops:{seed}:{unit}")
+    options = {"sync": False, "compact_bytes": rng.choice([600, 1200, 2500])}
+    main = dirs.new()
+    model = Model()
+    recorder = PhaseLog()
+    queue = Queue(main, hook=recorder, **options)
+    try:
+        for step in range(CRASH_STEPS):
+            if step >= 10 and time.monotonic() >= deadline:
+                break
+            where = f"--seed {seed} crash-points unit {unit} step {step}"
+            op = workload.next_op(model)
+            where += f" ({op.describe()})"
+            expected = expected_states(model, op)
+            pre = dirs.new(copy_of=main)
+            recorder.phases = []
+            answer = outcome(op, queue)
+            report.count("steps")
+            if answer != expected.answer:
+                raise Abort(f"{where}: answered {answer[:200]!r}, model {expected.answer[:200]!r}")
+            if not compare_views(queue, expected.after, report, where):
+                raise Abort(f"{where}: aborted")
+            phases = list(recorder.phases)
+            adopt_at = rng.randrange(len(phases)) if phases and rng.random() < ADOPT_PROBABILITY else None
+            adopted: tuple[Path, Model] | None = None
+            for crash_at in range(len(phases)):
+                crashed_dir, state = _crash_once(
+                    pre, op, crash_at, phases, expected, options, dirs, report, crashed, where
+                )
+                if crash_at == adopt_at:
+                    adopted = (crashed_dir, state)
+                else:
+                    remove(crashed_dir)
+            remove(pre)
+            if adopted is None:
+                model = expected.after
+            else:
+                queue.close()
+                remove(main)
+                main, model = adopted
+                queue = Queue(main, hook=recorder, **options)
+                report.count("continued from a crash")
+        queue.close()
+        final = Queue(main, **options)
+        compare_views(final, model, report, f"--seed {seed} crash-points unit {unit}: final reopen")
+        final.close()
+    finally:
+        queue.close()
+        remove(dirs.root)
+
+
+def _crash_once(
+    pre: Path,
+    op: Op,
+    crash_at: int,
+    phases: list[str],
+    expected: Expected,
+    options: dict[str, Any],
+    dirs: Dirs,
+    report: Report,
+    crashed: set[str],
+    where: str,
+) -> tuple[Path, Model]:
+    """Replay the step on a copy of `pre`, die at phase call `crash_at`, reopen at once and compare."""
+    scratch = dirs.new(copy_of=pre)
+    where = f"{where} crash at phase call {crash_at} ({phases[crash_at]})"
+    crasher = PhaseLog(crash_at=crash_at)
+    crashing = Queue(scratch, hook=crasher, **options)
+    try:
+        outcome(op, crashing)
+    except InjectedCrash:
+        pass
+    else:
+        raise Abort(f"{where}: the replayed step never reached that phase call")
+    report.count("crash points")
+    crashed.add(crasher.phases[-1])
+    if crasher.phases != phases[: crash_at + 1]:
+        report.diverge(f"{where}: phases {crasher.phases} differ from the uninterrupted run")
+    check_poisoned(crashing, where, report)
+    complete = crasher.phases.count("wal.append.written")
+    state = expected.state_after(complete)
+    if state is None:
+        raise Abort(f"{where}: {complete} complete frames, but the model's step has fewer transactions")
+    # Reopen at once: the dead object still exists, and must have let go of the lock.
+    reopened = open_through_recovery_crashes(scratch, report, crashed, where, sync=False, compact_bytes=None)
+    try:
+        if not compare_views(reopened, state, report, where):
+            raise Abort(f"{where}: aborted")
+    finally:
+        reopened.close()
+    del crashing
+    return scratch, state
+
+
+# ---------------------------------------------------------------------------
+# Campaign 2: kill -9
+
+
+KILL_COMPACT_BYTES = 3000
+KILL_CHILD_STEPS = 400
+KILLS_PER_UNIT = 40
+KILL_MAX_DELAY = 0.08
+STARTUP_KILL_PROBABILITY = 0.1
+CHILD_TIMEOUT = 60.0
+
+
+#: The child's entry point: import this file as a module (its bytecode is cached, a script's is
+#: not, and start-up time is most of a kill's cost) and run its `main` with the child's arguments.
+_TOOLS_DIR = str(Path(__file__).resolve().parent)
+CHILD_BOOTSTRAP = (
+    f"import sys; sys.path.insert(0, {_TOOLS_DIR!r}); import torture; sys.exit(torture.main(sys.argv[1:]))"
+)
+
+
+def kill_workload(seed: int, unit: int, epoch: int) -> Workload:
+    """The child's workload for one life (epoch) of one store (unit); the parent rebuilds the same."""
+    return Workload(f"kill:{seed}:{unit}:{epoch}", prefix=f"e{epoch}.", now=epoch * 1000)
+
+
+def kill_child(directory: str, seed: int, unit: int, epoch: int) -> int:
+    """The child: run the workload, reporting each call before and after it, until killed.
+
+    Lines go to stdout with one `os.write` each (shorter than PIPE_BUF, so
+    never torn); `done` carries a digest of the exact answer.
+    """
+    out = sys.stdout.fileno()
+    queue = Queue(directory, sync=True, compact_bytes=KILL_COMPACT_BYTES)
+    os.write(out, b"ready\n")
+    workload = kill_workload(seed, unit, epoch)
+    for index in range(KILL_CHILD_STEPS):
+        op = workload.next_op(queue)
+        os.write(out, f"begin {index} {op.describe()}\n".encode())
+        answer = outcome(op, queue)
+        os.write(out, f"done {index} {text_digest(answer)}\n".encode())
+    queue.close()
+    return 0
+
+
+def child_environment() -> dict[str, str]:
+    """PYTHONPATH for a child that imports exactly the walqueue (and model) this process imports."""
+    import walqueue
+    import walqueue.format
+
+    entries: list[str] = []
+    for package_dir in [*walqueue.__path__, *walqueue.format.__path__]:
+        parent = str(Path(package_dir).resolve().parent)
+        if Path(package_dir).name == "format":
+            parent = str(Path(package_dir).resolve().parent.parent)
+        if parent not in entries:
+            entries.append(parent)
+    entries.append(str(_TESTS_DIR))
+    env = dict(os.environ)
+    inherited = env.get("PYTHONPATH")
+    env["PYTHONPATH"] = os.pathsep.join(entries + ([inherited] if inherited else []))
+    return env
+
+
+@dataclass
+class ChildLife:
+    """What the parent learned from one killed child: its lines, in order."""
+
+    ready: bool
+    begun: list[tuple[int, str]]
+    done: dict[int, str]
+    returncode: int
+    stderr: str
+
+
+def campaign_kill(seed: int, budget: float, report: Report) -> None:
+    """SIGKILL a child running a seeded workload at random moments; reopen and compare after each kill."""
+    deadline = time.monotonic() + budget
+    env = child_environment()
+    report.counts.update({"kills": 0, "operations done": 0, "in flight": 0})
+    with tempfile.TemporaryDirectory(prefix="walqueue-kill-") as tmp:
+        for unit in itertools.count():
+            if unit and time.monotonic() >= deadline:
+                break
+            try:
+                _kill_unit(seed, unit, Path(tmp) / f"u{unit}", deadline, env, report)
+            except Abort as exc:
+                report.diverge(str(exc))
+            except Exception:
+                report.diverge(f"kill unit {unit}: unexpected exception\n{traceback.format_exc(limit=6)}")
+
+
+def _kill_unit(seed: int, unit: int, directory: Path, deadline: float, env: dict[str, str], report: Report) -> None:
+    rng = random.Random(f"kill-timing:{seed}:{unit}")
+    model = Model()
+    try:
+        for epoch in range(KILLS_PER_UNIT):
+            if (unit or epoch >= 5) and time.monotonic() >= deadline:
+                break
+            where = f"--seed {seed} kill unit {unit} epoch {epoch}"
+            life = _run_and_kill(directory, seed, unit, epoch, rng, env)
+            report.count("kills")
+            if life.returncode != -signal.SIGKILL and life.returncode != 0:
+                raise Abort(f"{where}: the child died by itself (status {life.returncode}):\n{life.stderr[-2000:]}")
+            model = _check_life(directory, seed, unit, epoch, life, model, report, where)
+    finally:
+        remove(directory)
+
+
+def _run_and_kill(
+    directory: Path, seed: int, unit: int, epoch: int, rng: random.Random, env: dict[str, str]
+) -> ChildLife:
+    """Start the child, let it run a random little while, SIGKILL it, and collect every line it wrote."""
+    command = [sys.executable, "-S", "-c", CHILD_BOOTSTRAP, "--kill-child", str(directory)]
+    command += [str(seed), str(unit), str(epoch)]
+    with tempfile.TemporaryFile() as errors:
+        child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=errors, env=env)
+        assert child.stdout is not None
+        received = b""
+        if rng.random() < STARTUP_KILL_PROBABILITY:
+            time.sleep(rng.uniform(0.0, 0.15))  # may land in start-up or in recovery
+        else:
+            received = _read_until_ready(child)
+            time.sleep(rng.uniform(0.0, KILL_MAX_DELAY))
+        child.send_signal(signal.SIGKILL)
+        received += child.stdout.read()
+        child.stdout.close()
+        returncode = child.wait()
+        errors.seek(0)
+        stderr = errors.read().decode("utf-8", "replace")
+    return _parse_life(received, returncode, stderr)
+
+
+def _read_until_ready(child: subprocess.Popen[bytes]) -> bytes:
+    """Block until the child has opened its queue (or died, or hung)."""
+    assert child.stdout is not None
+    fd = child.stdout.fileno()
+    received = b""
+    limit = time.monotonic() + CHILD_TIMEOUT
+    while b"\n" not in received:
+        ready, _, _ = select.select([fd], [], [], max(0.0, limit - time.monotonic()))
+        if not ready:
+            break  # hung: the kill and the checks that follow will tell
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        received += chunk
+    return received
+
+
+def _parse_life(received: bytes, returncode: int, stderr: str) -> ChildLife:
+    life = ChildLife(ready=False, begun=[], done={}, returncode=returncode, stderr=stderr)
+    for raw in received.split(b"\n")[:-1]:  # a last piece without a newline was never fully written
+        line = raw.decode("utf-8")
+        if line == "ready":
+            life.ready = True
+            continue
+        word, index, rest = line.split(" ", 2)
+        if word == "begin":
+            life.begun.append((int(index), rest))
+        else:
+            life.done[int(index)] = rest
+    return life
+
+
+def _check_life(
+    directory: Path, seed: int, unit: int, epoch: int, life: ChildLife, model: Model, report: Report, where: str
+) -> Model:
+    """Replay the child's reported calls in the model; the reopened store must match (SPEC §4 rules 6, 7)."""
+    workload = kill_workload(seed, unit, epoch)
+    candidates = [model]
+    in_flight = None
+    for position, (index, description) in enumerate(life.begun):
+        if index != position:
+            raise Abort(f"{where}: the child reported call {index} at position {position}")
+        op = workload.next_op(model)
+        if op.describe() != description:
+            raise Abort(f"{where} call {index}: child ran {description!r}, the replay {op.describe()!r}")
+        expected = expected_states(model, op)
+        if index in life.done:
+            if life.done[index] != text_digest(expected.answer):
+                raise Abort(f"{where} call {index} ({description}): answer differs from the model's")
+            model = expected.after
+            report.count("operations done")
+        else:
+            if position != len(life.begun) - 1:
+                raise Abort(f"{where}: call {index} began but never finished, and another one began")
+            in_flight = (op, expected)
+            candidates = sorted(expected.by_seq.values(), key=lambda m: m.last_seq)
+    reopened = Queue(directory, sync=True, compact_bytes=KILL_COMPACT_BYTES)
+    try:
+        got = view(reopened)
+    finally:
+        reopened.close()
+    for candidate in candidates:
+        if view(candidate) == got:
+            _count_resolution(report, life, in_flight, candidate)
+            return candidate
+    flight = "nothing" if in_flight is None else in_flight[0].describe()
+    raise Abort(
+        f"{where}: reopened state matches no allowed state (in flight: {flight}): "
+        f"{_view_difference(got, view(candidates[-1]))}"
+    )
+
+
+def _count_resolution(report: Report, life: ChildLife, in_flight: tuple[Op, Expected] | None, state: Model) -> None:
+    if not life.ready:
+        report.count("killed while opening")
+    if in_flight is None:
+        return
+    report.count("in flight")
+    _, expected = in_flight
+    if state.last_seq == expected.before.last_seq:
+        report.count("in-flight not applied")
+    elif state.last_seq == expected.after.last_seq:
+        report.count("in-flight applied")
+    else:
+        report.count("in-flight reaped only")
+
+
+# ---------------------------------------------------------------------------
+# Campaign 3: bytes (truncations and bit flips, and fsck's agreement)
+
+
+EVERY_BIT_BUDGET = 90.0
+#: Compactions interrupted while building a store, and what each leaves behind.
+STORE_INTERRUPTIONS = (
+    "current.published",  # a leftover segment below CURRENT.wal and the old snapshot, now an orphan
+    "current.written",  # CURRENT.tmp, a complete orphan snapshot, a second live segment
+    "snapshot.partial",  # a partial orphan snapshot, a third live segment
+)
+
+
+@dataclass
+class Frame:
+    start: int
+    end: int
+    seq: int
+
+
+@dataclass
+class Store:
+    """A store built by a workload, its model states by sequence, and the role of each file."""
+
+    directory: Path
+    views: dict[int, dict[str, Any]]
+    final_seq: int
+    snapshot_seq: int
+    files: dict[str, bytes]
+    live: list[str]  # live segment names, oldest first
+    frames: dict[str, list[Frame]]  # live segment name -> its frames
+    authoritative: set[str]  # CURRENT and the snapshot it names
+
+    @property
+    def newest(self) -> str:
+        return self.live[-1]
+
+
+def build_store(seed: int, unit: int, directory: Path, report: Report) -> Store:
+    """A small store with every kind of file, written by a seeded workload checked against the model."""
+    workload = Workload(f"bytes-ops:{seed}:{unit}", compact_weight=0)
+    rng = random.Random(f"bytes:{seed}:{unit}")
+    model = Model()
+    views = {0: view(model)}
+    where = f"--seed {seed} bytes unit {unit} (building)"
+
+    def run_ops(count: int) -> None:
+        nonlocal model
+        with Queue(directory, sync=False, compact_bytes=None) as queue:
+            for _ in range(count):
+                op = workload.next_op(model)
+                expected = expected_states(model, op)
+                if outcome(op, queue) != expected.answer:
+                    raise Abort(f"{where}: {op.describe()} answered differently from the model")
+                for seq, state in expected.by_seq.items():
+                    views.setdefault(seq, view(state))
+                model = expected.after
+            if not compare_views(queue, model, report, where):
+                raise Abort(f"{where}: aborted")
+
+    run_ops(rng.randrange(4, 7))
+    with Queue(directory, sync=False, compact_bytes=None) as queue:
+        queue.compact()
+    for phase in STORE_INTERRUPTIONS:
+        run_ops(rng.randrange(3, 6))
+        dying = Queue(directory, hook=PhaseLog(crash_phase=phase), sync=False, compact_bytes=None)
+        try:
+            dying.compact()
+        except InjectedCrash:
+            pass
+        else:
+            raise Abort(f"{where}: compaction never reached {phase}")
+    run_ops(rng.randrange(3, 6))
+    return _describe_store(directory, views, model.last_seq)
+
+
+def _describe_store(directory: Path, views: dict[int, dict[str, Any]], final_seq: int) -> Store:
+    current = read_current(directory)
+    assert current is not None
+    files = {p.name: p.read_bytes() for p in sorted(directory.iterdir()) if p.name != LOCK_NAME}
+    live = sorted(
+        (name for name in files if (parse_wal_name(name) or 0) >= current.wal),
+        key=lambda name: parse_wal_name(name) or 0,
+    )
+    frames: dict[str, list[Frame]] = {}
+    for name in live:
+        parsed = read_frames(directory / name)
+        ends = [offset for offset, _ in parsed[1:]] + [len(files[name])]
+        frames[name] = [Frame(offset, end, body["seq"]) for (offset, body), end in zip(parsed, ends, strict=True)]
+    return Store(
+        directory=directory,
+        views=views,
+        final_seq=final_seq,
+        snapshot_seq=current.seq,
+        files=files,
+        live=live,
+        frames=frames,
+        authoritative={"CURRENT", current.snapshot},
+    )
+
+
+@dataclass
+class Allowed:
+    """What opening a damaged store may do: raise CorruptStore, or give the state of `seq` (torn or not)."""
+
+    corrupt: bool
+    seq: int | None = None
+    torn: bool | None = None  # None: either
+
+
+def _seq_before(store: Store, name: str, offset: int) -> int:
+    """The last sequence whose frame ends at or before `offset` of live segment `name` (or earlier)."""
+    seq = store.snapshot_seq
+    for segment in store.live:
+        for frame in store.frames[segment]:
+            if segment == name and frame.end > offset:
+                return seq
+            seq = frame.seq
+        if segment == name:
+            return seq
+    raise AssertionError(name)
+
+
+def _allowed_outside_the_log(store: Store, name: str) -> Allowed:
+    """CURRENT and its snapshot: any damage is CorruptStore. Anything else is never read: no effect."""
+    if name in store.authoritative:
+        return Allowed(corrupt=True)
+    return Allowed(corrupt=False, seq=store.final_seq, torn=False)
+
+
+def allowed_after_truncation(store: Store, name: str, size: int) -> Allowed:
+    if name not in store.live:
+        return _allowed_outside_the_log(store, name)
+    frames = store.frames[name]
+    boundary = size == 0 or any(frame.end == size for frame in frames)
+    seq = _seq_before(store, name, size)
+    if name == store.newest:
+        return Allowed(corrupt=False, seq=seq, torn=not boundary)
+    later = store.live[store.live.index(name) + 1 :]
+    if boundary and not any(store.frames[segment] for segment in later):
+        # A sealed segment cut at a frame boundary, with nothing after it: indistinguishable
+        # from a shorter log (see docs/RELIABILITY.md, limits).
+        return Allowed(corrupt=True, seq=seq, torn=False)
+    return Allowed(corrupt=True)
+
+
+def allowed_after_flip(store: Store, name: str, offset: int) -> Allowed:
+    if name not in store.live:
+        return _allowed_outside_the_log(store, name)
+    frames = store.frames[name]
+    if name == store.newest and frames and frames[-1].start <= offset < frames[-1].start + 4:
+        # A damaged length in the very last frame looks exactly like a torn write (SPEC §4 rule 5).
+        return Allowed(corrupt=True, seq=_seq_before(store, name, frames[-1].start), torn=True)
+    return Allowed(corrupt=True)
+
+
+def campaign_bytes(seed: int, budget: float, report: Report) -> None:
+    """Every truncation and single-bit flip of every file of seeded stores: recover exactly, or refuse."""
+    from walqueue.format.fsck import check
+
+    deadline = time.monotonic() + budget
+    every_bit = budget >= EVERY_BIT_BUDGET
+    report.notes.append("every bit of every byte" if every_bit else "one random bit of every byte")
+    report.counts.update({"stores": 0, "variants": 0, "truncations": 0, "bit flips": 0})
+    with tempfile.TemporaryDirectory(prefix="walqueue-bytes-") as tmp:
+        for unit in itertools.count():
+            if unit and time.monotonic() >= deadline:
+                break
+            directory = Path(tmp) / f"u{unit}"
+            try:
+                store = build_store(seed, unit, directory, report)
+                report.count("stores")
+                _damage_store(store, seed, unit, every_bit, deadline if unit else None, check, report)
+            except Abort as exc:
+                report.diverge(str(exc))
+            except Exception:
+                report.diverge(f"bytes unit {unit}: unexpected exception\n{traceback.format_exc(limit=6)}")
+            finally:
+                remove(directory)
+
+
+def _damage_store(
+    store: Store,
+    seed: int,
+    unit: int,
+    every_bit: bool,
+    deadline: float | None,
+    check: Callable[..., Any],
+    report: Report,
+) -> None:
+    """Truncations first (all of them), then bit flips; a later store stops at the deadline."""
+    rng = random.Random(f"bytes-bits:{seed}:{unit}")
+    for name, data in store.files.items():
+        for size in range(len(data)):
+            _variant(store, name, data[:size], allowed_after_truncation(store, name, size), check, report,
+                     f"--seed {seed} bytes unit {unit}: {name} cut to {size} bytes")
+            report.count("truncations")
+    for name, data in store.files.items():
+        for offset in range(len(data)):
+            if deadline is not None and time.monotonic() >= deadline:
+                report.notes.append(f"store {unit} stopped by the time limit")
+                return
+            bits = range(8) if every_bit else [rng.randrange(8)]
+            for bit in bits:
+                damaged = bytearray(data)
+                damaged[offset] ^= 1 << bit
+                _variant(store, name, bytes(damaged), allowed_after_flip(store, name, offset), check, report,
+                         f"--seed {seed} bytes unit {unit}: {name} bit {bit} of byte {offset} flipped")
+                report.count("bit flips")
+
+
+def _variant(
+    store: Store, name: str, data: bytes, allowed: Allowed, check: Callable[..., Any], report: Report, where: str
+) -> None:
+    """Write one damaged file, ask fsck, open, judge, and put the original bytes back."""
+    directory = store.directory
+    report.count("variants")
+    (directory / name).write_bytes(data)
+    try:
+        fsck = check(directory, replay=True)
+        log = PhaseLog()
+        try:
+            queue = Queue(directory, hook=log, sync=False, compact_bytes=None)
+        except CorruptStore:
+            result: dict[str, Any] | None = None
+            report.count("refused")
+        except Exception as exc:
+            report.diverge(f"{where}: opening raised {type(exc).__name__}: {exc}")
+            return
+        else:
+            try:
+                result = view(queue)
+            finally:
+                queue.close()
+        torn = "recover.truncate.before" in log.phases
+        if result is not None:
+            report.count("recovered torn" if torn else "recovered")
+        _judge(store, result, torn, allowed, where, report)
+        _judge_fsck(fsck, result, torn, where, report)
+    finally:
+        (directory / name).write_bytes(store.files[name])
+        (directory / store.newest).write_bytes(store.files[store.newest])
+
+
+def _judge(
+    store: Store, result: dict[str, Any] | None, torn: bool, allowed: Allowed, where: str, report: Report
+) -> None:
+    if result is None:
+        if not allowed.corrupt:
+            report.diverge(f"{where}: CorruptStore, but this damage must be recovered (state {allowed.seq})")
+        return
+    if allowed.seq is None:
+        report.diverge(f"{where}: opened (last_seq {result['last_seq']}), but this damage must be CorruptStore")
+        return
+    if result != store.views[allowed.seq]:
+        report.diverge(f"{where}: opened to a state other than the model's at seq {allowed.seq}: "
+                       f"{_view_difference(result, store.views[allowed.seq])}")
+    if allowed.torn is not None and torn != allowed.torn:
+        report.diverge(f"{where}: opening {'cut' if torn else 'did not cut'} a torn tail")
+
+
+def _judge_fsck(fsck: Any, result: dict[str, Any] | None, torn: bool, where: str, report: Report) -> None:
+    """fsck --replay says 2 iff opening raised CorruptStore, 1 iff it cut a torn tail, else 0 (SPEC §7)."""
+    want = 2 if result is None else 1 if torn else 0
+    if fsck.exit_code != want:
+        findings = "; ".join(f"{f.severity} {f.kind} {f.file}@{f.offset}: {f.message}" for f in fsck.findings[:3])
+        report.diverge(f"{where}: fsck exit {fsck.exit_code}, opening implies {want} ({findings})")
+        return
+    report.count("fsck agreed")
+    if result is not None and fsck.replay is not None:
+        counts = json.loads(result["counts"])
+        if fsck.replay.last_seq != result["last_seq"] or fsck.replay.counts != counts:
+            report.diverge(f"{where}: fsck replay ends at {fsck.replay.last_seq} {fsck.replay.counts}, "
+                           f"opening at {result['last_seq']} {counts}")
+
+
+# ---------------------------------------------------------------------------
+# Campaign 4: OS faults
+
+
+FAULTABLE = ("write", "fsync", "replace", "rename", "unlink", "open", "ftruncate")
+FAULT_ERRNOS = (errno.ENOSPC, errno.EIO)
+FAULT_STEPS = 120
+REOPEN_EVERY = 6
+
+
+class FaultInjector:
+    """Wraps `os.<name>` for the names in FAULTABLE; while armed, counts calls and fails call `fail_at`.
+
+    The engine and the format layer call these through the `os` module at
+    call time, so the wrapper sees every one of them. No power is lost in
+    this campaign, so a counted fsync that does not fail is skipped: it
+    could change nothing that a reopen in this process sees.
+    """
+
+    def __init__(self) -> None:
+        self.armed = False
+        self.calls: list[str] = []
+        self.fail_at: int | None = None
+        self.error_number = errno.EIO
+        self.raised: OSError | None = None
+        self._originals: dict[str, Callable[..., Any]] = {}
+
+    def install(self) -> None:
+        for name in FAULTABLE:
+            original = getattr(os, name)
+            self._originals[name] = original
+            setattr(os, name, self._wrap(name, original))
+
+    def uninstall(self) -> None:
+        for name, original in self._originals.items():
+            setattr(os, name, original)
+        self._originals.clear()
+
+    def arm(self, fail_at: int | None, error_number: int = errno.EIO) -> None:
+        self.calls = []
+        self.fail_at = fail_at
+        self.error_number = error_number
+        self.raised = None
+        self.armed = True
+
+    def disarm(self) -> None:
+        self.armed = False
+
+    def _wrap(self, name: str, original: Callable[..., Any]) -> Callable[..., Any]:
+        def faulty(*args: Any, **kwargs: Any) -> Any:
+            if self.armed:
+                index = len(self.calls)
+                self.calls.append(name)
+                if index == self.fail_at:
+                    message = f"injected {errno.errorcode[self.error_number]} at os.{name} (call {index})"
+                    self.raised = OSError(self.error_number, message)
+                    raise self.raised
+                if name == "fsync":
+                    return None
+            return original(*args, **kwargs)
+
+        faulty.__wrapped__ = original  # type: ignore[attr-defined]
+        return faulty
+
+
+@contextlib.contextmanager
+def injected(injector: FaultInjector) -> Iterator[FaultInjector]:
+    injector.install()
+    try:
+        yield injector
+    finally:
+        injector.disarm()
+        injector.uninstall()
+
+
+def campaign_os_faults(seed: int, budget: float, report: Report) -> None:
+    """Fail the k-th os call of each step (and of reopening) for every k; check poison, error and recovery."""
+    deadline = time.monotonic() + budget
+    report.counts.update({"steps": 0, "faults": 0, "open faults": 0})
+    called: set[str] = set()
+    with tempfile.TemporaryDirectory(prefix="walqueue-faults-") as tmp, injected(FaultInjector()) as injector:
+        for unit in itertools.count():
+            if unit and time.monotonic() >= deadline:
+                break
+            dirs = Dirs(Path(tmp) / f"u{unit}")
+            try:
+                _fault_workload(seed, unit, dirs, deadline, injector, report, called)
+            except Abort as exc:
+                report.diverge(str(exc))
+            except Exception:
+                report.diverge(f"os-faults unit {unit}: unexpected exception\n{traceback.format_exc(limit=6)}")
+            finally:
+                remove(dirs.root)
+    report.notes.append("failed " + "/".join(name for name in FAULTABLE if name in called))
+    missing = sorted(set(FAULTABLE) - called - {"rename"})  # the engine replaces; rename is watched in case
+    if missing:
+        report.gaps.append(f"never failed os.{', os.'.join(missing)}")
+
+
+def _fault_workload(
+    seed: int, unit: int, dirs: Dirs, deadline: float, injector: FaultInjector, report: Report, called: set[str]
+) -> None:
+    dirs.root.mkdir()
+    rng = random.Random(f"faults:{seed}:{unit}")
+    workload = Workload(f"faults-ops:{seed}:{unit}")
+    options = {"sync": True, "compact_bytes": rng.choice([800, 1600])}
+    main = dirs.new()
+    model = Model()
+    recorder = PhaseLog()
+    queue = Queue(main, hook=recorder, **options)
+    try:
+        for step in range(FAULT_STEPS):
+            if step >= 10 and time.monotonic() >= deadline:
+                break
+            where = f"--seed {seed} os-faults unit {unit} step {step}"
+            if step % REOPEN_EVERY == REOPEN_EVERY - 1:
+                queue.close()
+                if rng.random() < 0.5:
+                    model = _leave_torn_tail(main, workload, model, options, where, report)
+                _fault_open(main, model, options, dirs, injector, report, called, where)
+                queue = Queue(main, hook=recorder, **options)
+                continue
+            op = workload.next_op(model)
+            where += f" ({op.describe()})"
+            expected = expected_states(model, op)
+            pre = dirs.new(copy_of=main)
+            recorder.phases = []
+            injector.arm(None)
+            try:
+                answer = outcome(op, queue)
+            finally:
+                injector.disarm()
+            calls = list(injector.calls)
+            report.count("steps")
+            if answer != expected.answer:
+                raise Abort(f"{where}: answered {answer[:200]!r}, model {expected.answer[:200]!r}")
+            if not compare_views(queue, expected.after, report, where):
+                raise Abort(f"{where}: aborted")
+            for fail_at in range(len(calls)):
+                _fault_once(pre, op, fail_at, calls, expected, options, dirs, injector, rng, report, called, where)
+            remove(pre)
+            model = expected.after
+    finally:
+        queue.close()
+
+
+def _fault_once(
+    pre: Path,
+    op: Op,
+    fail_at: int,
+    calls: list[str],
+    expected: Expected,
+    options: dict[str, Any],
+    dirs: Dirs,
+    injector: FaultInjector,
+    rng: random.Random,
+    report: Report,
+    called: set[str],
+    where: str,
+) -> None:
+    scratch = dirs.new(copy_of=pre)
+    error_number = rng.choice(FAULT_ERRNOS)
+    where = f"{where} os.{calls[fail_at]} call {fail_at} fails ({errno.errorcode[error_number]})"
+    log = PhaseLog()
+    queue = Queue(scratch, hook=log, **options)
+    injector.arm(fail_at, error_number)
+    try:
+        outcome(op, queue)
+    except OSError as exc:
+        if exc is not injector.raised:
+            report.diverge(f"{where}: a different OSError reached the caller: {exc!r}")
+    except Exception as exc:
+        report.diverge(f"{where}: the OSError reached the caller as {type(exc).__name__}: {exc}")
+    else:
+        report.diverge(f"{where}: the call succeeded although an os call failed")
+    finally:
+        injector.disarm()
+    report.count("faults")
+    called.add(calls[fail_at])
+    check_poisoned(queue, where, report)
+    complete = log.phases.count("wal.append.written")
+    state = expected.state_after(complete)
+    if state is None:
+        raise Abort(f"{where}: {complete} complete frames, but the model's step has fewer transactions")
+    reopened = Queue(scratch, sync=False, compact_bytes=None)
+    try:
+        if not compare_views(reopened, state, report, where):
+            raise Abort(f"{where}: aborted")
+    finally:
+        reopened.close()
+    remove(scratch)
+
+
+def _leave_torn_tail(
+    main: Path, workload: Workload, model: Model, options: dict[str, Any], where: str, report: Report
+) -> Model:
+    """Die half-way through writing a put's frame, so that the next opening has a torn tail to cut."""
+    op = Op("put", {"spec": workload.new_spec()})
+    dying = Queue(main, hook=PhaseLog(crash_phase="wal.append.partial"), **options)
+    try:
+        outcome(op, dying)
+    except InjectedCrash:
+        return model
+    finally:
+        dying.close()
+    raise Abort(f"{where}: a put never reached wal.append.partial")
+
+
+def _fault_open(
+    main: Path,
+    model: Model,
+    options: dict[str, Any],
+    dirs: Dirs,
+    injector: FaultInjector,
+    report: Report,
+    called: set[str],
+    where: str,
+) -> None:
+    """Fail each os call of opening `main` in turn (on copies); the error must surface and change nothing."""
+    where = f"{where} (reopen)"
+    dry = dirs.new(copy_of=main)
+    injector.arm(None)
+    try:
+        Queue(dry, **options).close()
+    finally:
+        injector.disarm()
+    calls = list(injector.calls)
+    remove(dry)
+    for fail_at in range(len(calls)):
+        scratch = dirs.new(copy_of=main)
+        label = f"{where} os.{calls[fail_at]} call {fail_at} fails"
+        injector.arm(fail_at, FAULT_ERRNOS[fail_at % 2])
+        try:
+            Queue(scratch, **options).close()
+        except OSError as exc:
+            if exc is not injector.raised:
+                report.diverge(f"{label}: a different OSError reached the caller: {exc!r}")
+        except Exception as exc:
+            report.diverge(f"{label}: the OSError reached the caller as {type(exc).__name__}: {exc}")
+        else:
+            report.diverge(f"{label}: opening succeeded although an os call failed")
+        finally:
+            injector.disarm()
+        report.count("open faults")
+        called.add(calls[fail_at])
+        reopened = Queue(scratch, sync=False, compact_bytes=None)
+        try:
+            if not compare_views(reopened, model, report, label):
+                raise Abort(f"{label}: aborted")
+        finally:
+            reopened.close()
+        remove(scratch)
+
+
+# ---------------------------------------------------------------------------
+# Campaign 5: bad input (API calls and CLI lines)
+
+
+BAD_CALLS_PER_UNIT = 400
+CLI_LINES_PER_UNIT = 200
+VIEW_EVERY = 25
+INT_LIMIT = 2**63
+MAX_PAYLOAD_INT_BITS = 14_000
+FRAME_BOUND = 16 * 2**20
+RECORD_MARGIN = 8192
+
+
+class _Str(str):
+    """A str subclass: may encode differently than it compares, so the queue refuses it."""
+
+
+class _Int(int):
+    pass
+
+
+class _Float(float):
+    pass
+
+
+class _Dict(dict):  # type: ignore[type-arg]
+    pass
+
+
+class _Color(enum.IntEnum):
+    RED = 1
+
+
+def _nested(depth: int, container: str) -> dict[str, Any]:
+    """A payload `depth` containers deep (the payload itself is level 1)."""
+    inner: Any = {} if container == "dict" else []
+    for _ in range(depth - 2):
+        inner = {"d": inner} if container == "dict" else [inner]
+    return {"d": inner} if depth > 1 else {}
+
+
+def _cyclic() -> dict[str, Any]:
+    payload: dict[str, Any] = {"a": 1}
+    payload["self"] = payload
+    return payload
+
+
+HOSTILE_SCALARS: tuple[Any, ...] = (
+    None, True, False, 0, 1, -1, 2**63 - 1, 2**63, 2**64, -(2**63), 10**40, 0.0, -0.0, 1.0, 1.5,
+    float("nan"), float("inf"), float("-inf"), "", "0", "x", b"x", bytearray(b"x"), (), (1,), [], [1], {}, {"a": 1},
+    set(), frozenset(), complex(1, 2), range(3), _Int(1), _Str("x"), _Float(1.0), _Color.RED,
+)
+HOSTILE_NAMES: tuple[Any, ...] = (
+    "a", "é", "\x00", "\x01" * 1024, "x" * 1024, "x" * 1025, "é" * 512, "é" * 513, "日本" * 170, "日本" * 171,
+    "\ud800", "a\udcff", " ", "\n", "\u2028", "x" * 100_000, "", _Str("t"), b"t", 1, None, True, 1.0, ["t"],
+)
+HOSTILE_INTS: tuple[Any, ...] = (
+    0, 1, 2, 2**63 - 1, 2**63, 2**63 - 2, -1, -(2**63), 10**100, True, False, 1.0, 0.5, float("nan"), "1", None,
+    _Int(1), _Color.RED, b"1", [1],
+)
+HOSTILE_STATUSES: tuple[Any, ...] = (
+    None, "ready", "dead", "READY", "", "leased ", 1, b"ready", _Str("ready"), ["ready"],
+)
+
+
+def hostile_payload(rng: random.Random) -> Any:
+    """A payload that is wrong, or right only just (depth and size limits, exotic but valid values)."""
+    makers: list[Callable[[], Any]] = [
+        lambda: {"ok": 1},
+        lambda: {"f": 1e308, "neg": -0.0, "u": "\u2028\x00é", "b": [True, None, 1, 1.0]},
+        lambda: _nested(64, "dict"),
+        lambda: _nested(64, "list"),
+        lambda: _nested(65, "dict"),
+        lambda: _nested(65, "list"),
+        lambda: _nested(3000, "dict"),
+        lambda: _cyclic(),
+        lambda: {"big": 2**MAX_PAYLOAD_INT_BITS - 1},
+        lambda: {"big": 2**MAX_PAYLOAD_INT_BITS},
+        lambda: {"neg": -(2**200)},
+        lambda: {"nan": float("nan")},
+        lambda: {"inf": float("inf")},
+        lambda: {1: "int key"},
+        lambda: {None: 1},
+        lambda: {("t",): 1},
+        lambda: {"t": (1, 2)},
+        lambda: {"s": {1, 2}},
+        lambda: {"b": b"bytes"},
+        lambda: {"s": "\ud800"},
+        lambda: {"\udfff": 1},
+        lambda: {"sub": _Str("x")},
+        lambda: {"sub": _Int(2)},
+        lambda: {"sub": _Float(2.0)},
+        lambda: {"enum": _Color.RED},
+        lambda: _Dict(a=1),
+        lambda: {"inner": _Dict(a=1)},
+        lambda: {"o": object()},
+        lambda: [1, 2],
+        lambda: "payload",
+        lambda: None,
+        lambda: 1,
+        lambda: {"wide": list(range(20_000))},
+        lambda: {"long": "y" * 200_000},
+    ]
+    return rng.choice(makers)()
+
+
+def is_plain(value: Any, depth: int = 0, seen: set[int] | None = None) -> bool:
+    """True when `value` holds only exact JSON types (no subclass, tuple, cycle or monster int).
+
+    For such values the engine may not be stricter than the model: refusing
+    one that the model accepts is a divergence.
+    """
+    seen = set() if seen is None else seen
+    kind = type(value)
+    if value is None or kind in (bool, str, float):
+        return True
+    if kind is int:
+        return value.bit_length() <= MAX_PAYLOAD_INT_BITS
+    if kind in (list, dict):
+        if id(value) in seen or depth > 100:
+            return False
+        seen.add(id(value))
+        if kind is dict:
+            return all(type(k) is str and is_plain(v, depth + 1, seen) for k, v in value.items())
+        return all(is_plain(v, depth + 1, seen) for v in value)
+    if kind is Lease:
+        return all(is_plain(getattr(value, name), depth + 1, seen) for name in ("task_id", "worker", "generation"))
+    return False
+
+
+@dataclass
+class Call:
+    """One hostile API call: what it is, how to make it, and the arguments to judge its plainness by."""
+
+    description: str
+    invoke: Callable[[Any], Any]
+    arguments: list[Any]
+
+
+def _attempt(call: Call, target: Any) -> tuple[str, Any]:
+    """('ok', rendered result) or (error category, exception)."""
+    try:
+        value = call.invoke(target)
+    except KeyConflict as exc:
+        return "KeyConflict", exc
+    except StaleLease as exc:
+        return "StaleLease", exc
+    except (TypeError, ValueError) as exc:
+        return "argument", exc
+    except Exception as exc:
+        return "undocumented", exc
+    return "ok", render(value)
+
+
+class HostileCalls:
+    """Seeded hostile calls against the queue's current state (read through the model)."""
+
+    def __init__(self, rng: random.Random, foreign: list[Lease]) -> None:
+        self.rng = rng
+        self.foreign = foreign
+        self.serial = 0
+        self.specs: list[dict[str, Any]] = []
+
+    def pick(self, pool: Sequence[Any], valid: Any) -> Any:
+        return self.rng.choice(pool) if self.rng.random() < 0.5 else valid
+
+    def token(self, model: Model) -> Any:
+        rng = self.rng
+        leased = model.tasks("leased")
+        touched = [t for t in model.tasks() if t.generation > 0]
+        makers: list[Callable[[], Any]] = [
+            lambda: token_for(rng.choice(leased)) if leased else None,
+            lambda: token_for(rng.choice(touched)) if touched else None,
+            lambda: rng.choice(self.foreign),
+            lambda: Lease(1, None, "1", 0, 0, {}),  # type: ignore[arg-type]
+            lambda: Lease("b1", "w", True, 0, 0, {}),
+            lambda: Lease("b1", "w", 2**70, 0, 0, {}),
+            lambda: Lease("x" * 5000, "w" * 5000, 1, 0, 0, {}),
+            lambda: Lease(_Str("b1"), "w", 1, 0, 0, {}),
+            lambda: rng.choice(leased).to_dict() if leased else {},
+            lambda: rng.choice(touched) if touched else None,
+            lambda: rng.choice(HOSTILE_SCALARS),
+        ]
+        return rng.choice(makers)()
+
+    def put_spec(self) -> dict[str, Any]:
+        rng = self.rng
+        if self.specs and rng.random() < 0.3:
+            spec = dict(rng.choice(self.specs))  # a retry, or a conflict once something is changed
+        else:
+            self.serial += 1
+            spec = {"task_id": f"b{self.serial}", "payload": {"n": self.serial}, "max_attempts": rng.choice([1, 2])}
+            if rng.random() < 0.3:
+                spec["key"] = f"kb{self.serial}"
+            self.specs.append(dict(spec))
+        for _ in range(rng.choice([1, 1, 2])):
+            name = rng.choice(["task_id", "key", "payload", "available_at", "max_attempts", "extra"])
+            if name in ("task_id", "key"):
+                spec[name] = rng.choice(HOSTILE_NAMES)
+            elif name == "payload":
+                spec[name] = hostile_payload(rng)
+            elif name == "extra":
+                spec[rng.choice(["priority", "task", "Key"])] = 1
+            else:
+                spec[name] = rng.choice(HOSTILE_INTS)
+        return spec
+
+    def next_call(self, model: Model, now: int) -> Call:
+        rng = self.rng
+        kind = rng.choice(["put", "put", "put_many", "reserve", "ack", "release", "get", "tasks"])
+        if kind == "put":
+            spec = self.put_spec()
+            return Call(f"put {_short(spec)}", lambda t: t.put(**spec), list(spec.values()))
+        if kind == "put_many":
+            items: Any = [
+                self.put_spec() if rng.random() < 0.5 else self._valid_item() for _ in range(rng.randrange(4))
+            ]
+            if rng.random() < 0.3:
+                items.insert(rng.randrange(len(items) + 1), rng.choice(HOSTILE_SCALARS + ({"payload": {}},)))
+            container = rng.random()
+            if container < 0.1:
+                items = rng.choice([None, "tasks", b"x", {"task_id": "b", "payload": {}}, 7])
+            elif container < 0.2:
+                items = tuple(items)
+            elif container < 0.3:
+                items = (dict(i) if isinstance(i, dict) else i for i in list(items))
+            arguments = list(items) if isinstance(items, list) else [items]
+            return Call(f"put_many {_short(items)}", lambda t: t.put_many(items), arguments)
+        if kind == "reserve":
+            worker = self.pick(HOSTILE_NAMES, "w1")
+            when = self.pick(HOSTILE_INTS, now)
+            lease_seconds = self.pick(HOSTILE_INTS, rng.choice([1, 5]))
+            limit = self.pick(HOSTILE_INTS, rng.choice([1, 3]))
+            return Call(
+                f"reserve {_short([worker, when, lease_seconds, limit])}",
+                lambda t: t.reserve(worker, now=when, lease_seconds=lease_seconds, limit=limit),
+                [worker, when, lease_seconds, limit],
+            )
+        if kind in ("ack", "release"):
+            lease = self.token(model)
+            when = self.pick(HOSTILE_INTS, now)
+            if kind == "ack":
+                return Call(f"ack {_short([lease, when])}", lambda t: t.ack(lease, now=when), [lease, when])
+            delay = self.pick(HOSTILE_INTS, 0)
+            return Call(
+                f"release {_short([lease, when, delay])}",
+                lambda t: t.release(lease, now=when, delay=delay),
+                [lease, when, delay],
+            )
+        if kind == "get":
+            task_id = rng.choice(HOSTILE_NAMES + ("b1", "b2"))
+            return Call(f"get {_short(task_id)}", lambda t: t.get(task_id), [task_id])
+        status = rng.choice(HOSTILE_STATUSES)
+        return Call(f"tasks {_short(status)}", lambda t: t.tasks(status), [status])
+
+    def _valid_item(self) -> dict[str, Any]:
+        self.serial += 1
+        item = {"task_id": f"b{self.serial}", "payload": {"m": self.serial}}
+        self.specs.append(dict(item))
+        return item
+
+
+def _short(value: Any) -> str:
+    try:
+        text = repr(value)
+    except Exception:  # a cyclic or monstrous value: its type is enough
+        text = type(value).__name__
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def campaign_bad_input(seed: int, budget: float, report: Report) -> None:
+    """Hostile API calls and CLI lines: documented errors only, the model's answers, and no stray bytes."""
+    deadline = time.monotonic() + budget
+    report.counts.update({"API calls": 0, "CLI lines": 0, "refused": 0})
+    with tempfile.TemporaryDirectory(prefix="walqueue-input-") as tmp:
+        root = Path(tmp)
+        try:
+            _frame_bound_checks(root / "bound", report)
+        except Exception:
+            report.diverge(f"--seed {seed} bad-input frame bound: unexpected\n{traceback.format_exc(limit=6)}")
+        for unit in itertools.count():
+            if unit and time.monotonic() >= deadline:
+                break
+            try:
+                _bad_input_unit(seed, unit, root / f"u{unit}", deadline, report)
+            except Abort as exc:
+                report.diverge(str(exc))
+            except Exception:
+                report.diverge(f"bad-input unit {unit}: unexpected exception\n{traceback.format_exc(limit=6)}")
+
+
+def _frame_bound_checks(directory: Path, report: Report) -> None:
+    """The largest task that fits is accepted, one byte more is refused, and so is a put_many too big to frame."""
+    limit = FRAME_BOUND - RECORD_MARGIN - len(b'"big"') * 2 - len(b'{"s":""}')
+    model = Model()
+    with Queue(directory, sync=False) as queue:
+        calls = [
+            Call("put at the bound", lambda t: t.put("big", {"s": "x" * limit}), []),
+            Call("put one byte over", lambda t: t.put("big2", {"s": "x" * (limit + 1)}, key="big"), []),
+            Call(
+                "put_many over the frame",
+                lambda t: t.put_many([{"task_id": f"m{i}", "payload": {"s": "x" * (limit // 2)}} for i in range(3)]),
+                [],
+            ),
+        ]
+        for call in calls:
+            before = directory_digest(directory)
+            got, _ = _attempt(call, queue)
+            want, _ = _attempt(call, model)
+            report.count("API calls")
+            if got != want:
+                report.diverge(f"bad-input {call.description}: queue {got}, model {want}")
+            if got != "ok" and directory_digest(directory) != before:
+                report.diverge(f"bad-input {call.description}: refused, but the directory changed")
+        if view(queue) != view(model):
+            report.diverge("bad-input frame bound: state differs from the model")
+
+
+def _foreign_tokens(directory: Path) -> list[Lease]:
+    """Valid tokens of another queue, some with the same task ids and workers as ours."""
+    with Queue(directory, sync=False) as other:
+        other.put_many([{"task_id": f"b{i}", "payload": {"other": i}} for i in range(1, 6)])
+        leases = other.reserve("w1", now=0, lease_seconds=1000, limit=3)
+        leases += other.reserve("w2", now=0, lease_seconds=5, limit=2)
+    return leases
+
+
+def _bad_input_unit(seed: int, unit: int, directory: Path, deadline: float, report: Report) -> None:
+    rng = random.Random(f"bad-input:{seed}:{unit}")
+    foreign = _foreign_tokens(directory.with_name(directory.name + "-other"))
+    hostile = HostileCalls(rng, foreign)
+    workload = Workload(f"bad-input-ops:{seed}:{unit}", prefix="v")
+    model = Model()
+    where = f"--seed {seed} bad-input unit {unit}"
+    with Queue(directory, sync=False) as queue:
+        for index in range(BAD_CALLS_PER_UNIT):
+            if index >= 50 and time.monotonic() >= deadline:
+                break
+            if rng.random() < 0.3:
+                op = workload.next_op(model)
+                expected = expected_states(model, op)
+                if outcome(op, queue) != expected.answer:
+                    raise Abort(f"{where} call {index} ({op.describe()}): answer differs from the model's")
+                model = expected.after
+                continue
+            call = hostile.next_call(model, workload.now)
+            model = _judge_call(call, queue, model, directory, report, f"{where} call {index} {call.description}")
+            if index % VIEW_EVERY == 0 and not compare_views(queue, model, report, f"{where} call {index}"):
+                raise Abort(f"{where}: aborted")
+        if not compare_views(queue, model, report, f"{where} (API)"):
+            raise Abort(f"{where}: aborted")
+    _cli_phase(rng, directory, model, foreign, report, where)
+
+
+def _judge_call(call: Call, queue: Queue, model: Model, directory: Path, report: Report, where: str) -> Model:
+    """Run one hostile call on the queue and on a clone of the model; return the model to go on with."""
+    before = directory_digest(directory)
+    got, error = _attempt(call, queue)
+    report.count("API calls")
+    if got == "undocumented":
+        raise Abort(f"{where}: raised {type(error).__name__}: {str(error)[:200]}")
+    if got != "ok":
+        report.count("refused")
+        if directory_digest(directory) != before:
+            report.diverge(f"{where}: refused with {got}, but the directory changed")
+    candidate = model.clone()
+    want, model_error = _attempt(call, candidate)
+    if want == "undocumented":
+        raise Abort(f"{where}: the model raised {type(model_error).__name__}: {model_error}")
+    if got == "ok":
+        if want != "ok" or error != model_error:
+            raise Abort(f"{where}: the queue answered {str(error)[:120]}, the model {want} {str(model_error)[:120]}")
+        return candidate
+    if got == "argument" and want == "ok":
+        if all(is_plain(argument) for argument in call.arguments):
+            report.diverge(f"{where}: refused ({error}), but the model accepts it")
+        else:
+            report.count("stricter than the model")
+        return model
+    if got != want:
+        report.diverge(f"{where}: the queue raised {got}, the model {want}")
+    return model
+
+
+# -- the CLI --------------------------------------------------------------------------
+
+
+_JSON_VALUES: tuple[Any, ...] = (
+    None, True, False, 0, -1, 1, 2**63 - 1, 2**63, 2**64, -(2**63), 10**400, 1.0, 1e308, 1.5, -0.0,
+    float("nan"), float("inf"), "", "x", "x" * 1025, "é" * 513, "\ud800", "\x00", [], {}, [1], {"a": 1},
+)
+_RAW_LINES: tuple[bytes, ...] = (
+    b"\xff\xfe", b"\xc0\xaf", b"\xed\xa0\x80", b'{"op":"put"', b"[]", b"null", b'"str"', b"1", b"{}", b'{"op":1}',
+    b'{"op":"get","op":"get","task_id":"a"}', b'\xef\xbb\xbf{"op":"stats"}', b'{"op":"stats"} trailing',
+    b'{"op":"stats"}\x0c', b'{"op":"get","task_id":"\xff"}', b'{"op":"get","task_id":"\\ud800"}',
+    b'{"op":"stats","id":NaN}', b'{"op":"reserve","worker":"w","now":1e400,"lease_seconds":1}',
+    b'{"op":"put","task_id":"t","payload":{"a":1,"a":2}}', b"   ", b"\t", b"\r", b'{"op":"tasks","status":null}',
+    b'{"op":"reserve","worker":"w","now":0,"lease_seconds":1,"limit":1.0}',
+    b'{"op":"put","task_id":"t","payload":{},"max_attempts":true}',
+)
+
+
+def _cli_request(rng: random.Random, model: Model, foreign: list[Lease], serial: int) -> dict[str, Any]:
+    op = rng.choice(["put", "put", "put_many", "reserve", "ack", "release", "get", "tasks", "stats", "compact"])
+    request: dict[str, Any] = {"op": op}
+    if op == "put":
+        request.update({"task_id": f"c{serial}", "payload": {"n": serial}})
+    elif op == "put_many":
+        request["tasks"] = [{"task_id": f"c{serial}.{i}", "payload": {}} for i in range(rng.randrange(3))]
+    elif op == "reserve":
+        request.update({"worker": "w1", "now": 10 + serial, "lease_seconds": rng.choice([1, 100])})
+    elif op in ("ack", "release"):
+        leased = model.tasks("leased")
+        token = token_for(rng.choice(leased)) if leased and rng.random() < 0.7 else rng.choice(foreign)
+        request.update({"lease": token.to_dict(), "now": 10 + serial})
+    elif op == "get":
+        request["task_id"] = rng.choice(["c1", "b1", "nope"])
+    elif op == "tasks" and rng.random() < 0.5:
+        request["status"] = rng.choice(["ready", "leased", "dead"])
+    for _ in range(rng.choice([0, 1, 1, 2])):
+        _spoil(rng, request)
+    if rng.random() < 0.5:
+        request["id"] = rng.choice((*_JSON_VALUES, serial, _nested(300, "list")))
+    return request
+
+
+def _spoil(rng: random.Random, request: dict[str, Any]) -> None:
+    """Replace, add, remove or deepen one field of a request."""
+    targets = [name for name in request if name != "op"]
+    action = rng.random()
+    if action < 0.5 and targets:
+        name = rng.choice(targets)
+        if name == "lease" and rng.random() < 0.5:
+            lease = dict(request["lease"])
+            field_name = rng.choice([*lease, "extra"])
+            lease[field_name] = rng.choice(_JSON_VALUES)
+            if rng.random() < 0.3:
+                lease.pop(rng.choice(list(lease)))
+            request["lease"] = lease
+        else:
+            request[name] = rng.choice(_JSON_VALUES)
+    elif action < 0.65 and targets:
+        del request[rng.choice(targets)]
+    elif action < 0.8:
+        request[rng.choice(["extra", "Op", "payload", "now"])] = rng.choice(_JSON_VALUES)
+    elif action < 0.9:
+        request["op"] = rng.choice(["PUT", "nope", 1, None, "", "put "])
+    else:
+        request["payload"] = rng.choice([_nested(255, "list"), _nested(300, "dict"), {"d": [1] * 1000}])
+
+
+def cli_line(rng: random.Random, model: Model, foreign: list[Lease], serial: int) -> bytes:
+    """One hostile request line (never containing a newline)."""
+    shape = rng.random()
+    if shape < 0.15:
+        line = rng.choice(_RAW_LINES)
+    elif shape < 0.2:
+        line = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 40)))
+    else:
+        request = _cli_request(rng, model, foreign, serial)
+        text = json.dumps(request, ensure_ascii=rng.random() < 0.5, allow_nan=True)
+        line = text.encode("utf-8", "surrogatepass")
+        if rng.random() < 0.15:
+            damaged = bytearray(line)
+            position = rng.randrange(len(damaged))
+            damaged[position : position + 1] = rng.choice([b"\xff", b"", b"\x00", b"}", b'"', b"\x80\x80"])
+            line = bytes(damaged)
+    return line.replace(b"\n", b" ")
+
+
+def _cli_phase(
+    rng: random.Random, directory: Path, model: Model, foreign: list[Lease], report: Report, where: str
+) -> None:
+    """Hostile lines in-process (one by one, bytes checked) and then through a real consumer process."""
+    from walqueue.cli.protocol import encode_answer, is_blank, respond
+
+    process_dir = directory.with_name(directory.name + "-cli")
+    shutil.copytree(directory, process_dir)
+    lines: list[bytes] = []
+    answers: list[dict[str, Any]] = []
+    allowed_errors = {"BadRequest", "KeyConflict", "StaleLease"}
+    with Queue(directory, sync=False) as queue:
+        for serial in range(CLI_LINES_PER_UNIT):
+            line = cli_line(rng, model, foreign, serial)
+            lines.append(line)
+            if is_blank(line):
+                continue
+            before = directory_digest(directory)
+            reply = respond(line, queue)
+            report.count("CLI lines")
+            answer = reply.answer
+            label = f"{where} CLI line {serial} {_short(line)}"
+            encoded = encode_answer(answer)
+            if encoded.count(b"\n") != 1 or not encoded.endswith(b"\n") or json.loads(encoded) is None:
+                report.diverge(f"{label}: answer is not one JSON line")
+            if reply.fatal or (not answer.get("ok") and answer.get("error") not in allowed_errors):
+                raise Abort(f"{label}: answered {answer}")
+            if not answer["ok"]:
+                report.count("refused")
+                if directory_digest(directory) != before:
+                    report.diverge(f"{label}: refused ({answer['error']}), but the directory changed")
+            answers.append(json.loads(encoded))
+            model = _mirror(queue)
+    _compare_with_process(lines, answers, process_dir, report, where)
+
+
+def _mirror(queue: Queue) -> Model:
+    """A stand-in with `tasks()` for the line generator: the queue's own state (the CLI is not modelled)."""
+
+    class Snapshot:
+        def __init__(self, tasks: list[Task]) -> None:
+            self._tasks = tasks
+
+        def tasks(self, status: str | None = None) -> list[Task]:
+            return [t for t in self._tasks if status is None or t.status == status]
+
+    return Snapshot(queue.tasks())  # type: ignore[return-value]
+
+
+def _compare_with_process(
+    lines: list[bytes], answers: list[dict[str, Any]], directory: Path, report: Report, where: str
+) -> None:
+    """The real consumer, fed every line at once, answers each exactly as `respond` did in-process."""
+    env = child_environment()
+    completed = subprocess.run(
+        [sys.executable, "-m", "walqueue.cli", str(directory)],
+        input=b"\n".join(lines) + b"\n",
+        capture_output=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    if completed.returncode != 0:
+        report.diverge(f"{where}: the consumer exited {completed.returncode}: {completed.stderr[-500:]!r}")
+        return
+    got = [json.loads(line) for line in completed.stdout.splitlines()]
+    if len(got) != len(answers):
+        report.diverge(f"{where}: the consumer answered {len(got)} lines, in-process {len(answers)}")
+        return
+    for index, (process_answer, own) in enumerate(zip(got, answers, strict=True)):
+        process_answer.pop("message", None)
+        own.pop("message", None)
+        if process_answer != own:
+            report.diverge(f"{where}: consumer answer {index} {_short(process_answer)} != {_short(own)}")
+            return
+    report.count("consumer lines agreed", len(got))
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------
+# Running
+
+
+RUNNERS: dict[str, Callable[[int, float, Report], None]] = {
+    "crash-points": campaign_crash_points,
+    "kill": campaign_kill,
+    "bytes": campaign_bytes,
+    "os-faults": campaign_os_faults,
+    "bad-input": campaign_bad_input,
+}
+
+
+def budgets(seconds: float, names: Sequence[str]) -> dict[str, float]:
+    """Split `seconds` over the selected campaigns by their shares."""
+    total = sum(BUDGET_SHARES[name] for name in names)
+    return {name: seconds * BUDGET_SHARES[name] / total for name in names}
+
+
+def run_campaign(name: str, seed: int, budget: float) -> Report:
+    """Run one campaign in this process and return its report (never raises for a divergence)."""
+    report = Report(name)
+    started = time.monotonic()
+    with quiet_walqueue_logging():
+        try:
+            RUNNERS[name](seed, budget, report)
+        except Exception:
+            report.diverge(f"{name}: the harness failed\n{traceback.format_exc(limit=8)}")
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments[:1] == ["--kill-child"]:
+        directory, seed, unit, epoch = arguments[1:5]
+        return kill_child(directory, int(seed), int(unit), int(epoch))
+    parser = argparse.ArgumentParser(prog="torture.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seed", type=int, default=1, help="the seed of every campaign (default 1)")
+    parser.add_argument(
+        "--seconds", type=float, default=DEFAULT_SECONDS, help="total time, split across campaigns (default 60)"
+    )
+    parser.add_argument("--campaign", action="append", choices=CAMPAIGNS, help="run only these (repeatable)")
+    options = parser.parse_args(arguments)
+    names = options.campaign or list(CAMPAIGNS)
+    names = [name for name in CAMPAIGNS if name in names]
+    print(f"torture: seed {options.seed}, {options.seconds:g} s over {', '.join(names)}", flush=True)
+    passed = failed = 0
+    for name, budget in budgets(options.seconds, names).items():
+        report = run_campaign(name, options.seed, budget)
+        print(report.line(), flush=True)
+        for message in report.divergences:
+            print("  DIVERGENCE " + message.replace("\n", "\n    "), flush=True)
+        if report.divergence_count > len(report.divergences):
+            print(f"  ... and {report.divergence_count - len(report.divergences)} more", flush=True)
+        if report.passed:
+            passed += 1
+        else:
+            failed += 1
+    print(f"{passed} passed, {failed} failed", flush=True)
+    return 0 if failed == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
