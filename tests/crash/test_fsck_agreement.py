@@ -4,13 +4,15 @@ The store is written by a real `Queue` and holds every kind of file: a
 published CURRENT and its snapshot, an orphan snapshot and a CURRENT.tmp
 left by a compaction that died before publishing, a leftover segment left
 by one that died after publishing, and two live segments. Each variant
-changes exactly one thing: one bit flipped (every bit of CURRENT, one bit
-of every byte of every other file), one file cut at every length, one file
+changes exactly one thing: one bit flipped or the file cut at one length
+(every bit of CURRENT and every cut of it; one bit of every byte and every
+cut of the live segments; a sample elsewhere, see STRIDES), one file
 deleted, one WAL frame or snapshot record rewritten with a valid digest but
 a meaning the state machine refuses, one frame dropped or repeated, or
 CURRENT re-pointed at another snapshot or first segment.
 
-For each variant, fsck reads one fresh copy and `Queue` opens another:
+For each variant, fsck reads one exact copy and `Queue` opens another
+(`Mirror` keeps both exact while rewriting only what changed):
 fsck exits 2 exactly when opening raises `CorruptStore`, 1 exactly when
 opening truncates a torn tail (it reports `recover.truncate.before`, and
 the file is then exactly as long as fsck said), and 0 otherwise. Any other
@@ -50,7 +52,9 @@ Variant = tuple[str, Files]
 STRIDES = {"current": 1, "live": 1, "snapshot": 8, "unread": 61}
 
 
-def _crash_at(phase: str) -> Any:
+def _crash_at(phase: str) -> Callable[[str], None]:
+    """A hook that simulates the process dying at `phase`."""
+
     def hook(seen: str) -> None:
         if seen == phase:
             raise InjectedCrash(seen)

@@ -202,16 +202,16 @@ def test_frames_the_snapshot_covers_are_skipped_not_refused(tmp_path: Path) -> N
     assert report.replay is not None and report.replay.applied == 0 and report.last_seq == 4
 
 
-def test_a_live_wal_ending_before_the_snapshot_gets_a_warning_note(tmp_path: Path) -> None:
+def test_a_live_wal_ending_before_the_snapshot_is_corrupt(tmp_path: Path) -> None:
     write_segment(tmp_path, 1, tx(1), tx(2), tx(3))
     with Queue(tmp_path, sync=False, compact_bytes=None) as q:
         q.compact()
     write_segment(tmp_path, 2, tx(1))  # the live WAL holds only seq 1; the snapshot is through 3
     report = check(tmp_path, replay=True)
-    assert report.exit_code == EXIT_HEALTHY
-    assert kinds(report) == ["wal-behind-snapshot"]
-    with Queue(tmp_path, sync=False):
-        pass  # recovery accepts it, which is why this is only a note
+    assert report.exit_code == EXIT_CORRUPT
+    assert kinds(report) == ["sequence"]
+    with pytest.raises(CorruptStore):
+        Queue(tmp_path, sync=False)  # the next append would leave a gap: recovery refuses it too
 
 
 # -- torn tails -----------------------------------------------------------------------

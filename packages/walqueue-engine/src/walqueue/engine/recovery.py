@@ -112,6 +112,12 @@ def recover(directory: str, *, hook: Hook, sync: bool) -> Recovered:
         wal_bytes += end.size if end.torn_offset is None else end.torn_offset
 
     newest_path = os.path.join(directory, wal_name(newest))
+    if expected_seq is not None and expected_seq - 1 < snapshot_seq:
+        # Frames that stop short of the snapshot: the next append would follow
+        # them with snapshot_seq + 1, a gap this very rule would then refuse.
+        raise CorruptStore(
+            newest_path, None, f"the live WAL ends at sequence {expected_seq - 1}, before the snapshot's {snapshot_seq}"
+        )
     fd = os.open(newest_path, os.O_WRONLY | os.O_CLOEXEC)
     try:
         if end.torn_offset is not None:

@@ -27,8 +27,7 @@ whole file) and has a `kind`:
   `invalid-transaction` (replay only);
 - torn: `torn-tail` (with `bytes`, what opening would cut);
 - note: `new-store`, `orphan-snapshot`, `unchecked-snapshot`,
-  `leftover-segment`, `temp-file`, `unknown-file`, `not-checked`,
-  `wal-behind-snapshot`.
+  `leftover-segment`, `temp-file`, `unknown-file`, `not-checked`.
 
 Opening stops at the first problem; fsck goes on where the rest can still
 be checked on its own (other segments, the files opening ignores), so one
@@ -578,18 +577,18 @@ def _report_torn(report: Report, file: BinaryIO, summary: SegmentSummary, end: S
 
 
 def _summarize_sequences(report: Report, sequencer: _Sequencer, snapshot_seq: int) -> None:
-    """The last sequence opening would recover, and a warning when the log stops short of the snapshot.
+    """The last sequence opening would recover; corruption when the log stops short of the snapshot.
 
-    Recovery accepts a live WAL whose frames all precede the snapshot's
-    sequence (it skips them), but the next transaction appended after them
-    would leave a gap that the following opening refuses: worth a note.
+    A live WAL whose frames all precede the snapshot's sequence cannot be
+    continued (the next transaction would leave a gap), so recovery refuses
+    it as `CorruptStore`, and so does fsck.
     """
     last = sequencer.last
     report.last_seq = snapshot_seq if last is None else max(last, snapshot_seq)
     if report.sound and last is not None and last < snapshot_seq and report.segments:
         report.add(
-            "note",
-            "wal-behind-snapshot",
+            "corrupt",
+            "sequence",
             report.segments[-1].file,
             None,
             f"the live WAL ends at sequence {last}, before the snapshot's {snapshot_seq}: "
