@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from walqueue.engine import ops
 from walqueue.engine.compaction import compact, compaction_due
@@ -95,7 +96,7 @@ class Queue:
     def _poison(self) -> None:
         self._release()
 
-    def __enter__(self) -> "Queue":
+    def __enter__(self) -> Queue:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -143,9 +144,7 @@ class Queue:
         """Create a task, or return `task_id` for an identical retry (writing nothing)."""
         with self._mutex:
             self._check_open()
-            request = ops.put_request(
-                task_id, payload, key=key, available_at=available_at, max_attempts=max_attempts
-            )
+            request = ops.put_request(task_id, payload, key=key, available_at=available_at, max_attempts=max_attempts)
             tx_ops, task_ids = ops.plan_puts(self._state, [request])
             if tx_ops:
                 self._commit(tx_ops)
@@ -232,5 +231,3 @@ class Queue:
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"last_seq={self._state.last_seq}"
         return f"<Queue {self._directory!r} {state}>"
-
-

@@ -97,9 +97,7 @@ def recover(directory: str, *, hook: Hook, sync: bool) -> Recovered:
                 seq = transaction_seq(frame.value, path, frame.offset)
                 if expected_seq is None:
                     if seq > snapshot_seq + 1:
-                        raise CorruptStore(
-                            path, frame.offset, f"sequence {seq} follows snapshot {snapshot_seq}: a gap"
-                        )
+                        raise CorruptStore(path, frame.offset, f"sequence {seq} follows snapshot {snapshot_seq}: a gap")
                 elif seq != expected_seq:
                     raise CorruptStore(path, frame.offset, f"sequence {seq} where {expected_seq} was expected")
                 expected_seq = seq + 1

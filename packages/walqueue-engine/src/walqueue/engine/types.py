@@ -8,8 +8,9 @@ the engine raise the very same classes.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from walqueue.format.errors import CorruptStore, WalQueueError
 
@@ -100,7 +101,7 @@ class Lease:
         }
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "Lease":
+    def from_dict(cls, d: Mapping[str, Any]) -> Lease:
         """Rebuild a token; missing, unknown or ill-typed keys are a `ValueError`."""
         if not isinstance(d, Mapping):
             raise ValueError(f"a lease must be a mapping, not {type(d).__name__}")
@@ -108,7 +109,7 @@ class Lease:
         keys = set(d.keys())
         if keys != expected:
             missing = sorted(expected - keys, key=str)
-            unknown = sorted((repr(k) for k in keys - expected))
+            unknown = sorted(repr(k) for k in keys - expected)
             raise ValueError(f"bad lease object: missing {missing}, unknown {unknown}")
         for name in ("task_id", "worker"):
             if not isinstance(d[name], str):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import weakref
-from typing import Callable
+from collections.abc import Callable
 
 from walqueue.format.fsutil import fsync_directory, write_all
 from walqueue.format.names import wal_name
@@ -58,7 +58,7 @@ class WalWriter:
         self.newest = newest
         self.wal_bytes = wal_bytes
         self._fd: int | None = None
-        self._closer: weakref.finalize[..., None] | None = None
+        self._closer: weakref.finalize[[int], WalWriter] | None = None
         self._adopt(fd)
         self._size = newest_size
         self._sync = sync
