@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced (not run) by tools/test.sh and tools/demo.sh: the one place that
 # knows how the development environment is built.
 #

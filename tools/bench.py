@@ -244,7 +244,7 @@ def figure(
     if target is not None:
         op, bound = target
         value = result["median"]
-        result["target"] = f"{op} {bound:g}"
+        result["target"] = f"{op} {_fmt_value(bound, unit)}"
         result["met"] = value >= bound if op == ">=" else value <= bound
     else:
         result["target"] = None
@@ -599,6 +599,11 @@ def workload_e(ctx: Context) -> dict[str, Any]:
             "snapshot_walqueue_tasks_per_s": figure(
                 [n_tasks / t for t in snap["walqueue"]], "tasks/s", target=(">=", 300_000)
             ),
+            "snapshot_floor_tasks_per_s": figure(
+                [n_tasks / t for t in snap["floor"]],
+                "tasks/s",
+                note="information: what read+verify+parse alone allows on this machine",
+            ),
             "snapshot_walqueue_over_floor": figure(
                 time_ratio(snap, "walqueue", "floor"),
                 "x time",
@@ -790,6 +795,60 @@ def targets_table(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+def markdown(report: dict[str, Any]) -> str:
+    """Render a run's JSON as the two Markdown tables of docs/PERFORMANCE.md: ratios, then absolutes."""
+    meta = report["meta"]
+    lines = [
+        f"Scale `{meta['scale']}`, Python {meta['python']}, SQLite {meta['sqlite']}, {meta['cpus']} CPUs,"
+        f" stores on {meta['filesystem']}, load average {_load_text(meta.get('loadavg_start'))} at the start,"
+        f" {meta['seconds']:.0f} s in all.",
+        "",
+        "| workload | figure | median | min .. max (per repetition) | target | |",
+        "|---|---|---:|---|---|---|",
+    ]
+    for key, result in report["workloads"].items():
+        for name, fig in result["ratios"].items():
+            unit = fig["unit"]
+            spread = (
+                "(one measurement)"
+                if len(fig["samples"]) == 1
+                else f"{_fmt_value(fig['min'], unit)} .. {_fmt_value(fig['max'], unit)}"
+            )
+            verdict = "" if fig["met"] is None else ("met" if fig["met"] else "**not met**")
+            target = fig["target"] or "(information)"
+            lines.append(
+                f"| ({key}) | {name} | {_fmt_value(fig['median'], unit)} | {spread} | {target} | {verdict} |"
+            )
+    lines += [
+        "",
+        "Absolute figures (machine-specific; median per operation, on the workload's clock):",
+        "",
+        "| workload | backend | clock | median | min .. max | other clock (median) |",
+        "|---|---|---|---:|---|---:|",
+    ]
+    for key, result in report["workloads"].items():
+        backends = result["backends"]
+        if not backends:
+            continue
+        groups = (
+            {"": backends} if "median" in next(iter(backends.values())) else {f"{g}: ": b for g, b in backends.items()}
+        )
+        for label, block in groups.items():
+            for name, fig in block.items():
+                unit = fig["unit"]
+                other = fig["other_clock"]
+                lines.append(
+                    f"| ({key}) | {label}{name} | {fig['clock']} | {_fmt_value(fig['median'], unit)}"
+                    f" | {_fmt_value(fig['min'], unit)} .. {_fmt_value(fig['max'], unit)}"
+                    f" | {other['clock']} {_fmt_value(other['median'], unit)} |"
+                )
+    return "\n".join(lines)
+
+
+def _load_text(load: list[float] | None) -> str:
+    return "unknown" if not load else " / ".join(f"{x:.1f}" for x in load)
+
+
 def _filesystem(path: Path) -> str:
     """The mount point and file-system type that holds `path` (best effort, Linux)."""
     try:
@@ -821,7 +880,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", metavar="DIR", help="parent directory of the stores (default: system temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep the stores after the run")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+    parser.add_argument("--markdown", metavar="JSON", help="print the tables of an earlier run's JSON and exit")
     args = parser.parse_args(argv)
+    if args.markdown:
+        with open(args.markdown, encoding="utf-8") as file:
+            print(markdown(json.load(file)))
+        return 0
     selected = list(WORKLOADS) if not args.only else [w.strip() for w in args.only.split(",") if w.strip()]
     unknown = [w for w in selected if w not in WORKLOADS]
     if unknown:

@@ -657,13 +657,13 @@ def _crash_once(
 KILL_COMPACT_BYTES = 3000
 KILL_CHILD_STEPS = 400
 KILLS_PER_UNIT = 40
-KILL_MAX_DELAY = 0.08
+KILL_MAX_DELAY = 0.05
 STARTUP_KILL_PROBABILITY = 0.1
 CHILD_TIMEOUT = 60.0
 
 
-#: The child's entry point: import this file as a module (its bytecode is cached, a script's is
-#: not, and start-up time is most of a kill's cost) and run its `main` with the child's arguments.
+#: The zygote's entry point: import this file as a module (its bytecode is cached, a script's is
+#: not) and run its `main` with the zygote's arguments.
 _TOOLS_DIR = str(Path(__file__).resolve().parent)
 CHILD_BOOTSTRAP = (
     f"import sys; sys.path.insert(0, {_TOOLS_DIR!r}); import torture; sys.exit(torture.main(sys.argv[1:]))"
@@ -676,7 +676,7 @@ def kill_workload(seed: int, unit: int, epoch: int) -> Workload:
 
 
 def kill_child(directory: str, seed: int, unit: int, epoch: int) -> int:
-    """The child: run the workload, reporting each call before and after it, until killed.
+    """The victim: open the queue, then run the workload, reporting each call before and after it.
 
     Lines go to stdout with one `os.write` each (shorter than PIPE_BUF, so
     never torn); `done` carries a digest of the exact answer.
@@ -694,16 +694,42 @@ def kill_child(directory: str, seed: int, unit: int, epoch: int) -> int:
     return 0
 
 
+def kill_zygote() -> int:
+    """A warm process that forks one victim per request line and reports its pid and its end.
+
+    Starting an interpreter and importing walqueue costs far more than a
+    life worth killing, so the process started with `sys.executable` does it
+    once and forks each victim from there: a real process, with its own
+    descriptors and lock, that opens and recovers the store itself and dies
+    by SIGKILL. Lines on stdout: ``child PID`` after each fork (the victim's
+    own lines may come before it), ``exit PID STATUS`` once it is dead
+    (after every line the victim wrote, since the zygote waits for it first).
+    """
+    out = sys.stdout.fileno()
+    while request := sys.stdin.buffer.readline():
+        directory, seed, unit, epoch = request.decode().split()
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                code = kill_child(directory, int(seed), int(unit), int(epoch))
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                os._exit(code)
+        os.write(out, f"child {pid}\n".encode())
+        _, status = os.waitpid(pid, 0)
+        os.write(out, f"exit {pid} {os.waitstatus_to_exitcode(status)}\n".encode())
+    return 0
+
+
 def child_environment() -> dict[str, str]:
     """PYTHONPATH for a child that imports exactly the walqueue (and model) this process imports."""
     import walqueue
-    import walqueue.format
 
     entries: list[str] = []
-    for package_dir in [*walqueue.__path__, *walqueue.format.__path__]:
+    for package_dir in walqueue.__path__:  # every src (or site) directory that contributes to walqueue
         parent = str(Path(package_dir).resolve().parent)
-        if Path(package_dir).name == "format":
-            parent = str(Path(package_dir).resolve().parent.parent)
         if parent not in entries:
             entries.append(parent)
     entries.append(str(_TESTS_DIR))
@@ -717,31 +743,109 @@ def child_environment() -> dict[str, str]:
 class ChildLife:
     """What the parent learned from one killed child: its lines, in order."""
 
-    ready: bool
-    begun: list[tuple[int, str]]
-    done: dict[int, str]
-    returncode: int
-    stderr: str
+    ready: bool = False
+    begun: list[tuple[int, str]] = field(default_factory=list)
+    done: dict[int, str] = field(default_factory=dict)
+    pid: int | None = None
+    returncode: int | None = None
+
+
+class Zygote:
+    """The parent's side of `kill_zygote`: spawn a victim, wait for a line, kill, collect everything."""
+
+    def __init__(self, env: dict[str, str], errors: Any) -> None:
+        command = [sys.executable, "-S", "-c", CHILD_BOOTSTRAP, "--kill-zygote"]
+        self.process = subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors, env=env, bufsize=0
+        )
+        self.errors = errors
+        self._buffer = b""
+
+    def spawn(self, directory: Path, seed: int, unit: int, epoch: int) -> ChildLife:
+        assert self.process.stdin is not None
+        self.process.stdin.write(f"{directory} {seed} {unit} {epoch}\n".encode())
+        life = ChildLife()
+        self.read_until(life, lambda lived: lived.pid is not None)
+        return life
+
+    def read_until(self, life: ChildLife, enough: Callable[[ChildLife], bool]) -> None:
+        """Read and record lines until `enough(life)` (or the victim's end, or a hung zygote)."""
+        assert self.process.stdout is not None
+        fd = self.process.stdout.fileno()
+        limit = time.monotonic() + CHILD_TIMEOUT
+        while not enough(life) and life.returncode is None:
+            while b"\n" in self._buffer and not enough(life) and life.returncode is None:
+                line, self._buffer = self._buffer.split(b"\n", 1)
+                self._record(life, line.decode())
+            if enough(life) or life.returncode is not None:
+                return
+            ready, _, _ = select.select([fd], [], [], max(0.0, limit - time.monotonic()))
+            chunk = os.read(fd, 65536) if ready else b""
+            if not chunk:
+                raise Abort(f"the kill zygote hung or died:\n{self.stderr_tail()}")
+            self._buffer += chunk
+
+    @staticmethod
+    def _record(life: ChildLife, line: str) -> None:
+        if line == "ready":
+            life.ready = True
+            return
+        word, first, rest = (line.split(" ", 2) + [""])[:3]
+        if word == "child":
+            life.pid = int(first)
+        elif word == "exit":
+            life.returncode = int(rest)
+        elif word == "begin":
+            life.begun.append((int(first), rest))
+        elif word == "done":
+            life.done[int(first)] = rest
+        else:
+            raise Abort(f"the victim wrote {line!r}")
+
+    def kill(self, life: ChildLife) -> None:
+        assert life.pid is not None
+        if life.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(life.pid, signal.SIGKILL)
+        self.read_until(life, lambda lived: lived.returncode is not None)
+
+    def stderr_tail(self) -> str:
+        self.errors.seek(0)
+        return self.errors.read().decode("utf-8", "replace")[-2000:]
+
+    def close(self) -> None:
+        if self.process.stdin is not None:
+            self.process.stdin.close()
+        try:
+            self.process.wait(timeout=CHILD_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
 
 
 def campaign_kill(seed: int, budget: float, report: Report) -> None:
     """SIGKILL a child running a seeded workload at random moments; reopen and compare after each kill."""
     deadline = time.monotonic() + budget
-    env = child_environment()
     report.counts.update({"kills": 0, "operations done": 0, "in flight": 0})
-    with tempfile.TemporaryDirectory(prefix="walqueue-kill-") as tmp:
-        for unit in itertools.count():
-            if unit and time.monotonic() >= deadline:
-                break
-            try:
-                _kill_unit(seed, unit, Path(tmp) / f"u{unit}", deadline, env, report)
-            except Abort as exc:
-                report.diverge(str(exc))
-            except Exception:
-                report.diverge(f"kill unit {unit}: unexpected exception\n{traceback.format_exc(limit=6)}")
+    with tempfile.TemporaryDirectory(prefix="walqueue-kill-") as tmp, tempfile.TemporaryFile() as errors:
+        zygote = Zygote(child_environment(), errors)
+        try:
+            for unit in itertools.count():
+                if unit and time.monotonic() >= deadline:
+                    break
+                try:
+                    _kill_unit(seed, unit, Path(tmp) / f"u{unit}", deadline, zygote, report)
+                except Abort as exc:
+                    report.diverge(str(exc))
+                    if zygote.process.poll() is not None:
+                        break
+                except Exception:
+                    report.diverge(f"kill unit {unit}: unexpected exception\n{traceback.format_exc(limit=6)}")
+        finally:
+            zygote.close()
 
 
-def _kill_unit(seed: int, unit: int, directory: Path, deadline: float, env: dict[str, str], report: Report) -> None:
+def _kill_unit(seed: int, unit: int, directory: Path, deadline: float, zygote: Zygote, report: Report) -> None:
     rng = random.Random(f"kill-timing:{seed}:{unit}")
     model = Model()
     try:
@@ -749,69 +853,19 @@ def _kill_unit(seed: int, unit: int, directory: Path, deadline: float, env: dict
             if (unit or epoch >= 5) and time.monotonic() >= deadline:
                 break
             where = f"--seed {seed} kill unit {unit} epoch {epoch}"
-            life = _run_and_kill(directory, seed, unit, epoch, rng, env)
+            life = zygote.spawn(directory, seed, unit, epoch)
+            if rng.random() < STARTUP_KILL_PROBABILITY:
+                time.sleep(rng.uniform(0.0, 0.02))  # may land while it opens and recovers
+            else:
+                zygote.read_until(life, lambda lived: lived.ready)
+                time.sleep(rng.uniform(0.0, KILL_MAX_DELAY))
+            zygote.kill(life)
             report.count("kills")
-            if life.returncode != -signal.SIGKILL and life.returncode != 0:
-                raise Abort(f"{where}: the child died by itself (status {life.returncode}):\n{life.stderr[-2000:]}")
+            if life.returncode not in (-signal.SIGKILL, 0):
+                raise Abort(f"{where}: the child died by itself (status {life.returncode}):\n{zygote.stderr_tail()}")
             model = _check_life(directory, seed, unit, epoch, life, model, report, where)
     finally:
         remove(directory)
-
-
-def _run_and_kill(
-    directory: Path, seed: int, unit: int, epoch: int, rng: random.Random, env: dict[str, str]
-) -> ChildLife:
-    """Start the child, let it run a random little while, SIGKILL it, and collect every line it wrote."""
-    command = [sys.executable, "-S", "-c", CHILD_BOOTSTRAP, "--kill-child", str(directory)]
-    command += [str(seed), str(unit), str(epoch)]
-    with tempfile.TemporaryFile() as errors:
-        child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=errors, env=env)
-        assert child.stdout is not None
-        received = b""
-        if rng.random() < STARTUP_KILL_PROBABILITY:
-            time.sleep(rng.uniform(0.0, 0.15))  # may land in start-up or in recovery
-        else:
-            received = _read_until_ready(child)
-            time.sleep(rng.uniform(0.0, KILL_MAX_DELAY))
-        child.send_signal(signal.SIGKILL)
-        received += child.stdout.read()
-        child.stdout.close()
-        returncode = child.wait()
-        errors.seek(0)
-        stderr = errors.read().decode("utf-8", "replace")
-    return _parse_life(received, returncode, stderr)
-
-
-def _read_until_ready(child: subprocess.Popen[bytes]) -> bytes:
-    """Block until the child has opened its queue (or died, or hung)."""
-    assert child.stdout is not None
-    fd = child.stdout.fileno()
-    received = b""
-    limit = time.monotonic() + CHILD_TIMEOUT
-    while b"\n" not in received:
-        ready, _, _ = select.select([fd], [], [], max(0.0, limit - time.monotonic()))
-        if not ready:
-            break  # hung: the kill and the checks that follow will tell
-        chunk = os.read(fd, 65536)
-        if not chunk:
-            break
-        received += chunk
-    return received
-
-
-def _parse_life(received: bytes, returncode: int, stderr: str) -> ChildLife:
-    life = ChildLife(ready=False, begun=[], done={}, returncode=returncode, stderr=stderr)
-    for raw in received.split(b"\n")[:-1]:  # a last piece without a newline was never fully written
-        line = raw.decode("utf-8")
-        if line == "ready":
-            life.ready = True
-            continue
-        word, index, rest = line.split(" ", 2)
-        if word == "begin":
-            life.begun.append((int(index), rest))
-        else:
-            life.done[int(index)] = rest
-    return life
 
 
 def _check_life(
@@ -1642,8 +1696,13 @@ class HostileCalls:
             elif container < 0.2:
                 items = tuple(items)
             elif container < 0.3:
-                items = (dict(i) if isinstance(i, dict) else i for i in list(items))
-            arguments = list(items) if isinstance(items, list) else [items]
+                listed = list(items)  # a generator, made anew for each target (the first would drain it)
+                return Call(
+                    f"put_many (generator of) {_short(listed)}",
+                    lambda t: t.put_many(item for item in listed),
+                    listed,
+                )
+            arguments = list(items) if isinstance(items, (list, tuple)) else [items]
             return Call(f"put_many {_short(items)}", lambda t: t.put_many(items), arguments)
         if kind == "reserve":
             worker = self.pick(HOSTILE_NAMES, "w1")
@@ -1680,10 +1739,14 @@ class HostileCalls:
 
 
 def _short(value: Any) -> str:
+    """A bounded description; a subclass of a builtin shows its class (its repr looks like the base's)."""
     try:
         text = repr(value)
     except Exception:  # a cyclic or monstrous value: its type is enough
         text = type(value).__name__
+    kind = type(value)
+    if kind.__module__ != "builtins" and not isinstance(value, Lease):
+        text = f"{kind.__name__}({text})"
     return text if len(text) <= 80 else text[:77] + "..."
 
 
@@ -2000,9 +2063,8 @@ def run_campaign(name: str, seed: int, budget: float) -> Report:
 
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
-    if arguments[:1] == ["--kill-child"]:
-        directory, seed, unit, epoch = arguments[1:5]
-        return kill_child(directory, int(seed), int(unit), int(epoch))
+    if arguments[:1] == ["--kill-zygote"]:
+        return kill_zygote()
     parser = argparse.ArgumentParser(prog="torture.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--seed", type=int, default=1, help="the seed of every campaign (default 1)")
     parser.add_argument(

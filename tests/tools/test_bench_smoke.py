@@ -38,6 +38,7 @@ EXPECTED_FIGURES: dict[str, set[str]] = {
         "replay_walqueue_over_floor",
         "replay_walqueue_tx_per_s",
         "snapshot_walqueue_tasks_per_s",
+        "snapshot_floor_tasks_per_s",
         "snapshot_walqueue_over_floor",
     },
     "f": {"walqueue_growth", "sqlite_growth"},
@@ -133,6 +134,24 @@ def test_every_target_is_judged(tiny_run: tuple[dict[str, Any], str]) -> None:
         assert _positive(row["value"])
         assert row["figure"] in stdout
     assert "Targets" in stdout
+
+
+def test_markdown_renders_every_figure(tiny_run: tuple[dict[str, Any], str], tmp_path: Path) -> None:
+    report, _ = tiny_run
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(report), encoding="utf-8")
+    proc = subprocess.run(
+        [sys.executable, str(BENCH), "--markdown", str(path)],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    for names in EXPECTED_FIGURES.values():
+        for name in names:
+            assert f"| {name} |" in proc.stdout, name
 
 
 def test_runs_from_a_checkout_without_pythonpath(tmp_path: Path) -> None:
