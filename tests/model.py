@@ -45,7 +45,8 @@ import hashlib
 import math
 import os
 import struct
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -57,9 +58,11 @@ __all__ = [
     "STATUSES",
     "Model",
     "directory_digest",
+    "nothing_written",
     "read_frames",
     "render",
     "view",
+    "wal_bodies",
 ]
 
 #: The frame bound of SPEC §3 (bytes of one frame body).
@@ -565,3 +568,17 @@ def read_frames(path: str | os.PathLike[str]) -> list[tuple[int, Any]]:
         frames.append((offset, json.loads(body)))
         offset = end
     return frames
+
+
+@contextmanager
+def nothing_written(queue: Queue, directory: str | os.PathLike[str]) -> Iterator[None]:
+    """Assert that the block changes no byte of `directory` and no sequence of `queue`."""
+    before, seq = directory_digest(directory), queue.last_seq
+    yield
+    assert directory_digest(directory) == before, "the call changed the directory's bytes"
+    assert queue.last_seq == seq
+
+
+def wal_bodies(directory: str | os.PathLike[str]) -> list[Any]:
+    """The decoded body of every WAL frame in `directory`, oldest segment first."""
+    return [body for segment in sorted(Path(directory).glob("wal-*.log")) for _, body in read_frames(segment)]

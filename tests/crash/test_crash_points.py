@@ -97,7 +97,7 @@ class Workload:
             return "put-conflict", lambda t: t.put(**spec), {}
         if kind == "put_many":
             items = [self._new_put() for _ in range(rng.randrange(1, 4))]
-            if self.puts[:-len(items)] and rng.random() < 0.5:
+            if self.puts[: -len(items)] and rng.random() < 0.5:
                 items.append(dict(rng.choice(self.puts[: -len(items)])))
             return "put_many", lambda t: t.put_many([dict(i) for i in items]), {}
         if kind == "reserve":

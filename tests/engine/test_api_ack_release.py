@@ -7,35 +7,14 @@ A stale token changes nothing at all: the directory's bytes hash the same and
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from model import directory_digest, read_frames, view
+from model import nothing_written, read_frames, view
 from walqueue import Lease, Queue, StaleLease
-
-
-@pytest.fixture
-def qdir(tmp_path: Path) -> Path:
-    return tmp_path / "queue"
-
-
-@pytest.fixture
-def q(qdir: Path) -> Iterator[Queue]:
-    queue = Queue(qdir, sync=False, compact_bytes=None)
-    yield queue
-    queue.close()
-
-
-@contextmanager
-def nothing_written(q: Queue, qdir: Path) -> Iterator[None]:
-    before, seq = directory_digest(qdir), q.last_seq
-    yield
-    assert directory_digest(qdir) == before, "the call changed the directory's bytes"
-    assert q.last_seq == seq
 
 
 def leased(q: Queue, *, max_attempts: int = 3, payload: dict[str, Any] | None = None) -> Lease:

@@ -12,7 +12,7 @@ len(payload) + len(task id) + len(key) (all canonical JSON) + 8192 <= 16 MiB.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from decimal import Decimal
 from enum import IntEnum
 from pathlib import Path
@@ -40,18 +40,6 @@ class Items(list):  # type: ignore[type-arg]
 
 
 TYPE_OR_VALUE = (TypeError, ValueError)
-
-
-@pytest.fixture
-def qdir(tmp_path: Path) -> Path:
-    return tmp_path / "queue"
-
-
-@pytest.fixture
-def q(qdir: Path) -> Iterator[Queue]:
-    queue = Queue(qdir, sync=False, compact_bytes=None)
-    yield queue
-    queue.close()
 
 
 @pytest.fixture

@@ -38,11 +38,6 @@ def child_env(src_pythonpath: str) -> dict[str, str]:
     return env
 
 
-@pytest.fixture
-def qdir(tmp_path: Path) -> Path:
-    return tmp_path / "queue"
-
-
 # ---------------------------------------------------------------------------
 # opening
 

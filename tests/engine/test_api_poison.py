@@ -52,11 +52,6 @@ class Recorder:
             raise error
 
 
-@pytest.fixture
-def qdir(tmp_path: Path) -> Path:
-    return tmp_path / "queue"
-
-
 def open_recorded(qdir: Path, **kwargs: Any) -> tuple[Queue, Recorder]:
     hook = Recorder()
     return Queue(qdir, sync=False, hook=hook, compact_bytes=None, **kwargs), hook

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import struct
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -18,33 +16,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from model import MAX_FRAME_BYTES, Model, directory_digest, read_frames, view
+from model import MAX_FRAME_BYTES, Model, nothing_written, view, wal_bodies
 from walqueue import KeyConflict, Queue
 from walqueue.format.canonical import canonical_json
-
-
-@pytest.fixture
-def qdir(tmp_path: Path) -> Path:
-    return tmp_path / "queue"
-
-
-@pytest.fixture
-def q(qdir: Path) -> Iterator[Queue]:
-    queue = Queue(qdir, sync=False, compact_bytes=None)
-    yield queue
-    queue.close()
-
-
-@contextmanager
-def nothing_written(q: Queue, qdir: Path) -> Iterator[None]:
-    before, seq = directory_digest(qdir), q.last_seq
-    yield
-    assert directory_digest(qdir) == before, "the call changed the directory's bytes"
-    assert q.last_seq == seq
-
-
-def wal_bodies(qdir: Path) -> list[Any]:
-    return [body for seg in sorted(qdir.glob("wal-*.log")) for _, body in read_frames(seg)]
 
 
 def drive_to(q: Queue, task_id: str, status: str, payload: dict[str, Any]) -> None:

@@ -8,25 +8,12 @@ writes nothing.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from model import STATUSES, directory_digest, view
 from walqueue import Queue, Task
-
-
-@pytest.fixture
-def qdir(tmp_path: Path) -> Path:
-    return tmp_path / "queue"
-
-
-@pytest.fixture
-def q(qdir: Path) -> Iterator[Queue]:
-    queue = Queue(qdir, sync=False, compact_bytes=None)
-    yield queue
-    queue.close()
 
 
 def one_of_each(q: Queue) -> None:

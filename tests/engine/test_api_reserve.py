@@ -7,42 +7,14 @@ number of transactions each call writes.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from model import Model, directory_digest, read_frames, render, view
+from model import Model, nothing_written, read_frames, render, view, wal_bodies
 from walqueue import Queue
-
-
-@pytest.fixture
-def qdir(tmp_path: Path) -> Path:
-    return tmp_path / "queue"
-
-
-@pytest.fixture
-def q(qdir: Path) -> Iterator[Queue]:
-    queue = Queue(qdir, sync=False, compact_bytes=None)
-    yield queue
-    queue.close()
-
-
-@contextmanager
-def nothing_written(q: Queue, qdir: Path) -> Iterator[None]:
-    before, seq = directory_digest(qdir), q.last_seq
-    yield
-    assert directory_digest(qdir) == before, "the call changed the directory's bytes"
-    assert q.last_seq == seq
-
-
-def wal_bodies(qdir: Path) -> list[Any]:
-    return [body for seg in sorted(qdir.glob("wal-*.log")) for _, body in read_frames(seg)]
-
 
 # ---------------------------------------------------------------------------
 # what is leased, in which order

@@ -772,7 +772,11 @@ def test_module_exports_what_the_queue_uses() -> None:
         st.dictionaries(
             st.text(max_size=5),
             st.recursive(
-                st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+                st.none()
+                | st.booleans()
+                | st.integers()
+                | st.floats(allow_nan=False, allow_infinity=False)
+                | st.text(),
                 lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
                 max_leaves=8,
             ),

@@ -1,0 +1,81 @@
+"""A bounded run of every campaign of tools/torture.py: zero divergences, and real work done.
+
+The harness is the proof under faults (docs/RELIABILITY.md); this file
+makes a short run of it part of every test run, so that a change that
+breaks crash safety, recovery, fsck's agreement or input validation fails
+CI and not only the long runs. Each campaign runs in-process (imported from
+its path) with its own time budget, about 70 s in all on two cores; the
+assertions on the counts make sure the time was spent on faults, not on
+setup, so a campaign that silently stopped injecting anything fails too.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from conftest import RunPython
+
+TORTURE_PATH = Path(__file__).resolve().parents[2] / "tools" / "torture.py"
+
+#: Seconds per campaign. The bytes campaign always finishes every truncation of its
+#: first store (a few thousand variants), so it may take longer than its budget.
+BUDGETS = {"crash-points": 14.0, "kill": 14.0, "bytes": 10.0, "os-faults": 10.0, "bad-input": 10.0}
+
+#: Lower bounds on what a bounded run must have done: about a third of what a
+#: loaded two-core machine manages, so they catch a campaign gone idle, not a slow CI.
+MINIMUM_COUNTS = {
+    "crash-points": {"steps": 60, "crash points": 250, "recovery crashes": 40, "continued from a crash": 5},
+    "kill": {"kills": 40, "operations done": 100, "in flight": 20, "in-flight applied": 3, "in-flight not applied": 3},
+    "bytes": {"stores": 1, "truncations": 2500, "bit flips": 300, "refused": 500, "recovered torn": 100},
+    "os-faults": {"steps": 40, "faults": 150, "open faults": 20},
+    "bad-input": {"API calls": 100, "CLI lines": 150, "refused": 150},
+}
+
+
+@pytest.fixture(scope="module")
+def torture() -> ModuleType:
+    """tools/torture.py as a module (registered in sys.modules, as its dataclasses need)."""
+    spec = importlib.util.spec_from_file_location("torture", TORTURE_PATH)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("torture", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _exact_promises(torture: ModuleType, campaign: str, counts: dict[str, int]) -> list[str]:
+    """Coverage that must be total even in a bounded run; the names of the promises broken."""
+    broken = []
+    if campaign == "crash-points" and counts.get("phases crashed") != len(torture.PHASES):
+        broken.append("a crash at every phase of SPEC §5")
+    if campaign == "bytes" and counts.get("fsck agreed") != counts.get("variants"):
+        broken.append("fsck --replay agreeing with opening on every damaged store")
+    if campaign == "bad-input" and counts.get("consumer lines agreed") != counts.get("CLI lines"):
+        broken.append("the consumer process answering every line as the protocol does in-process")
+    return broken
+
+
+@pytest.mark.parametrize("campaign", list(BUDGETS))
+def test_campaign_finds_no_divergence(torture: ModuleType, campaign: str) -> None:
+    report = torture.run_campaign(campaign, 1, BUDGETS[campaign])
+    print(report.line())
+    assert report.divergence_count == 0, "\n".join([report.line(), *report.divergences])
+    assert not report.gaps, report.line()
+    for what, minimum in MINIMUM_COUNTS[campaign].items():
+        assert report.counts.get(what, 0) >= minimum, f"{what}: {report.line()}"
+    assert not _exact_promises(torture, campaign, report.counts), report.line()
+
+
+def test_command_line_reports_one_line_per_campaign_and_a_verdict(run_python: RunPython) -> None:
+    completed = run_python([str(TORTURE_PATH), "--seed", "3", "--seconds", "2", "--campaign", "os-faults"])
+    lines = completed.stdout.strip().splitlines()
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    assert lines[-1] == "1 passed, 0 failed"
+    assert lines[-2].startswith("os-faults: ") and "0 divergences" in lines[-2]
