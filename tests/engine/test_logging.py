@@ -247,16 +247,6 @@ def test_the_library_prints_nothing_during_a_workload_with_recovery(
     assert (captured.out, captured.err) == ("", "")
 
 
-@pytest.mark.xfail(
-    reason=(
-        "the walqueue logger has no NullHandler: in an application that never configured logging, "
-        "logging.lastResort writes the torn-tail WARNING to stderr. Fix: "
-        "logging.getLogger('walqueue').addHandler(logging.NullHandler()) in walqueue/__init__.py; "
-        "then remove this marker (xfail_strict makes the passing test fail until then)"
-    ),
-    raises=AssertionError,
-    strict=True,
-)
 def test_the_library_prints_nothing_when_the_application_configured_no_logging(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -10,6 +10,12 @@ from pkgutil import extend_path
 
 __path__ = extend_path(__path__, __name__)
 
+import logging  # noqa: E402
+
+# A library logs, the application decides where it goes: without this, an
+# application that configured no logging would see recovery warnings on stderr.
+logging.getLogger("walqueue").addHandler(logging.NullHandler())
+
 from walqueue.engine.queue import Queue  # noqa: E402
 from walqueue.engine.types import (  # noqa: E402
     PHASES,
