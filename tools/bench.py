@@ -319,7 +319,7 @@ def workload_a(ctx: Context) -> dict[str, Any]:
         inputs = [puts("a", rep * k, k) for rep in range(s["reps"])]
 
         def chunk_for(backend: Any) -> Chunk:
-            def run(rep: int) -> float:
+            def run(rep: int) -> Clock:
                 put = backend.put
                 items = inputs[rep]
                 start = clock()
@@ -350,7 +350,7 @@ def workload_a(ctx: Context) -> dict[str, Any]:
 
 
 def _cycle_chunk(backend: Any, k: int) -> Chunk:
-    def run(rep: int) -> float:
+    def run(rep: int) -> Clock:
         reserve = backend.reserve
         ack = backend.ack
         start = clock()
@@ -408,7 +408,7 @@ def workload_c(ctx: Context) -> dict[str, Any]:
         ]
 
         def chunk_for(backend: Any) -> Chunk:
-            def run(rep: int) -> float:
+            def run(rep: int) -> Clock:
                 put_many = backend.put_many
                 lists = inputs[rep]
                 start = clock()
@@ -448,7 +448,7 @@ def workload_d(ctx: Context) -> dict[str, Any]:
         put_inputs = [puts("d", rep * kp, kp) for rep in range(reps)]
 
         def put_chunk(backend: Any) -> Chunk:
-            def run(rep: int) -> float:
+            def run(rep: int) -> Clock:
                 put = backend.put
                 items = put_inputs[rep]
                 start = clock()
@@ -479,13 +479,9 @@ def workload_d(ctx: Context) -> dict[str, Any]:
         },
         "ratios": {
             "put_walqueue_vs_sqlite": figure(speed_ratio(put_per, "walqueue", "sqlite"), "x", target=(">=", 1.5)),
-            "cycle_walqueue_vs_sqlite": figure(
-                speed_ratio(cycle_per, "walqueue", "sqlite"), "x", target=(">=", 2.0)
-            ),
+            "cycle_walqueue_vs_sqlite": figure(speed_ratio(cycle_per, "walqueue", "sqlite"), "x", target=(">=", 2.0)),
             "put_walqueue_vs_floor": figure(speed_ratio(put_per, "walqueue", "floor"), "x", note="information"),
-            "cycle_walqueue_vs_floor": figure(
-                speed_ratio(cycle_per, "walqueue", "floor"), "x", note="information"
-            ),
+            "cycle_walqueue_vs_floor": figure(speed_ratio(cycle_per, "walqueue", "floor"), "x", note="information"),
         },
     }
 
@@ -596,9 +592,7 @@ def workload_e(ctx: Context) -> dict[str, Any]:
                 better="lower",
                 note="walqueue open + first read / floor read+verify+parse of the same segments",
             ),
-            "replay_walqueue_tx_per_s": figure(
-                [n_tx / t for t in replay["walqueue"]], "tx/s", note="information"
-            ),
+            "replay_walqueue_tx_per_s": figure([n_tx / t for t in replay["walqueue"]], "tx/s", note="information"),
             "snapshot_walqueue_tasks_per_s": figure(
                 [n_tasks / t for t in snap["walqueue"]], "tasks/s", target=(">=", 300_000)
             ),
@@ -648,7 +642,13 @@ def workload_f(ctx: Context) -> dict[str, Any]:
     return {
         "clock": "cpu",
         "title": f"(f) cost growth: reserve+ack with {large:,} ready tasks / with {small:,}",
-        "params": {"small": small, "large": large, "cycles_per_chunk": k, "reps": reps, "gc": "filled stores frozen (gc.freeze)"},
+        "params": {
+            "small": small,
+            "large": large,
+            "cycles_per_chunk": k,
+            "reps": reps,
+            "gc": "filled stores frozen (gc.freeze)",
+        },
         "backends": backends_block(times, k, "cpu", "s/cycle"),
         "ratios": {
             "walqueue_growth": figure(
@@ -782,7 +782,9 @@ def print_result(result: dict[str, Any]) -> None:
                 _print_backends(block, f"{label}: ")
     for name, fig in result["ratios"].items():
         unit = fig["unit"]
-        spread = "" if len(fig["samples"]) == 1 else f"[{_fmt_value(fig['min'], unit)} .. {_fmt_value(fig['max'], unit)}]"
+        spread = (
+            "" if len(fig["samples"]) == 1 else f"[{_fmt_value(fig['min'], unit)} .. {_fmt_value(fig['max'], unit)}]"
+        )
         print(f"  = {name:<34} {_fmt_value(fig['median'], unit):>15} {spread:<32} {_verdict(fig)}")
 
 
@@ -825,9 +827,7 @@ def markdown(report: dict[str, Any]) -> str:
             )
             verdict = "" if fig["met"] is None else ("met" if fig["met"] else "**not met**")
             target = fig["target"] or "(information)"
-            lines.append(
-                f"| ({key}) | {name} | {_fmt_value(fig['median'], unit)} | {spread} | {target} | {verdict} |"
-            )
+            lines.append(f"| ({key}) | {name} | {_fmt_value(fig['median'], unit)} | {spread} | {target} | {verdict} |")
     lines += [
         "",
         "Absolute figures (machine-specific; median per operation, on the workload's clock):",

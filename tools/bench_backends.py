@@ -376,7 +376,8 @@ class SqliteQueue:
         ).fetchone()
         if row is None:
             return None
-        return row[:3] + (None if row[3] is None else json.loads(row[3]),) + row[4:]
+        payload = None if row[3] is None else json.loads(row[3])
+        return (*row[:3], payload, *row[4:])
 
     def counts(self) -> dict[str, int]:
         counts = dict.fromkeys(("ready", "leased", "completed", "dead"), 0)

@@ -1967,7 +1967,7 @@ def _spoil(rng: random.Random, request: dict[str, Any]) -> None:
     action = rng.random()
     if action < 0.5 and targets:
         name = rng.choice(targets)
-        if name == "lease" and rng.random() < 0.5:
+        if name == "lease" and isinstance(request["lease"], dict) and rng.random() < 0.5:
             lease = dict(request["lease"])
             field_name = rng.choice([*lease, "extra"])
             lease[field_name] = rng.choice(_JSON_VALUES)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import types
 from typing import Any
 
@@ -24,7 +25,7 @@ from walqueue.engine.ops import (
     transaction_size,
     validate_reserve_args,
 )
-from walqueue.engine.state import COMPLETED, DEAD, LEASED, READY, InvalidTransaction, State, apply
+from walqueue.engine.state import COMPLETED, DEAD, LEASED, READY, EncodedPayload, InvalidTransaction, State, apply
 from walqueue.engine.types import KeyConflict, Lease, StaleLease
 from walqueue.engine.validate import MAX_FRAME_BYTES, MAX_INT, MAX_NAME_BYTES, RECORD_WORST_CASE_EXTRA
 from walqueue.format.canonical import canonical_json
@@ -89,7 +90,7 @@ def test_put_request_defaults_key_to_task_id_and_computes_the_identity() -> None
         "op": "put",
         "task": "t",
         "key": "t",
-        "payload": {"x": [1]},
+        "payload": EncodedPayload(b'{"x":[1]}', expected_identity("t", {"x": [1]})),
         "available_at": 0,
         "max_attempts": 3,
     }
@@ -794,5 +795,16 @@ def test_transaction_body_is_the_canonical_json_of_the_transaction(payloads: lis
         put_request(f"t\u00e9{index}", payload, key=f"k{index}" if index % 2 else None, available_at=index).to_op()
         for index, payload in enumerate(payloads)
     ]
-    tx_ops.append({"op": "ack", "task": "t\n", "generation": 3})
-    assert transaction_body(seq, tx_ops) == canonical_json({"seq": seq, "ops": tx_ops})
+    tx_ops += [
+        {"op": "ack", "task": "t\n", "generation": 3},
+        {"op": "expire", "task": "\u2028", "generation": 2**63 - 1},
+        {"op": "release", "task": "r", "generation": 1, "available_at": seq},
+        {"op": "lease", "task": "l", "worker": 'w"\\', "generation": 7, "deadline": seq},
+        {"op": "ack", "task": "odd", "generation": True},  # not the planners' shape: encoded generically
+    ]
+    # What the body must be: the payload carriers replaced by the payloads they stand for.
+    plain = [
+        {**op, "payload": json.loads(op["payload"].canonical)} if type(op.get("payload")) is EncodedPayload else op
+        for op in tx_ops
+    ]
+    assert transaction_body(seq, tx_ops) == canonical_json({"seq": seq, "ops": plain})

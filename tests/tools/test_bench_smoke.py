@@ -232,8 +232,18 @@ def _state(q: Any, ids: list[str]) -> list[Any]:
             rows.append(
                 None
                 if t is None
-                else (t.task_id, t.key, t.status, t.payload, t.available_at, t.max_attempts, t.attempts,
-                      t.generation, t.worker, t.deadline)
+                else (
+                    t.task_id,
+                    t.key,
+                    t.status,
+                    t.payload,
+                    t.available_at,
+                    t.max_attempts,
+                    t.attempts,
+                    t.generation,
+                    t.worker,
+                    t.deadline,
+                )
             )
         else:
             rows.append(q.get(tid))

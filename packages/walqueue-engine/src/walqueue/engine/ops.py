@@ -13,6 +13,7 @@ with small bounds; the storage layer uses the default, `MAX_FRAME_BYTES`.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -66,25 +67,31 @@ _LEASE_OP_MAX_WITHOUT_WORKER = (
 class PutRequest:
     """One fully validated put: everything its op and its identity need.
 
-    `payload` is a private deep copy (decoded from `payload_json`), so the
+    It holds the payload only as canonical JSON bytes (immutable), so the
     caller mutating its own dict afterwards changes nothing; `identity` is
     the 32-byte SHA-256 that decides whether a retry is identical.
     """
 
     task_id: str
     key: str
-    payload: dict[str, Any]
     payload_json: bytes
     available_at: int
     max_attempts: int
     identity: bytes
 
+    @property
+    def payload(self) -> dict[str, Any]:
+        """A fresh decoded copy of the payload."""
+        value: dict[str, Any] = json.loads(self.payload_json)
+        return value
+
     def to_op(self) -> Op:
+        """The put op; its payload is an `EncodedPayload` carrying the bytes and the identity."""
         return {
             "op": "put",
             "task": self.task_id,
             "key": self.key,
-            "payload": self.payload,
+            "payload": EncodedPayload(self.payload_json, self.identity),
             "available_at": self.available_at,
             "max_attempts": self.max_attempts,
         }
@@ -109,7 +116,6 @@ def put_request(
     return PutRequest(
         task_id=task_id,
         key=key,
-        payload=EncodedPayload.of(payload_json),
         payload_json=payload_json,
         available_at=available_at,
         max_attempts=max_attempts,
@@ -347,16 +353,62 @@ def plan_release(state: State, lease: Lease, now: int, delay: int = 0) -> list[O
 
 
 def _op_json(op: Op) -> bytes:
-    payload = op.get("payload")
-    if type(payload) is EncodedPayload:
-        # Keys in canonical (sorted) order, the payload's bytes spliced in.
-        return b'{"available_at":%d,"key":%b,"max_attempts":%d,"op":"put","payload":%b,"task":%b}' % (
-            op["available_at"],
-            canonical_json(op["key"]),
-            op["max_attempts"],
-            payload.canonical,
-            canonical_json(op["task"]),
-        )
+    """One op's canonical JSON, spliced from its fields where the op has the planners' exact shape.
+
+    Keys appear in canonical (sorted) order; names go through
+    `canonical_json`, ints through ``%d`` only when they are exact ints. Any
+    other shape falls back to `canonical_json(op)`, so the result is always
+    the op's canonical JSON (a property test checks every op kind).
+    """
+    kind = op.get("op")
+    task = op.get("task")
+    if type(task) is str:
+        if kind == "put":
+            payload = op.get("payload")
+            available_at = op.get("available_at")
+            max_attempts = op.get("max_attempts")
+            key = op.get("key")
+            if (
+                type(payload) is EncodedPayload
+                and type(available_at) is int
+                and type(max_attempts) is int
+                and type(key) is str
+                and len(op) == 6
+            ):
+                return b'{"available_at":%d,"key":%b,"max_attempts":%d,"op":"put","payload":%b,"task":%b}' % (
+                    available_at,
+                    canonical_json(key),
+                    max_attempts,
+                    payload.canonical,
+                    canonical_json(task),
+                )
+        else:
+            generation = op.get("generation")
+            if type(generation) is int:
+                if kind == "lease":
+                    deadline = op.get("deadline")
+                    worker = op.get("worker")
+                    if type(deadline) is int and type(worker) is str and len(op) == 5:
+                        return b'{"deadline":%d,"generation":%d,"op":"lease","task":%b,"worker":%b}' % (
+                            deadline,
+                            generation,
+                            canonical_json(task),
+                            canonical_json(worker),
+                        )
+                elif kind in ("ack", "expire") and len(op) == 3:
+                    return b'{"generation":%d,"op":"%b","task":%b}' % (
+                        generation,
+                        kind.encode("ascii"),
+                        canonical_json(task),
+                    )
+                elif kind == "release" and len(op) == 4:
+                    available_at = op.get("available_at")
+                    if type(available_at) is int:
+                        return b'{"available_at":%d,"generation":%d,"op":"release","task":%b}' % (
+                            available_at,
+                            generation,
+                            canonical_json(task),
+                        )
     return canonical_json(op)
 
 

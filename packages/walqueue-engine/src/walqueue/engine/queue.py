@@ -22,15 +22,12 @@ from walqueue.engine.ownership import DirectoryLock
 from walqueue.engine.recovery import recover
 from walqueue.engine.state import apply
 from walqueue.engine.types import Lease, QueueClosed, Task
+from walqueue.engine.wal import no_hook
 from walqueue.format.frame import encode_body
 
 __all__ = ["Queue"]
 
 DEFAULT_COMPACT_BYTES = 64 * 2**20
-
-
-def _no_hook(phase: str) -> None:
-    pass
 
 
 class Queue:
@@ -63,7 +60,7 @@ class Queue:
         self._directory = path
         self._sync = sync
         self._compact_bytes = compact_bytes
-        self._hook = hook if hook is not None else _no_hook
+        self._hook = hook if hook is not None else no_hook
         os.makedirs(path, exist_ok=True)
         self._ownership = DirectoryLock(path)
         try:

@@ -114,25 +114,34 @@ def identity_digest(task_json: bytes, payload_json: bytes, available_at: int, ma
     return hashlib.sha256(text).digest()
 
 
-class EncodedPayload(dict[str, Any]):
-    """A payload already validated, with its canonical JSON bytes attached.
+class EncodedPayload:
+    """A put's payload as the planner validated it: its canonical JSON and the put's identity digest.
 
-    `ops.put_request` builds one (a private copy nobody else can reach) so
-    that `apply` and the frame encoder reuse the bytes instead of walking and
-    encoding the payload again. Only the engine's own planners create it;
-    anything decoded from disk is a plain dict and is checked in full. The
-    transition is the same either way: the stored bytes are identical.
+    `ops.put_request` validates a payload once and puts this carrier in the
+    op, so that `apply` and the frame encoder reuse the bytes and the digest
+    instead of walking, encoding and hashing the payload again. Only the
+    engine's planners create it, from the very task id, available_at and
+    max_attempts of the same op; anything decoded from disk is a plain dict
+    and is checked in full. The transition is the same either way: the
+    stored bytes and digest are identical. It is deliberately not a dict, so
+    that nothing can encode it as JSON by mistake.
     """
 
-    __slots__ = ("canonical",)
+    __slots__ = ("canonical", "identity")
 
-    canonical: bytes
+    def __init__(self, canonical: bytes, identity: bytes) -> None:
+        self.canonical = canonical
+        self.identity = identity
 
-    @classmethod
-    def of(cls, payload_json: bytes) -> EncodedPayload:
-        payload = cls(json.loads(payload_json))
-        payload.canonical = payload_json
-        return payload
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, EncodedPayload):
+            return NotImplemented
+        return self.canonical == other.canonical and self.identity == other.identity
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"EncodedPayload({self.canonical!r:.80})"
 
 
 class TaskRecord:
@@ -677,7 +686,10 @@ def _put(state: State, staging: _Staging, op: dict[str, Any]) -> TaskRecord:
         task_id = check_name(op["task"], "task")
         key = check_name(op["key"], "key")
         payload = op["payload"]
-        payload_json = payload.canonical if type(payload) is EncodedPayload else check_payload(payload)
+        if type(payload) is EncodedPayload:
+            payload_json, digest = payload.canonical, payload.identity
+        else:
+            payload_json, digest = check_payload(payload), None
     except (TypeError, ValueError) as exc:
         raise _OpError(str(exc)) from None
     available_at = _int(op, "available_at")
@@ -692,7 +704,8 @@ def _put(state: State, staging: _Staging, op: dict[str, Any]) -> TaskRecord:
     except ValueError as exc:
         raise _OpError(str(exc)) from None
     staging.keys.add(key)
-    digest = identity_digest(task_json, payload_json, available_at, max_attempts)
+    if digest is None:
+        digest = identity_digest(task_json, payload_json, available_at, max_attempts)
     return TaskRecord(task_id, key, READY, digest + payload_json, available_at, max_attempts, 0, 0, None, None)
 
 

@@ -11,6 +11,17 @@ from typing import Any
 
 _ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
+try:  # CPython's C encoder, built once: JSONEncoder.encode builds a new one per call.
+    from _json import encode_basestring as _c_encode_str
+    from _json import make_encoder as _c_make_encoder
+except ImportError:  # pragma: no cover - other interpreters use the pure-Python encoder
+    _C_ENCODE = None
+else:
+    # The same arguments JSONEncoder passes, without circular-reference
+    # tracking: a cycle then ends in RecursionError, turned into ValueError
+    # below, as JSONEncoder would raise ValueError for it.
+    _C_ENCODE = _c_make_encoder(None, _ENCODER.default, _c_encode_str, None, ":", ",", True, False, False)
+
 
 def canonical_json(value: Any) -> bytes:
     """Encode `value` as canonical JSON (UTF-8 bytes).
@@ -21,7 +32,12 @@ def canonical_json(value: Any) -> bytes:
     NOT raised by json itself, which is why callers that need a round trip
     check the value's shape first (see the engine's validation).
     """
-    return _ENCODER.encode(value).encode("utf-8")
+    if _C_ENCODE is None:  # pragma: no cover
+        return _ENCODER.encode(value).encode("utf-8")
+    try:
+        return "".join(_C_ENCODE(value, 0)).encode("utf-8")
+    except RecursionError:
+        raise ValueError("value nested too deeply (or cyclic) for JSON") from None
 
 
 def _reject_constant(name: str) -> Any:
