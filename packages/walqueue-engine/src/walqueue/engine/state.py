@@ -682,30 +682,29 @@ def _unleased_status(record: TaskRecord) -> str:
 
 
 def _put(state: State, staging: _Staging, op: dict[str, Any]) -> TaskRecord:
-    try:
-        task_id = check_name(op["task"], "task")
-        key = check_name(op["key"], "key")
-        payload = op["payload"]
-        if type(payload) is EncodedPayload:
-            payload_json, digest = payload.canonical, payload.identity
-        else:
-            payload_json, digest = check_payload(payload), None
-    except (TypeError, ValueError) as exc:
-        raise _OpError(str(exc)) from None
+    payload = op["payload"]
     available_at = _int(op, "available_at")
     max_attempts = _int(op, "max_attempts", 1)
+    if type(payload) is EncodedPayload:
+        # Built by ops.put_request from this op's own validated names and
+        # numbers: the checks below were made there, once.
+        task_id, key = op["task"], op["key"]
+        payload_json, digest = payload.canonical, payload.identity
+    else:
+        try:
+            task_id = check_name(op["task"], "task")
+            key = check_name(op["key"], "key")
+            payload_json = check_payload(payload)
+            task_json = canonical_json(task_id)
+            check_record_fits(payload_json, task_json, task_json if key == task_id else canonical_json(key))
+        except (TypeError, ValueError) as exc:
+            raise _OpError(str(exc)) from None
+        digest = identity_digest(task_json, payload_json, available_at, max_attempts)
     if task_id in state.tasks or task_id in staging.records:
         raise _OpError(f"task {task_id!r:.100} already exists")
     if key in staging.keys or state.lookup_key(key) is not None:
         raise _OpError(f"key {key!r:.100} is already known")
-    task_json = canonical_json(task_id)
-    try:
-        check_record_fits(payload_json, task_json, task_json if key == task_id else canonical_json(key))
-    except ValueError as exc:
-        raise _OpError(str(exc)) from None
     staging.keys.add(key)
-    if digest is None:
-        digest = identity_digest(task_json, payload_json, available_at, max_attempts)
     return TaskRecord(task_id, key, READY, digest + payload_json, available_at, max_attempts, 0, 0, None, None)
 
 
