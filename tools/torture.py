@@ -1277,7 +1277,7 @@ def _judge_fsck(fsck: Any, result: dict[str, Any] | None, torn: bool, where: str
 
 FAULTABLE = ("write", "fsync", "replace", "rename", "unlink", "open", "ftruncate")
 FAULT_ERRNOS = (errno.ENOSPC, errno.EIO)
-FAULT_STEPS = 120
+FAULT_STEPS = 60
 REOPEN_EVERY = 6
 
 
@@ -1382,7 +1382,7 @@ def injected(injector: FaultInjector) -> Iterator[FaultInjector]:
 def campaign_os_faults(seed: int, budget: float, report: Report) -> None:
     """Fail the k-th os call of each step (and of reopening) for every k; check poison, error and recovery."""
     deadline = time.monotonic() + budget
-    report.counts.update({"steps": 0, "faults": 0, "open faults": 0})
+    report.counts.update({"steps": 0, "faults": 0, "faults without a hook": 0, "open faults": 0})
     called: set[str] = set()
     temporary = tempfile.TemporaryDirectory(prefix="walqueue-faults-", dir=scratch_root())
     with temporary as tmp, injected(FaultInjector()) as injector:
@@ -1489,6 +1489,8 @@ def _fault_once(
     finally:
         injector.disarm()
     report.count("faults")
+    if not hooked:
+        report.count("faults without a hook")
     check_poisoned(queue, where, report)
     complete = transactions_written(injector.written)
     if hooked and complete != log.phases.count("wal.append.written"):

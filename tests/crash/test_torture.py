@@ -34,7 +34,7 @@ MINIMUM_COUNTS = {
     "crash-points": {"steps": 60, "crash points": 250, "recovery crashes": 40, "continued from a crash": 5},
     "kill": {"kills": 40, "operations done": 100, "in flight": 20, "in-flight applied": 3, "in-flight not applied": 3},
     "bytes": {"stores": 1, "truncations": 2500, "bit flips": 300, "refused": 500, "recovered torn": 100},
-    "os-faults": {"steps": 40, "faults": 150, "open faults": 20},
+    "os-faults": {"steps": 40, "faults": 150, "faults without a hook": 30, "open faults": 20},
     "bad-input": {"API calls": 80, "CLI lines": 150, "refused": 150},
 }
 
