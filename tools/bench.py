@@ -318,18 +318,7 @@ def workload_a(ctx: Context) -> dict[str, Any]:
             _warm_puts(backend, "warm")
         inputs = [puts("a", rep * k, k) for rep in range(s["reps"])]
 
-        def chunk_for(backend: Any) -> Chunk:
-            def run(rep: int) -> Clock:
-                put = backend.put
-                items = inputs[rep]
-                start = clock()
-                for tid, body in items:
-                    put(tid, body)
-                return since(start)
-
-            return run
-
-        times = interleave({name: chunk_for(b) for name, b in opened.items()}, s["reps"])
+        times = interleave({name: _put_chunk(b, inputs) for name, b in opened.items()}, s["reps"])
     finally:
         for backend in opened.values():
             backend.close()
@@ -344,6 +333,20 @@ def workload_a(ctx: Context) -> dict[str, Any]:
             "walqueue_vs_floor": figure(speed_ratio(per, "walqueue", "floor"), "x", target=(">=", 0.9)),
         },
     }
+
+
+def _put_chunk(backend: Any, inputs: list[list[tuple[str, dict[str, Any]]]]) -> Chunk:
+    """A timed chunk of single puts: repetition `rep` puts `inputs[rep]`, one call each."""
+
+    def run(rep: int) -> Clock:
+        put = backend.put
+        items = inputs[rep]
+        start = clock()
+        for tid, body in items:
+            put(tid, body)
+        return since(start)
+
+    return run
 
 
 # -- (b) durable reserve+ack cycles on a filled queue ---------------------------------------
@@ -447,18 +450,7 @@ def workload_d(ctx: Context) -> dict[str, Any]:
             _warm_puts(backend, "warm", 50)
         put_inputs = [puts("d", rep * kp, kp) for rep in range(reps)]
 
-        def put_chunk(backend: Any) -> Chunk:
-            def run(rep: int) -> Clock:
-                put = backend.put
-                items = put_inputs[rep]
-                start = clock()
-                for tid, body in items:
-                    put(tid, body)
-                return since(start)
-
-            return run
-
-        put_times = interleave({name: put_chunk(b) for name, b in opened.items()}, reps)
+        put_times = interleave({name: _put_chunk(b, put_inputs) for name, b in opened.items()}, reps)
         # The cycles lease the earliest ready tasks: the warm-up and the puts above, then these.
         for backend in opened.values():
             fill(backend, "dfill", kc * reps + 50)

@@ -73,6 +73,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import IO, Any
 
@@ -1404,6 +1405,25 @@ def campaign_os_faults(seed: int, budget: float, report: Report) -> None:
         report.gaps.append(f"never failed os.{', os.'.join(missing)}")
 
 
+def _open_and_close(directory: Path, options: dict[str, Any]) -> None:
+    Queue(directory, **options).close()
+
+
+def _expect_injected_oserror(
+    report: Report, injector: FaultInjector, label: str, what: str, call: Callable[[], object]
+) -> None:
+    """Run `call`, which must fail with exactly the OSError the injector raised, unwrapped."""
+    try:
+        call()
+    except OSError as exc:
+        if exc is not injector.raised:
+            report.diverge(f"{label}: a different OSError reached the caller: {exc!r}")
+    except Exception as exc:
+        report.diverge(f"{label}: the OSError reached the caller as {type(exc).__name__}: {exc}")
+    else:
+        report.diverge(f"{label}: {what} succeeded although an os call failed")
+
+
 def _fault_workload(
     seed: int, unit: int, dirs: Dirs, deadline: float, injector: FaultInjector, report: Report, called: set[str]
 ) -> None:
@@ -1478,14 +1498,7 @@ def _fault_once(
     queue = Queue(scratch, hook=log if hooked else None, **options)
     injector.arm(fail_at, error_number)
     try:
-        outcome(op, queue)
-    except OSError as exc:
-        if exc is not injector.raised:
-            report.diverge(f"{where}: a different OSError reached the caller: {exc!r}")
-    except Exception as exc:
-        report.diverge(f"{where}: the OSError reached the caller as {type(exc).__name__}: {exc}")
-    else:
-        report.diverge(f"{where}: the call succeeded although an os call failed")
+        _expect_injected_oserror(report, injector, where, "the call", lambda: outcome(op, queue))
     finally:
         injector.disarm()
     report.count("faults")
@@ -1550,14 +1563,7 @@ def _fault_open(
         label = f"{where} os.{calls[fail_at]} call {fail_at} fails"
         injector.arm(fail_at, FAULT_ERRNOS[fail_at % 2])
         try:
-            Queue(scratch, **options).close()
-        except OSError as exc:
-            if exc is not injector.raised:
-                report.diverge(f"{label}: a different OSError reached the caller: {exc!r}")
-        except Exception as exc:
-            report.diverge(f"{label}: the OSError reached the caller as {type(exc).__name__}: {exc}")
-        else:
-            report.diverge(f"{label}: opening succeeded although an os call failed")
+            _expect_injected_oserror(report, injector, label, "opening", partial(_open_and_close, scratch, options))
         finally:
             injector.disarm()
         report.count("open faults")
