@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import sys
 from typing import Any
 
 import pytest
@@ -20,10 +21,11 @@ from walqueue.engine.state import (
     InvalidTransaction,
     State,
     TaskRecord,
+    Tombstone,
     apply,
     request_identity,
 )
-from walqueue.engine.types import Lease, Task
+from walqueue.engine.types import Lease, Task, new_lease
 from walqueue.engine.validate import MAX_FRAME_BYTES, MAX_INT, MAX_NAME_BYTES, RECORD_WORST_CASE_EXTRA
 from walqueue.format.canonical import canonical_json
 
@@ -754,3 +756,70 @@ def test_from_records_accepts_the_sample_and_any_iterable() -> None:
     assert state.counts() == {READY: 1, LEASED: 1, COMPLETED: 1, DEAD: 1}
     assert state.peek_expired(MAX_INT) == ["l"]
     assert state.peek_ready(MAX_INT, 9) == ["r"]
+
+
+# -- tombstones (completed tasks, packed) ------------------------------------------------
+
+names = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=40)
+ints = st.integers(0, MAX_INT)
+
+
+@SETTINGS
+@given(task_id=names, key=names | st.none(), available_at=ints, max_attempts=st.integers(1, MAX_INT), data=st.data())
+def test_a_tombstone_answers_every_field_it_packed(
+    task_id: str, key: str | None, available_at: int, max_attempts: int, data: st.DataObject
+) -> None:
+    key = task_id if key is None else key
+    attempts = data.draw(st.integers(1, max_attempts))
+    digest = hashlib.sha256(task_id.encode()).digest()
+    stone = Tombstone.of(task_id, key, digest, available_at, max_attempts, attempts, attempts)
+    plain = TaskRecord(task_id, key, COMPLETED, digest, available_at, max_attempts, attempts, attempts, None, None)
+    assert stone.fields() == plain.fields()
+    assert stone.record_json() == plain.record_json()
+    assert stone.to_task() == plain.to_task()
+    assert stone.payload_json() == b"null"
+    assert stone.entry is None
+
+
+def test_a_tombstone_refuses_what_no_transition_produces() -> None:
+    digest = bytes(32)
+    with pytest.raises(ValueError, match="generation"):
+        Tombstone.of("t", "t", digest, 0, 3, 1, 2)
+    with pytest.raises(ValueError, match="digest"):
+        Tombstone.of("t", "t", digest[:31], 0, 3, 1, 1)
+
+
+def test_ack_packs_the_task_into_a_tombstone_that_keeps_its_key() -> None:
+    state = State()
+    run(state, put("t", key="k"), lease("t"))
+    before = state.tasks["t"]
+    run(state, ack("t"))
+    record = state.tasks["t"]
+    assert isinstance(record, Tombstone)
+    assert not hasattr(record, "__dict__")
+    assert record.fields() == ("t", "k", COMPLETED, before.blob[:32], 0, 3, 1, 1, None, None)
+    assert state.lookup_key("k") == "t"
+    # A snapshot round trip gives the same tombstone back.
+    reloaded = State.from_records(state.last_seq, [json.loads(line) for line in state.iter_record_json()])
+    assert reloaded == state
+    assert isinstance(reloaded.tasks["t"], Tombstone)
+
+
+def test_a_short_tombstone_is_one_small_object() -> None:
+    """Deterministic sizes, not timings: the packed layout is what keeps completed tasks cheap."""
+    stone = Tombstone.of("g-000000001", "g-000000001", bytes(32), 0, 3, 1, 1)
+    assert sys.getsizeof(stone) <= 110
+
+
+@SETTINGS
+@given(task_id=names, worker=names, generation=ints, deadline=ints, attempts=ints)
+def test_new_lease_builds_the_same_token_as_the_constructor(
+    task_id: str, worker: str, generation: int, deadline: int, attempts: int
+) -> None:
+    payload = {"n": [1, "x"]}
+    fast = new_lease(task_id, worker, generation, deadline, attempts, payload)
+    slow = Lease(task_id, worker, generation, deadline, attempts, payload)
+    assert type(fast) is Lease
+    assert fast == slow
+    assert repr(fast) == repr(slow)
+    assert hash((fast.task_id, fast.generation)) == hash((slow.task_id, slow.generation))

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from walqueue.format import canonical_json, parse_json
+from walqueue.format import canonical_json, canonical_str, parse_json
 
 SETTINGS = settings(max_examples=60, deadline=None)
 
@@ -131,3 +131,17 @@ def test_parse_json_refuses_what_no_canonical_writer_produces(body: bytes) -> No
 
 def test_parse_json_reads_canonical_bytes_back() -> None:
     assert parse_json('{"a":[1,2.5,"é"],"b":null}'.encode()) == {"a": [1, 2.5, "é"], "b": None}
+
+
+@given(st.text())
+def test_canonical_str_equals_canonical_json_of_the_string(value: str) -> None:
+    assert canonical_str(value) == canonical_json(value)
+
+
+def test_canonical_str_escapes_only_what_json_requires() -> None:
+    assert canonical_str('a"b\\c\n\x01é') == b'"a\\"b\\\\c\\n\\u0001\xc3\xa9"'
+
+
+def test_canonical_str_refuses_a_lone_surrogate() -> None:
+    with pytest.raises(ValueError):
+        canonical_str("\ud800")

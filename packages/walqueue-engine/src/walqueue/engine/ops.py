@@ -14,7 +14,7 @@ with small bounds; the storage layer uses the default, `MAX_FRAME_BYTES`.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +29,7 @@ from walqueue.engine.validate import (
     check_payload,
     check_record_fits,
 )
-from walqueue.format.canonical import canonical_json
+from walqueue.format.canonical import canonical_json, canonical_str
 
 __all__ = [
     "PutRequest",
@@ -111,8 +111,8 @@ def put_request(
     payload_json = check_payload(payload)
     available_at = check_int(available_at, "available_at")
     max_attempts = check_int(max_attempts, "max_attempts", 1)
-    task_json = canonical_json(task_id)
-    check_record_fits(payload_json, task_json, task_json if key == task_id else canonical_json(key))
+    task_json = canonical_str(task_id)
+    check_record_fits(payload_json, task_json, task_json if key == task_id else canonical_str(key))
     return PutRequest(
         task_id=task_id,
         key=key,
@@ -286,7 +286,7 @@ def plan_lease(
         }
         for task_id in state.peek_ready(now, limit)
     ]
-    op_max = _LEASE_OP_MAX_WITHOUT_WORKER + len(canonical_json(worker))
+    op_max = _LEASE_OP_MAX_WITHOUT_WORKER + len(canonical_str(worker))
     if _fixed_size(seq) + len(lease_ops) * (op_max + 1) <= max_frame_bytes:
         return lease_ops  # surely one frame: no need to measure
     size = _fixed_size(seq)
@@ -352,63 +352,88 @@ def plan_release(state: State, lease: Lease, now: int, delay: int = 0) -> list[O
     return [{"op": "release", "task": task_id, "generation": generation, "available_at": now + delay}]
 
 
+def _put_json(op: Op) -> bytes | None:
+    payload = op["payload"]
+    available_at = op["available_at"]
+    max_attempts = op["max_attempts"]
+    key = op["key"]
+    if type(payload) is EncodedPayload and type(available_at) is int and type(max_attempts) is int and type(key) is str:
+        return b'{"available_at":%d,"key":%b,"max_attempts":%d,"op":"put","payload":%b,"task":%b}' % (
+            available_at,
+            canonical_str(key),
+            max_attempts,
+            payload.canonical,
+            canonical_str(op["task"]),
+        )
+    return None
+
+
+def _lease_json(op: Op) -> bytes | None:
+    deadline = op["deadline"]
+    generation = op["generation"]
+    worker = op["worker"]
+    if type(deadline) is int and type(generation) is int and type(worker) is str:
+        return b'{"deadline":%d,"generation":%d,"op":"lease","task":%b,"worker":%b}' % (
+            deadline,
+            generation,
+            canonical_str(op["task"]),
+            canonical_str(worker),
+        )
+    return None
+
+
+def _ack_json(op: Op) -> bytes | None:
+    generation = op["generation"]
+    if type(generation) is int:
+        return b'{"generation":%d,"op":"ack","task":%b}' % (generation, canonical_str(op["task"]))
+    return None
+
+
+def _expire_json(op: Op) -> bytes | None:
+    generation = op["generation"]
+    if type(generation) is int:
+        return b'{"generation":%d,"op":"expire","task":%b}' % (generation, canonical_str(op["task"]))
+    return None
+
+
+def _release_json(op: Op) -> bytes | None:
+    available_at = op["available_at"]
+    generation = op["generation"]
+    if type(available_at) is int and type(generation) is int:
+        return b'{"available_at":%d,"generation":%d,"op":"release","task":%b}' % (
+            available_at,
+            generation,
+            canonical_str(op["task"]),
+        )
+    return None
+
+
+#: op name -> (its exact key set, its splicing encoder). An op of exactly
+#: these keys with a str task gets spliced; the encoder still checks the
+#: value types and answers None for anything else.
+_SPLICERS: dict[str, tuple[frozenset[str], Callable[[Op], bytes | None]]] = {
+    "put": (frozenset({"op", "task", "key", "payload", "available_at", "max_attempts"}), _put_json),
+    "lease": (frozenset({"op", "task", "worker", "generation", "deadline"}), _lease_json),
+    "ack": (frozenset({"op", "task", "generation"}), _ack_json),
+    "expire": (frozenset({"op", "task", "generation"}), _expire_json),
+    "release": (frozenset({"op", "task", "generation", "available_at"}), _release_json),
+}
+
+
 def _op_json(op: Op) -> bytes:
     """One op's canonical JSON, spliced from its fields where the op has the planners' exact shape.
 
     Keys appear in canonical (sorted) order; names go through
-    `canonical_json`, ints through ``%d`` only when they are exact ints. Any
+    `canonical_str`, ints through ``%d`` only when they are exact ints. Any
     other shape falls back to `canonical_json(op)`, so the result is always
     the op's canonical JSON (a property test checks every op kind).
     """
     kind = op.get("op")
-    task = op.get("task")
-    if type(task) is str:
-        if kind == "put":
-            payload = op.get("payload")
-            available_at = op.get("available_at")
-            max_attempts = op.get("max_attempts")
-            key = op.get("key")
-            if (
-                type(payload) is EncodedPayload
-                and type(available_at) is int
-                and type(max_attempts) is int
-                and type(key) is str
-                and len(op) == 6
-            ):
-                return b'{"available_at":%d,"key":%b,"max_attempts":%d,"op":"put","payload":%b,"task":%b}' % (
-                    available_at,
-                    canonical_json(key),
-                    max_attempts,
-                    payload.canonical,
-                    canonical_json(task),
-                )
-        else:
-            generation = op.get("generation")
-            if type(generation) is int:
-                if kind == "lease":
-                    deadline = op.get("deadline")
-                    worker = op.get("worker")
-                    if type(deadline) is int and type(worker) is str and len(op) == 5:
-                        return b'{"deadline":%d,"generation":%d,"op":"lease","task":%b,"worker":%b}' % (
-                            deadline,
-                            generation,
-                            canonical_json(task),
-                            canonical_json(worker),
-                        )
-                elif kind in ("ack", "expire") and len(op) == 3:
-                    return b'{"generation":%d,"op":"%b","task":%b}' % (
-                        generation,
-                        kind.encode("ascii"),
-                        canonical_json(task),
-                    )
-                elif kind == "release" and len(op) == 4:
-                    available_at = op.get("available_at")
-                    if type(available_at) is int:
-                        return b'{"available_at":%d,"generation":%d,"op":"release","task":%b}' % (
-                            available_at,
-                            generation,
-                            canonical_json(task),
-                        )
+    splicer = _SPLICERS.get(kind) if type(kind) is str else None
+    if splicer is not None and type(op.get("task")) is str and op.keys() == splicer[0]:
+        spliced = splicer[1](op)
+        if spliced is not None:
+            return spliced
     return canonical_json(op)
 
 

@@ -22,6 +22,7 @@ from walqueue.engine.ownership import DirectoryLock
 from walqueue.engine.recovery import recover
 from walqueue.engine.state import apply
 from walqueue.engine.types import Lease, QueueClosed, Task
+from walqueue.engine.validate import MAX_INT
 from walqueue.engine.wal import no_hook
 from walqueue.format.frame import encode_body
 
@@ -72,6 +73,9 @@ class Queue:
         self._current = recovered.current
         self._wal = recovered.wal
         self._snapshot_size = recovered.snapshot_size
+        # compaction_due is never true at or below this many WAL bytes: the
+        # one comparison a commit usually makes.
+        self._compact_floor = MAX_INT if compact_bytes is None else compact_bytes
         self._closed = False
 
     # -- lifecycle -----------------------------------------------------------------
@@ -106,14 +110,17 @@ class Queue:
     # -- the one write path ---------------------------------------------------------
 
     def _commit(self, tx_ops: list[dict[str, Any]]) -> None:
-        seq = self._state.last_seq + 1
-        tx = {"seq": seq, "ops": tx_ops}
+        state = self._state
+        seq = state.last_seq + 1
         # ValueError for an oversize transaction, before anything is written.
         frame = encode_body(ops.transaction_body(seq, tx_ops))
+        wal = self._wal
         try:
-            self._wal.append(frame)
-            apply(self._state, tx)
-            if compaction_due(self._wal.wal_bytes, self._snapshot_size, self._compact_bytes):
+            wal.append(frame)
+            apply(state, {"seq": seq, "ops": tx_ops})
+            if wal.wal_bytes > self._compact_floor and compaction_due(
+                wal.wal_bytes, self._snapshot_size, self._compact_bytes
+            ):
                 self._compact_now()
         except BaseException:
             self._poison()

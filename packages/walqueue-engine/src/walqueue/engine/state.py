@@ -39,7 +39,7 @@ import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from walqueue.engine.types import Lease, Task
+from walqueue.engine.types import Lease, Task, new_lease
 from walqueue.engine.validate import (
     MAX_INT,
     check_int,
@@ -58,7 +58,9 @@ __all__ = [
     "STATUSES",
     "InvalidTransaction",
     "State",
+    "Record",
     "TaskRecord",
+    "Tombstone",
     "apply",
     "identity_digest",
     "request_identity",
@@ -144,15 +146,114 @@ class EncodedPayload:
         return f"EncodedPayload({self.canonical!r:.80})"
 
 
-class TaskRecord:
-    """The complete state of one task.
+_SCAN: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
+
+
+def _decode_payload(blob: bytes) -> Any:
+    """A fresh decoded copy of the payload stored after the digest in `blob`.
+
+    The bytes are canonical JSON that this engine encoded itself (validated
+    before they were stored), so the C scanner reads them directly: the same
+    parser as `json.loads`, without its per-call encoding detection and
+    whitespace handling, which cost three times the parse of a small payload.
+    """
+    text = blob[_DIGEST_BYTES:].decode("utf-8")
+    value, end = _SCAN(text, 0)
+    if end != len(text):  # pragma: no cover - stored bytes are always one complete value
+        raise ValueError("stored payload has trailing bytes")
+    return value
+
+
+class _RecordView:
+    """What every stored task answers, whether it is a full `TaskRecord` or a packed `Tombstone`.
+
+    The two shapes exist for memory (a completed task is kept forever, so it
+    must be small), not for meaning: both expose the same ten fields, and
+    everything that reads a task goes through them.
+    """
+
+    __slots__ = ()
+
+    task_id: str
+    key: str
+    status: str
+    available_at: int
+    max_attempts: int
+    attempts: int
+    generation: int
+    worker: str | None
+    deadline: int | None
+
+    @property
+    def blob(self) -> bytes:  # pragma: no cover - both subclasses define it
+        raise NotImplementedError
+
+    def fields(self) -> tuple[object, ...]:
+        """Everything that is state (not `entry`, which is only an index position)."""
+        return (
+            self.task_id,
+            self.key,
+            self.status,
+            self.blob,
+            self.available_at,
+            self.max_attempts,
+            self.attempts,
+            self.generation,
+            self.worker,
+            self.deadline,
+        )
+
+    def payload_json(self) -> bytes:
+        """The payload's canonical JSON, ``b"null"`` once completed."""
+        return self.blob[_DIGEST_BYTES:] or b"null"
+
+    def to_task(self) -> Task:
+        payload = _decode_payload(self.blob) if self.status != COMPLETED else None
+        return Task(
+            task_id=self.task_id,
+            key=self.key,
+            status=self.status,
+            payload=payload,
+            available_at=self.available_at,
+            max_attempts=self.max_attempts,
+            attempts=self.attempts,
+            generation=self.generation,
+            worker=self.worker,
+            deadline=self.deadline,
+        )
+
+    def record_json(self) -> bytes:
+        """This task's snapshot record (SPEC §3) as canonical JSON, splicing the stored payload bytes."""
+        deadline = self.deadline
+        worker = self.worker
+        return (
+            b'{"attempts":%d,"available_at":%d,"deadline":%b,"generation":%d,"identity":"%b","key":%b,'
+            b'"max_attempts":%d,"payload":%b,"status":"%b","task":%b,"worker":%b}'
+            % (
+                self.attempts,
+                self.available_at,
+                b"null" if deadline is None else b"%d" % deadline,
+                self.generation,
+                self.blob[:_DIGEST_BYTES].hex().encode("ascii"),
+                canonical_json(self.key),
+                self.max_attempts,
+                self.payload_json(),
+                self.status.encode("ascii"),
+                canonical_json(self.task_id),
+                b"null" if worker is None else canonical_json(worker),
+            )
+        )
+
+
+class TaskRecord(_RecordView):
+    """The complete state of one task that is not completed.
 
     `blob` is the 32-byte identity digest followed by the payload's canonical
-    JSON (nothing after the digest once completed). `entry` is the heap tuple
-    that currently stands for this task in the ready heap (ready) or the
-    lease heap (leased), ``None`` otherwise. Records are never changed after
-    they are committed to a `State`: a transition replaces the record, which
-    also makes the old heap entry stale at once.
+    JSON. `entry` is the heap tuple that currently stands for this task in
+    the ready heap (ready) or the lease heap (leased), ``None`` otherwise.
+    Records are never changed after they are committed to a `State`: a
+    transition replaces the record, which also makes the old heap entry
+    stale at once.
     """
 
     __slots__ = (
@@ -169,16 +270,7 @@ class TaskRecord:
         "entry",
     )
 
-    task_id: str
-    key: str
-    status: str
-    blob: bytes
-    available_at: int
-    max_attempts: int
-    attempts: int
-    generation: int
-    worker: str | None
-    deadline: int | None
+    blob: bytes  # a plain slot here, a property in Tombstone
     entry: HeapEntry | None
 
     def __init__(
@@ -206,62 +298,100 @@ class TaskRecord:
         self.deadline = deadline
         self.entry = None
 
-    def fields(self) -> tuple[object, ...]:
-        """Everything that is state (not `entry`, which is only an index position)."""
-        return (
-            self.task_id,
-            self.key,
-            self.status,
-            self.blob,
-            self.available_at,
-            self.max_attempts,
-            self.attempts,
-            self.generation,
-            self.worker,
-            self.deadline,
-        )
-
     def __repr__(self) -> str:
         return f"TaskRecord{self.fields()!r}"
 
-    def payload_json(self) -> bytes:
-        """The payload's canonical JSON, ``b"null"`` once completed."""
-        return self.blob[_DIGEST_BYTES:] or b"null"
 
-    def to_task(self) -> Task:
-        payload = json.loads(self.blob[_DIGEST_BYTES:]) if self.status != COMPLETED else None
-        return Task(
-            task_id=self.task_id,
-            key=self.key,
-            status=self.status,
-            payload=payload,
-            available_at=self.available_at,
-            max_attempts=self.max_attempts,
-            attempts=self.attempts,
-            generation=self.generation,
-            worker=self.worker,
-            deadline=self.deadline,
-        )
+class Tombstone(_RecordView, bytes):
+    """A completed task, packed into one immutable bytes object.
 
-    def record_json(self) -> bytes:
-        """This task's snapshot record (SPEC §3) as canonical JSON, splicing the stored payload bytes."""
-        return (
-            b'{"attempts":%d,"available_at":%d,"deadline":%b,"generation":%d,"identity":"%b","key":%b,'
-            b'"max_attempts":%d,"payload":%b,"status":"%b","task":%b,"worker":%b}'
+    Completed tasks are kept forever (their keys must keep answering
+    retries), so they dominate the memory of a long-lived queue. A
+    `TaskRecord` costs about 120 bytes of slots plus a separate digest
+    object; this costs one object of about 100 bytes for a short task id:
+
+        identity digest (32 bytes)
+        b"<available_at> <max_attempts> <attempts> <task id length>:"  (ASCII)
+        task id (UTF-8), then key (UTF-8), the key left empty when it equals the task id
+
+    `generation` is not stored: every transition keeps it equal to
+    `attempts` (and snapshot loading refuses a record where it is not), so
+    `Tombstone.of` refuses to pack a record that breaks the rule. The fields
+    are decoded on access, which is rare: retries, reads and snapshots.
+    """
+
+    __slots__ = ()
+
+    # A completed task never has these (class attributes, not storage).
+    status = COMPLETED
+    worker = None
+    deadline = None
+    entry = None
+
+    @classmethod
+    def of(
+        cls, task_id: str, key: str, digest: bytes, available_at: int, max_attempts: int, attempts: int, generation: int
+    ) -> Tombstone:
+        if generation != attempts:
+            raise ValueError(f"generation {generation} differs from attempts {attempts}")
+        if len(digest) != _DIGEST_BYTES:
+            raise ValueError(f"an identity digest has {_DIGEST_BYTES} bytes, not {len(digest)}")
+        task_bytes = task_id.encode("utf-8")
+        return cls(
+            b"%b%d %d %d %d:%b%b"
             % (
-                self.attempts,
-                self.available_at,
-                b"null" if self.deadline is None else b"%d" % self.deadline,
-                self.generation,
-                self.blob[:_DIGEST_BYTES].hex().encode("ascii"),
-                canonical_json(self.key),
-                self.max_attempts,
-                self.payload_json(),
-                self.status.encode("ascii"),
-                canonical_json(self.task_id),
-                b"null" if self.worker is None else canonical_json(self.worker),
+                digest,
+                available_at,
+                max_attempts,
+                attempts,
+                len(task_bytes),
+                task_bytes,
+                b"" if key == task_id else key.encode("utf-8"),
             )
         )
+
+    def _numbers(self) -> tuple[int, int, int, int, int]:
+        """(available_at, max_attempts, attempts, task id length, where the task id starts)."""
+        colon = self.index(b":", _DIGEST_BYTES)
+        available_at, max_attempts, attempts, task_len = map(int, self[_DIGEST_BYTES:colon].split())
+        return available_at, max_attempts, attempts, task_len, colon + 1
+
+    @property
+    def blob(self) -> bytes:
+        return bytes(self[:_DIGEST_BYTES])
+
+    @property
+    def task_id(self) -> str:  # type: ignore[override]
+        *_, task_len, start = self._numbers()
+        return self[start : start + task_len].decode("utf-8")
+
+    @property
+    def key(self) -> str:  # type: ignore[override]
+        *_, task_len, start = self._numbers()
+        key = self[start + task_len :]
+        return key.decode("utf-8") if key else self[start : start + task_len].decode("utf-8")
+
+    @property
+    def available_at(self) -> int:  # type: ignore[override]
+        return self._numbers()[0]
+
+    @property
+    def max_attempts(self) -> int:  # type: ignore[override]
+        return self._numbers()[1]
+
+    @property
+    def attempts(self) -> int:  # type: ignore[override]
+        return self._numbers()[2]
+
+    @property
+    def generation(self) -> int:  # type: ignore[override]
+        return self._numbers()[2]
+
+    def __repr__(self) -> str:
+        return f"Tombstone{self.fields()!r}"
+
+
+Record = TaskRecord | Tombstone
 
 
 class State:
@@ -277,7 +407,7 @@ class State:
     def __init__(self) -> None:
         self.last_seq = 0
         #: task id -> record; read it, never write it (use `apply`).
-        self.tasks: dict[str, TaskRecord] = {}
+        self.tasks: dict[str, Record] = {}
         self._key_owner: dict[str, str] = {}
         self._ready: list[HeapEntry] = []
         self._leases: list[HeapEntry] = []
@@ -343,13 +473,13 @@ class State:
         record = self.tasks[task_id]
         if record.status != LEASED or record.worker is None or record.deadline is None:
             raise ValueError(f"task {task_id!r} is {record.status}, not leased")
-        return Lease(
-            task_id=record.task_id,
-            worker=record.worker,
-            generation=record.generation,
-            deadline=record.deadline,
-            attempts=record.attempts,
-            payload=json.loads(record.blob[_DIGEST_BYTES:]),
+        return new_lease(
+            record.task_id,
+            record.worker,
+            record.generation,
+            record.deadline,
+            record.attempts,
+            _decode_payload(record.blob),
         )
 
     # -- planner support ------------------------------------------------------
@@ -371,6 +501,18 @@ class State:
 
     def _peek(self, heap: list[HeapEntry], now: int, limit: int) -> list[str]:
         tasks = self.tasks
+        # Stale entries at the top are dropped for good; then the usual
+        # answer (nothing due, or the one due entry a reserve of one asks
+        # for) needs no pop and push back.
+        while heap:
+            entry = heap[0]
+            if tasks[entry[1]].entry is entry:
+                break
+            heapq.heappop(heap)
+        if not heap or heap[0][0] > now:
+            return []
+        if limit == 1:
+            return [heap[0][1]]
         live: list[HeapEntry] = []
         while heap and len(live) < limit:
             entry = heap[0]
@@ -430,10 +572,11 @@ class State:
             tasks[task_id] = record
             counts[record.status] += 1
             if record.status == READY:
+                assert type(record) is TaskRecord
                 record.entry = (record.available_at, task_id)
                 state._ready.append(record.entry)
             elif record.status == LEASED:
-                assert record.deadline is not None
+                assert type(record) is TaskRecord and record.deadline is not None
                 record.entry = (record.deadline, task_id)
                 state._leases.append(record.entry)
         heapq.heapify(state._ready)
@@ -443,24 +586,27 @@ class State:
 
     # -- commit (apply's second half) -----------------------------------------
 
-    def _commit(self, staged: dict[str, TaskRecord], seq: int) -> None:
+    def _commit(self, staged: Iterable[tuple[str, Record]], seq: int) -> None:
+        """Install the staged (task id, record) pairs, each replacing the task's record, and advance to `seq`."""
         tasks = self.tasks
         counts = self._counts
-        for task_id, record in staged.items():
+        for task_id, record in staged:
             old = tasks.get(task_id)
             if old is None:
                 if record.key != task_id:
                     self._key_owner[record.key] = task_id
             else:
                 counts[old.status] -= 1
-            counts[record.status] += 1
-            tasks[task_id] = record
             status = record.status
+            counts[status] += 1
+            tasks[task_id] = record
             if status == READY:
+                assert type(record) is TaskRecord
                 record.entry = entry = (record.available_at, task_id)
                 heapq.heappush(self._ready, entry)
             elif status == LEASED:
-                record.entry = entry = (record.deadline, task_id)  # type: ignore[assignment]
+                assert type(record) is TaskRecord and record.deadline is not None
+                record.entry = entry = (record.deadline, task_id)
                 heapq.heappush(self._leases, entry)
         self.last_seq = seq
         if len(self._ready) > 2 * counts[READY] + _HEAP_SLACK:
@@ -536,7 +682,7 @@ _RECORD_KEYS = frozenset(
 )
 
 
-def _record_from_dict(value: object) -> TaskRecord:
+def _record_from_dict(value: object) -> Record:
     """Check one decoded snapshot record completely; `TypeError`/`ValueError` on any flaw."""
     if type(value) is not dict:
         raise TypeError(f"a record must be a JSON object, not {type(value).__name__}")
@@ -566,7 +712,7 @@ def _record_from_dict(value: object) -> TaskRecord:
     if status == COMPLETED:
         if payload is not None:
             raise ValueError("a completed task's payload must be null")
-        blob = digest
+        blob = b""
     else:
         payload_json = check_payload(payload)
         check_record_fits(payload_json, canonical_json(task_id), canonical_json(key))
@@ -582,6 +728,8 @@ def _record_from_dict(value: object) -> TaskRecord:
         raise ValueError("a dead task still has attempts left")
     if status in (LEASED, COMPLETED) and attempts < 1:
         raise ValueError(f"a {status} task was never leased")
+    if status == COMPLETED:
+        return Tombstone.of(task_id, key, digest, available_at, max_attempts, attempts, generation)
     return TaskRecord(task_id, key, status, blob, available_at, max_attempts, attempts, generation, worker, deadline)
 
 
@@ -602,14 +750,19 @@ class _Staging:
     """The records a transaction has touched so far, and the keys its puts claimed.
 
     Later ops of the same transaction see these instead of the committed
-    records; nothing here is visible in the `State` until the commit.
+    records; nothing here is visible in the `State` until the commit. A
+    transaction of one op (most of them) has no later op to inform, so it
+    shares the empty `_NOTHING_STAGED`, which transitions only read.
     """
 
     __slots__ = ("records", "keys")
 
     def __init__(self) -> None:
-        self.records: dict[str, TaskRecord] = {}
+        self.records: dict[str, Record] = {}
         self.keys: set[str] = set()
+
+
+_NOTHING_STAGED = _Staging()
 
 
 def _describe(value: object) -> str:
@@ -626,23 +779,7 @@ def _int(op: dict[str, Any], name: str, minimum: int = 0) -> int:
     return value
 
 
-def _copy(record: TaskRecord) -> TaskRecord:
-    """A private copy to change: committed records are never mutated."""
-    return TaskRecord(
-        record.task_id,
-        record.key,
-        record.status,
-        record.blob,
-        record.available_at,
-        record.max_attempts,
-        record.attempts,
-        record.generation,
-        record.worker,
-        record.deadline,
-    )
-
-
-def _current(state: State, staging: _Staging, op: dict[str, Any]) -> TaskRecord:
+def _current(state: State, staging: _Staging, op: dict[str, Any]) -> Record:
     """The task the op names, as the earlier ops of the same transaction left it."""
     task_id = op["task"]
     if type(task_id) is not str:
@@ -663,25 +800,27 @@ def _held(state: State, staging: _Staging, op: dict[str, Any]) -> TaskRecord:
         raise _OpError(f"task {record.task_id!r:.100} is {record.status}, not leased")
     if generation != record.generation:
         raise _OpError(f"task {record.task_id!r:.100} is leased with generation {record.generation}, not {generation}")
+    assert type(record) is TaskRecord
     return record
 
 
-def _settled(record: TaskRecord, status: str, available_at: int) -> TaskRecord:
-    """A copy of a leased record that is no longer leased (`worker` and `deadline` cleared)."""
-    new = _copy(record)
-    new.status = status
-    new.available_at = available_at
-    new.worker = None
-    new.deadline = None
-    return new
+def _unleased(record: TaskRecord, available_at: int) -> TaskRecord:
+    """Where expire and release send a leased task: ready again, or dead once its attempts are spent."""
+    return TaskRecord(
+        record.task_id,
+        record.key,
+        DEAD if record.attempts >= record.max_attempts else READY,
+        record.blob,
+        available_at,
+        record.max_attempts,
+        record.attempts,
+        record.generation,
+        None,
+        None,
+    )
 
 
-def _unleased_status(record: TaskRecord) -> str:
-    """Where expire and release send a task: back to ready, or dead once its attempts are spent."""
-    return DEAD if record.attempts >= record.max_attempts else READY
-
-
-def _put(state: State, staging: _Staging, op: dict[str, Any]) -> TaskRecord:
+def _put(state: State, staging: _Staging, op: dict[str, Any]) -> Record:
     payload = op["payload"]
     available_at = _int(op, "available_at")
     max_attempts = _int(op, "max_attempts", 1)
@@ -704,11 +843,10 @@ def _put(state: State, staging: _Staging, op: dict[str, Any]) -> TaskRecord:
         raise _OpError(f"task {task_id!r:.100} already exists")
     if key in staging.keys or state.lookup_key(key) is not None:
         raise _OpError(f"key {key!r:.100} is already known")
-    staging.keys.add(key)
     return TaskRecord(task_id, key, READY, digest + payload_json, available_at, max_attempts, 0, 0, None, None)
 
 
-def _lease(state: State, staging: _Staging, op: dict[str, Any]) -> TaskRecord:
+def _lease(state: State, staging: _Staging, op: dict[str, Any]) -> Record:
     record = _current(state, staging, op)
     try:
         worker = check_name(op["worker"], "worker")
@@ -720,34 +858,45 @@ def _lease(state: State, staging: _Staging, op: dict[str, Any]) -> TaskRecord:
         raise _OpError(f"task {record.task_id!r:.100} is {record.status}, not ready")
     if generation != record.generation + 1:
         raise _OpError(f"lease generation must be {record.generation + 1}, not {generation}")
-    new = _copy(record)
-    new.status = LEASED
-    new.attempts = record.attempts + 1
-    new.generation = generation
-    new.worker = worker
-    new.deadline = deadline
-    return new
+    return TaskRecord(
+        record.task_id,
+        record.key,
+        LEASED,
+        record.blob,
+        record.available_at,
+        record.max_attempts,
+        record.attempts + 1,
+        generation,
+        worker,
+        deadline,
+    )
 
 
-def _expire(state: State, staging: _Staging, op: dict[str, Any]) -> TaskRecord:
+def _expire(state: State, staging: _Staging, op: dict[str, Any]) -> Record:
     record = _held(state, staging, op)
     assert record.deadline is not None  # a leased record always has one
-    return _settled(record, _unleased_status(record), record.deadline)
+    return _unleased(record, record.deadline)
 
 
-def _ack(state: State, staging: _Staging, op: dict[str, Any]) -> TaskRecord:
+def _ack(state: State, staging: _Staging, op: dict[str, Any]) -> Record:
     record = _held(state, staging, op)
-    new = _settled(record, COMPLETED, record.available_at)
-    new.blob = record.blob[:_DIGEST_BYTES]
-    return new
+    return Tombstone.of(
+        record.task_id,
+        record.key,
+        record.blob[:_DIGEST_BYTES],
+        record.available_at,
+        record.max_attempts,
+        record.attempts,
+        record.generation,
+    )
 
 
-def _release(state: State, staging: _Staging, op: dict[str, Any]) -> TaskRecord:
+def _release(state: State, staging: _Staging, op: dict[str, Any]) -> Record:
     record = _held(state, staging, op)
-    return _settled(record, _unleased_status(record), _int(op, "available_at"))
+    return _unleased(record, _int(op, "available_at"))
 
 
-_Transition = Callable[[State, _Staging, dict[str, Any]], TaskRecord]
+_Transition = Callable[[State, _Staging, dict[str, Any]], Record]
 
 #: op name -> (its exact key set, the function that stages the task's new record).
 _TRANSITIONS: dict[str, tuple[frozenset[str], _Transition]] = {
@@ -757,6 +906,25 @@ _TRANSITIONS: dict[str, tuple[frozenset[str], _Transition]] = {
     "ack": (_SETTLE_KEYS, _ack),
     "release": (_RELEASE_KEYS, _release),
 }
+
+
+def _stage(state: State, staging: _Staging, seq: int, index: int, op: object) -> Record:
+    """The record op `index` of transaction `seq` leads to, or `InvalidTransaction`."""
+    if type(op) is not dict:
+        raise InvalidTransaction(f"transaction {seq} op {index}: an op must be a dict, not {type(op).__name__}")
+    name = op.get("op")
+    transition = _TRANSITIONS.get(name) if type(name) is str else None
+    if transition is None:
+        raise InvalidTransaction(f"transaction {seq} op {index}: unknown op {_describe(name)}")
+    keys, stage = transition
+    if op.keys() != keys:
+        raise InvalidTransaction(
+            f"transaction {seq} op {index} ({name}): keys must be exactly {sorted(keys)}, not {sorted(map(repr, op))}"
+        )
+    try:
+        return stage(state, staging, op)
+    except _OpError as exc:
+        raise InvalidTransaction(f"transaction {seq} op {index} ({name}): {exc}") from None
 
 
 def apply(state: State, tx: Mapping[str, Any]) -> None:
@@ -778,24 +946,17 @@ def apply(state: State, tx: Mapping[str, Any]) -> None:
     ops = tx["ops"]
     if type(ops) is not list or not ops:
         raise InvalidTransaction(f"transaction {seq}: ops must be a non-empty list")
+    if len(ops) == 1:
+        # Nothing later in the transaction can see this op's result.
+        op = ops[0]
+        record = _stage(state, _NOTHING_STAGED, seq, 0, op)
+        state._commit(((op["task"], record),), seq)  # a valid op's task is its task id
+        return
     staging = _Staging()
     staged = staging.records
     for index, op in enumerate(ops):
-        if type(op) is not dict:
-            raise InvalidTransaction(f"transaction {seq} op {index}: an op must be a dict, not {type(op).__name__}")
-        name = op.get("op")
-        transition = _TRANSITIONS.get(name) if type(name) is str else None
-        if transition is None:
-            raise InvalidTransaction(f"transaction {seq} op {index}: unknown op {_describe(name)}")
-        keys, stage = transition
-        if op.keys() != keys:
-            raise InvalidTransaction(
-                f"transaction {seq} op {index} ({name}): keys must be exactly {sorted(keys)},"
-                f" not {sorted(map(repr, op))}"
-            )
-        try:
-            record = stage(state, staging, op)
-        except _OpError as exc:
-            raise InvalidTransaction(f"transaction {seq} op {index} ({name}): {exc}") from None
-        staged[record.task_id] = record
-    state._commit(staged, seq)
+        record = _stage(state, staging, seq, index, op)
+        staged[op["task"]] = record
+        if op["op"] == "put":
+            staging.keys.add(op["key"])
+    state._commit(staged.items(), seq)

@@ -130,6 +130,30 @@ class Lease:
         )
 
 
+_SET_LEASE_FIELDS = tuple(
+    Lease.__dict__[name].__set__ for name in ("task_id", "worker", "generation", "deadline", "attempts", "payload")
+)
+
+
+def new_lease(task_id: str, worker: str, generation: int, deadline: int, attempts: int, payload: Any) -> Lease:
+    """`Lease(...)` for the engine's hot path: every reserve builds one per task.
+
+    A frozen dataclass's generated ``__init__`` sets each field through
+    ``object.__setattr__``; writing the slots through their descriptors does
+    the same thing in a third of the time. The result is an ordinary, equal
+    `Lease` (a test compares it field by field with the constructor's).
+    """
+    lease = object.__new__(Lease)
+    set_task_id, set_worker, set_generation, set_deadline, set_attempts, set_payload = _SET_LEASE_FIELDS
+    set_task_id(lease, task_id)
+    set_worker(lease, worker)
+    set_generation(lease, generation)
+    set_deadline(lease, deadline)
+    set_attempts(lease, attempts)
+    set_payload(lease, payload)
+    return lease
+
+
 @dataclass(frozen=True, slots=True)
 class Task:
     """A read-only view of one task. `payload` is a copy; `None` once completed."""

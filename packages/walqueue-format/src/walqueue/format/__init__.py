@@ -13,7 +13,7 @@ Reader API for offline tools:
 - `transaction_seq(value, path, offset)` for a WAL frame's envelope
 """
 
-from walqueue.format.canonical import canonical_json, parse_json
+from walqueue.format.canonical import canonical_json, canonical_str, parse_json
 from walqueue.format.current import Current, publish_current, read_current, write_current_tmp
 from walqueue.format.errors import CorruptStore, WalQueueError
 from walqueue.format.frame import (
@@ -65,6 +65,7 @@ __all__ = [
     "SnapshotReader",
     "WalQueueError",
     "canonical_json",
+    "canonical_str",
     "decode_frame",
     "encode_body",
     "encode_frame",

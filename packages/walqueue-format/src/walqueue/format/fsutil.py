@@ -14,7 +14,12 @@ __all__ = ["fsync_directory", "write_all"]
 
 def write_all(fd: int, data: bytes | memoryview) -> None:
     """Write every byte of `data`: `os.write` may write less than asked."""
-    view = memoryview(data)
+    written = os.write(fd, data)
+    if written == len(data):  # the usual case: one call, no view
+        return
+    if written <= 0:
+        raise OSError(f"os.write wrote {written} bytes")
+    view = memoryview(data)[written:]
     while view:
         written = os.write(fd, view)
         if written <= 0:
