@@ -32,7 +32,7 @@ import bench_backends  # noqa: E402
 EXPECTED_FIGURES: dict[str, set[str]] = {
     "a": {"walqueue_vs_sqlite", "walqueue_vs_floor"},
     "b": {"walqueue_vs_sqlite", "walqueue_vs_floor"},
-    "c": {"walqueue_vs_sqlite", "walqueue_vs_floor"},
+    "c": {"walqueue_vs_sqlite", "walqueue_vs_floor", "ceiling_vs_sqlite", "rules_share_of_sqlite"},
     "d": {"put_walqueue_vs_sqlite", "cycle_walqueue_vs_sqlite", "put_walqueue_vs_floor", "cycle_walqueue_vs_floor"},
     "e": {
         "replay_walqueue_over_floor",
@@ -117,12 +117,20 @@ def test_every_workload_and_figure_is_reported(tiny_run: tuple[dict[str, Any], s
                 _check_figure(f"{key}.{name}", fig)
                 _check_figure(f"{key}.{name} other clock", fig["other_clock"], len(fig["samples"]))
     for key in "abcd":
+        # (c) also times the validation alone, the baseline's and walqueue's, in the same interleaving.
+        extra = {"rules_sqlite", "rules_walqueue"} if key == "c" else set()
         for block in _backend_blocks(workloads[key]):
-            assert set(block) == {"walqueue", "sqlite", "floor"}, key
+            assert set(block) == {"walqueue", "sqlite", "floor"} | extra, key
             for fig in block.values():
                 assert len(fig["samples"]) == reps, key
     # Ratios are taken within each repetition: one per repetition.
     assert len(workloads["a"]["ratios"]["walqueue_vs_sqlite"]["samples"]) == reps
+    # (c)'s validation-only figures: information, one per repetition, never a target.
+    for name in ("ceiling_vs_sqlite", "rules_share_of_sqlite"):
+        fig = workloads["c"]["ratios"][name]
+        assert len(fig["samples"]) == reps, name
+        assert fig["target"] is None and fig["met"] is None, name
+        assert fig["note"].startswith("information: "), name
 
 
 def test_every_target_is_judged(tiny_run: tuple[dict[str, Any], str]) -> None:
@@ -134,6 +142,8 @@ def test_every_target_is_judged(tiny_run: tuple[dict[str, Any], str]) -> None:
         assert _positive(row["value"])
         assert row["figure"] in stdout
     assert "Targets" in stdout
+    for name in ("ceiling_vs_sqlite", "rules_share_of_sqlite", "rules_sqlite", "rules_walqueue"):
+        assert name in stdout, name
 
 
 def test_markdown_renders_every_figure(tiny_run: tuple[dict[str, Any], str], tmp_path: Path) -> None:
@@ -152,6 +162,8 @@ def test_markdown_renders_every_figure(tiny_run: tuple[dict[str, Any], str], tmp
     for names in EXPECTED_FIGURES.values():
         for name in names:
             assert f"| {name} |" in proc.stdout, name
+    for name in ("rules_sqlite", "rules_walqueue"):
+        assert f"| (c) | {name} |" in proc.stdout, name
 
 
 def test_runs_from_a_checkout_without_pythonpath(tmp_path: Path) -> None:
