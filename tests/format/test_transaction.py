@@ -64,3 +64,32 @@ def test_a_malformed_envelope_is_corrupt_at_its_frame(case: str, value: Any) -> 
     assert info.value.path == "/d/wal-00000000000000000003.log"
     assert info.value.offset == 4096
     assert info.value.reason
+
+
+@pytest.mark.parametrize("name", [[], {}, ["put"], {"op": "put"}, None, 1.5], ids=repr)
+def test_an_op_name_of_any_json_type_but_string_is_corrupt_not_a_type_error(name: Any) -> None:
+    """An unhashable name (a list or an object) cannot be looked up in a set: it must still be CorruptStore."""
+    with pytest.raises(CorruptStore) as info:
+        transaction_seq({"seq": 1, "ops": [PUT, {**ACK, "op": name}]}, "/d/wal", 8)
+    assert info.value.offset == 8
+    assert "op 1 " in info.value.reason
+
+
+@pytest.mark.parametrize(
+    ("ops", "index"),
+    [
+        ([{"op": "x"}, {"op": "x"}], 0),
+        ([PUT, ACK, "put"], 2),
+        ([PUT, PUT, {"op": "purge"}, {"op": "purge"}], 2),
+        ([ACK, None, ACK], 1),
+    ],
+)
+def test_the_reason_names_the_first_bad_op(ops: list[Any], index: int) -> None:
+    with pytest.raises(CorruptStore) as info:
+        transaction_seq({"seq": 4, "ops": ops}, None, 0)
+    assert info.value.reason == f"transaction 4 op {index} is not a known op"
+
+
+def test_an_envelope_with_the_two_fields_in_any_order_is_read() -> None:
+    assert transaction_seq({"ops": [ACK], "seq": 3}, None, 0) == 3
+    assert transaction_seq(dict([("seq", 3), ("ops", [ACK])]), None, 0) == 3

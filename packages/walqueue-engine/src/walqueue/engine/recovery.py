@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from walqueue.engine.state import InvalidTransaction, State, apply
 from walqueue.engine.wal import Hook, WalWriter, create_segment
 from walqueue.format.current import Current, read_current
 from walqueue.format.errors import CorruptStore
-from walqueue.format.frame import SegmentEnd, read_frames
+from walqueue.format.frame import SegmentEnd, scan_frames
 from walqueue.format.names import list_directory, wal_name
 from walqueue.format.snapshot import SnapshotReader
 from walqueue.format.transaction import transaction_seq
@@ -46,6 +48,33 @@ def _load_snapshot(directory: str, current: Current) -> tuple[State, int]:
         except InvalidTransaction as exc:
             raise CorruptStore(path, None, f"invalid snapshot record: {exc}") from None
     return state, current.size
+
+
+def _replay_segment(
+    state: State, frames: Iterator[tuple[int, int, Any]], path: str, snapshot_seq: int, expected_seq: int | None
+) -> int | None:
+    """Check and apply one segment's transactions; return the sequence the next one must carry.
+
+    `expected_seq` is ``None`` until the first transaction of the live WAL
+    has been seen (it may start at or below the snapshot's sequence). The
+    loop is the inner loop of every open, so it takes `scan_frames` tuples,
+    not `Frame` objects.
+    """
+    for offset, _, value in frames:
+        seq = transaction_seq(value, path, offset)
+        if expected_seq is None:
+            if seq > snapshot_seq + 1:
+                raise CorruptStore(path, offset, f"sequence {seq} follows snapshot {snapshot_seq}: a gap")
+        elif seq != expected_seq:
+            raise CorruptStore(path, offset, f"sequence {seq} where {expected_seq} was expected")
+        expected_seq = seq + 1
+        if seq <= snapshot_seq:
+            continue
+        try:
+            apply(state, value)
+        except InvalidTransaction as exc:
+            raise CorruptStore(path, offset, f"invalid transaction {seq}: {exc}") from None
+    return expected_seq
 
 
 def recover(directory: str, *, hook: Hook, sync: bool) -> Recovered:
@@ -93,20 +122,13 @@ def recover(directory: str, *, hook: Hook, sync: bool) -> Recovered:
         if not os.path.isfile(path):
             raise CorruptStore(path, None, "a WAL segment name that is not a regular file")
         with open(path, "rb") as file:
-            for frame in read_frames(file, path, allow_torn_tail=number == newest, end=end):
-                seq = transaction_seq(frame.value, path, frame.offset)
-                if expected_seq is None:
-                    if seq > snapshot_seq + 1:
-                        raise CorruptStore(path, frame.offset, f"sequence {seq} follows snapshot {snapshot_seq}: a gap")
-                elif seq != expected_seq:
-                    raise CorruptStore(path, frame.offset, f"sequence {seq} where {expected_seq} was expected")
-                expected_seq = seq + 1
-                if seq <= snapshot_seq:
-                    continue
-                try:
-                    apply(state, frame.value)
-                except InvalidTransaction as exc:
-                    raise CorruptStore(path, frame.offset, f"invalid transaction {seq}: {exc}") from None
+            expected_seq = _replay_segment(
+                state,
+                scan_frames(file, path, allow_torn_tail=number == newest, end=end),
+                path,
+                snapshot_seq,
+                expected_seq,
+            )
         wal_bytes += end.size if end.torn_offset is None else end.torn_offset
 
     newest_path = os.path.join(directory, wal_name(newest))

@@ -47,7 +47,7 @@ from walqueue.engine.validate import (
     check_payload,
     check_record_fits,
 )
-from walqueue.format.canonical import canonical_json
+from walqueue.format.canonical import canonical_json, canonical_str
 
 __all__ = [
     "COMPLETED",
@@ -74,7 +74,6 @@ DEAD = "dead"
 STATUSES: tuple[str, ...] = (READY, LEASED, COMPLETED, DEAD)
 
 _DIGEST_BYTES = 32
-_HEX_DIGITS = frozenset("0123456789abcdef")
 # A heap is rebuilt from its live entries once its dead entries outnumber the
 # live ones by this much, so stale entries (of tasks acked or released long
 # before their deadline) cost amortized O(1) and memory stays bounded.
@@ -235,12 +234,12 @@ class _RecordView:
                 b"null" if deadline is None else b"%d" % deadline,
                 self.generation,
                 self.blob[:_DIGEST_BYTES].hex().encode("ascii"),
-                canonical_json(self.key),
+                canonical_str(self.key),
                 self.max_attempts,
                 self.payload_json(),
                 self.status.encode("ascii"),
-                canonical_json(self.task_id),
-                b"null" if worker is None else canonical_json(worker),
+                canonical_str(self.task_id),
+                b"null" if worker is None else canonical_str(worker),
             )
         )
 
@@ -682,6 +681,23 @@ _RECORD_KEYS = frozenset(
 )
 
 
+def _digest_from_hex(identity: object) -> bytes:
+    """The 32 bytes written as `identity`: exactly 64 lowercase hex digits, nothing else.
+
+    `bytes.fromhex` alone would also take uppercase digits and spaces; the
+    digest encoding back to the very same text rules those out.
+    """
+    if type(identity) is str and len(identity) == 2 * _DIGEST_BYTES:
+        try:
+            digest = bytes.fromhex(identity)
+        except ValueError:
+            pass
+        else:
+            if digest.hex() == identity:
+                return digest
+    raise ValueError(f"identity must be 64 lowercase hex digits, not {identity!r:.80}")
+
+
 def _record_from_dict(value: object) -> Record:
     """Check one decoded snapshot record completely; `TypeError`/`ValueError` on any flaw."""
     if type(value) is not dict:
@@ -691,8 +707,7 @@ def _record_from_dict(value: object) -> Record:
     task_id = check_name(value["task"], "task")
     key = check_name(value["key"], "key")
     identity = value["identity"]
-    if type(identity) is not str or len(identity) != 2 * _DIGEST_BYTES or not _HEX_DIGITS.issuperset(identity):
-        raise ValueError(f"identity must be 64 lowercase hex digits, not {identity!r:.80}")
+    digest = _digest_from_hex(identity)
     status = value["status"]
     if type(status) is not str or status not in STATUSES:
         raise ValueError(f"status must be one of {STATUSES}, not {status!r:.80}")
@@ -708,14 +723,14 @@ def _record_from_dict(value: object) -> Record:
     elif worker is not None or deadline is not None:
         raise ValueError(f"a {status} task has no worker and no deadline")
     payload = value["payload"]
-    digest = bytes.fromhex(identity)
     if status == COMPLETED:
         if payload is not None:
             raise ValueError("a completed task's payload must be null")
         blob = b""
     else:
         payload_json = check_payload(payload)
-        check_record_fits(payload_json, canonical_json(task_id), canonical_json(key))
+        task_json = canonical_str(task_id)
+        check_record_fits(payload_json, task_json, task_json if key == task_id else canonical_str(key))
         blob = digest + payload_json
     # The invariants every sequence of transitions keeps (see the table above).
     if generation != attempts:
@@ -834,8 +849,8 @@ def _put(state: State, staging: _Staging, op: dict[str, Any]) -> Record:
             task_id = check_name(op["task"], "task")
             key = check_name(op["key"], "key")
             payload_json = check_payload(payload)
-            task_json = canonical_json(task_id)
-            check_record_fits(payload_json, task_json, task_json if key == task_id else canonical_json(key))
+            task_json = canonical_str(task_id)
+            check_record_fits(payload_json, task_json, task_json if key == task_id else canonical_str(key))
         except (TypeError, ValueError) as exc:
             raise _OpError(str(exc)) from None
         digest = identity_digest(task_json, payload_json, available_at, max_attempts)
