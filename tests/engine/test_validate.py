@@ -20,6 +20,7 @@ from walqueue.engine.validate import (
     MAX_PAYLOAD_DEPTH,
     MAX_PAYLOAD_INT_BITS,
     RECORD_WORST_CASE_EXTRA,
+    check_decoded_payload,
     check_int,
     check_name,
     check_payload,
@@ -321,3 +322,58 @@ def test_margin_covers_every_snapshot_record_and_put_transaction(
     body = canonical_json({"ops": [put], "seq": MAX_INT})
     put_extra = len(body) - len(canonical_json(payload)) - len(canonical_json(task)) - len(canonical_json(key))
     assert put_extra <= RECORD_WORST_CASE_EXTRA
+
+
+# -- payloads straight from the decoder (recovery) --------------------------------------
+
+
+def verdict(check: Any, payload: Any) -> Any:
+    """What a check answers: the bytes, or the class of its error."""
+    try:
+        return check(payload)
+    except (TypeError, ValueError) as exc:
+        return type(exc)
+
+
+# JSON texts that stress every bound the fast path relies on: nesting around
+# MAX_PAYLOAD_DEPTH (brackets in strings too), ints around MAX_PAYLOAD_INT_BITS,
+# 1e999 (decodes to inf), escaped lone surrogates.
+_BIG = 2**MAX_PAYLOAD_INT_BITS
+edge_texts = st.sampled_from(
+    [
+        "[" * depth + "]" * depth
+        for depth in (MAX_PAYLOAD_DEPTH - 2, MAX_PAYLOAD_DEPTH - 1, MAX_PAYLOAD_DEPTH, MAX_PAYLOAD_DEPTH + 1)
+    ]
+    + ['{"a":' * 63 + "1" + "}" * 63, '{"a":' * 64 + "1" + "}" * 64, '"' + "[" * 80 + '"']
+    + [str(n) for n in (_BIG - 1, _BIG, -_BIG, -(_BIG - 1))]
+    + ["1e999", "-1e999", '"\\ud800"', '"\\udfff x"', "0.5", '"x"', "[]", "{}"]
+)
+
+
+@SETTINGS
+@given(json_objects | st.dictionaries(st.text(max_size=3), edge_texts.map(json.loads), max_size=3))
+def test_the_decoded_check_agrees_with_the_full_check_on_decoder_output(value: dict[str, Any]) -> None:
+    try:
+        text = json.dumps(value, allow_nan=True)
+    except ValueError:  # a lone surrogate cannot be written as text here; escape it
+        text = json.dumps(value, ensure_ascii=True, allow_nan=True)
+    decoded = json.loads(text)
+    assert verdict(check_decoded_payload, decoded) == verdict(check_payload, decoded)
+
+
+@pytest.mark.parametrize("text", ['{"a":1e999}', '{"a":"\\ud800"}', '{"a":' + "[" * 64 + "]" * 64 + "}"])
+def test_the_decoded_check_refuses_what_the_full_check_refuses(text: str) -> None:
+    decoded = json.loads(text)
+    with pytest.raises(ValueError):
+        check_payload(decoded)
+    with pytest.raises(ValueError):
+        check_decoded_payload(decoded)
+
+
+def test_the_decoded_check_takes_the_full_walk_for_an_int_too_large() -> None:
+    decoded = {"n": json.loads(str(2**MAX_PAYLOAD_INT_BITS))}
+    with pytest.raises(ValueError, match="bits"):
+        check_decoded_payload(decoded)
+    assert check_decoded_payload({"n": 2**MAX_PAYLOAD_INT_BITS - 1}) == check_payload(
+        {"n": 2**MAX_PAYLOAD_INT_BITS - 1}
+    )

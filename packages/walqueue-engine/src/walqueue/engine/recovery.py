@@ -44,7 +44,7 @@ def _load_snapshot(directory: str, current: Current) -> tuple[State, int]:
         if reader.seq != current.seq:
             raise CorruptStore(path, 0, f"snapshot holds sequence {reader.seq}, CURRENT says {current.seq}")
         try:
-            state = State.from_records(reader.seq, reader.records())
+            state = State.from_records(reader.seq, reader.records(), decoded=True)
         except InvalidTransaction as exc:
             raise CorruptStore(path, None, f"invalid snapshot record: {exc}") from None
     return state, current.size
@@ -71,7 +71,7 @@ def _replay_segment(
         if seq <= snapshot_seq:
             continue
         try:
-            apply(state, value)
+            apply(state, value, decoded=True)
         except InvalidTransaction as exc:
             raise CorruptStore(path, offset, f"invalid transaction {seq}: {exc}") from None
     return expected_seq

@@ -42,6 +42,7 @@ from typing import Any
 from walqueue.engine.types import Lease, Task, new_lease
 from walqueue.engine.validate import (
     MAX_INT,
+    check_decoded_payload,
     check_int,
     check_name,
     check_payload,
@@ -534,7 +535,7 @@ class State:
             yield tasks[task_id].record_json()
 
     @classmethod
-    def from_records(cls, seq: int, records: Iterable[Mapping[str, Any]]) -> State:
+    def from_records(cls, seq: int, records: Iterable[Mapping[str, Any]], *, decoded: bool = False) -> State:
         """Rebuild the state written as snapshot `seq` from its decoded records.
 
         Every record is checked completely, including the invariants that the
@@ -543,8 +544,10 @@ class State:
         at least once), and records must come in strictly increasing task-id
         order with unique keys, as `iter_record_json` writes them. Any
         failure is `InvalidTransaction`; nothing is normalized, so the result
-        equals the state that was written.
+        equals the state that was written. `decoded=True` (records straight
+        from the JSON decoder) checks payloads as `apply`'s `decoded` does.
         """
+        check = check_decoded_payload if decoded else check_payload
         if type(seq) is not int or not 0 <= seq <= MAX_INT:
             raise InvalidTransaction(f"snapshot sequence {seq!r} is not an int in 0..{MAX_INT}")
         state = cls()
@@ -554,7 +557,7 @@ class State:
         previous: str | None = None
         for index, record_value in enumerate(records):
             try:
-                record = _record_from_dict(record_value)
+                record = _record_from_dict(record_value, check)
             except (TypeError, ValueError) as exc:
                 raise InvalidTransaction(f"snapshot record {index}: {exc}") from None
             task_id = record.task_id
@@ -698,7 +701,7 @@ def _digest_from_hex(identity: object) -> bytes:
     raise ValueError(f"identity must be 64 lowercase hex digits, not {identity!r:.80}")
 
 
-def _record_from_dict(value: object) -> Record:
+def _record_from_dict(value: object, check: Callable[[object], bytes] = check_payload) -> Record:
     """Check one decoded snapshot record completely; `TypeError`/`ValueError` on any flaw."""
     if type(value) is not dict:
         raise TypeError(f"a record must be a JSON object, not {type(value).__name__}")
@@ -728,7 +731,7 @@ def _record_from_dict(value: object) -> Record:
             raise ValueError("a completed task's payload must be null")
         blob = b""
     else:
-        payload_json = check_payload(payload)
+        payload_json = check(payload)
         task_json = canonical_str(task_id)
         check_record_fits(payload_json, task_json, task_json if key == task_id else canonical_str(key))
         blob = digest + payload_json
@@ -767,17 +770,20 @@ class _Staging:
     Later ops of the same transaction see these instead of the committed
     records; nothing here is visible in the `State` until the commit. A
     transaction of one op (most of them) has no later op to inform, so it
-    shares the empty `_NOTHING_STAGED`, which transitions only read.
+    shares an empty one from `_NOTHING_STAGED`, which transitions only read.
     """
 
-    __slots__ = ("records", "keys")
+    __slots__ = ("records", "keys", "check_payload")
 
-    def __init__(self) -> None:
+    def __init__(self, decoded: bool) -> None:
         self.records: dict[str, Record] = {}
         self.keys: set[str] = set()
+        #: How a put's plain-dict payload is checked (see `apply`'s `decoded`).
+        self.check_payload = check_decoded_payload if decoded else check_payload
 
 
-_NOTHING_STAGED = _Staging()
+#: The shared empty staging of one-op transactions, by `decoded`.
+_NOTHING_STAGED = {False: _Staging(False), True: _Staging(True)}
 
 
 def _describe(value: object) -> str:
@@ -848,7 +854,7 @@ def _put(state: State, staging: _Staging, op: dict[str, Any]) -> Record:
         try:
             task_id = check_name(op["task"], "task")
             key = check_name(op["key"], "key")
-            payload_json = check_payload(payload)
+            payload_json = staging.check_payload(payload)
             task_json = canonical_str(task_id)
             check_record_fits(payload_json, task_json, task_json if key == task_id else canonical_str(key))
         except (TypeError, ValueError) as exc:
@@ -942,7 +948,7 @@ def _stage(state: State, staging: _Staging, seq: int, index: int, op: object) ->
         raise InvalidTransaction(f"transaction {seq} op {index} ({name}): {exc}") from None
 
 
-def apply(state: State, tx: Mapping[str, Any]) -> None:
+def apply(state: State, tx: Mapping[str, Any], *, decoded: bool = False) -> None:
     """Apply transaction `tx` (``{"seq": S, "ops": [...]}``) to `state`, whole or not at all.
 
     Every op is checked first, against the state as the earlier ops of the
@@ -950,6 +956,12 @@ def apply(state: State, tx: Mapping[str, Any]) -> None:
     only when all are valid are the staged records committed. Any flaw
     raises `InvalidTransaction` naming the op and the reason, and leaves
     `state` exactly as it was.
+
+    `decoded=True` says that `tx` is exactly what the JSON decoder returned
+    for a frame (recovery, fsck): payloads then hold only exact JSON types,
+    and are checked by `check_decoded_payload`, which reaches the same
+    verdict and bytes as `check_payload` without walking the payload's types.
+    The transitions and every other check are the same either way.
     """
     if type(tx) is not dict:
         raise InvalidTransaction(f"a transaction must be a dict, not {type(tx).__name__}")
@@ -964,10 +976,10 @@ def apply(state: State, tx: Mapping[str, Any]) -> None:
     if len(ops) == 1:
         # Nothing later in the transaction can see this op's result.
         op = ops[0]
-        record = _stage(state, _NOTHING_STAGED, seq, 0, op)
+        record = _stage(state, _NOTHING_STAGED[decoded], seq, 0, op)
         state._commit(((op["task"], record),), seq)  # a valid op's task is its task id
         return
-    staging = _Staging()
+    staging = _Staging(decoded)
     staged = staging.records
     for index, op in enumerate(ops):
         record = _stage(state, staging, seq, index, op)

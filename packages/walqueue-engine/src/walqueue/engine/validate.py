@@ -26,6 +26,7 @@ __all__ = [
     "MAX_PAYLOAD_DEPTH",
     "MAX_PAYLOAD_INT_BITS",
     "RECORD_WORST_CASE_EXTRA",
+    "check_decoded_payload",
     "check_int",
     "check_name",
     "check_payload",
@@ -186,6 +187,38 @@ def check_payload(payload: object) -> bytes:
         return canonical_json(payload)
     except ValueError as exc:  # UnicodeEncodeError: a lone surrogate in a key or a string
         raise ValueError(f"payload is not encodable as UTF-8 JSON: {exc}") from None
+
+
+# An int of more than MAX_PAYLOAD_INT_BITS bits is at least 2**14000 > 10**4214,
+# so it has at least 4,215 decimal digits: a canonical payload shorter than
+# that can hold no such int.
+_SHORT_PAYLOAD_BYTES = 4215
+
+
+def check_decoded_payload(payload: object) -> bytes:
+    """`check_payload` for a value that came straight out of the JSON decoder (recovery).
+
+    The decoder builds only exact dicts (with str keys), lists, strs, ints,
+    floats, bools and None, so the walk's type checks cannot fail on its
+    output; what remains are the bounds, and for a short payload the
+    canonical bytes settle them at C speed: fewer than `_SHORT_PAYLOAD_BYTES`
+    bytes hold no int of more than `MAX_PAYLOAD_INT_BITS` bits, and every
+    level of nesting opens with ``{`` or ``[``, so no more of those bytes
+    than `MAX_PAYLOAD_DEPTH` means no deeper nesting (brackets inside strings
+    only make the count more cautious). A non-finite float (JSON's 1e999) or
+    a lone surrogate fails the encoding. Anything not settled this way gets
+    the full `check_payload`, which also gives the error. The result always
+    equals `check_payload`'s; never call this with a value built in Python.
+    """
+    if type(payload) is dict:
+        try:
+            encoded = canonical_json(payload)
+        except ValueError:
+            pass
+        else:
+            if len(encoded) < _SHORT_PAYLOAD_BYTES and encoded.count(b"{") + encoded.count(b"[") <= MAX_PAYLOAD_DEPTH:
+                return encoded
+    return check_payload(payload)
 
 
 def check_record_fits(
