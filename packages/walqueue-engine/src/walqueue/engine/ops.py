@@ -32,6 +32,7 @@ from walqueue.format.canonical import canonical_json, canonical_str
 
 __all__ = [
     "PutRequest",
+    "lease_ops",
     "plan_ack",
     "plan_lease",
     "plan_puts",
@@ -135,12 +136,15 @@ def put_request_from_mapping(item: object) -> PutRequest:
     """
     if not isinstance(item, Mapping):
         raise TypeError(f"each put_many item must be a mapping, not {type(item).__name__}")
-    unknown = [name for name in item if name not in _PUT_ARGUMENTS]
-    if unknown:
-        raise TypeError(f"unexpected put argument(s) {sorted(map(repr, unknown))}")
-    missing = [name for name in ("task_id", "payload") if name not in item]
-    if missing:
-        raise TypeError(f"put_many item lacks {', '.join(missing)}")
+    # The usual item (a dict with no unknown key and both required ones) is
+    # recognized at C speed; anything else is examined to name its flaw.
+    if not (type(item) is dict and item.keys() <= _PUT_ARGUMENTS and "task_id" in item and "payload" in item):
+        unknown = [name for name in item if name not in _PUT_ARGUMENTS]
+        if unknown:
+            raise TypeError(f"unexpected put argument(s) {sorted(map(repr, unknown))}")
+        missing = [name for name in ("task_id", "payload") if name not in item]
+        if missing:
+            raise TypeError(f"put_many item lacks {', '.join(missing)}")
     return put_request(
         item["task_id"],
         item["payload"],
@@ -275,9 +279,30 @@ def plan_lease(
     """
     validate_reserve_args(worker, now, lease_seconds, limit)
     check_int(seq, "seq", 1)
+    return lease_ops(state, worker, now, lease_seconds, limit, seq, max_frame_bytes=max_frame_bytes)
+
+
+# A lease op is at most this long whatever its worker (a checked name), and a
+# transaction's own bytes at most this many whatever its sequence: enough to
+# know, without encoding anything, that a usual lease transaction fits.
+_LEASE_OP_WORST = _LEASE_OP_MAX_WITHOUT_WORKER + _NAME_JSON_MAX
+_FIXED_WORST = _TX_OPEN + _TX_MIDDLE + _INT_MAX_DIGITS + _TX_CLOSE
+
+
+def lease_ops(
+    state: State,
+    worker: str,
+    now: int,
+    lease_seconds: int,
+    limit: int,
+    seq: int,
+    *,
+    max_frame_bytes: int = MAX_FRAME_BYTES,
+) -> list[Op]:
+    """`plan_lease` for arguments already checked: `Queue.reserve` checks them once, before its reap."""
     deadline = now + lease_seconds
     tasks = state.tasks
-    lease_ops: list[Op] = [
+    planned: list[Op] = [
         {
             "op": "lease",
             "task": task_id,
@@ -287,18 +312,17 @@ def plan_lease(
         }
         for task_id in state.peek_ready(now, limit)
     ]
-    op_max = _LEASE_OP_MAX_WITHOUT_WORKER + len(canonical_str(worker))
-    if _fixed_size(seq) + len(lease_ops) * (op_max + 1) <= max_frame_bytes:
-        return lease_ops  # surely one frame: no need to measure
+    if _FIXED_WORST + len(planned) * (_LEASE_OP_WORST + 1) <= max_frame_bytes:
+        return planned  # surely one frame: no need to measure
     size = _fixed_size(seq)
-    for count, op in enumerate(lease_ops):
+    for count, op in enumerate(planned):
         added = len(canonical_json(op)) + (1 if count else 0)
         if size + added > max_frame_bytes:
             if not count:
                 raise ValueError(f"a lease op of {added} bytes cannot fit in a frame of {max_frame_bytes}")
-            return lease_ops[:count]
+            return planned[:count]
         size += added
-    return lease_ops
+    return planned
 
 
 def _check_lease(lease: object) -> Lease:

@@ -173,7 +173,7 @@ class Queue:
             ops.validate_reserve_args(worker, now, lease_seconds, limit)
             for reap_ops in ops.plan_reap(self._state, now, self._state.last_seq + 1):
                 self._commit(reap_ops)
-            lease_ops = ops.plan_lease(self._state, worker, now, lease_seconds, limit, self._state.last_seq + 1)
+            lease_ops = ops.lease_ops(self._state, worker, now, lease_seconds, limit, self._state.last_seq + 1)
             if not lease_ops:
                 return []
             self._commit(lease_ops)
