@@ -9,6 +9,7 @@ Reader API for offline tools:
 - `SnapshotReader(path, expected_size=..., expected_sha256=...)` with `.seq`,
   `.count` and `.records()`
 - `read_frames(file, path, allow_torn_tail=..., end=SegmentEnd())` for segments
+  (`scan_frames`: the same reader yielding `(offset, size, value)` tuples)
 - `list_directory(directory)` -> `DirectoryListing`
 - `transaction_seq(value, path, offset)` for a WAL frame's envelope
 """
@@ -28,6 +29,7 @@ from walqueue.format.frame import (
     encode_frame,
     find_complete_frame,
     read_frames,
+    scan_frames,
 )
 from walqueue.format.fsutil import fsync_directory, write_all
 from walqueue.format.names import (
@@ -79,6 +81,7 @@ __all__ = [
     "publish_current",
     "read_current",
     "read_frames",
+    "scan_frames",
     "snapshot_name",
     "transaction_seq",
     "wal_name",
