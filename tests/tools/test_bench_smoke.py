@@ -31,7 +31,7 @@ import bench_backends  # noqa: E402
 #: Every workload and the ratios/figures each must report.
 EXPECTED_FIGURES: dict[str, set[str]] = {
     "a": {"walqueue_vs_sqlite", "walqueue_vs_floor"},
-    "b": {"walqueue_vs_sqlite", "walqueue_vs_floor"},
+    "b": {"walqueue_vs_sqlite", "walqueue_vs_floor", "floor_vs_sqlite"},
     "c": {"walqueue_vs_sqlite", "walqueue_vs_floor", "ceiling_vs_sqlite", "rules_share_of_sqlite"},
     "d": {"put_walqueue_vs_sqlite", "cycle_walqueue_vs_sqlite", "put_walqueue_vs_floor", "cycle_walqueue_vs_floor"},
     "e": {
