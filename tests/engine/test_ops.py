@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 import types
 from typing import Any
 
@@ -17,6 +18,7 @@ from walqueue.engine.ops import (
     PutRequest,
     plan_ack,
     plan_lease,
+    plan_put,
     plan_puts,
     plan_reap,
     plan_release,
@@ -808,3 +810,35 @@ def test_transaction_body_is_the_canonical_json_of_the_transaction(payloads: lis
         for op in tx_ops
     ]
     assert transaction_body(seq, tx_ops) == canonical_json({"seq": seq, "ops": plain})
+
+
+@SETTINGS
+@given(
+    st.lists(
+        st.builds(
+            lambda task_id, key, value: put_request(task_id, {"v": value}, key=key),
+            small_names,
+            st.none() | small_names,
+            st.sampled_from([1, 1.0, True]),
+        ),
+        max_size=8,
+    )
+)
+def test_plan_put_answers_what_plan_puts_of_one_request_answers(requests: list[PutRequest]) -> None:
+    state = State()
+    for request in requests:
+        try:
+            expected = plan_puts(state, [request])
+        except KeyConflict as exc:
+            with pytest.raises(KeyConflict, match=re.escape(str(exc))):
+                plan_put(state, request)
+            continue
+        op = plan_put(state, request)
+        assert ([] if op is None else [op]) == expected[0]
+        if op is not None:
+            apply(state, {"seq": state.last_seq + 1, "ops": [op]})
+
+
+def test_plan_put_takes_only_a_put_request() -> None:
+    with pytest.raises(TypeError, match="PutRequest"):
+        plan_put(State(), {"task_id": "t"})  # type: ignore[arg-type]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from typing import Any, NamedTuple
 
 from walqueue.engine.state import LEASED, EncodedPayload, State, identity_digest
@@ -35,6 +36,7 @@ __all__ = [
     "lease_ops",
     "plan_ack",
     "plan_lease",
+    "plan_put",
     "plan_puts",
     "plan_reap",
     "plan_release",
@@ -170,25 +172,43 @@ def plan_puts(state: State, requests: Iterable[PutRequest]) -> tuple[list[Op], l
     for index, request in enumerate(requests):
         if not isinstance(request, PutRequest):
             raise TypeError(f"plan_puts takes PutRequest items, not {type(request).__name__}")
-        known_identity = planned_keys.get(request.key)
-        if known_identity is None:
-            owner = state.lookup_key(request.key)
-            if owner is not None:
-                known_identity = state.identity(owner)
-        if known_identity is not None:
-            if known_identity != request.identity:
-                raise KeyConflict(
-                    f"item {index}: key {request.key!r:.100} is already used by a different request"
-                    " (task id, payload, available_at or max_attempts differ)"
-                )
-        elif request.task_id in state.tasks or request.task_id in planned_ids:
-            raise KeyConflict(f"item {index}: task {request.task_id!r:.100} already exists under another key")
-        else:
+        if _is_new(state, request, planned_keys, planned_ids, index):
             planned_keys[request.key] = request.identity
             planned_ids.add(request.task_id)
             new_ops.append(request.to_op())
         task_ids.append(request.task_id)
     return new_ops, task_ids
+
+
+def plan_put(state: State, request: PutRequest) -> Op | None:
+    """`plan_puts` of a single request (`Queue.put`): its op, or ``None`` for an identical retry."""
+    if not isinstance(request, PutRequest):
+        raise TypeError(f"plan_put takes a PutRequest, not {type(request).__name__}")
+    return request.to_op() if _is_new(state, request, {}, _NO_IDS, 0) else None
+
+
+_NO_IDS: frozenset[str] = frozenset()
+
+
+def _is_new(
+    state: State, request: PutRequest, planned_keys: dict[str, bytes], planned_ids: AbstractSet[str], index: int
+) -> bool:
+    """True for a new task, False for an identical retry, `KeyConflict` for anything else (see `plan_puts`)."""
+    known_identity = planned_keys.get(request.key)
+    if known_identity is None:
+        owner = state.lookup_key(request.key)
+        if owner is not None:
+            known_identity = state.identity(owner)
+    if known_identity is not None:
+        if known_identity != request.identity:
+            raise KeyConflict(
+                f"item {index}: key {request.key!r:.100} is already used by a different request"
+                " (task id, payload, available_at or max_attempts differ)"
+            )
+        return False
+    if request.task_id in state.tasks or request.task_id in planned_ids:
+        raise KeyConflict(f"item {index}: task {request.task_id!r:.100} already exists under another key")
+    return True
 
 
 def transaction_size(op_sizes: Iterable[int], seq: int) -> int:

@@ -149,10 +149,10 @@ class Queue:
         with self._mutex:
             self._check_open()
             request = ops.put_request(task_id, payload, key=key, available_at=available_at, max_attempts=max_attempts)
-            tx_ops, task_ids = ops.plan_puts(self._state, [request])
-            if tx_ops:
-                self._commit(tx_ops)
-            return task_ids[0]
+            op = ops.plan_put(self._state, request)
+            if op is not None:
+                self._commit([op])
+            return request.task_id
 
     def put_many(self, tasks: Iterable[Mapping[str, Any]]) -> list[str]:
         """Create every new task in one transaction, or nothing at all."""
