@@ -287,20 +287,19 @@ def test_plan_puts_takes_only_put_requests() -> None:
 
 
 small_names = st.sampled_from(["a", "b", "c"])
+#: Requests over three names and three payloads (1, 1.0 and True differ), so that retries and conflicts are common.
+small_requests = st.builds(
+    lambda task_id, key, value: put_request(task_id, {"v": value}, key=key),
+    small_names,
+    st.none() | small_names,
+    st.sampled_from([1, 1.0, True]),
+)
 
 
 @SETTINGS
 @given(
     st.lists(
-        st.lists(
-            st.builds(
-                lambda task_id, key, value: put_request(task_id, {"v": value}, key=key),
-                small_names,
-                st.none() | small_names,
-                st.sampled_from([1, 1.0, True]),
-            ),
-            max_size=4,
-        ),
+        st.lists(small_requests, max_size=4),
         max_size=4,
     )
 )
@@ -813,17 +812,7 @@ def test_transaction_body_is_the_canonical_json_of_the_transaction(payloads: lis
 
 
 @SETTINGS
-@given(
-    st.lists(
-        st.builds(
-            lambda task_id, key, value: put_request(task_id, {"v": value}, key=key),
-            small_names,
-            st.none() | small_names,
-            st.sampled_from([1, 1.0, True]),
-        ),
-        max_size=8,
-    )
-)
+@given(st.lists(small_requests, max_size=8))
 def test_plan_put_answers_what_plan_puts_of_one_request_answers(requests: list[PutRequest]) -> None:
     state = State()
     for request in requests:

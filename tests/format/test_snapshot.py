@@ -223,6 +223,38 @@ def test_records_are_yielded_lazily_body_by_body(tmp_path: Path, monkeypatch: py
     assert info.value.offset == last_body.offset
 
 
+def test_a_body_beyond_the_announced_count_yields_none_of_its_records(tmp_path: Path) -> None:
+    """The count is checked per body, before its records: a consumer never sees record count + 1."""
+    A, B, C, D = (record(name) for name in "abcd")
+    path = tmp_path / snapshot_name(1)
+    path.write_bytes(
+        b"".join(
+            encode_frame(value)
+            for value in [
+                {"snapshot": 1, "seq": 1, "tasks": 3},
+                {"tasks": [A, B]},
+                {"tasks": [C, D]},
+                {"end": True, "seq": 1, "tasks": 3},
+            ]
+        )
+    )
+    second_body = frames_of(path)[2]
+    with SnapshotReader(path) as reader:
+        stream = reader.records()
+        assert [next(stream), next(stream)] == [A, B]
+        with pytest.raises(CorruptStore, match="more than 3 records") as info:
+            next(stream)
+    assert info.value.offset == second_body.offset
+
+
+def test_the_format_layer_leaves_names_to_the_engine(tmp_path: Path) -> None:
+    """Only str-ness, order and uniqueness are the format's rules: an empty first task id is the engine's to refuse."""
+    records = [{"task": "", "key": "k"}, {"task": "b", "key": "b"}]
+    path = tmp_path / snapshot_name(1)
+    write(path, 1, records)
+    assert read_snapshot(path)[2] == records
+
+
 def test_records_can_be_read_only_once(tmp_path: Path) -> None:
     path = tmp_path / snapshot_name(1)
     write(path, 1, records_named(2))

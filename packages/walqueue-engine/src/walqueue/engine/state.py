@@ -33,15 +33,20 @@ tuple its record points at, so a transition never searches a heap.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import heapq
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from operator import itemgetter
 from typing import Any
 
 from walqueue.engine.types import Lease, Task, new_lease
 from walqueue.engine.validate import (
+    MAX_FRAME_BYTES,
     MAX_INT,
+    MAX_NAME_BYTES,
+    RECORD_WORST_CASE_EXTRA,
     check_decoded_payload,
     check_int,
     check_name,
@@ -546,6 +551,25 @@ class State:
         failure is `InvalidTransaction`; nothing is normalized, so the result
         equals the state that was written. `decoded=True` (records straight
         from the JSON decoder) checks payloads as `apply`'s `decoded` does.
+
+        Opening a store spends most of its time here, once per task, so the
+        rules of `_record_from_dict` are unrolled into the loop: one C call
+        fetches all eleven fields (which also proves the key set), exact-type
+        and range tests replace the one-line check functions, an ASCII name's
+        length is its UTF-8 size, and the record-fits bound is settled by the
+        payload's length alone. A record that this fast path does not accept
+        at once (any flaw, or a rare shape: a payload near the frame bound)
+        goes to `_record_from_dict`, which decides and names the flaw; the
+        fast path is only ever stricter, and builds the very record the full
+        path would (tests/engine/test_snapshot_load.py holds them to that).
+
+        The cyclic GC is paused while the records are built (and decoded,
+        when `records` streams from a reader): a load allocates several
+        tracked objects per task and frees none of them, so the collections
+        they would trigger only walk the growing state again and again
+        (measured: 6-8 % of an open). The pause is process-wide, for the
+        length of the load, and the GC is re-enabled (if it was enabled)
+        whatever happens.
         """
         check = check_decoded_payload if decoded else check_payload
         if type(seq) is not int or not 0 <= seq <= MAX_INT:
@@ -553,36 +577,129 @@ class State:
         state = cls()
         tasks = state.tasks
         key_owner = state._key_owner
+        ready = state._ready
+        leases = state._leases
         counts = state._counts
         previous: str | None = None
-        for index, record_value in enumerate(records):
-            try:
-                record = _record_from_dict(record_value, check)
-            except (TypeError, ValueError) as exc:
-                raise InvalidTransaction(f"snapshot record {index}: {exc}") from None
-            task_id = record.task_id
-            if previous is not None and not previous < task_id:
-                raise InvalidTransaction(f"snapshot record {index}: task {task_id!r:.100} is out of task-id order")
-            previous = task_id
-            key = record.key
-            if key != task_id:
-                if key in key_owner or (key in tasks and tasks[key].key == key):
+        record: Record
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            for index, value in enumerate(records):
+                try:
+                    if type(value) is not dict or len(value) != _RECORD_FIELD_COUNT:
+                        raise _Unsettled
+                    (
+                        task_id,
+                        key,
+                        identity,
+                        status,
+                        payload,
+                        available_at,
+                        max_attempts,
+                        attempts,
+                        generation,
+                        worker,
+                        deadline,
+                    ) = _record_fields(value)  # KeyError: another key set
+                    if not (
+                        type(task_id) is str
+                        and 0 < len(task_id) <= MAX_NAME_BYTES
+                        and (task_id.isascii() or _utf8_name_fits(task_id))
+                        and type(key) is str
+                        and (
+                            key == task_id
+                            or (0 < len(key) <= MAX_NAME_BYTES and (key.isascii() or _utf8_name_fits(key)))
+                        )
+                        and type(identity) is str
+                        and len(identity) == 2 * _DIGEST_BYTES
+                        and type(status) is str
+                        and type(available_at) is int
+                        and 0 <= available_at <= MAX_INT
+                        and type(max_attempts) is int
+                        and 1 <= max_attempts <= MAX_INT
+                        and type(attempts) is int
+                        and 0 <= attempts <= max_attempts
+                        and type(generation) is int
+                        and generation == attempts
+                    ):
+                        raise _Unsettled
+                    if key == task_id:
+                        key = task_id
+                    status = _STATUS_CONSTANTS[status]  # KeyError: no status
+                    digest = bytes.fromhex(identity)  # ValueError: not hex digits
+                    if digest.hex() != identity:  # uppercase digits, or spaces that fromhex skips
+                        raise _Unsettled
+                    if status == READY:
+                        if worker is not None or deadline is not None or attempts >= max_attempts:
+                            raise _Unsettled
+                    elif status == LEASED:
+                        if not (
+                            attempts >= 1
+                            and type(worker) is str
+                            and 0 < len(worker) <= MAX_NAME_BYTES
+                            and (worker.isascii() or _utf8_name_fits(worker))
+                            and type(deadline) is int
+                            and 0 <= deadline <= MAX_INT
+                        ):
+                            raise _Unsettled
+                    elif worker is not None or deadline is not None:
+                        raise _Unsettled
+                    elif status == DEAD:
+                        if attempts < max_attempts:
+                            raise _Unsettled
+                    elif payload is not None or attempts < 1:  # completed
+                        raise _Unsettled
+                    if status == COMPLETED:
+                        record = Tombstone.of(task_id, key, digest, available_at, max_attempts, attempts, generation)
+                    else:
+                        payload_json = check(payload)  # TypeError/ValueError: not a storable payload
+                        if len(payload_json) > _FITTING_PAYLOAD_BYTES:
+                            raise _Unsettled
+                        record = TaskRecord(
+                            task_id,
+                            key,
+                            status,
+                            digest + payload_json,
+                            available_at,
+                            max_attempts,
+                            attempts,
+                            generation,
+                            worker,
+                            deadline,
+                        )
+                except (_Unsettled, KeyError, TypeError, ValueError):
+                    try:
+                        record = _record_from_dict(value, check)
+                    except (TypeError, ValueError) as exc:
+                        raise InvalidTransaction(f"snapshot record {index}: {exc}") from None
+                    task_id = record.task_id
+                    key = record.key
+                    status = record.status
+                if previous is not None and not previous < task_id:
+                    raise InvalidTransaction(f"snapshot record {index}: task {task_id!r:.100} is out of task-id order")
+                previous = task_id
+                if key != task_id:
+                    if key in key_owner or (key in tasks and tasks[key].key == key):
+                        raise InvalidTransaction(f"snapshot record {index}: key {key!r:.100} is repeated")
+                    key_owner[key] = task_id
+                elif task_id in key_owner:
                     raise InvalidTransaction(f"snapshot record {index}: key {key!r:.100} is repeated")
-                key_owner[key] = task_id
-            elif task_id in key_owner:
-                raise InvalidTransaction(f"snapshot record {index}: key {key!r:.100} is repeated")
-            tasks[task_id] = record
-            counts[record.status] += 1
-            if record.status == READY:
-                assert type(record) is TaskRecord
-                record.entry = (record.available_at, task_id)
-                state._ready.append(record.entry)
-            elif record.status == LEASED:
-                assert type(record) is TaskRecord and record.deadline is not None
-                record.entry = (record.deadline, task_id)
-                state._leases.append(record.entry)
-        heapq.heapify(state._ready)
-        heapq.heapify(state._leases)
+                tasks[task_id] = record
+                counts[status] += 1
+                if status == READY:
+                    assert type(record) is TaskRecord
+                    record.entry = entry = (record.available_at, task_id)
+                    ready.append(entry)
+                elif status == LEASED:
+                    assert type(record) is TaskRecord and record.deadline is not None
+                    record.entry = entry = (record.deadline, task_id)
+                    leases.append(entry)
+        finally:
+            if gc_was_enabled:
+                gc.enable()
+        heapq.heapify(ready)
+        heapq.heapify(leases)
         state.last_seq = seq
         return state
 
@@ -667,21 +784,55 @@ class State:
         require(len(self._leases) <= 2 * counts[LEASED] + _HEAP_SLACK, "the lease heap holds too many stale entries")
 
 
-_RECORD_KEYS = frozenset(
-    {
-        "task",
-        "key",
-        "identity",
-        "status",
-        "payload",
-        "available_at",
-        "max_attempts",
-        "attempts",
-        "generation",
-        "worker",
-        "deadline",
-    }
+#: The fields of a snapshot record (SPEC §3), in the order `_record_fields` returns them.
+_RECORD_FIELDS = (
+    "task",
+    "key",
+    "identity",
+    "status",
+    "payload",
+    "available_at",
+    "max_attempts",
+    "attempts",
+    "generation",
+    "worker",
+    "deadline",
 )
+_RECORD_KEYS = frozenset(_RECORD_FIELDS)
+
+# What `State.from_records`' fast path needs: see its docstring and `_record_from_dict`, the rules it unrolls.
+
+#: Every field of a record, fetched in one C call. A dict of `_RECORD_FIELD_COUNT` items that holds all
+#: eleven has exactly `_RECORD_KEYS`, so the fetch also settles the key set without comparing sets.
+_record_fields = itemgetter(*_RECORD_FIELDS)
+_RECORD_FIELD_COUNT = len(_RECORD_KEYS)
+
+#: A decoded status string -> the module's constant: a loaded task shares one status string with every
+#: other task (instead of keeping the decoder's copy), and `==` against the constants stops at identity.
+_STATUS_CONSTANTS: dict[str, str] = {status: status for status in STATUSES}
+
+#: A payload whose canonical JSON is at most this long passes `check_record_fits` with any two names: a
+#: name of at most MAX_NAME_BYTES UTF-8 bytes has a canonical JSON of at most 6 bytes per byte (a control
+#: character's \\uXXXX escape; nothing else expands more) plus two quotes. A longer payload (close to the
+#: frame bound) goes to `_record_from_dict`, which measures the names.
+_FITTING_PAYLOAD_BYTES = MAX_FRAME_BYTES - RECORD_WORST_CASE_EXTRA - 2 * (6 * MAX_NAME_BYTES + 2)
+
+
+class _Unsettled(Exception):
+    """The fast path of `State.from_records` cannot accept a record; `_record_from_dict` decides."""
+
+
+def _utf8_name_fits(name: str) -> bool:
+    """Whether a non-ASCII `name` has at most MAX_NAME_BYTES UTF-8 bytes (False if UTF-8 cannot encode it).
+
+    The fast path asks only for names that are not ASCII: an ASCII str has
+    one byte per character, so its length settles its size without
+    encoding it, and it always encodes.
+    """
+    try:
+        return len(name.encode("utf-8")) <= MAX_NAME_BYTES
+    except UnicodeEncodeError:  # a lone surrogate
+        return False
 
 
 def _digest_from_hex(identity: object) -> bytes:
@@ -702,18 +853,30 @@ def _digest_from_hex(identity: object) -> bytes:
 
 
 def _record_from_dict(value: object, check: Callable[[object], bytes] = check_payload) -> Record:
-    """Check one decoded snapshot record completely; `TypeError`/`ValueError` on any flaw."""
+    """Check one decoded snapshot record completely; `TypeError`/`ValueError` on any flaw.
+
+    The reference for what a record may be: `State.from_records` checks
+    most records with the same rules unrolled into its loop, and sends here
+    every record that its fast path does not accept, so that this function
+    decides and names the flaw. A key equal to the task id is stored as the
+    task id's string, and the status as the module's constant, as the fast
+    path stores them: the decoder's separate copies would cost memory for
+    as long as the task lives.
+    """
     if type(value) is not dict:
         raise TypeError(f"a record must be a JSON object, not {type(value).__name__}")
     if value.keys() != _RECORD_KEYS:
         raise ValueError(f"record keys must be exactly {sorted(_RECORD_KEYS)}, not {sorted(map(str, value))}")
     task_id = check_name(value["task"], "task")
     key = check_name(value["key"], "key")
+    if key == task_id:
+        key = task_id
     identity = value["identity"]
     digest = _digest_from_hex(identity)
     status = value["status"]
     if type(status) is not str or status not in STATUSES:
         raise ValueError(f"status must be one of {STATUSES}, not {status!r:.80}")
+    status = _STATUS_CONSTANTS[status]
     available_at = check_int(value["available_at"], "available_at")
     max_attempts = check_int(value["max_attempts"], "max_attempts", 1)
     attempts = check_int(value["attempts"], "attempts")

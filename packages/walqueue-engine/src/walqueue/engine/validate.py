@@ -193,6 +193,9 @@ def check_payload(payload: object) -> bytes:
 # so it has at least 4,215 decimal digits: a canonical payload shorter than
 # that can hold no such int.
 _SHORT_PAYLOAD_BYTES = 4215
+# Nesting one level deeper than MAX_PAYLOAD_DEPTH takes an opening and a
+# closing bracket per level: a shorter payload cannot do it.
+_SHALLOW_PAYLOAD_BYTES = 2 * (MAX_PAYLOAD_DEPTH + 1)
 
 
 def check_decoded_payload(payload: object) -> bytes:
@@ -205,7 +208,8 @@ def check_decoded_payload(payload: object) -> bytes:
     bytes hold no int of more than `MAX_PAYLOAD_INT_BITS` bits, and every
     level of nesting opens with ``{`` or ``[``, so no more of those bytes
     than `MAX_PAYLOAD_DEPTH` means no deeper nesting (brackets inside strings
-    only make the count more cautious). A non-finite float (JSON's 1e999) or
+    only make the count more cautious); below `_SHALLOW_PAYLOAD_BYTES` there
+    is no room for deeper nesting at all, and nothing needs counting. A non-finite float (JSON's 1e999) or
     a lone surrogate fails the encoding. Anything not settled this way gets
     the full `check_payload`, which also gives the error. The result always
     equals `check_payload`'s; never call this with a value built in Python.
@@ -216,7 +220,10 @@ def check_decoded_payload(payload: object) -> bytes:
         except ValueError:
             pass
         else:
-            if len(encoded) < _SHORT_PAYLOAD_BYTES and encoded.count(b"{") + encoded.count(b"[") <= MAX_PAYLOAD_DEPTH:
+            size = len(encoded)
+            if size < _SHALLOW_PAYLOAD_BYTES or (
+                size < _SHORT_PAYLOAD_BYTES and encoded.count(b"{") + encoded.count(b"[") <= MAX_PAYLOAD_DEPTH
+            ):
                 return encoded
     return check_payload(payload)
 

@@ -37,6 +37,7 @@ _BODY_CLOSE = b"]}"
 _WRITE_BUFFER = 4 << 20
 _HEADER_FIELDS = frozenset({"snapshot", "seq", "tasks"})
 _FOOTER_FIELDS = frozenset({"end", "seq", "tasks"})
+_BODY_FIELDS = frozenset({"tasks"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,51 +191,66 @@ class SnapshotReader:
         self.close()
 
     def records(self) -> Iterator[dict[str, Any]]:
-        """Yield every record, then verify the footer and the end of the file."""
+        """Yield every record, then verify the footer and the end of the file.
+
+        The checks come body by body and record by record, each record's
+        before it is yielded, so a consumer never sees a record that breaks
+        a rule of the file; a body that holds more records than the header
+        announced is refused before any of them is yielded. The inner loop
+        runs once per task on every open: it reads the two fields with plain
+        subscripts and tests exact types (the decoder builds nothing else),
+        and it binds the set's `add` once.
+        """
         if self._consumed:
             raise RuntimeError("a snapshot's records can be read once")
         self._consumed = True
         path = self.path
+        count = self.count
         seen = 0
         previous: str | None = None
         keys: set[str] = set()
+        add_key = keys.add
         footer_offset: int | None = None
         for frame in self._frames:
             value = frame.value
             if footer_offset is not None:
                 raise CorruptStore(path, frame.offset, "data follows the snapshot footer")
-            if isinstance(value, dict) and "end" in value:
+            if type(value) is dict and "end" in value:
                 if (
-                    set(value) != _FOOTER_FIELDS
+                    value.keys() != _FOOTER_FIELDS
                     or value["end"] is not True
                     or type(value["seq"]) is not int
                     or type(value["tasks"]) is not int
                 ):
                     raise CorruptStore(path, frame.offset, f"bad snapshot footer {value!r:.200}")
-                if value["seq"] != self.seq or value["tasks"] != self.count:
+                if value["seq"] != self.seq or value["tasks"] != count:
                     raise CorruptStore(path, frame.offset, "snapshot footer disagrees with its header")
-                if seen != self.count:
-                    raise CorruptStore(path, frame.offset, f"snapshot holds {seen} records, header says {self.count}")
+                if seen != count:
+                    raise CorruptStore(path, frame.offset, f"snapshot holds {seen} records, header says {count}")
                 footer_offset = frame.offset
                 continue
-            if not isinstance(value, dict) or set(value) != {"tasks"} or not isinstance(value["tasks"], list):
+            if type(value) is not dict or value.keys() != _BODY_FIELDS or type(value["tasks"]) is not list:
                 raise CorruptStore(path, frame.offset, "snapshot frame is neither a body nor the footer")
-            for record in value["tasks"]:
-                if not isinstance(record, dict):
+            records: list[Any] = value["tasks"]
+            if len(records) > count - seen:
+                raise CorruptStore(path, frame.offset, f"snapshot holds more than {count} records")
+            seen += len(records)
+            for record in records:
+                if type(record) is not dict:
                     raise CorruptStore(path, frame.offset, "snapshot record is not an object")
-                task = record.get("task")
-                key = record.get("key")
-                if not isinstance(task, str) or not isinstance(key, str):
+                try:
+                    task = record["task"]
+                    key = record["key"]
+                except KeyError:
+                    task = key = None
+                if type(task) is not str or type(key) is not str:
                     raise CorruptStore(path, frame.offset, "snapshot record lacks a string task or key")
                 if previous is not None and not previous < task:
                     raise CorruptStore(path, frame.offset, f"snapshot records out of task-id order at {task!r:.100}")
                 if key in keys:
                     raise CorruptStore(path, frame.offset, f"snapshot repeats key {key!r:.100}")
-                seen += 1
-                if seen > self.count:
-                    raise CorruptStore(path, frame.offset, f"snapshot holds more than {self.count} records")
                 previous = task
-                keys.add(key)
+                add_key(key)
                 yield record
         if footer_offset is None:
             raise CorruptStore(path, self.size, "snapshot has no footer")

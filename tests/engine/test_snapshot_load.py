@@ -1,0 +1,649 @@
+"""Loading snapshot records (`State.from_records`): the fast path against the full check it unrolls.
+
+`from_records` checks most records with the rules of `_record_from_dict`
+unrolled into its loop, and hands every record that this fast path does not
+accept to `_record_from_dict`, which decides. Nothing may change by that:
+
+- whenever the fast path accepts a record, the full check accepts it too and
+  builds a record with exactly the same fields (the fast path may only be
+  stricter);
+- `from_records` accepts exactly what `_record_from_dict` accepts, record by
+  record, on valid and on damaged records, with Python values and with
+  values straight from the JSON decoder (``decoded=True``);
+- the fast path does settle every valid record short of the frame bound, in
+  every status (or it would be no fast path);
+- the bookkeeping around it (key index, heaps, counts, the paused GC) is the
+  same whichever path built a record.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import hashlib
+import heapq
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import walqueue.engine.state as state_module
+from walqueue.engine.state import (
+    COMPLETED,
+    DEAD,
+    LEASED,
+    READY,
+    STATUSES,
+    InvalidTransaction,
+    Record,
+    State,
+    TaskRecord,
+    Tombstone,
+    _record_from_dict,
+)
+from walqueue.engine.validate import (
+    MAX_FRAME_BYTES,
+    MAX_INT,
+    MAX_NAME_BYTES,
+    RECORD_WORST_CASE_EXTRA,
+    check_decoded_payload,
+    check_payload,
+)
+from walqueue.format.canonical import canonical_json
+
+SETTINGS = settings(max_examples=300, deadline=None)
+
+# -- records -------------------------------------------------------------------------------
+
+#: Names: short ones of any storable character (control characters, quotes, non-ASCII, astral),
+#: and some at and around the UTF-8 bound, ASCII and not.
+names = (
+    st.text(st.characters(codec="utf-8"), min_size=1, max_size=8)
+    | st.text(alphabet='a\x00"é', min_size=1, max_size=4)
+    | st.sampled_from(
+        [
+            "x" * MAX_NAME_BYTES,
+            "\x01" * MAX_NAME_BYTES,
+            "é" * (MAX_NAME_BYTES // 2),
+            "😀" * (MAX_NAME_BYTES // 4),
+            "€" * (MAX_NAME_BYTES // 3),
+        ]
+    )
+)
+counters = st.integers(0, 5) | st.sampled_from([MAX_INT - 1, MAX_INT])
+scalars = st.none() | st.booleans() | st.integers(-3, 3) | st.floats(allow_nan=False, allow_infinity=False)
+json_values = st.recursive(
+    scalars | st.text(max_size=4),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
+    max_leaves=8,
+)
+payloads = st.dictionaries(st.text(max_size=4), json_values, max_size=4)
+
+
+@st.composite
+def valid_records(draw: st.DrawFn, status: str | None = None) -> dict[str, Any]:
+    """A record that `_record_from_dict` accepts, in any status (or the one given)."""
+    status = draw(st.sampled_from(STATUSES)) if status is None else status
+    task_id = draw(names)
+    key = draw(st.none() | names)
+    max_attempts = draw(st.integers(1, 4) | st.sampled_from([MAX_INT]))
+    if status == READY:
+        attempts = draw(st.integers(0, min(max_attempts - 1, 5)))
+    elif status == DEAD:
+        attempts = max_attempts
+    else:
+        attempts = draw(st.integers(1, min(max_attempts, 5)) | st.just(max_attempts))
+    leased = status == LEASED
+    return {
+        "task": task_id,
+        "key": task_id if key is None else key,
+        "identity": draw(st.binary(min_size=32, max_size=32)).hex(),
+        "status": status,
+        "payload": None if status == COMPLETED else draw(payloads),
+        "available_at": draw(counters),
+        "max_attempts": max_attempts,
+        "attempts": attempts,
+        "generation": attempts,
+        "worker": draw(names) if leased else None,
+        "deadline": draw(counters) if leased else None,
+    }
+
+
+#: Values that break some field of a record, and some that are valid in another field or status.
+#: All are JSON, so they also reach `from_records` through the decoder.
+NASTY: list[Any] = [
+    None,
+    True,
+    False,
+    0,
+    1,
+    -1,
+    3,
+    MAX_INT,
+    MAX_INT + 1,
+    2**64,
+    -(2**63),
+    0.0,
+    1.0,
+    1e300,
+    "",
+    "x",
+    "w",
+    "ready",
+    "leased",
+    "completed",
+    "dead",
+    "Ready",
+    "ready ",
+    "a" * 64,
+    "A" * 64,
+    "0" * 64,
+    "a" * 63,
+    "a" * 65,
+    "ab" * 30 + " ab ",
+    "g" * 64,
+    "é" * 64,
+    "\ud800",
+    "ok\udfff",
+    "x" * (MAX_NAME_BYTES + 1),
+    "é" * (MAX_NAME_BYTES // 2 + 1),
+    "€" * (MAX_NAME_BYTES // 3 + 1),
+    "😀" * (MAX_NAME_BYTES // 4 + 1),
+    [],
+    [1],
+    {},
+    {"a": 1},
+    {"a": [{"b": None}]},
+    {"a": "\ud800"},
+    {"deep": json.loads("[" * 70 + "]" * 70)},
+]
+
+
+class _PyStr(str):
+    """A str subclass: equal to a valid value, never stored (exact types only)."""
+
+
+class _PyInt(int):
+    """An int subclass: likewise."""
+
+
+#: Python values the decoder never builds (for ``decoded=False`` only).
+PYTHON_ONLY: list[Any] = [
+    _PyStr("ready"),
+    _PyStr("t"),
+    _PyStr("a" * 64),
+    _PyInt(1),
+    (1,),
+    b"a" * 64,
+    float("nan"),
+    float("inf"),
+    {"a": (1, 2)},
+    {1: "a"},
+    {"a": float("nan")},
+    {"big": 2**15000},
+]
+
+FIELDS = sorted(state_module._RECORD_KEYS)
+
+
+#: For each field, values just outside what it may hold (or valid only in another status): a damaged
+#: record most often misses by one rule, which is where a fast path that skipped a check would show.
+NAME_MISSES: list[Any] = ["", "\ud800", "x" * (MAX_NAME_BYTES + 1), "😀" * (MAX_NAME_BYTES // 4 + 1), 1, None]
+COUNTER_MISSES: list[Any] = [-1, MAX_INT + 1, True, False, 1.0, "1", None, 0, 1, 2, 3, MAX_INT]
+NEAR_MISSES: dict[str, list[Any]] = {
+    "task": NAME_MISSES,
+    "key": NAME_MISSES,
+    "worker": [*NAME_MISSES, "w"],
+    "identity": ["A" * 64, "aB" * 32, "a" * 63, "a" * 65, "ab" * 30 + " ab ", "g" * 64, "é" * 64, None, 0],
+    "status": ["Ready", "ready ", "waiting", "", None, 1, *STATUSES],
+    "payload": [None, [], [1], "{}", 1, {"x": json.loads("[" * 70 + "]" * 70)}, {"x": "\ud800"}, {}],
+    "available_at": COUNTER_MISSES,
+    "max_attempts": COUNTER_MISSES,
+    "attempts": COUNTER_MISSES,
+    "generation": COUNTER_MISSES,
+    "deadline": COUNTER_MISSES,
+}
+#: Python values the decoder never builds, likewise (``decoded=False`` only).
+PYTHON_MISSES: dict[str, list[Any]] = {
+    "task": [_PyStr("t")],
+    "key": [_PyStr("t")],
+    "worker": [_PyStr("w")],
+    "identity": [_PyStr("ab" * 32), b"a" * 64],
+    "status": [_PyStr(status) for status in STATUSES],
+    "payload": [{"a": (1, 2)}, {1: "a"}, {"a": float("nan")}, {"big": 2**15000}, {"s": _PyStr("s")}],
+    "available_at": [_PyInt(1), float("inf")],
+    "max_attempts": [_PyInt(3)],
+    "attempts": [_PyInt(1)],
+    "generation": [_PyInt(1)],
+    "deadline": [_PyInt(9)],
+}
+
+
+@st.composite
+def damaged_records(draw: st.DrawFn, python_values: bool) -> Any:
+    """A valid record with one to three changes.
+
+    A field gets a near miss (or any value at all), the counters move
+    together (breaking only the invariants between them and the status),
+    the status changes alone, a field goes missing or one is added, or the
+    record is not a dict at all.
+    """
+    record: Any = draw(valid_records())
+    nasty = st.sampled_from(NASTY + PYTHON_ONLY if python_values else NASTY)
+    kinds = ["near miss"] * 4 + ["counters", "counters", "status", "any value", "drop", "add", "shape"]
+    for _ in range(draw(st.sampled_from([1, 1, 2, 3]))):
+        if not isinstance(record, dict):
+            break
+        change = draw(st.sampled_from(kinds))
+        if change == "near miss":
+            field = draw(st.sampled_from(FIELDS))
+            misses = NEAR_MISSES[field] + (PYTHON_MISSES[field] if python_values else [])
+            record[field] = draw(st.sampled_from(misses))
+        elif change == "counters":
+            attempts = draw(st.integers(0, 4))
+            record["attempts"] = attempts
+            record["generation"] = draw(st.just(attempts) | st.integers(0, 4))
+            record["max_attempts"] = draw(st.integers(0, 4))
+        elif change == "status":
+            record["status"] = draw(st.sampled_from(STATUSES))
+        elif change == "any value":
+            record[draw(st.sampled_from(FIELDS))] = draw(nasty | json_values)
+        elif change == "drop":
+            record.pop(draw(st.sampled_from(FIELDS)), None)
+        elif change == "add":
+            record[draw(st.sampled_from(["extra", "Task", "tasks"]))] = draw(nasty)
+        else:
+            record = draw(st.sampled_from([[], [record], "record", None, 1]))
+    return record
+
+
+def decoded(value: Any) -> Any:
+    """`value` as the JSON decoder gives it back (lone surrogates travel as escapes)."""
+    return json.loads(json.dumps(value))
+
+
+# -- outcomes ----------------------------------------------------------------------------
+
+
+def fields_of(record: Record) -> tuple[Any, ...]:
+    return (type(record), record.fields())
+
+
+def full_outcome(value: Any, is_decoded: bool) -> tuple[Any, ...] | None:
+    """What `_record_from_dict` makes of `value`: the record's type and fields, or None when it refuses."""
+    try:
+        record = _record_from_dict(value, check_decoded_payload if is_decoded else check_payload)
+    except (TypeError, ValueError):
+        return None
+    return fields_of(record)
+
+
+def loaded_outcome(value: Any, is_decoded: bool) -> tuple[Any, ...] | None:
+    """What `from_records` makes of `value` as a snapshot's only record, likewise."""
+    try:
+        state = State.from_records(5, [value], decoded=is_decoded)
+    except InvalidTransaction as exc:
+        assert str(exc).startswith("snapshot record 0: ")
+        return None
+    (record,) = state.tasks.values()
+    state.check_invariants()
+    return fields_of(record)
+
+
+class _FellBack(Exception):
+    """Raised by the stand-in for `_record_from_dict`: the fast path did not settle the record."""
+
+
+def _no_full_path(value: object, check: object = None) -> Record:
+    raise _FellBack
+
+
+def fast_outcome(value: Any, is_decoded: bool) -> tuple[Any, ...] | None:
+    """What the fast path alone makes of `value`: the record's type and fields, or None when it does not settle it."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(state_module, "_record_from_dict", _no_full_path)
+        try:
+            state = State.from_records(5, [value], decoded=is_decoded)
+        except _FellBack:
+            return None
+    (record,) = state.tasks.values()
+    return fields_of(record)
+
+
+# -- the fast path against the full check ----------------------------------------------------
+
+
+@SETTINGS
+@given(st.data())
+def test_the_fast_path_accepts_only_what_the_full_check_accepts_with_the_same_fields(data: st.DataObject) -> None:
+    is_decoded = data.draw(st.booleans())
+    value = data.draw(damaged_records(python_values=not is_decoded) | valid_records())
+    if is_decoded:
+        value = decoded(value)
+    fast = fast_outcome(value, is_decoded)
+    if fast is not None:
+        assert full_outcome(value, is_decoded) == fast
+
+
+@SETTINGS
+@given(st.data())
+def test_from_records_accepts_exactly_what_the_full_check_accepts(data: st.DataObject) -> None:
+    is_decoded = data.draw(st.booleans())
+    value = data.draw(damaged_records(python_values=not is_decoded) | valid_records())
+    if is_decoded:
+        value = decoded(value)
+    assert loaded_outcome(value, is_decoded) == full_outcome(value, is_decoded)
+
+
+@SETTINGS
+@given(record=valid_records(), is_decoded=st.booleans())
+def test_the_fast_path_settles_every_valid_record(record: dict[str, Any], is_decoded: bool) -> None:
+    value = decoded(record) if is_decoded else record
+    fast = fast_outcome(value, is_decoded)
+    assert fast is not None
+    assert fast == full_outcome(value, is_decoded)
+
+
+def base_record(status: str, key: str = "k") -> dict[str, Any]:
+    """A valid record in `status` with every field set to an ordinary value."""
+    leased = status == LEASED
+    return {
+        "task": "t",
+        "key": key,
+        "identity": "0123456789abcdef" * 4,
+        "status": status,
+        "payload": None if status == COMPLETED else {"n": [1, "x"]},
+        "available_at": 4,
+        "max_attempts": 3,
+        "attempts": {READY: 1, LEASED: 2, COMPLETED: 2, DEAD: 3}[status],
+        "generation": {READY: 1, LEASED: 2, COMPLETED: 2, DEAD: 3}[status],
+        "worker": "w" if leased else None,
+        "deadline": 9 if leased else None,
+    }
+
+
+def assert_judged_alike(value: Any, is_decoded: bool) -> None:
+    full = full_outcome(value, is_decoded)
+    fast = fast_outcome(value, is_decoded)
+    assert fast is None or fast == full, value
+    assert loaded_outcome(value, is_decoded) == full, value
+
+
+@pytest.mark.parametrize("is_decoded", [False, True])
+def test_every_near_miss_of_every_field_is_judged_alike(is_decoded: bool) -> None:
+    """Each field of a record in each status, set to each of its near misses: one broken rule at a time."""
+    for status in STATUSES:
+        for key in ("k", "t"):
+            for field in FIELDS:
+                misses = NEAR_MISSES[field] + ([] if is_decoded else PYTHON_MISSES[field])
+                for miss in misses:
+                    record = {**base_record(status, key), field: miss}
+                    assert_judged_alike(decoded(record) if is_decoded else record, is_decoded)
+
+
+@pytest.mark.parametrize("is_decoded", [False, True])
+def test_every_combination_of_small_counters_is_judged_alike(is_decoded: bool) -> None:
+    """The invariants between attempts, generation, max_attempts and the status, exhaustively for 0..3."""
+    accepted = 0
+    for status in STATUSES:
+        for attempts in range(4):
+            for generation in range(4):
+                for max_attempts in range(4):
+                    record = {
+                        **base_record(status),
+                        "attempts": attempts,
+                        "generation": generation,
+                        "max_attempts": max_attempts,
+                    }
+                    assert_judged_alike(record, is_decoded)
+                    accepted += full_outcome(record, is_decoded) is not None
+    # ready: 0 <= a < m; leased, completed: 1 <= a <= m; dead: a == m >= 1 (generation == attempts throughout)
+    assert accepted == 6 + 6 + 6 + 3
+
+
+@pytest.mark.parametrize("status", STATUSES)
+def test_a_loaded_record_shares_its_strings_with_the_state(status: str) -> None:
+    """The key equal to the task id is the task id's string, the status the module's constant."""
+    record = decoded(
+        {
+            "task": "t-1",
+            "key": "t-1",
+            "identity": "ab" * 32,
+            "status": status,
+            "payload": None if status == COMPLETED else {"n": 1},
+            "available_at": 0,
+            "max_attempts": 2,
+            "attempts": 2 if status == DEAD else 1,
+            "generation": 2 if status == DEAD else 1,
+            "worker": "w" if status == LEASED else None,
+            "deadline": 9 if status == LEASED else None,
+        }
+    )
+    assert record["key"] is not record["task"]
+    constant = STATUSES[STATUSES.index(status)]
+    for loaded in (State.from_records(1, [record], decoded=True).tasks["t-1"], _record_from_dict(record)):
+        assert loaded.status is constant
+        if isinstance(loaded, TaskRecord):
+            assert loaded.key is loaded.task_id
+        else:
+            assert isinstance(loaded, Tombstone) and loaded.key == loaded.task_id == "t-1"
+
+
+# -- names and payloads at their bounds ------------------------------------------------------------
+
+
+def _record(task_id: str = "t", key: str | None = None, payload: Any = None, worker: str = "w") -> dict[str, Any]:
+    return {
+        "task": task_id,
+        "key": task_id if key is None else key,
+        "identity": hashlib.sha256(task_id.encode("utf-8", "surrogatepass")).hexdigest(),
+        "status": LEASED,
+        "payload": {"n": 1} if payload is None else payload,
+        "available_at": 0,
+        "max_attempts": 3,
+        "attempts": 1,
+        "generation": 1,
+        "worker": worker,
+        "deadline": 10,
+    }
+
+
+NAME_CASES = [
+    ("x" * MAX_NAME_BYTES, True),
+    ("x" * (MAX_NAME_BYTES + 1), False),
+    ("\x00" * MAX_NAME_BYTES, True),
+    ("é" * (MAX_NAME_BYTES // 2), True),
+    ("é" * (MAX_NAME_BYTES // 2) + "x", False),
+    ("€" * (MAX_NAME_BYTES // 3), True),
+    ("€" * (MAX_NAME_BYTES // 3) + "é", False),  # 1,023 + 2 bytes in 342 characters
+    ("😀" * (MAX_NAME_BYTES // 4), True),
+    ("😀" * (MAX_NAME_BYTES // 4 + 1), False),  # 1,028 bytes in 257 characters
+    ("\ud800", False),
+    ("ok\udfff", False),
+    ("é\ud800", False),
+    ("", False),
+]
+
+
+@pytest.mark.parametrize("field", ["task", "key", "worker"])
+@pytest.mark.parametrize(("name", "valid"), NAME_CASES, ids=range(len(NAME_CASES)))
+@pytest.mark.parametrize("is_decoded", [False, True])
+def test_names_are_checked_by_their_utf8_size_on_both_paths(
+    field: str, name: str, valid: bool, is_decoded: bool
+) -> None:
+    record = _record(**{"task_id" if field == "task" else field: name})
+    value = decoded(record) if is_decoded else record
+    assert (full_outcome(value, is_decoded) is not None) is valid
+    assert (loaded_outcome(value, is_decoded) is not None) is valid
+    fast = fast_outcome(value, is_decoded)
+    assert fast is None or fast == full_outcome(value, is_decoded)
+    if valid:
+        assert fast is not None
+
+
+def test_a_payload_beyond_the_fast_bound_is_measured_exactly() -> None:
+    """At the fast bound the record fits with the worst names; one byte more fits only with shorter ones."""
+    fast_bound = state_module._FITTING_PAYLOAD_BYTES
+    worst_task, worst_key = "\x01" * MAX_NAME_BYTES, "\x02" * MAX_NAME_BYTES
+    assert len(canonical_json(worst_task)) == len(canonical_json(worst_key)) == 6 * MAX_NAME_BYTES + 2
+
+    def payload(size: int) -> dict[str, str]:
+        value = {"b": "x" * (size - len('{"b":""}'))}
+        assert len(canonical_json(value)) == size
+        return value
+
+    at_bound = _record(worst_task, worst_key, payload(fast_bound))
+    assert fast_outcome(at_bound, False) is not None
+    assert loaded_outcome(at_bound, False) == full_outcome(at_bound, False) is not None
+    # One byte more: exactly one byte over the frame bound with the worst names (refused) ...
+    over = _record(worst_task, worst_key, payload(fast_bound + 1))
+    assert len(canonical_json(over["payload"])) + 2 * (6 * MAX_NAME_BYTES + 2) + RECORD_WORST_CASE_EXTRA == (
+        MAX_FRAME_BYTES + 1
+    )
+    assert fast_outcome(over, False) is None
+    assert full_outcome(over, False) is None
+    with pytest.raises(InvalidTransaction, match="too large"):
+        State.from_records(1, [over])
+    # ... but with short names the same payload fits: the full check measures them.
+    short = _record("t", "k", over["payload"])
+    assert fast_outcome(short, False) is None
+    assert loaded_outcome(short, False) == full_outcome(short, False) is not None
+
+
+# -- bookkeeping, whichever path built the records ---------------------------------------------
+
+
+@contextlib.contextmanager
+def _force_full_path() -> Iterator[None]:
+    """Send every record to `_record_from_dict`: the fast path's field fetch always fails."""
+    with pytest.MonkeyPatch.context() as patch:
+
+        def no_fields(value: object) -> tuple[Any, ...]:
+            raise KeyError("the full path, please")
+
+        patch.setattr(state_module, "_record_fields", no_fields)
+        yield
+
+
+@st.composite
+def snapshots(draw: st.DrawFn) -> list[dict[str, Any]]:
+    """Valid records in task-id order with unique keys, as a snapshot holds them."""
+    records = draw(st.lists(valid_records(), max_size=12, unique_by=lambda r: r["task"]))
+    records.sort(key=lambda r: r["task"])
+    keys: set[str] = set()
+    unique = []
+    for record in records:
+        if record["key"] not in keys:
+            keys.add(record["key"])
+            unique.append(record)
+    return unique
+
+
+def _view(state: State) -> Any:
+    state.check_invariants()
+    return (
+        state.last_seq,
+        {task_id: fields_of(record) for task_id, record in state.tasks.items()},
+        state.counts(),
+        sorted(state._key_owner.items()),
+        state.peek_ready(MAX_INT, MAX_INT),
+        state.peek_expired(MAX_INT),
+    )
+
+
+@SETTINGS
+@given(records=snapshots(), is_decoded=st.booleans())
+def test_a_snapshot_loads_to_the_same_state_on_either_path(records: list[dict[str, Any]], is_decoded: bool) -> None:
+    values = decoded(records) if is_decoded else records
+    fast = State.from_records(3, values, decoded=is_decoded)
+    with _force_full_path():
+        full = State.from_records(3, values, decoded=is_decoded)
+    assert _view(fast) == _view(full)
+    assert fast == full
+    # Every task comes back in the order of its heap: (time, task id), whatever the records' order of times.
+    ready = sorted((r["available_at"], r["task"]) for r in records if r["status"] == READY)
+    leased = sorted((r["deadline"], r["task"]) for r in records if r["status"] == LEASED)
+    assert fast.peek_ready(MAX_INT, MAX_INT) == [task_id for _, task_id in ready]
+    assert fast.peek_expired(MAX_INT) == [task_id for _, task_id in leased]
+    # And a loaded state writes the very records it was loaded from.
+    assert [json.loads(r) for r in fast.iter_record_json()] == decoded(records)
+
+
+@pytest.mark.parametrize("full_path", [False, True])
+def test_repeated_keys_and_disorder_are_refused_on_either_path(full_path: bool) -> None:
+    def ready(task_id: str, key: str | None = None) -> dict[str, Any]:
+        return {
+            **_record(task_id, key),
+            "status": READY,
+            "attempts": 0,
+            "generation": 0,
+            "worker": None,
+            "deadline": None,
+        }
+
+    cases = {
+        "out of task-id order": [ready("b"), ready("a")],
+        "repeated task id": [ready("a"), ready("a", "k")],
+        "repeated key": [ready("a", "k"), ready("b", "k")],
+        "key equal to a later task id": [ready("a", "b"), ready("b")],
+        "key equal to an earlier task id": [ready("a"), ready("b", "a")],
+    }
+    for records in cases.values():
+        with _force_full_path() if full_path else contextlib.nullcontext():
+            with pytest.raises(InvalidTransaction, match="snapshot record 1: .*(order|repeated)"):
+                State.from_records(1, records)
+
+
+def test_times_out_of_order_still_make_valid_heaps() -> None:
+    def task(task_id: str, status: str, time: int) -> dict[str, Any]:
+        record = _record(task_id)
+        if status == READY:
+            unleased = {"status": READY, "attempts": 0, "generation": 0, "worker": None, "deadline": None}
+            return {**record, **unleased, "available_at": time}
+        return {**record, "deadline": time}
+
+    times = [5, 3, 9, 0, 3, 7, 1, 1, 8]
+    records = [task(f"t{index}", READY if index % 2 else LEASED, time) for index, time in enumerate(times)]
+    state = State.from_records(1, records)
+    state.check_invariants()
+    ready = sorted((r["available_at"], r["task"]) for r in records if r["status"] == READY)
+    leased = sorted((r["deadline"], r["task"]) for r in records if r["status"] == LEASED)
+    assert state._ready[0] == ready[0] and state._leases[0] == leased[0]
+    assert sorted(state._ready) == ready and sorted(state._leases) == leased
+    copy = list(state._ready)
+    heapq.heapify(copy)
+    assert [heapq.heappop(copy) for _ in range(len(ready))] == ready
+    assert state.peek_ready(MAX_INT, MAX_INT) == [task_id for _, task_id in ready]
+    assert state.peek_expired(MAX_INT) == [task_id for _, task_id in leased]
+
+
+# -- the paused GC ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_gc_is_restored_after_a_load_and_after_a_refusal(enabled: bool) -> None:
+    good = [_record("a"), _record("b")]
+    bad = [_record("a"), {**_record("b"), "attempts": 0}]
+    was = gc.isenabled()
+    try:
+        if not enabled:
+            gc.disable()
+        State.from_records(1, good)
+        assert gc.isenabled() is enabled
+        with pytest.raises(InvalidTransaction):
+            State.from_records(1, bad)
+        assert gc.isenabled() is enabled
+
+        def failing() -> Iterator[dict[str, Any]]:
+            yield _record("a")
+            raise OSError("the reader failed")
+
+        with pytest.raises(OSError):
+            State.from_records(1, failing())
+        assert gc.isenabled() is enabled
+    finally:
+        if was:
+            gc.enable()
