@@ -802,6 +802,8 @@ def test_transaction_body_is_the_canonical_json_of_the_transaction(payloads: lis
         {"op": "release", "task": "r", "generation": 1, "available_at": seq},
         {"op": "lease", "task": "l", "worker": 'w"\\', "generation": 7, "deadline": seq},
         {"op": "ack", "task": "odd", "generation": True},  # not the planners' shape: encoded generically
+        {"op": "ack", "task": "x", "worker": "w"},  # the right number of keys, not the right keys
+        {"op": "lease", "task": "y", "worker": "w", "generation": 1, "extra": seq},
     ]
     # What the body must be: the payload carriers replaced by the payloads they stand for.
     plain = [
