@@ -1121,7 +1121,7 @@ def apply(state: State, tx: Mapping[str, Any], *, decoded: bool = False) -> None
     `state` exactly as it was.
 
     `decoded=True` says that `tx` is exactly what the JSON decoder returned
-    for a frame (recovery, fsck): payloads then hold only exact JSON types,
+    for a frame (recovery): payloads then hold only exact JSON types,
     and are checked by `check_decoded_payload`, which reaches the same
     verdict and bytes as `check_payload` without walking the payload's types.
     The transitions and every other check are the same either way.
