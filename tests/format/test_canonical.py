@@ -145,3 +145,31 @@ def test_canonical_str_escapes_only_what_json_requires() -> None:
 def test_canonical_str_refuses_a_lone_surrogate() -> None:
     with pytest.raises(ValueError):
         canonical_str("\ud800")
+
+
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
+        max_leaves=8,
+    ),
+    st.sampled_from(["", " ", "\n", "\t "]),
+    st.sampled_from(["", " ", "\r\n", "x", ",1", "NaN"]),
+)
+def test_parse_json_reads_what_the_strict_decoder_reads(value: Any, before: str, after: str) -> None:
+    """The scanner path is only a shortcut: anything else takes the decoder, with its verdict."""
+    text = before + json.dumps(value, allow_nan=True) + after
+    body = text.encode("utf-8", "surrogatepass")
+    try:
+        expected: Any = json.loads(text, parse_constant=lambda name: 1 / 0)
+    except (ValueError, ZeroDivisionError):
+        with pytest.raises(ValueError):
+            parse_json(body)
+        return
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError:
+        with pytest.raises(ValueError):
+            parse_json(body)
+        return
+    assert parse_json(body) == expected

@@ -36,7 +36,6 @@ from __future__ import annotations
 import gc
 import hashlib
 import heapq
-import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from operator import itemgetter
 from typing import Any
@@ -53,7 +52,7 @@ from walqueue.engine.validate import (
     check_payload,
     check_record_fits,
 )
-from walqueue.format.canonical import canonical_json, canonical_str
+from walqueue.format.canonical import canonical_json, canonical_str, parse_json
 
 __all__ = [
     "COMPLETED",
@@ -151,22 +150,14 @@ class EncodedPayload:
         return f"EncodedPayload({self.canonical!r:.80})"
 
 
-_SCAN: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
-
-
 def _decode_payload(blob: bytes) -> Any:
     """A fresh decoded copy of the payload stored after the digest in `blob`.
 
-    The bytes are canonical JSON that this engine encoded itself (validated
-    before they were stored), so the C scanner reads them directly: the same
-    parser as `json.loads`, without its per-call encoding detection and
-    whitespace handling, which cost three times the parse of a small payload.
+    `parse_json` rather than `json.loads`: the stored bytes are canonical,
+    which its scanner path reads at a third of `json.loads`' cost for a
+    small payload (no encoding detection, no whitespace regex).
     """
-    text = blob[_DIGEST_BYTES:].decode("utf-8")
-    value, end = _SCAN(text, 0)
-    if end != len(text):  # pragma: no cover - stored bytes are always one complete value
-        raise ValueError("stored payload has trailing bytes")
-    return value
+    return parse_json(blob[_DIGEST_BYTES:])
 
 
 class _RecordView:

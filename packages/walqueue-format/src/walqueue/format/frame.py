@@ -15,11 +15,11 @@ from __future__ import annotations
 import hashlib
 import os
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
-from walqueue.format.canonical import _DECODER, canonical_json, parse_json
+from walqueue.format.canonical import canonical_json, parse_json
 from walqueue.format.errors import CorruptStore
 
 __all__ = [
@@ -47,10 +47,6 @@ _READ_CHUNK = 1 << 20
 
 # Reads a length in place, without slicing 4 bytes out of the buffer first.
 _UNPACK_LENGTH = struct.Struct(">I").unpack_from
-
-# The C scanner behind the one shared decoder of canonical.py (same strictness,
-# same NaN/Infinity rejection). typeshed does not declare the attribute.
-_SCAN_ONCE: Callable[[str, int], tuple[Any, int]] = _DECODER.scan_once  # type: ignore[attr-defined]
 
 
 def encode_body(body: bytes) -> bytes:
@@ -210,7 +206,6 @@ def scan_frames(
     end.size = size
     file.seek(start)
     sha256 = hashlib.sha256
-    scan = _SCAN_ONCE
     read = file.read
     unpack_length = _UNPACK_LENGTH
     data = b""
@@ -231,17 +226,7 @@ def scan_frames(
             body = data[pos + LENGTH_BYTES : body_end]
             if sha256(body).digest() != data[body_end:frame_end]:
                 raise CorruptStore(path, base + pos, "frame digest mismatch")
-            # The shared decoder's scanner, without JSONDecoder.decode's two
-            # whitespace regex matches; anything it does not take whole (an
-            # error, or whitespace around the value) goes through parse_json,
-            # so what is accepted and every error message stay parse_json's.
-            try:
-                text = body.decode()
-                value, stop = scan(text, 0)
-            except (StopIteration, ValueError, RecursionError):
-                stop = -1
-            if stop < 0 or stop != len(text):
-                value = _parse_body(body, path, base + pos)
+            value = _parse_body(body, path, base + pos)
             end.frames += 1
             yield base + pos, frame_end - pos, value
             pos = frame_end
