@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from typing import Any, NamedTuple
 
-from walqueue.engine.state import LEASED, EncodedPayload, State, identity_digest
+from walqueue.engine.state import LEASED, OP_KEYS, EncodedPayload, State, identity_digest
 from walqueue.engine.types import KeyConflict, Lease, StaleLease
 from walqueue.engine.validate import (
     MAX_FRAME_BYTES,
@@ -427,17 +427,15 @@ def _lease_json(op: Op) -> bytes | None:
     return None
 
 
-def _ack_json(op: Op) -> bytes | None:
+def _settle_json(op: Op) -> bytes | None:
+    """An ack or an expire op (the same keys; `_op_json` has checked the name)."""
     generation = op["generation"]
     if type(generation) is int:
-        return b'{"generation":%d,"op":"ack","task":%b}' % (generation, canonical_str(op["task"]))
-    return None
-
-
-def _expire_json(op: Op) -> bytes | None:
-    generation = op["generation"]
-    if type(generation) is int:
-        return b'{"generation":%d,"op":"expire","task":%b}' % (generation, canonical_str(op["task"]))
+        return b'{"generation":%d,"op":"%b","task":%b}' % (
+            generation,
+            op["op"].encode("ascii"),
+            canonical_str(op["task"]),
+        )
     return None
 
 
@@ -457,11 +455,11 @@ def _release_json(op: Op) -> bytes | None:
 #: these keys with a str task gets spliced; the encoder still checks the
 #: value types and answers None for anything else.
 _SPLICERS: dict[str, tuple[frozenset[str], Callable[[Op], bytes | None]]] = {
-    "put": (frozenset({"op", "task", "key", "payload", "available_at", "max_attempts"}), _put_json),
-    "lease": (frozenset({"op", "task", "worker", "generation", "deadline"}), _lease_json),
-    "ack": (frozenset({"op", "task", "generation"}), _ack_json),
-    "expire": (frozenset({"op", "task", "generation"}), _expire_json),
-    "release": (frozenset({"op", "task", "generation", "available_at"}), _release_json),
+    "put": (OP_KEYS["put"], _put_json),
+    "lease": (OP_KEYS["lease"], _lease_json),
+    "ack": (OP_KEYS["ack"], _settle_json),
+    "expire": (OP_KEYS["expire"], _settle_json),
+    "release": (OP_KEYS["release"], _release_json),
 }
 
 

@@ -59,6 +59,7 @@ __all__ = [
     "DEAD",
     "EncodedPayload",
     "LEASED",
+    "OP_KEYS",
     "READY",
     "STATUSES",
     "InvalidTransaction",
@@ -908,10 +909,15 @@ def _record_from_dict(value: object, check: Callable[[object], bytes] = check_pa
 # -- apply ---------------------------------------------------------------------
 
 _TX_KEYS = frozenset({"seq", "ops"})
-_PUT_KEYS = frozenset({"op", "task", "key", "payload", "available_at", "max_attempts"})
-_LEASE_KEYS = frozenset({"op", "task", "worker", "generation", "deadline"})
 _SETTLE_KEYS = frozenset({"op", "task", "generation"})
-_RELEASE_KEYS = frozenset({"op", "task", "generation", "available_at"})
+#: op name -> the exact keys of that op (SPEC §3).
+OP_KEYS: dict[str, frozenset[str]] = {
+    "put": frozenset({"op", "task", "key", "payload", "available_at", "max_attempts"}),
+    "lease": frozenset({"op", "task", "worker", "generation", "deadline"}),
+    "expire": _SETTLE_KEYS,
+    "ack": _SETTLE_KEYS,
+    "release": frozenset({"op", "task", "generation", "available_at"}),
+}
 
 
 class _OpError(Exception):
@@ -1075,11 +1081,11 @@ _Transition = Callable[[State, _Staging, dict[str, Any]], Record]
 
 #: op name -> (its exact key set, the function that stages the task's new record).
 _TRANSITIONS: dict[str, tuple[frozenset[str], _Transition]] = {
-    "put": (_PUT_KEYS, _put),
-    "lease": (_LEASE_KEYS, _lease),
-    "expire": (_SETTLE_KEYS, _expire),
-    "ack": (_SETTLE_KEYS, _ack),
-    "release": (_RELEASE_KEYS, _release),
+    "put": (OP_KEYS["put"], _put),
+    "lease": (OP_KEYS["lease"], _lease),
+    "expire": (OP_KEYS["expire"], _expire),
+    "ack": (OP_KEYS["ack"], _ack),
+    "release": (OP_KEYS["release"], _release),
 }
 
 
