@@ -486,5 +486,4 @@ def transaction_body(seq: int, ops: list[Op]) -> bytes:
     Byte-identical to `canonical_json` of the transaction (a property test
     proves it); it only avoids encoding each payload a second time.
     """
-    joined = _op_json(ops[0]) if len(ops) == 1 else b",".join([_op_json(op) for op in ops])
-    return b'{"ops":[%b],"seq":%d}' % (joined, seq)
+    return b'{"ops":[%b],"seq":%d}' % (b",".join([_op_json(op) for op in ops]), seq)
