@@ -25,6 +25,7 @@ from walqueue.engine.validate import (
     check_name,
     check_payload,
     check_record_fits,
+    is_name,
 )
 from walqueue.format import frame
 from walqueue.format.canonical import canonical_json
@@ -377,3 +378,20 @@ def test_the_decoded_check_takes_the_full_walk_for_an_int_too_large() -> None:
     assert check_decoded_payload({"n": 2**MAX_PAYLOAD_INT_BITS - 1}) == check_payload(
         {"n": 2**MAX_PAYLOAD_INT_BITS - 1}
     )
+
+
+@SETTINGS
+@given(
+    st.text(max_size=MAX_NAME_BYTES + 2)
+    | st.text(st.characters(min_codepoint=0x80), min_size=300, max_size=600)
+    | st.sampled_from(
+        ["", "\ud800", "a" * MAX_NAME_BYTES, "a" * (MAX_NAME_BYTES + 1), "é" * 512, "é" * 513, 1, None, b"x"]
+    )
+)
+def test_is_name_says_yes_exactly_when_check_name_accepts(value: object) -> None:
+    try:
+        check_name(value, "name")
+    except (TypeError, ValueError):
+        assert not is_name(value)
+    else:
+        assert is_name(value)

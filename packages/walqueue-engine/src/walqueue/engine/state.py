@@ -51,6 +51,7 @@ from walqueue.engine.validate import (
     check_name,
     check_payload,
     check_record_fits,
+    is_name,
 )
 from walqueue.format.canonical import canonical_json, canonical_str, parse_json
 
@@ -595,16 +596,9 @@ class State:
                         deadline,
                     ) = _record_fields(value)  # KeyError: another key set
                     if not (
-                        type(task_id) is str
-                        and 0 < len(task_id) <= MAX_NAME_BYTES
-                        and (task_id.isascii() or _utf8_name_fits(task_id))
+                        is_name(task_id)
                         and type(key) is str
-                        and (
-                            key == task_id
-                            or (0 < len(key) <= MAX_NAME_BYTES and (key.isascii() or _utf8_name_fits(key)))
-                        )
-                        and type(identity) is str
-                        and len(identity) == 2 * _DIGEST_BYTES
+                        and (key == task_id or is_name(key))
                         and type(status) is str
                         and type(available_at) is int
                         and 0 <= available_at <= MAX_INT
@@ -619,20 +613,13 @@ class State:
                     if key == task_id:
                         key = task_id
                     status = _STATUS_CONSTANTS[status]  # KeyError: no status
-                    digest = bytes.fromhex(identity)  # ValueError: not hex digits
-                    if digest.hex() != identity:  # uppercase digits, or spaces that fromhex skips
-                        raise _Unsettled
+                    digest = _digest_from_hex(identity)  # ValueError: not 64 lowercase hex digits
                     if status == READY:
                         if worker is not None or deadline is not None or attempts >= max_attempts:
                             raise _Unsettled
                     elif status == LEASED:
                         if not (
-                            attempts >= 1
-                            and type(worker) is str
-                            and 0 < len(worker) <= MAX_NAME_BYTES
-                            and (worker.isascii() or _utf8_name_fits(worker))
-                            and type(deadline) is int
-                            and 0 <= deadline <= MAX_INT
+                            attempts >= 1 and is_name(worker) and type(deadline) is int and 0 <= deadline <= MAX_INT
                         ):
                             raise _Unsettled
                     elif worker is not None or deadline is not None:
@@ -812,19 +799,6 @@ _FITTING_PAYLOAD_BYTES = MAX_FRAME_BYTES - RECORD_WORST_CASE_EXTRA - 2 * (6 * MA
 
 class _Unsettled(Exception):
     """The fast path of `State.from_records` cannot accept a record; `_record_from_dict` decides."""
-
-
-def _utf8_name_fits(name: str) -> bool:
-    """Whether a non-ASCII `name` has at most MAX_NAME_BYTES UTF-8 bytes (False if UTF-8 cannot encode it).
-
-    The fast path asks only for names that are not ASCII: an ASCII str has
-    one byte per character, so its length settles its size without
-    encoding it, and it always encodes.
-    """
-    try:
-        return len(name.encode("utf-8")) <= MAX_NAME_BYTES
-    except UnicodeEncodeError:  # a lone surrogate
-        return False
 
 
 def _digest_from_hex(identity: object) -> bytes:
