@@ -20,7 +20,7 @@ from walqueue.format.fsutil import fsync_directory
 from walqueue.format.names import list_directory, snapshot_name
 from walqueue.format.snapshot import write_snapshot
 
-__all__ = ["compact", "compaction_due"]
+__all__ = ["compact", "compaction_threshold"]
 
 log = logging.getLogger("walqueue")
 
@@ -28,19 +28,21 @@ log = logging.getLogger("walqueue")
 SNAPSHOT_SIZE_FACTOR = 2
 
 
-def compaction_due(wal_bytes: int, snapshot_size: int, compact_bytes: int | None) -> bool:
-    """Whether the live WAL has grown enough to pay for rewriting the state.
+def compaction_threshold(snapshot_size: int, compact_bytes: int | None) -> int | None:
+    """How many bytes of live WAL make compaction due (once exceeded); ``None``: never automatically.
 
     A snapshot costs time proportional to the state's size. Waiting until the
     WAL written since the last snapshot exceeds both `compact_bytes` and
     twice that snapshot's size keeps compaction's cost per transaction
     bounded by a constant however large the state grows (each byte of WAL
     pays for at most half a byte of snapshot), while a small state still
-    compacts every `compact_bytes`.
+    compacts every `compact_bytes`. The threshold changes only when a
+    snapshot is published, so a writer computes it then and compares one
+    number per commit.
     """
     if compact_bytes is None:
-        return False
-    return wal_bytes > max(compact_bytes, SNAPSHOT_SIZE_FACTOR * snapshot_size)
+        return None
+    return max(compact_bytes, SNAPSHOT_SIZE_FACTOR * snapshot_size)
 
 
 def _delete_leftovers(directory: str, wal: WalWriter, keep_snapshot: str | None, hook: Hook) -> bool:

@@ -17,12 +17,11 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from walqueue.engine import ops
-from walqueue.engine.compaction import compact, compaction_due
+from walqueue.engine.compaction import compact, compaction_threshold
 from walqueue.engine.ownership import DirectoryLock
 from walqueue.engine.recovery import recover
 from walqueue.engine.state import apply
 from walqueue.engine.types import Lease, QueueClosed, Task
-from walqueue.engine.validate import MAX_INT
 from walqueue.engine.wal import no_hook
 from walqueue.format.frame import encode_body
 
@@ -72,10 +71,7 @@ class Queue:
         self._state = recovered.state
         self._current = recovered.current
         self._wal = recovered.wal
-        self._snapshot_size = recovered.snapshot_size
-        # compaction_due is never true at or below this many WAL bytes: the
-        # one comparison a commit usually makes.
-        self._compact_floor = MAX_INT if compact_bytes is None else compact_bytes
+        self._compact_at = compaction_threshold(recovered.snapshot_size, compact_bytes)
         self._closed = False
 
     # -- lifecycle -----------------------------------------------------------------
@@ -118,9 +114,7 @@ class Queue:
         try:
             wal.append(frame)
             apply(state, {"seq": seq, "ops": tx_ops})
-            if wal.wal_bytes > self._compact_floor and compaction_due(
-                wal.wal_bytes, self._snapshot_size, self._compact_bytes
-            ):
+            if self._compact_at is not None and wal.wal_bytes > self._compact_at:
                 self._compact_now()
         except BaseException:
             self._poison()
@@ -132,7 +126,7 @@ class Queue:
         )
         self._current = current
         if size is not None:
-            self._snapshot_size = size
+            self._compact_at = compaction_threshold(size, self._compact_bytes)
 
     # -- writes --------------------------------------------------------------------
 
