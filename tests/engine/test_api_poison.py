@@ -293,6 +293,30 @@ def test_an_os_error_during_a_write_poisons_and_propagates_unwrapped(qdir: Path)
         assert view(again) == before  # nothing of the failed frame was written
 
 
+@pytest.mark.parametrize("with_hook", [False, True], ids=["one-write", "two-part-write"])
+def test_short_os_writes_are_finished_and_the_log_reads_back(
+    qdir: Path, monkeypatch: pytest.MonkeyPatch, with_hook: bool
+) -> None:
+    # os.write may write less than asked; both of the writer's paths (one
+    # write without a hook, two parts with one) must finish the frame.
+    real_write = os.write
+
+    def trickle(fd: int, data: bytes | memoryview) -> int:
+        return real_write(fd, bytes(data[:7]))
+
+    q = Queue(qdir, sync=False, hook=(lambda phase: None) if with_hook else None, compact_bytes=None)
+    monkeypatch.setattr(os, "write", trickle)
+    q.put("a", {"n": 1, "text": "x" * 50})
+    q.put_many([{"task_id": "b", "payload": {}}, {"task_id": "c", "payload": {"k": [1, 2]}, "key": "kc"}])
+    [lease] = q.reserve("w", now=10, lease_seconds=5)
+    q.ack(lease, now=11)
+    before = view(q)
+    q.close()
+    monkeypatch.setattr(os, "write", real_write)
+    with Queue(qdir, sync=False) as again:
+        assert view(again) == before
+
+
 # ---------------------------------------------------------------------------
 # failures before anything is written poison nothing
 

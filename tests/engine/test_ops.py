@@ -813,6 +813,35 @@ def test_transaction_body_is_the_canonical_json_of_the_transaction(payloads: lis
     assert transaction_body(seq, tx_ops) == canonical_json({"seq": seq, "ops": plain})
 
 
+# Names UTF-8 can encode: anything but lone surrogates.
+storable_names = st.text(st.characters(exclude_categories=["Cs"]), min_size=1, max_size=8)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    task_id=storable_names,
+    key=st.none() | storable_names,
+    payload=st.dictionaries(
+        st.text(max_size=4),
+        st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+        max_size=4,
+    ),
+    available_at=st.integers(min_value=0, max_value=2**63 - 1),
+    max_attempts=st.integers(min_value=1, max_value=2**63 - 1),
+    seq=st.integers(min_value=1, max_value=2**63 - 1),
+)
+def test_a_put_requests_op_json_is_the_canonical_json_of_its_op(
+    task_id: str, key: str | None, payload: dict[str, Any], available_at: int, max_attempts: int, seq: int
+) -> None:
+    from walqueue.engine.ops import transaction_body, transaction_body_of
+
+    request = put_request(task_id, payload, key=key, available_at=available_at, max_attempts=max_attempts)
+    op = request.to_op()
+    assert request.op_json == canonical_json({**op, "payload": payload})
+    assert transaction_body_of(seq, [request.op_json]) == transaction_body(seq, [op])
+    assert transaction_body_of(seq, [request.op_json] * 2) == transaction_body(seq, [op, op])
+
+
 @SETTINGS
 @given(st.lists(small_requests, max_size=8))
 def test_plan_put_answers_what_plan_puts_of_one_request_answers(requests: list[PutRequest]) -> None:

@@ -34,6 +34,7 @@ from walqueue.format.canonical import canonical_json, canonical_str
 __all__ = [
     "PutRequest",
     "lease_ops",
+    "new_puts",
     "plan_ack",
     "plan_lease",
     "plan_put",
@@ -43,6 +44,7 @@ __all__ = [
     "put_request",
     "put_request_from_mapping",
     "transaction_body",
+    "transaction_body_of",
     "transaction_size",
     "validate_reserve_args",
 ]
@@ -70,7 +72,9 @@ class PutRequest(NamedTuple):
 
     It holds the payload only as canonical JSON bytes (immutable), so the
     caller mutating its own dict afterwards changes nothing; `identity` is
-    the 32-byte SHA-256 that decides whether a retry is identical. A named
+    the 32-byte SHA-256 that decides whether a retry is identical, and
+    `op_json` the canonical JSON of `to_op()`, spliced from the same bytes
+    while they are at hand, so that framing the put encodes nothing. A named
     tuple rather than a frozen dataclass: it is built once per put, and a
     frozen dataclass's ``__init__`` (one ``object.__setattr__`` per field)
     costs four times as much for the same immutability.
@@ -82,6 +86,7 @@ class PutRequest(NamedTuple):
     available_at: int
     max_attempts: int
     identity: bytes
+    op_json: bytes
 
     @property
     def payload(self) -> dict[str, Any]:
@@ -116,7 +121,8 @@ def put_request(
     available_at = check_int(available_at, "available_at")
     max_attempts = check_int(max_attempts, "max_attempts", 1)
     task_json = canonical_str(task_id)
-    check_record_fits(payload_json, task_json, task_json if key == task_id else canonical_str(key))
+    key_json = task_json if key == task_id else canonical_str(key)
+    check_record_fits(payload_json, task_json, key_json)
     return PutRequest(
         task_id,
         key,
@@ -124,6 +130,8 @@ def put_request(
         available_at,
         max_attempts,
         identity_digest(task_json, payload_json, available_at, max_attempts),
+        b'{"available_at":%d,"key":%b,"max_attempts":%d,"op":"put","payload":%b,"task":%b}'
+        % (available_at, key_json, max_attempts, payload_json, task_json),
     )
 
 
@@ -157,15 +165,23 @@ def put_request_from_mapping(item: object) -> PutRequest:
 
 
 def plan_puts(state: State, requests: Iterable[PutRequest]) -> tuple[list[Op], list[str]]:
-    """The put ops for `requests` and the task id each request names, in input order.
+    """The put ops for `requests` and the task id each request names, in input order (see `new_puts`)."""
+    new, task_ids = new_puts(state, requests)
+    return [request.to_op() for request in new], task_ids
+
+
+def new_puts(state: State, requests: Iterable[PutRequest]) -> tuple[list[PutRequest], list[str]]:
+    """The requests of `requests` that create a task, and the task id each request names, in input order.
 
     Each request is judged against the state plus the earlier requests of
     the same list. A known key with the same identity is an identical retry
-    (no op, whatever the task's status: nothing is ever resurrected); a known
-    key with another identity, or a new key with a known task id, is a
-    `KeyConflict` that fails the whole list.
+    (nothing to write, whatever the task's status: nothing is ever
+    resurrected); a known key with another identity, or a new key with a
+    known task id, is a `KeyConflict` that fails the whole list.
+    `Queue.put_many` takes the requests rather than `plan_puts`' ops, so as
+    to frame each from its `op_json`.
     """
-    new_ops: list[Op] = []
+    new: list[PutRequest] = []
     task_ids: list[str] = []
     planned_keys: dict[str, bytes] = {}  # key -> identity, for the new tasks of this list
     planned_ids: set[str] = set()
@@ -175,9 +191,9 @@ def plan_puts(state: State, requests: Iterable[PutRequest]) -> tuple[list[Op], l
         if _is_new(state, request, planned_keys, planned_ids, index):
             planned_keys[request.key] = request.identity
             planned_ids.add(request.task_id)
-            new_ops.append(request.to_op())
+            new.append(request)
         task_ids.append(request.task_id)
-    return new_ops, task_ids
+    return new, task_ids
 
 
 def plan_put(state: State, request: PutRequest) -> Op | None:
@@ -486,4 +502,12 @@ def transaction_body(seq: int, ops: list[Op]) -> bytes:
     Byte-identical to `canonical_json` of the transaction (a property test
     proves it); it only avoids encoding each payload a second time.
     """
-    return b'{"ops":[%b],"seq":%d}' % (b",".join([_op_json(op) for op in ops]), seq)
+    return transaction_body_of(seq, [_op_json(op) for op in ops])
+
+
+def transaction_body_of(seq: int, op_json: Iterable[bytes]) -> bytes:
+    """The canonical JSON of the transaction `seq` whose ops' canonical JSON is `op_json`, in order.
+
+    For a planner that already holds its ops' bytes (a put's `PutRequest.op_json`).
+    """
+    return b'{"ops":[%b],"seq":%d}' % (b",".join(op_json), seq)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from walqueue.engine import ops
@@ -105,11 +105,17 @@ class Queue:
 
     # -- the one write path ---------------------------------------------------------
 
-    def _commit(self, tx_ops: list[dict[str, Any]]) -> None:
+    def _commit(self, tx_ops: list[dict[str, Any]], op_json: Sequence[bytes] | None = None) -> None:
+        """Write, sync and apply the transaction of `tx_ops`.
+
+        `op_json`, when the planner already holds it, is each op's canonical
+        JSON (a put's request does), so that framing encodes nothing again.
+        """
         state = self._state
         seq = state.last_seq + 1
+        body = ops.transaction_body(seq, tx_ops) if op_json is None else ops.transaction_body_of(seq, op_json)
         # ValueError for an oversize transaction, before anything is written.
-        frame = encode_body(ops.transaction_body(seq, tx_ops))
+        frame = encode_body(body)
         wal = self._wal
         try:
             wal.append(frame)
@@ -145,7 +151,7 @@ class Queue:
             request = ops.put_request(task_id, payload, key=key, available_at=available_at, max_attempts=max_attempts)
             op = ops.plan_put(self._state, request)
             if op is not None:
-                self._commit([op])
+                self._commit([op], (request.op_json,))
             return request.task_id
 
     def put_many(self, tasks: Iterable[Mapping[str, Any]]) -> list[str]:
@@ -155,9 +161,9 @@ class Queue:
             if isinstance(tasks, (str, bytes, Mapping)) or not isinstance(tasks, Iterable):
                 raise TypeError("put_many takes an iterable of mappings")
             requests = [ops.put_request_from_mapping(item) for item in tasks]
-            tx_ops, task_ids = ops.plan_puts(self._state, requests)
-            if tx_ops:
-                self._commit(tx_ops)
+            new, task_ids = ops.new_puts(self._state, requests)
+            if new:
+                self._commit([request.to_op() for request in new], [request.op_json for request in new])
             return task_ids
 
     def reserve(self, worker: str, *, now: int, lease_seconds: int, limit: int = 1) -> list[Lease]:

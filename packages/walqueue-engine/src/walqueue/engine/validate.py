@@ -106,6 +106,8 @@ def check_name(value: object, what: str) -> str:
     """
     if type(value) is not str:
         raise TypeError(f"{what} must be a str, not {type(value).__name__}")
+    if 0 < len(value) <= MAX_NAME_BYTES and value.isascii():
+        return value  # the usual name: one byte per character, and always encodable
     if not value:
         raise ValueError(f"{what} must not be empty")
     if len(value) > MAX_NAME_BYTES:  # each character takes at least one byte

@@ -13,7 +13,7 @@ import os
 import weakref
 from collections.abc import Callable
 
-from walqueue.format.fsutil import fsync_directory, write_all
+from walqueue.format.fsutil import fsync_directory, write_all, write_rest
 from walqueue.format.names import wal_name
 
 __all__ = ["Hook", "WalWriter", "create_segment", "no_hook"]
@@ -80,7 +80,9 @@ class WalWriter:
         if hook is no_hook:
             # Nobody can stop the process between two parts of the write, so
             # one write does; a power cut can tear it just the same.
-            write_all(fd, frame)
+            written = os.write(fd, frame)
+            if written != len(frame):
+                write_rest(fd, frame, written)
             self._size += len(frame)
             self.wal_bytes += len(frame)
             if self._sync:

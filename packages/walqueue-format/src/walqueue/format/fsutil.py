@@ -9,14 +9,22 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["fsync_directory", "write_all"]
+__all__ = ["fsync_directory", "write_all", "write_rest"]
 
 
 def write_all(fd: int, data: bytes | memoryview) -> None:
     """Write every byte of `data`: `os.write` may write less than asked."""
     written = os.write(fd, data)
-    if written == len(data):  # the usual case: one call, no view
-        return
+    if written != len(data):
+        write_rest(fd, data, written)
+
+
+def write_rest(fd: int, data: bytes | memoryview, written: int) -> None:
+    """Finish writing `data`, of which one `os.write` wrote the first `written` bytes.
+
+    For a caller that makes the usual single `os.write` itself (the WAL's
+    hot path) and needs the rare rest written the same way `write_all` does.
+    """
     if written <= 0:
         raise OSError(f"os.write wrote {written} bytes")
     view = memoryview(data)[written:]
