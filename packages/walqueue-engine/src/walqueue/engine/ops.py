@@ -24,6 +24,7 @@ from walqueue.engine.validate import (
     MAX_FRAME_BYTES,
     MAX_INT,
     MAX_NAME_BYTES,
+    RECORD_WORST_CASE_EXTRA,
     check_int,
     check_name,
     check_payload,
@@ -118,11 +119,15 @@ def put_request(
     task_id = check_name(task_id, "task_id")
     key = task_id if key is None else check_name(key, "key")
     payload_json = check_payload(payload)
-    available_at = check_int(available_at, "available_at")
-    max_attempts = check_int(max_attempts, "max_attempts", 1)
+    # The usual values pass the inline tests; the checks name the flaw of any other.
+    if type(available_at) is not int or not 0 <= available_at <= MAX_INT:
+        available_at = check_int(available_at, "available_at")
+    if type(max_attempts) is not int or not 1 <= max_attempts <= MAX_INT:
+        max_attempts = check_int(max_attempts, "max_attempts", 1)
     task_json = canonical_str(task_id)
     key_json = task_json if key == task_id else canonical_str(key)
-    check_record_fits(payload_json, task_json, key_json)
+    if len(payload_json) + len(task_json) + len(key_json) + RECORD_WORST_CASE_EXTRA > MAX_FRAME_BYTES:
+        check_record_fits(payload_json, task_json, key_json)
     return PutRequest(
         task_id,
         key,
@@ -200,6 +205,8 @@ def plan_put(state: State, request: PutRequest) -> Op | None:
     """`plan_puts` of a single request (`Queue.put`): its op, or ``None`` for an identical retry."""
     if not isinstance(request, PutRequest):
         raise TypeError(f"plan_put takes a PutRequest, not {type(request).__name__}")
+    if state.lookup_key(request.key) is None and request.task_id not in state.tasks:
+        return request.to_op()  # the usual put: a new key and a new task id
     return request.to_op() if _is_new(state, request, {}, _NO_IDS, 0) else None
 
 

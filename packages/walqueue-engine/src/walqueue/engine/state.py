@@ -977,8 +977,12 @@ def _unleased(record: TaskRecord, available_at: int) -> TaskRecord:
 
 def _put(state: State, staging: _Staging, op: dict[str, Any]) -> Record:
     payload = op["payload"]
-    available_at = _int(op, "available_at")
-    max_attempts = _int(op, "max_attempts", 1)
+    available_at = op["available_at"]
+    if type(available_at) is not int or not 0 <= available_at <= MAX_INT:
+        _int(op, "available_at")  # raises, naming the flaw
+    max_attempts = op["max_attempts"]
+    if type(max_attempts) is not int or not 1 <= max_attempts <= MAX_INT:
+        _int(op, "max_attempts", 1)
     if type(payload) is EncodedPayload:
         # Built by ops.put_request from this op's own validated names and
         # numbers: the checks below were made there, once.
@@ -1099,7 +1103,7 @@ def apply(state: State, tx: Mapping[str, Any], *, decoded: bool = False) -> None
     """
     if type(tx) is not dict:
         raise InvalidTransaction(f"a transaction must be a dict, not {type(tx).__name__}")
-    if tx.keys() != _TX_KEYS:
+    if len(tx) != 2 or "seq" not in tx or "ops" not in tx:  # not exactly _TX_KEYS
         raise InvalidTransaction(f"a transaction has exactly the keys ops and seq, not {sorted(map(repr, tx))}")
     seq = tx["seq"]
     if type(seq) is not int or seq != state.last_seq + 1:
