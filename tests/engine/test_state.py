@@ -6,6 +6,7 @@ import copy
 import hashlib
 import json
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -581,6 +582,28 @@ def test_peek_expired_orders_by_deadline_then_task_id() -> None:
     assert state.peek_expired(2) == []
     assert state.peek_expired(5) == ["b", "c", "a"]
     assert state.peek_expired(MAX_INT) == ["b", "c", "a", "d"]
+
+
+@pytest.mark.parametrize(
+    ("call", "error"),
+    [
+        (lambda state: state.peek_ready(-1, 1), ValueError),
+        (lambda state: state.peek_ready(MAX_INT + 1, 1), ValueError),
+        (lambda state: state.peek_ready(True, 1), TypeError),
+        (lambda state: state.peek_ready(1.0, 1), TypeError),
+        (lambda state: state.peek_ready(0, 0), ValueError),
+        (lambda state: state.peek_ready(0, False), TypeError),
+        (lambda state: state.peek_ready(0, MAX_INT + 1), ValueError),
+        (lambda state: state.peek_expired(-1), ValueError),
+        (lambda state: state.peek_expired(None), TypeError),
+    ],
+)
+def test_peeks_refuse_bad_arguments(call: Callable[[State], object], error: type[Exception]) -> None:
+    state = State()
+    run(state, put("a"))
+    with pytest.raises(error):
+        call(state)
+    assert state.peek_ready(MAX_INT, MAX_INT) == ["a"] and state.peek_ready(0, MAX_INT) == ["a"]
 
 
 def test_orders_forget_tasks_that_left_them() -> None:

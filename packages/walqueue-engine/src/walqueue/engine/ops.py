@@ -44,6 +44,7 @@ __all__ = [
     "plan_release",
     "put_request",
     "put_request_from_mapping",
+    "reap_ops",
     "transaction_body",
     "transaction_body_of",
     "transaction_size",
@@ -258,6 +259,11 @@ def plan_reap(state: State, now: int, first_seq: int, *, max_frame_bytes: int = 
     """
     check_int(now, "now")
     check_int(first_seq, "first_seq", 1)
+    return reap_ops(state, now, first_seq, max_frame_bytes=max_frame_bytes)
+
+
+def reap_ops(state: State, now: int, first_seq: int, *, max_frame_bytes: int = MAX_FRAME_BYTES) -> list[list[Op]]:
+    """`plan_reap` for arguments already checked: `Queue.reserve` checks them once, before its reap."""
     tasks = state.tasks
     expire_ops: list[Op] = [
         {"op": "expire", "task": task_id, "generation": tasks[task_id].generation}
@@ -295,9 +301,17 @@ def plan_reap(state: State, now: int, first_seq: int, *, max_frame_bytes: int = 
 def validate_reserve_args(worker: object, now: object, lease_seconds: object, limit: object) -> None:
     """Check `reserve`'s arguments before anything (the reap included) is written."""
     check_name(worker, "worker")
-    now = check_int(now, "now")
-    lease_seconds = check_int(lease_seconds, "lease_seconds", 1)
-    check_int(limit, "limit", 1)
+    if not (
+        type(now) is int
+        and type(lease_seconds) is int
+        and type(limit) is int
+        and 0 <= now <= MAX_INT
+        and 1 <= lease_seconds <= MAX_INT
+        and 1 <= limit <= MAX_INT
+    ):  # the usual arguments pass this test; the checks name the flaw of any other
+        now = check_int(now, "now")
+        lease_seconds = check_int(lease_seconds, "lease_seconds", 1)
+        check_int(limit, "limit", 1)
     if now + lease_seconds > MAX_INT:
         raise ValueError(f"now + lease_seconds exceeds {MAX_INT}")
 
@@ -404,7 +418,8 @@ def _owned_record_generation(state: State, lease: Lease, now: int) -> tuple[str,
 def plan_ack(state: State, lease: Lease, now: int) -> list[Op]:
     """The one ack op of a lease that still owns its task, else `StaleLease`."""
     lease = _check_lease(lease)
-    now = check_int(now, "now")
+    if type(now) is not int or not 0 <= now <= MAX_INT:
+        now = check_int(now, "now")
     task_id, generation = _owned_record_generation(state, lease, now)
     return [{"op": "ack", "task": task_id, "generation": generation}]
 

@@ -174,7 +174,7 @@ class Queue:
             if self._closed:
                 raise self._closed_error()
             ops.validate_reserve_args(worker, now, lease_seconds, limit)
-            for reap_ops in ops.plan_reap(self._state, now, self._state.last_seq + 1):
+            for reap_ops in ops.reap_ops(self._state, now, self._state.last_seq + 1):
                 self._commit(reap_ops)
             lease_ops = ops.lease_ops(self._state, worker, now, lease_seconds, limit, self._state.last_seq + 1)
             if not lease_ops:

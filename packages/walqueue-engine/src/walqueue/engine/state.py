@@ -488,13 +488,15 @@ class State:
         Costs O(k log n) for k results: the first entries are popped and
         pushed back (stale entries met on the way are dropped for good).
         """
-        check_int(now, "now")
-        check_int(limit, "limit", 1)
+        if not (type(now) is int and type(limit) is int and 0 <= now <= MAX_INT and 1 <= limit <= MAX_INT):
+            check_int(now, "now")  # the planners' usual arguments pass the test above;
+            check_int(limit, "limit", 1)  # these name the flaw of any other
         return self._peek(self._ready, now, limit)
 
     def peek_expired(self, now: int) -> list[str]:
         """Every leased task id with ``deadline <= now``, in (deadline, task id) order."""
-        check_int(now, "now")
+        if type(now) is not int or not 0 <= now <= MAX_INT:
+            check_int(now, "now")
         return self._peek(self._leases, now, MAX_INT)
 
     def _peek(self, heap: list[HeapEntry], now: int, limit: int) -> list[str]:
