@@ -743,6 +743,13 @@ APPENDED: list[tuple[str, Callable[[Model], bytes]]] = [
     ("seq-repeat", lambda m: _valid_put(m.last_seq)),
     ("seq-zero", lambda m: _valid_put(0)),
     ("seq-as-str", lambda m: encode_frame({"seq": str(m.last_seq + 1), "ops": _valid_put_ops()})),
+    # Equal (==) to the expected sequence, so replay's usual-frame path takes
+    # them to `apply`, whose envelope checks must refuse them all the same.
+    ("seq-as-float", lambda m: encode_frame({"seq": float(m.last_seq + 1), "ops": _valid_put_ops()})),
+    ("extra-envelope-key", lambda m: encode_frame({"seq": m.last_seq + 1, "ops": _valid_put_ops(), "x": 1})),
+    ("op-not-an-object", lambda m: encode_frame({"seq": m.last_seq + 1, "ops": ["put"]})),
+    ("op-name-not-a-str", lambda m: encode_frame({"seq": m.last_seq + 1, "ops": [{"op": 7, "task": "x"}]})),
+    ("op-with-an-extra-key", lambda m: encode_frame({"seq": m.last_seq + 1, "ops": [{**_valid_put_ops()[0], "x": 1}]})),
     ("invalid-json", lambda m: raw_frame(b'{"seq": 1, "ops": [')),
     ("not-utf8", lambda m: raw_frame(b'{"seq":1,"ops":["\xff"]}')),
     ("zero-length", lambda m: b"\x00\x00\x00\x00"),

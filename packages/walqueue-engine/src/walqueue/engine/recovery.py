@@ -61,6 +61,22 @@ def _replay_segment(
     not `Frame` objects.
     """
     for offset, _, value in frames:
+        if (
+            expected_seq is not None
+            and expected_seq > snapshot_seq
+            and type(value) is dict
+            and value.get("seq") == expected_seq
+        ):
+            # The usual frame: the next transaction, to be applied. `apply`
+            # checks its envelope as strictly as `transaction_seq` would
+            # (exact keys, an int sequence, a non-empty list of known ops),
+            # so it is not checked twice.
+            try:
+                apply(state, value, decoded=True)
+            except InvalidTransaction as exc:
+                raise CorruptStore(path, offset, f"invalid transaction {expected_seq}: {exc}") from None
+            expected_seq += 1
+            continue
         seq = transaction_seq(value, path, offset)
         if expected_seq is None:
             if seq > snapshot_seq + 1:
