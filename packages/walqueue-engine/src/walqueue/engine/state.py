@@ -884,7 +884,6 @@ def _record_from_dict(value: object, check: Callable[[object], bytes] = check_pa
 
 # -- apply ---------------------------------------------------------------------
 
-_TX_KEYS = frozenset({"seq", "ops"})
 _SETTLE_KEYS = frozenset({"op", "task", "generation"})
 #: op name -> the exact keys of that op (SPEC §3).
 OP_KEYS: dict[str, frozenset[str]] = {
@@ -1105,7 +1104,7 @@ def apply(state: State, tx: Mapping[str, Any], *, decoded: bool = False) -> None
     """
     if type(tx) is not dict:
         raise InvalidTransaction(f"a transaction must be a dict, not {type(tx).__name__}")
-    if len(tx) != 2 or "seq" not in tx or "ops" not in tx:  # not exactly _TX_KEYS
+    if len(tx) != 2 or "seq" not in tx or "ops" not in tx:  # exactly these two keys, without a keys view
         raise InvalidTransaction(f"a transaction has exactly the keys ops and seq, not {sorted(map(repr, tx))}")
     seq = tx["seq"]
     if type(seq) is not int or seq != state.last_seq + 1:
