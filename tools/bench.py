@@ -17,7 +17,7 @@ Backends (tools/bench_backends.py has the two baselines):
 In (c) only, two more timed members that store nothing:
   rules_sqlite    the baseline's validation, canonical JSON and identity hash of every item
                   (what SqliteQueue.put_many does before its executemany).
-  rules_walqueue  walqueue's own `put_request_from_mapping` of every item (what
+  rules_walqueue  walqueue's own `put_op_from_mapping` of every item (what
                   Queue.put_many does before planning and writing).
 
 Method: every backend is set up and warmed up first; then each repetition runs
@@ -67,7 +67,7 @@ def _import_walqueue() -> Any:
 
 
 Queue = _import_walqueue()
-from walqueue.engine.ops import put_request_from_mapping  # noqa: E402  (found by _import_walqueue)
+from walqueue.engine.ops import put_op_from_mapping  # noqa: E402  (found by _import_walqueue)
 
 sys.path.insert(0, str(_HERE))
 from bench_backends import FloorLog, SqliteQueue, floor_read  # noqa: E402
@@ -429,7 +429,7 @@ class _RulesOnly:
 
 
 #: The (c) members that only validate: the baseline's rules, walqueue's own.
-RULES = {"rules_sqlite": sqlite_put_row_from_mapping, "rules_walqueue": put_request_from_mapping}
+RULES = {"rules_sqlite": sqlite_put_row_from_mapping, "rules_walqueue": put_op_from_mapping}
 
 
 def workload_c(ctx: Context) -> dict[str, Any]:

@@ -15,15 +15,15 @@ from hypothesis import strategies as st
 
 from walqueue.engine import ops
 from walqueue.engine.ops import (
-    PutRequest,
+    Op,
     plan_ack,
     plan_lease,
     plan_put,
     plan_puts,
     plan_reap,
     plan_release,
-    put_request,
-    put_request_from_mapping,
+    put_op,
+    put_op_from_mapping,
     transaction_size,
     validate_reserve_args,
 )
@@ -42,8 +42,8 @@ def commit(state: State, tx_ops: list[dict[str, Any]]) -> None:
     apply(state, {"seq": state.last_seq + 1, "ops": tx_ops})
 
 
-def put_all(state: State, *requests: PutRequest) -> list[str]:
-    tx_ops, task_ids = plan_puts(state, list(requests))
+def put_all(state: State, *put_ops: Op) -> list[str]:
+    tx_ops, task_ids = plan_puts(state, list(put_ops))
     if tx_ops:
         commit(state, tx_ops)
     return task_ids
@@ -75,57 +75,65 @@ def body_size(tx_ops: list[dict[str, Any]], seq: int) -> int:
     return len(canonical_json({"ops": tx_ops, "seq": seq}))
 
 
+def identity(op: Op) -> bytes:
+    """The identity digest a put op carries."""
+    digest: bytes = op["payload"].identity
+    return digest
+
+
 def expected_identity(task_id: str, payload: Any, available_at: int = 0, max_attempts: int = 3) -> bytes:
     document = {"available_at": available_at, "max_attempts": max_attempts, "payload": payload, "task": task_id}
     return hashlib.sha256(canonical_json(document)).digest()
 
 
-# -- put_request -------------------------------------------------------------------
+# -- put_op ------------------------------------------------------------------------
 
 
-def test_put_request_defaults_key_to_task_id_and_computes_the_identity() -> None:
-    request = put_request("t", {"x": [1]})
-    assert (request.task_id, request.key, request.available_at, request.max_attempts) == ("t", "t", 0, 3)
-    assert request.payload_json == b'{"x":[1]}'
-    assert request.identity == expected_identity("t", {"x": [1]})
-    assert request.to_op() == {
+def test_put_op_defaults_key_to_task_id_and_computes_the_identity() -> None:
+    op = put_op("t", {"x": [1]})
+    assert op["payload"].canonical == b'{"x":[1]}'
+    assert identity(op) == expected_identity("t", {"x": [1]})
+    assert op == {
         "op": "put",
         "task": "t",
         "key": "t",
-        "payload": EncodedPayload(b'{"x":[1]}', expected_identity("t", {"x": [1]})),
+        "payload": EncodedPayload(
+            b'{"x":[1]}',
+            expected_identity("t", {"x": [1]}),
+            b'{"available_at":0,"key":"t","max_attempts":3,"op":"put","payload":{"x":[1]},"task":"t"}',
+        ),
         "available_at": 0,
         "max_attempts": 3,
     }
 
 
-def test_put_request_holds_a_private_copy_of_the_payload() -> None:
+def test_put_op_holds_a_private_copy_of_the_payload() -> None:
     payload = {"x": [1]}
-    request = put_request("t", payload)
+    op = put_op("t", payload)
     payload["x"].append(2)
-    assert request.payload == {"x": [1]}
-    assert request.payload is not payload
+    assert json.loads(op["payload"].canonical) == {"x": [1]}
 
 
 def test_identity_includes_task_id_payload_available_at_and_max_attempts_but_not_key() -> None:
-    base = put_request("t", {"x": 1}, key="k")
-    assert put_request("t", {"x": 1}, key="other").identity == base.identity
-    assert put_request("t", {"x": 1}, key="k", available_at=0, max_attempts=3).identity == base.identity
+    base = put_op("t", {"x": 1}, key="k")
+    assert identity(put_op("t", {"x": 1}, key="other")) == identity(base)
+    assert identity(put_op("t", {"x": 1}, key="k", available_at=0, max_attempts=3)) == identity(base)
     for different in (
-        put_request("u", {"x": 1}, key="k"),
-        put_request("t", {"x": 2}, key="k"),
-        put_request("t", {"x": 1}, key="k", available_at=1),
-        put_request("t", {"x": 1}, key="k", max_attempts=4),
+        put_op("u", {"x": 1}, key="k"),
+        put_op("t", {"x": 2}, key="k"),
+        put_op("t", {"x": 1}, key="k", available_at=1),
+        put_op("t", {"x": 1}, key="k", max_attempts=4),
     ):
-        assert different.identity != base.identity
+        assert identity(different) != identity(base)
 
 
 def test_one_and_one_point_zero_and_true_are_different_identities() -> None:
-    identities = {put_request("t", {"x": value}).identity for value in (1, 1.0, True)}
+    identities = {identity(put_op("t", {"x": value})) for value in (1, 1.0, True)}
     assert len(identities) == 3
 
 
 def test_key_order_of_the_payload_does_not_change_the_identity() -> None:
-    assert put_request("t", {"a": 1, "b": 2}).identity == put_request("t", {"b": 2, "a": 1}).identity
+    assert identity(put_op("t", {"a": 1, "b": 2})) == identity(put_op("t", {"b": 2, "a": 1}))
 
 
 BAD_PUTS: dict[str, tuple[type[Exception], dict[str, Any]]] = {
@@ -151,28 +159,26 @@ BAD_PUTS: dict[str, tuple[type[Exception], dict[str, Any]]] = {
 def test_bad_put_argument_is_refused(error: type[Exception], change: dict[str, Any]) -> None:
     arguments: dict[str, Any] = {"task_id": "t", "payload": {}, **change}
     with pytest.raises(error):
-        put_request(**arguments)
+        put_op(**arguments)
     with pytest.raises(error):
-        put_request_from_mapping(arguments)
+        put_op_from_mapping(arguments)
 
 
 def test_task_whose_record_could_exceed_a_frame_is_refused() -> None:
     fitting = MAX_FRAME_BYTES - RECORD_WORST_CASE_EXTRA - len(b'"t"') * 2 - len(b'{"x":""}')
-    request = put_request("t", {"x": "a" * fitting})
-    assert len(request.payload_json) + 6 + RECORD_WORST_CASE_EXTRA == MAX_FRAME_BYTES
+    op = put_op("t", {"x": "a" * fitting})
+    assert len(op["payload"].canonical) + 6 + RECORD_WORST_CASE_EXTRA == MAX_FRAME_BYTES
     with pytest.raises(ValueError, match="too large"):
-        put_request("t", {"x": "a" * (fitting + 1)})
+        put_op("t", {"x": "a" * (fitting + 1)})
 
 
-# -- put_request_from_mapping --------------------------------------------------------
+# -- put_op_from_mapping --------------------------------------------------------
 
 
 def test_mapping_item_uses_put_defaults() -> None:
-    assert put_request_from_mapping({"task_id": "t", "payload": {"a": 1}}) == put_request("t", {"a": 1})
+    assert put_op_from_mapping({"task_id": "t", "payload": {"a": 1}}) == put_op("t", {"a": 1})
     full = {"task_id": "t", "payload": {}, "key": "k", "available_at": 4, "max_attempts": 2}
-    assert put_request_from_mapping(types.MappingProxyType(full)) == put_request(
-        "t", {}, key="k", available_at=4, max_attempts=2
-    )
+    assert put_op_from_mapping(types.MappingProxyType(full)) == put_op("t", {}, key="k", available_at=4, max_attempts=2)
 
 
 @pytest.mark.parametrize(
@@ -190,7 +196,7 @@ def test_mapping_item_uses_put_defaults() -> None:
 )
 def test_mapping_item_that_is_not_a_put_call_is_type_error(item: Any) -> None:
     with pytest.raises(TypeError):
-        put_request_from_mapping(item)
+        put_op_from_mapping(item)
 
 
 # -- plan_puts -----------------------------------------------------------------------
@@ -198,10 +204,10 @@ def test_mapping_item_that_is_not_a_put_call_is_type_error(item: Any) -> None:
 
 def test_new_tasks_become_put_ops_in_input_order() -> None:
     state = State()
-    requests = [put_request("b", {}), put_request("a", {}, key="ka")]
-    tx_ops, task_ids = plan_puts(state, requests)
+    put_ops = [put_op("b", {}), put_op("a", {}, key="ka")]
+    tx_ops, task_ids = plan_puts(state, put_ops)
     assert task_ids == ["b", "a"]
-    assert tx_ops == [request.to_op() for request in requests]
+    assert tx_ops == put_ops and all(planned is given for planned, given in zip(tx_ops, put_ops, strict=True))
     commit(state, tx_ops)
     assert state.lookup_key("ka") == "a"
 
@@ -213,7 +219,7 @@ def test_plan_puts_of_nothing_plans_nothing() -> None:
 @pytest.mark.parametrize("status", [READY, LEASED, COMPLETED, DEAD])
 def test_identical_retry_in_any_status_plans_no_op_and_returns_the_id(status: str) -> None:
     state = State()
-    request = put_request("t", {"x": 1}, key="k", max_attempts=1)
+    request = put_op("t", {"x": 1}, key="k", max_attempts=1)
     put_all(state, request)
     if status != READY:
         (token,) = reserve(state, "w", now=0, lease_seconds=5)
@@ -223,19 +229,19 @@ def test_identical_retry_in_any_status_plans_no_op_and_returns_the_id(status: st
             reserve(state, "w", now=5, lease_seconds=5)  # reaps: out of attempts
     assert state.tasks["t"].status == status
     before = snapshot(state)
-    assert plan_puts(state, [put_request("t", {"x": 1}, key="k", max_attempts=1)]) == ([], ["t"])
+    assert plan_puts(state, [put_op("t", {"x": 1}, key="k", max_attempts=1)]) == ([], ["t"])
     assert snapshot(state) == before
 
 
 def test_known_key_with_another_identity_is_a_conflict() -> None:
     state = State()
-    put_all(state, put_request("t", {"x": 1}, key="k"))
+    put_all(state, put_op("t", {"x": 1}, key="k"))
     for request in (
-        put_request("t", {"x": 1.0}, key="k"),
-        put_request("t", {"x": True}, key="k"),
-        put_request("other", {"x": 1}, key="k"),
-        put_request("t", {"x": 1}, key="k", available_at=1),
-        put_request("t", {"x": 1}, key="k", max_attempts=4),
+        put_op("t", {"x": 1.0}, key="k"),
+        put_op("t", {"x": True}, key="k"),
+        put_op("other", {"x": 1}, key="k"),
+        put_op("t", {"x": 1}, key="k", available_at=1),
+        put_op("t", {"x": 1}, key="k", max_attempts=4),
     ):
         with pytest.raises(KeyConflict):
             plan_puts(state, [request])
@@ -243,24 +249,24 @@ def test_known_key_with_another_identity_is_a_conflict() -> None:
 
 def test_new_key_for_an_existing_task_id_is_a_conflict() -> None:
     state = State()
-    put_all(state, put_request("t", {}))
+    put_all(state, put_op("t", {}))
     with pytest.raises(KeyConflict):
-        plan_puts(state, [put_request("t", {}, key="new-key")])
+        plan_puts(state, [put_op("t", {}, key="new-key")])
 
 
 def test_completed_task_is_never_resurrected() -> None:
     state = State()
-    put_all(state, put_request("t", {}))
+    put_all(state, put_op("t", {}))
     (token,) = reserve(state, "w", now=0, lease_seconds=5)
     commit(state, plan_ack(state, token, 1))
     with pytest.raises(KeyConflict):
-        plan_puts(state, [put_request("t", {"again": True})])
-    assert plan_puts(state, [put_request("t", {})]) == ([], ["t"])
+        plan_puts(state, [put_op("t", {"again": True})])
+    assert plan_puts(state, [put_op("t", {})]) == ([], ["t"])
 
 
 def test_identical_items_in_one_list_plan_one_op() -> None:
     state = State()
-    tx_ops, task_ids = plan_puts(state, [put_request("t", {}), put_request("u", {}), put_request("t", {})])
+    tx_ops, task_ids = plan_puts(state, [put_op("t", {}), put_op("u", {}), put_op("t", {})])
     assert task_ids == ["t", "u", "t"]
     assert [op["task"] for op in tx_ops] == ["t", "u"]
     commit(state, tx_ops)
@@ -269,27 +275,38 @@ def test_identical_items_in_one_list_plan_one_op() -> None:
 @pytest.mark.parametrize(
     "second",
     [
-        put_request("t", {"x": 2}),  # same key, other identity
-        put_request("t", {}, key="other"),  # same task id, new key
-        put_request("u", {}, key="t"),  # key of the earlier item, other task
+        put_op("t", {"x": 2}),  # same key, other identity
+        put_op("t", {}, key="other"),  # same task id, new key
+        put_op("u", {}, key="t"),  # key of the earlier item, other task
     ],
 )
-def test_conflict_with_an_earlier_item_fails_the_whole_list(second: PutRequest) -> None:
+def test_conflict_with_an_earlier_item_fails_the_whole_list(second: Op) -> None:
     state = State()
     with pytest.raises(KeyConflict, match="item 2"):
-        plan_puts(state, [put_request("a", {}), put_request("t", {}), second])
+        plan_puts(state, [put_op("a", {}), put_op("t", {}), second])
     assert len(state) == 0
 
 
-def test_plan_puts_takes_only_put_requests() -> None:
-    with pytest.raises(TypeError):
-        plan_puts(State(), [{"task_id": "t", "payload": {}}])  # type: ignore[list-item]
+@pytest.mark.parametrize(
+    "item",
+    [
+        {"task_id": "t", "payload": {}},
+        {**put_op("t", {}), "payload": {}},  # a put op whose payload is not put_op's carrier
+        {"op": "ack", "task": "t", "generation": 1},
+        ("t", {}),
+    ],
+)
+def test_plan_puts_and_plan_put_take_only_put_ops(item: Any) -> None:
+    with pytest.raises(TypeError, match="put_op"):
+        plan_puts(State(), [item])
+    with pytest.raises(TypeError, match="put_op"):
+        plan_put(State(), item)
 
 
 small_names = st.sampled_from(["a", "b", "c"])
-#: Requests over three names and three payloads (1, 1.0 and True differ), so that retries and conflicts are common.
-small_requests = st.builds(
-    lambda task_id, key, value: put_request(task_id, {"v": value}, key=key),
+#: Puts over three names and three payloads (1, 1.0 and True differ), so that retries and conflicts are common.
+small_puts = st.builds(
+    lambda task_id, key, value: put_op(task_id, {"v": value}, key=key),
     small_names,
     st.none() | small_names,
     st.sampled_from([1, 1.0, True]),
@@ -299,25 +316,25 @@ small_requests = st.builds(
 @SETTINGS
 @given(
     st.lists(
-        st.lists(small_requests, max_size=4),
+        st.lists(small_puts, max_size=4),
         max_size=4,
     )
 )
-def test_plan_puts_agrees_with_a_model_and_its_ops_always_apply(batches: list[list[PutRequest]]) -> None:
+def test_plan_puts_agrees_with_a_model_and_its_ops_always_apply(batches: list[list[Op]]) -> None:
     state = State()
     model: dict[str, bytes] = {}  # key -> identity
     ids: set[str] = set()
     for batch in batches:
         scratch_model, scratch_ids = dict(model), set(ids)
         conflict = False
-        for request in batch:
-            if request.key in scratch_model:
-                conflict = conflict or scratch_model[request.key] != request.identity
-            elif request.task_id in scratch_ids:
+        for op in batch:
+            if op["key"] in scratch_model:
+                conflict = conflict or scratch_model[op["key"]] != identity(op)
+            elif op["task"] in scratch_ids:
                 conflict = True
             else:
-                scratch_model[request.key] = request.identity
-                scratch_ids.add(request.task_id)
+                scratch_model[op["key"]] = identity(op)
+                scratch_ids.add(op["task"])
         before = snapshot(state)
         if conflict:
             with pytest.raises(KeyConflict):
@@ -325,7 +342,7 @@ def test_plan_puts_agrees_with_a_model_and_its_ops_always_apply(batches: list[li
             assert snapshot(state) == before
             continue
         task_ids = put_all(state, *batch)
-        assert task_ids == [request.task_id for request in batch]
+        assert task_ids == [op["task"] for op in batch]
         model, ids = scratch_model, scratch_ids
         assert {record.key: state.identity(record.task_id) for record in state.tasks.values()} == model
     state.check_invariants()
@@ -336,7 +353,7 @@ def test_plan_puts_agrees_with_a_model_and_its_ops_always_apply(batches: list[li
 
 def leased_state(deadlines: dict[str, int]) -> State:
     state = State()
-    put_all(state, *(put_request(task_id, {}) for task_id in deadlines))
+    put_all(state, *(put_op(task_id, {}) for task_id in deadlines))
     commit(
         state,
         [
@@ -443,7 +460,7 @@ def test_reap_arguments_are_checked(now: Any, first_seq: Any) -> None:
 
 def ready_state(available: dict[str, int]) -> State:
     state = State()
-    put_all(state, *(put_request(task_id, {}, available_at=at) for task_id, at in available.items()))
+    put_all(state, *(put_op(task_id, {}, available_at=at) for task_id, at in available.items()))
     return state
 
 
@@ -566,7 +583,7 @@ def test_largest_deadline_is_accepted() -> None:
 
 def leased_token(max_attempts: int = 3) -> tuple[State, Lease]:
     state = State()
-    put_all(state, put_request("t", {"x": 1}, max_attempts=max_attempts))
+    put_all(state, put_op("t", {"x": 1}, max_attempts=max_attempts))
     (token,) = reserve(state, "w", now=10, lease_seconds=5)
     return state, token
 
@@ -707,7 +724,7 @@ def test_bad_times_are_refused_before_staleness(error: type[Exception], now: Any
 
 def test_largest_release_time_is_accepted() -> None:
     state = State()
-    put_all(state, put_request("t", {}))
+    put_all(state, put_op("t", {}))
     (token,) = reserve(state, "w", now=0, lease_seconds=MAX_INT)
     (op,) = plan_release(state, token, 5, MAX_INT - 5)
     assert op["available_at"] == MAX_INT
@@ -735,7 +752,7 @@ def test_any_sequence_of_planned_operations_applies_cleanly(data: st.DataObject)
         try:
             if action == "put":
                 task_id = data.draw(st.sampled_from("abcdef"))
-                request = put_request(
+                request = put_op(
                     task_id, {"n": data.draw(st.integers(0, 2))}, available_at=data.draw(st.integers(0, 30))
                 )
                 put_all(state, request)
@@ -793,7 +810,7 @@ def test_transaction_body_is_the_canonical_json_of_the_transaction(payloads: lis
     from walqueue.engine.ops import transaction_body
 
     tx_ops: list[dict[str, Any]] = [
-        put_request(f"t\u00e9{index}", payload, key=f"k{index}" if index % 2 else None, available_at=index).to_op()
+        put_op(f"t\u00e9{index}", payload, key=f"k{index}" if index % 2 else None, available_at=index)
         for index, payload in enumerate(payloads)
     ]
     tx_ops += [
@@ -830,35 +847,30 @@ storable_names = st.text(st.characters(exclude_categories=["Cs"]), min_size=1, m
     max_attempts=st.integers(min_value=1, max_value=2**63 - 1),
     seq=st.integers(min_value=1, max_value=2**63 - 1),
 )
-def test_a_put_requests_op_json_is_the_canonical_json_of_its_op(
+def test_a_put_ops_op_json_is_its_canonical_json(
     task_id: str, key: str | None, payload: dict[str, Any], available_at: int, max_attempts: int, seq: int
 ) -> None:
     from walqueue.engine.ops import transaction_body, transaction_body_of
 
-    request = put_request(task_id, payload, key=key, available_at=available_at, max_attempts=max_attempts)
-    op = request.to_op()
-    assert request.op_json == canonical_json({**op, "payload": payload})
-    assert transaction_body_of(seq, [request.op_json]) == transaction_body(seq, [op])
-    assert transaction_body_of(seq, [request.op_json] * 2) == transaction_body(seq, [op, op])
+    op = put_op(task_id, payload, key=key, available_at=available_at, max_attempts=max_attempts)
+    op_json = op["payload"].op_json
+    assert op_json == canonical_json({**op, "payload": payload})
+    assert transaction_body_of(seq, [op_json]) == transaction_body(seq, [op])
+    assert transaction_body_of(seq, [op_json] * 2) == transaction_body(seq, [op, op])
 
 
 @SETTINGS
-@given(st.lists(small_requests, max_size=8))
-def test_plan_put_answers_what_plan_puts_of_one_request_answers(requests: list[PutRequest]) -> None:
+@given(st.lists(small_puts, max_size=8))
+def test_plan_put_answers_what_plan_puts_of_one_put_answers(put_ops: list[Op]) -> None:
     state = State()
-    for request in requests:
+    for given_op in put_ops:
         try:
-            expected = plan_puts(state, [request])
+            expected = plan_puts(state, [given_op])
         except KeyConflict as exc:
             with pytest.raises(KeyConflict, match=re.escape(str(exc))):
-                plan_put(state, request)
+                plan_put(state, given_op)
             continue
-        op = plan_put(state, request)
+        op = plan_put(state, given_op)
         assert ([] if op is None else [op]) == expected[0]
         if op is not None:
             apply(state, {"seq": state.last_seq + 1, "ops": [op]})
-
-
-def test_plan_put_takes_only_a_put_request() -> None:
-    with pytest.raises(TypeError, match="PutRequest"):
-        plan_put(State(), {"task_id": "t"})  # type: ignore[arg-type]

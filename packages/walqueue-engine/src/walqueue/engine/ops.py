@@ -13,10 +13,9 @@ with small bounds; the storage layer uses the default, `MAX_FRAME_BYTES`.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Mapping
 from collections.abc import Set as AbstractSet
-from typing import Any, NamedTuple
+from typing import Any
 
 from walqueue.engine.state import LEASED, OP_KEYS, EncodedPayload, State, identity_digest
 from walqueue.engine.types import KeyConflict, Lease, StaleLease
@@ -33,17 +32,15 @@ from walqueue.engine.validate import (
 from walqueue.format.canonical import canonical_json, canonical_str
 
 __all__ = [
-    "PutRequest",
     "lease_ops",
-    "new_puts",
     "plan_ack",
     "plan_lease",
     "plan_put",
     "plan_puts",
     "plan_reap",
     "plan_release",
-    "put_request",
-    "put_request_from_mapping",
+    "put_op",
+    "put_op_from_mapping",
     "reap_ops",
     "transaction_body",
     "transaction_body_of",
@@ -69,54 +66,25 @@ _LEASE_OP_MAX_WITHOUT_WORKER = (
 )
 
 
-class PutRequest(NamedTuple):
-    """One fully validated put: everything its op and its identity need.
-
-    It holds the payload only as canonical JSON bytes (immutable), so the
-    caller mutating its own dict afterwards changes nothing; `identity` is
-    the 32-byte SHA-256 that decides whether a retry is identical, and
-    `op_json` the canonical JSON of `to_op()`, spliced from the same bytes
-    while they are at hand, so that framing the put encodes nothing. A named
-    tuple rather than a frozen dataclass: it is built once per put, and a
-    frozen dataclass's ``__init__`` (one ``object.__setattr__`` per field)
-    costs four times as much for the same immutability.
-    """
-
-    task_id: str
-    key: str
-    payload_json: bytes
-    available_at: int
-    max_attempts: int
-    identity: bytes
-    op_json: bytes
-
-    @property
-    def payload(self) -> dict[str, Any]:
-        """A fresh decoded copy of the payload."""
-        value: dict[str, Any] = json.loads(self.payload_json)
-        return value
-
-    def to_op(self) -> Op:
-        """The put op; its payload is an `EncodedPayload` carrying the bytes and the identity."""
-        return {
-            "op": "put",
-            "task": self.task_id,
-            "key": self.key,
-            "payload": EncodedPayload(self.payload_json, self.identity),
-            "available_at": self.available_at,
-            "max_attempts": self.max_attempts,
-        }
-
-
-def put_request(
+def put_op(
     task_id: object,
     payload: object,
     *,
     key: object = None,
     available_at: object = 0,
     max_attempts: object = 3,
-) -> PutRequest:
-    """Validate the arguments of `Queue.put` (`TypeError`/`ValueError`) and build the request."""
+) -> Op:
+    """Validate the arguments of `Queue.put` (`TypeError`/`ValueError`) and build the put's op.
+
+    A validated put is its op, as every planner's output is. Its payload is
+    an `EncodedPayload`: the payload's canonical JSON (bytes, so the caller
+    mutating its own dict afterwards changes nothing), the 32-byte identity
+    digest that decides whether a retry is identical, and the op's own
+    canonical JSON, spliced while those bytes are at hand so that framing
+    the put encodes nothing. No request object stands between validation
+    and the op: on a durable put every object and call layer costs more than
+    its work (docs/PERFORMANCE.md, item 17).
+    """
     task_id = check_name(task_id, "task_id")
     key = task_id if key is None else check_name(key, "key")
     payload_json = check_payload(payload)
@@ -129,22 +97,26 @@ def put_request(
     key_json = task_json if key == task_id else canonical_str(key)
     if len(payload_json) + len(task_json) + len(key_json) + RECORD_WORST_CASE_EXTRA > MAX_FRAME_BYTES:
         check_record_fits(payload_json, task_json, key_json)
-    return PutRequest(
-        task_id,
-        key,
+    encoded = EncodedPayload(
         payload_json,
-        available_at,
-        max_attempts,
         identity_digest(task_json, payload_json, available_at, max_attempts),
         b'{"available_at":%d,"key":%b,"max_attempts":%d,"op":"put","payload":%b,"task":%b}'
         % (available_at, key_json, max_attempts, payload_json, task_json),
     )
+    return {
+        "op": "put",
+        "task": task_id,
+        "key": key,
+        "payload": encoded,
+        "available_at": available_at,
+        "max_attempts": max_attempts,
+    }
 
 
 _PUT_ARGUMENTS = frozenset({"task_id", "payload", "key", "available_at", "max_attempts"})
 
 
-def put_request_from_mapping(item: object) -> PutRequest:
+def put_op_from_mapping(item: object) -> Op:
     """Validate one `put_many` item: a mapping with exactly `put`'s keyword names.
 
     A missing `task_id` or `payload`, or any other key, is a `TypeError`,
@@ -161,7 +133,7 @@ def put_request_from_mapping(item: object) -> PutRequest:
         missing = [name for name in ("task_id", "payload") if name not in item]
         if missing:
             raise TypeError(f"put_many item lacks {', '.join(missing)}")
-    return put_request(
+    return put_op(
         item["task_id"],
         item["payload"],
         key=item.get("key"),
@@ -170,68 +142,71 @@ def put_request_from_mapping(item: object) -> PutRequest:
     )
 
 
-def plan_puts(state: State, requests: Iterable[PutRequest]) -> tuple[list[Op], list[str]]:
-    """The put ops for `requests` and the task id each request names, in input order (see `new_puts`)."""
-    new, task_ids = new_puts(state, requests)
-    return [request.to_op() for request in new], task_ids
+def plan_puts(state: State, put_ops: Iterable[Op]) -> tuple[list[Op], list[str]]:
+    """The ops of `put_ops` (from `put_op`) that create a task, and the task id each names, in input order.
 
-
-def new_puts(state: State, requests: Iterable[PutRequest]) -> tuple[list[PutRequest], list[str]]:
-    """The requests of `requests` that create a task, and the task id each request names, in input order.
-
-    Each request is judged against the state plus the earlier requests of
-    the same list. A known key with the same identity is an identical retry
-    (nothing to write, whatever the task's status: nothing is ever
-    resurrected); a known key with another identity, or a new key with a
-    known task id, is a `KeyConflict` that fails the whole list.
-    `Queue.put_many` takes the requests rather than `plan_puts`' ops, so as
-    to frame each from its `op_json`.
+    Each put is judged against the state plus the earlier puts of the same
+    list. A known key with the same identity is an identical retry (nothing
+    to write, whatever the task's status: nothing is ever resurrected); a
+    known key with another identity, or a new key with a known task id, is
+    a `KeyConflict` that fails the whole list.
     """
-    new: list[PutRequest] = []
+    new: list[Op] = []
     task_ids: list[str] = []
     planned_keys: dict[str, bytes] = {}  # key -> identity, for the new tasks of this list
     planned_ids: set[str] = set()
-    for index, request in enumerate(requests):
-        if not isinstance(request, PutRequest):
-            raise TypeError(f"plan_puts takes PutRequest items, not {type(request).__name__}")
-        if _is_new(state, request, planned_keys, planned_ids, index):
-            planned_keys[request.key] = request.identity
-            planned_ids.add(request.task_id)
-            new.append(request)
-        task_ids.append(request.task_id)
+    for index, op in enumerate(put_ops):
+        encoded = _encoded_payload(op, "plan_puts")
+        if _is_new(state, op, encoded.identity, planned_keys, planned_ids, index):
+            planned_keys[op["key"]] = encoded.identity
+            planned_ids.add(op["task"])
+            new.append(op)
+        task_ids.append(op["task"])
     return new, task_ids
 
 
-def plan_put(state: State, request: PutRequest) -> Op | None:
-    """`plan_puts` of a single request (`Queue.put`): its op, or ``None`` for an identical retry."""
-    if not isinstance(request, PutRequest):
-        raise TypeError(f"plan_put takes a PutRequest, not {type(request).__name__}")
-    if state.lookup_key(request.key) is None and request.task_id not in state.tasks:
-        return request.to_op()  # the usual put: a new key and a new task id
-    return request.to_op() if _is_new(state, request, {}, _NO_IDS, 0) else None
+def plan_put(state: State, op: Op) -> Op | None:
+    """`plan_puts` of a single put (`Queue.put`): `op` itself, or ``None`` for an identical retry."""
+    encoded = _encoded_payload(op, "plan_put")
+    if state.lookup_key(op["key"]) is None and op["task"] not in state.tasks:
+        return op  # the usual put: a new key and a new task id
+    return op if _is_new(state, op, encoded.identity, {}, _NO_IDS, 0) else None
 
 
 _NO_IDS: frozenset[str] = frozenset()
 
 
+def _encoded_payload(op: object, planner: str) -> EncodedPayload:
+    """The carrier of a put op built by `put_op`; `TypeError` for anything else."""
+    if type(op) is not dict or op.get("op") != "put" or type(payload := op.get("payload")) is not EncodedPayload:
+        raise TypeError(f"{planner} takes put ops built by put_op, not {type(op).__name__}")
+    return payload
+
+
 def _is_new(
-    state: State, request: PutRequest, planned_keys: dict[str, bytes], planned_ids: AbstractSet[str], index: int
+    state: State,
+    op: Op,
+    identity: bytes,
+    planned_keys: dict[str, bytes],
+    planned_ids: AbstractSet[str],
+    index: int,
 ) -> bool:
     """True for a new task, False for an identical retry, `KeyConflict` for anything else (see `plan_puts`)."""
-    known_identity = planned_keys.get(request.key)
+    key, task_id = op["key"], op["task"]
+    known_identity = planned_keys.get(key)
     if known_identity is None:
-        owner = state.lookup_key(request.key)
+        owner = state.lookup_key(key)
         if owner is not None:
             known_identity = state.identity(owner)
     if known_identity is not None:
-        if known_identity != request.identity:
+        if known_identity != identity:
             raise KeyConflict(
-                f"item {index}: key {request.key!r:.100} is already used by a different request"
+                f"item {index}: key {key!r:.100} is already used by a different request"
                 " (task id, payload, available_at or max_attempts differ)"
             )
         return False
-    if request.task_id in state.tasks or request.task_id in planned_ids:
-        raise KeyConflict(f"item {index}: task {request.task_id!r:.100} already exists under another key")
+    if task_id in state.tasks or task_id in planned_ids:
+        raise KeyConflict(f"item {index}: task {task_id!r:.100} already exists under another key")
     return True
 
 
@@ -530,6 +505,6 @@ def transaction_body(seq: int, ops: list[Op]) -> bytes:
 def transaction_body_of(seq: int, op_json: Iterable[bytes]) -> bytes:
     """The canonical JSON of the transaction `seq` whose ops' canonical JSON is `op_json`, in order.
 
-    For a planner that already holds its ops' bytes (a put's `PutRequest.op_json`).
+    For a planner that already holds its ops' bytes (a put's `EncodedPayload.op_json`).
     """
     return b'{"ops":[%b],"seq":%d}' % (b",".join(op_json), seq)

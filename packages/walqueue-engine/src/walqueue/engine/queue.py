@@ -109,7 +109,7 @@ class Queue:
         """Write, sync and apply the transaction of `tx_ops`.
 
         `op_json`, when the planner already holds it, is each op's canonical
-        JSON (a put's request does), so that framing encodes nothing again.
+        JSON (a put op carries its own), so that framing encodes nothing again.
         """
         state = self._state
         seq = state.last_seq + 1
@@ -149,11 +149,10 @@ class Queue:
         with self._mutex:
             if self._closed:
                 raise self._closed_error()
-            request = ops.put_request(task_id, payload, key=key, available_at=available_at, max_attempts=max_attempts)
-            op = ops.plan_put(self._state, request)
-            if op is not None:
-                self._commit([op], (request.op_json,))
-            return request.task_id
+            op = ops.put_op(task_id, payload, key=key, available_at=available_at, max_attempts=max_attempts)
+            if ops.plan_put(self._state, op) is not None:
+                self._commit([op], (op["payload"].op_json,))
+            return task_id
 
     def put_many(self, tasks: Iterable[Mapping[str, Any]]) -> list[str]:
         """Create every new task in one transaction, or nothing at all."""
@@ -162,10 +161,10 @@ class Queue:
                 raise self._closed_error()
             if isinstance(tasks, (str, bytes, Mapping)) or not isinstance(tasks, Iterable):
                 raise TypeError("put_many takes an iterable of mappings")
-            requests = [ops.put_request_from_mapping(item) for item in tasks]
-            new, task_ids = ops.new_puts(self._state, requests)
+            put_ops = [ops.put_op_from_mapping(item) for item in tasks]
+            new, task_ids = ops.plan_puts(self._state, put_ops)
             if new:
-                self._commit([request.to_op() for request in new], [request.op_json for request in new])
+                self._commit(new, [op["payload"].op_json for op in new])
             return task_ids
 
     def reserve(self, worker: str, *, now: int, lease_seconds: int, limit: int = 1) -> list[Lease]:

@@ -123,28 +123,31 @@ def identity_digest(task_json: bytes, payload_json: bytes, available_at: int, ma
 
 
 class EncodedPayload:
-    """A put's payload as the planner validated it: its canonical JSON and the put's identity digest.
+    """A put's payload as the planner validated it: its canonical JSON, the put's identity digest, and the op's JSON.
 
-    `ops.put_request` validates a payload once and puts this carrier in the
-    op, so that `apply` and the frame encoder reuse the bytes and the digest
-    instead of walking, encoding and hashing the payload again. Only the
-    engine's planners create it, from the very task id, available_at and
-    max_attempts of the same op; anything decoded from disk is a plain dict
-    and is checked in full. The transition is the same either way: the
-    stored bytes and digest are identical. It is deliberately not a dict, so
-    that nothing can encode it as JSON by mistake.
+    `ops.put_op` validates a payload once and puts this carrier in the op,
+    so that `apply` and the frame encoder reuse the bytes and the digest
+    instead of walking, encoding and hashing the payload again, and the
+    writer frames `op_json`, the canonical JSON of the whole op, as it is.
+    Only the engine's planners create it, from the very task id, key,
+    available_at and max_attempts of the same op; anything decoded from disk
+    is a plain dict and is checked in full. The transition is the same
+    either way: the stored bytes and digest are identical. It is
+    deliberately not a dict, so that nothing can encode it as JSON by
+    mistake.
     """
 
-    __slots__ = ("canonical", "identity")
+    __slots__ = ("canonical", "identity", "op_json")
 
-    def __init__(self, canonical: bytes, identity: bytes) -> None:
+    def __init__(self, canonical: bytes, identity: bytes, op_json: bytes) -> None:
         self.canonical = canonical
         self.identity = identity
+        self.op_json = op_json
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, EncodedPayload):
             return NotImplemented
-        return self.canonical == other.canonical and self.identity == other.identity
+        return self.canonical == other.canonical and self.identity == other.identity and self.op_json == other.op_json
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -985,7 +988,7 @@ def _put(state: State, staging: _Staging, op: dict[str, Any]) -> Record:
     if type(max_attempts) is not int or not 1 <= max_attempts <= MAX_INT:
         _int(op, "max_attempts", 1)
     if type(payload) is EncodedPayload:
-        # Built by ops.put_request from this op's own validated names and
+        # Built by ops.put_op from this op's own validated names and
         # numbers: the checks below were made there, once.
         task_id, key = op["task"], op["key"]
         payload_json, digest = payload.canonical, payload.identity
