@@ -933,6 +933,15 @@ def _check_life(
     else:
         # before the call, after it, or (a reserve) after its reap only
         candidates = sorted(in_flight[1].by_seq.values(), key=lambda m: m.last_seq)
+    if not directory.exists():
+        # Killed before `Queue` created its directory: only a first life,
+        # killed while starting, can leave none. Nothing was written, fsck
+        # (which never creates anything) rightly finds no store to read, and
+        # the next life starts from nothing, as the model does.
+        if life.ready or life.begun or model.last_seq:
+            raise Abort(f"{where}: no directory after a life that had opened it")
+        report.count("killed before creating the directory")
+        return model
     reopened = open_checked_by_fsck(directory, report, where, sync=True, compact_bytes=KILL_COMPACT_BYTES)
     try:
         got = view(reopened)

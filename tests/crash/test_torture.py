@@ -79,3 +79,22 @@ def test_command_line_reports_one_line_per_campaign_and_a_verdict(run_python: Ru
     assert completed.returncode == 0, completed.stdout + completed.stderr
     assert lines[-1] == "1 passed, 0 failed"
     assert lines[-2].startswith("os-faults: ") and "0 divergences" in lines[-2]
+
+
+def test_a_first_life_killed_before_it_created_the_directory_leaves_the_empty_model(
+    torture: ModuleType, tmp_path: Path
+) -> None:
+    # A kill can land before `Queue` has created the directory at all; fsck,
+    # which never creates anything, then finds no store, and the state to
+    # expect is the empty one (seen once: torture --seed 13, kill unit 13).
+    report = torture.Report("kill")
+    model = torture.Model()
+    got = torture._check_life(tmp_path / "never-made", 13, 13, 0, torture.ChildLife(), model, report, "unit test")
+    assert got is model
+    assert report.divergence_count == 0 and report.counts == {"killed before creating the directory": 1}
+
+
+def test_a_missing_directory_after_a_life_that_opened_it_is_an_abort(torture: ModuleType, tmp_path: Path) -> None:
+    life = torture.ChildLife(ready=True)
+    with pytest.raises(torture.Abort, match="no directory"):
+        torture._check_life(tmp_path / "gone", 13, 13, 1, life, torture.Model(), torture.Report("kill"), "unit test")
