@@ -32,6 +32,7 @@ from walqueue.engine.validate import (
 from walqueue.format.canonical import canonical_json, canonical_str
 
 __all__ = [
+    "lease_json",
     "lease_ops",
     "plan_ack",
     "plan_lease",
@@ -42,6 +43,7 @@ __all__ = [
     "put_op",
     "put_op_from_mapping",
     "reap_ops",
+    "settle_json",
     "transaction_body",
     "transaction_body_of",
     "transaction_size",
@@ -490,6 +492,39 @@ def _op_json(op: Op) -> bytes:
         spliced = splicer[1](op)
         if spliced is not None:
             return spliced
+    return canonical_json(op)
+
+
+def lease_json(op: Op) -> bytes:
+    """The canonical JSON of a lease op, for a caller that holds `lease_ops`' output.
+
+    `transaction_body` first finds an op's encoder by its name and compares
+    its keys with the op kind's; `Queue.reserve` knows what it holds and
+    skips that dispatch, which costs about as much as the splice on a
+    reserve+ack cycle (docs/PERFORMANCE.md, item 18). Five keys, of which
+    the splice reads the four besides ``op`` (a missing one ends in the
+    fallback), are exactly a lease's keys; anything else is encoded by
+    `canonical_json`, so the result is always the op's canonical JSON.
+    """
+    try:
+        if len(op) == 5 and op["op"] == "lease" and type(op["task"]) is str:
+            spliced = _lease_json(op)
+            if spliced is not None:
+                return spliced
+    except KeyError:
+        pass
+    return canonical_json(op)
+
+
+def settle_json(op: Op) -> bytes:
+    """`lease_json` for an ack or expire op (`plan_ack`'s and `reap_ops`' output): three keys, all read."""
+    try:
+        if len(op) == 3 and op["op"] in ("ack", "expire") and type(op["task"]) is str:
+            spliced = _settle_json(op)
+            if spliced is not None:
+                return spliced
+    except KeyError:
+        pass
     return canonical_json(op)
 
 

@@ -178,7 +178,7 @@ class Queue:
             lease_ops = ops.lease_ops(self._state, worker, now, lease_seconds, limit, self._state.last_seq + 1)
             if not lease_ops:
                 return []
-            self._commit(lease_ops)
+            self._commit(lease_ops, [ops.lease_json(op) for op in lease_ops])
             return [self._state.lease_for(op["task"]) for op in lease_ops]
 
     def ack(self, lease: Lease, *, now: int) -> None:
@@ -186,7 +186,8 @@ class Queue:
         with self._mutex:
             if self._closed:
                 raise self._closed_error()
-            self._commit(ops.plan_ack(self._state, lease, now))
+            ack_ops = ops.plan_ack(self._state, lease, now)
+            self._commit(ack_ops, [ops.settle_json(op) for op in ack_ops])
 
     def release(self, lease: Lease, *, now: int, delay: int = 0) -> None:
         """Give a leased task back (ready at `now + delay`, or dead once out of attempts)."""
