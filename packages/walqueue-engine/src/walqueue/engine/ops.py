@@ -501,26 +501,27 @@ def lease_json(op: Op) -> bytes:
     `transaction_body` first finds an op's encoder by its name and compares
     its keys with the op kind's; `Queue.reserve` knows what it holds and
     skips that dispatch, which costs about as much as the splice on a
-    reserve+ack cycle (docs/PERFORMANCE.md, item 18). Five keys, of which
-    the splice reads the four besides ``op`` (a missing one ends in the
-    fallback), are exactly a lease's keys; anything else is encoded by
-    `canonical_json`, so the result is always the op's canonical JSON.
+    reserve+ack cycle (docs/PERFORMANCE.md, item 18). The result is always
+    the op's canonical JSON (see `_known_kind_json`).
     """
-    try:
-        if len(op) == 5 and op["op"] == "lease" and type(op["task"]) is str:
-            spliced = _lease_json(op)
-            if spliced is not None:
-                return spliced
-    except KeyError:
-        pass
-    return canonical_json(op)
+    return _known_kind_json(op, 5, ("lease",), _lease_json)
 
 
 def settle_json(op: Op) -> bytes:
-    """`lease_json` for an ack or expire op (`plan_ack`'s and `reap_ops`' output): three keys, all read."""
+    """`lease_json` for an ack or expire op (`plan_ack`'s and `reap_ops`' output)."""
+    return _known_kind_json(op, 3, ("ack", "expire"), _settle_json)
+
+
+def _known_kind_json(op: Op, size: int, kinds: tuple[str, ...], splice: Callable[[Op], bytes | None]) -> bytes:
+    """`splice(op)` if `op` has exactly the keys of its kind, else `canonical_json(op)`.
+
+    `size` keys, of which `splice` reads every one besides ``op`` (a missing
+    one raises `KeyError`, which ends in the fallback), are exactly the
+    kind's keys: no set of keys is built or compared.
+    """
     try:
-        if len(op) == 3 and op["op"] in ("ack", "expire") and type(op["task"]) is str:
-            spliced = _settle_json(op)
+        if len(op) == size and op["op"] in kinds and type(op["task"]) is str:
+            spliced = splice(op)
             if spliced is not None:
                 return spliced
     except KeyError:
