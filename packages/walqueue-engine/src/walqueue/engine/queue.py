@@ -99,9 +99,9 @@ class Queue:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _closed_error(self) -> QueueClosed:
-        # Each call tests `self._closed` inline and builds this only when closed.
-        return QueueClosed(f"the queue on {self._directory} is closed; open a new one")
+    def _check_open(self) -> None:
+        if self._closed:
+            raise QueueClosed(f"the queue on {self._directory} is closed; open a new one")
 
     # -- the one write path ---------------------------------------------------------
 
@@ -147,8 +147,7 @@ class Queue:
     ) -> str:
         """Create a task, or return `task_id` for an identical retry (writing nothing)."""
         with self._mutex:
-            if self._closed:
-                raise self._closed_error()
+            self._check_open()
             op = ops.put_op(task_id, payload, key=key, available_at=available_at, max_attempts=max_attempts)
             if ops.plan_put(self._state, op) is not None:
                 self._commit([op], (op["payload"].op_json,))
@@ -157,8 +156,7 @@ class Queue:
     def put_many(self, tasks: Iterable[Mapping[str, Any]]) -> list[str]:
         """Create every new task in one transaction, or nothing at all."""
         with self._mutex:
-            if self._closed:
-                raise self._closed_error()
+            self._check_open()
             if isinstance(tasks, (str, bytes, Mapping)) or not isinstance(tasks, Iterable):
                 raise TypeError("put_many takes an iterable of mappings")
             put_ops = [ops.put_op_from_mapping(item) for item in tasks]
@@ -170,8 +168,7 @@ class Queue:
     def reserve(self, worker: str, *, now: int, lease_seconds: int, limit: int = 1) -> list[Lease]:
         """Expire overdue leases (one transaction), then lease up to `limit` due tasks (another)."""
         with self._mutex:
-            if self._closed:
-                raise self._closed_error()
+            self._check_open()
             ops.validate_reserve_args(worker, now, lease_seconds, limit)
             for reap_ops in ops.reap_ops(self._state, now, self._state.last_seq + 1):
                 self._commit(reap_ops)
@@ -184,23 +181,20 @@ class Queue:
     def ack(self, lease: Lease, *, now: int) -> None:
         """Complete a leased task; `StaleLease` (writing nothing) unless the token still owns it."""
         with self._mutex:
-            if self._closed:
-                raise self._closed_error()
+            self._check_open()
             ack_ops = ops.plan_ack(self._state, lease, now)
             self._commit(ack_ops, [ops.settle_json(op) for op in ack_ops])
 
     def release(self, lease: Lease, *, now: int, delay: int = 0) -> None:
         """Give a leased task back (ready at `now + delay`, or dead once out of attempts)."""
         with self._mutex:
-            if self._closed:
-                raise self._closed_error()
+            self._check_open()
             self._commit(ops.plan_release(self._state, lease, now, delay))
 
     def compact(self) -> None:
         """Write a snapshot of the state, publish it, and delete the WAL it covers."""
         with self._mutex:
-            if self._closed:
-                raise self._closed_error()
+            self._check_open()
             try:
                 self._compact_now()
             except BaseException:
@@ -211,22 +205,19 @@ class Queue:
 
     def get(self, task_id: str) -> Task | None:
         with self._mutex:
-            if self._closed:
-                raise self._closed_error()
+            self._check_open()
             if not isinstance(task_id, str):
                 raise TypeError(f"task_id must be a str, not {type(task_id).__name__}")
             return self._state.get_task(task_id)
 
     def tasks(self, status: str | None = None) -> list[Task]:
         with self._mutex:
-            if self._closed:
-                raise self._closed_error()
+            self._check_open()
             return self._state.list_tasks(status)
 
     def stats(self) -> dict[str, Any]:
         with self._mutex:
-            if self._closed:
-                raise self._closed_error()
+            self._check_open()
             return {
                 "counts": self._state.counts(),
                 "last_seq": self._state.last_seq,
@@ -238,8 +229,7 @@ class Queue:
     @property
     def last_seq(self) -> int:
         with self._mutex:
-            if self._closed:
-                raise self._closed_error()
+            self._check_open()
             return self._state.last_seq
 
     def __repr__(self) -> str:
