@@ -821,7 +821,14 @@ def test_transaction_body_is_the_canonical_json_of_the_transaction(payloads: lis
         {"op": "ack", "task": "odd", "generation": True},  # not the planners' shape: encoded generically
         {"op": "ack", "task": "x", "worker": "w"},  # the right number of keys, not the right keys
         {"op": "lease", "task": "y", "worker": "w", "generation": 1, "extra": seq},
+        {"op": "release", "task": "z", "generation": 1, "at": seq},  # a release's key count, a key renamed
+        {"op": "expire", "generation": 1, "worker": "w"},  # an expire's key count, no task
     ]
+    # A put's key count with its key renamed: spliced, it would silently lose
+    # a field; not spliced, its payload carrier cannot be encoded (TypeError).
+    renamed = {name: value for name, value in tx_ops[0].items() if name != "key"}
+    with pytest.raises(TypeError, match="EncodedPayload"):
+        transaction_body(seq, [{**renamed, "keys": "k"}])
     # What the body must be: the payload carriers replaced by the payloads they stand for.
     plain = [
         {**op, "payload": json.loads(op["payload"].canonical)} if type(op.get("payload")) is EncodedPayload else op

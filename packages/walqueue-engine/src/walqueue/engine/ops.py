@@ -68,6 +68,11 @@ _LEASE_OP_MAX_WITHOUT_WORKER = (
 )
 
 
+#: A put op's canonical JSON with the values left out: available_at, the key's
+#: and the payload's canonical JSON, max_attempts, the task id's canonical JSON.
+_PUT_OP_JSON = b'{"available_at":%d,"key":%b,"max_attempts":%d,"op":"put","payload":%b,"task":%b}'
+
+
 def put_op(
     task_id: object,
     payload: object,
@@ -102,8 +107,7 @@ def put_op(
     encoded = EncodedPayload(
         payload_json,
         identity_digest(task_json, payload_json, available_at, max_attempts),
-        b'{"available_at":%d,"key":%b,"max_attempts":%d,"op":"put","payload":%b,"task":%b}'
-        % (available_at, key_json, max_attempts, payload_json, task_json),
+        _PUT_OP_JSON % (available_at, key_json, max_attempts, payload_json, task_json),
     )
     return {
         "op": "put",
@@ -418,7 +422,7 @@ def _put_json(op: Op) -> bytes | None:
     max_attempts = op["max_attempts"]
     key = op["key"]
     if type(payload) is EncodedPayload and type(available_at) is int and type(max_attempts) is int and type(key) is str:
-        return b'{"available_at":%d,"key":%b,"max_attempts":%d,"op":"put","payload":%b,"task":%b}' % (
+        return _PUT_OP_JSON % (
             available_at,
             canonical_str(key),
             max_attempts,
@@ -466,15 +470,15 @@ def _release_json(op: Op) -> bytes | None:
     return None
 
 
-#: op name -> (its exact key set, its splicing encoder). An op of exactly
-#: these keys with a str task gets spliced; the encoder still checks the
-#: value types and answers None for anything else.
-_SPLICERS: dict[str, tuple[frozenset[str], Callable[[Op], bytes | None]]] = {
-    "put": (OP_KEYS["put"], _put_json),
-    "lease": (OP_KEYS["lease"], _lease_json),
-    "ack": (OP_KEYS["ack"], _settle_json),
-    "expire": (OP_KEYS["expire"], _settle_json),
-    "release": (OP_KEYS["release"], _release_json),
+#: op name -> its splicing encoder, which checks the value types and answers
+#: None for anything but the planners' shape. Each reads every key of its op
+#: kind besides ``op`` before it answers bytes: `_known_kind_json` relies on it.
+_SPLICERS: dict[str, Callable[[Op], bytes | None]] = {
+    "put": _put_json,
+    "lease": _lease_json,
+    "ack": _settle_json,
+    "expire": _settle_json,
+    "release": _release_json,
 }
 
 
@@ -487,29 +491,25 @@ def _op_json(op: Op) -> bytes:
     the op's canonical JSON (a property test checks every op kind).
     """
     kind = op.get("op")
-    splicer = _SPLICERS.get(kind) if type(kind) is str else None
-    if splicer is not None and type(op.get("task")) is str and op.keys() == splicer[0]:
-        spliced = splicer[1](op)
-        if spliced is not None:
-            return spliced
-    return canonical_json(op)
+    if type(kind) is not str or (splice := _SPLICERS.get(kind)) is None:
+        return canonical_json(op)
+    return _known_kind_json(op, len(OP_KEYS[kind]), (kind,), splice)
 
 
 def lease_json(op: Op) -> bytes:
     """The canonical JSON of a lease op, for a caller that holds `lease_ops`' output.
 
-    `transaction_body` first finds an op's encoder by its name and compares
-    its keys with the op kind's; `Queue.reserve` knows what it holds and
-    skips that dispatch, which costs about as much as the splice on a
-    reserve+ack cycle (docs/PERFORMANCE.md, item 18). The result is always
-    the op's canonical JSON (see `_known_kind_json`).
+    `transaction_body` first finds an op's encoder by its name;
+    `Queue.reserve` knows what it holds and skips that dispatch
+    (docs/PERFORMANCE.md, item 18). The result is always the op's canonical
+    JSON (see `_known_kind_json`).
     """
-    return _known_kind_json(op, 5, ("lease",), _lease_json)
+    return _known_kind_json(op, len(OP_KEYS["lease"]), ("lease",), _lease_json)
 
 
 def settle_json(op: Op) -> bytes:
     """`lease_json` for an ack or expire op (`plan_ack`'s and `reap_ops`' output)."""
-    return _known_kind_json(op, 3, ("ack", "expire"), _settle_json)
+    return _known_kind_json(op, len(OP_KEYS["ack"]), ("ack", "expire"), _settle_json)
 
 
 def _known_kind_json(op: Op, size: int, kinds: tuple[str, ...], splice: Callable[[Op], bytes | None]) -> bytes:
