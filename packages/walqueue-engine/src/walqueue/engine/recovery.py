@@ -71,18 +71,14 @@ def _replay_segment(
             # checks its envelope as strictly as `transaction_seq` would
             # (exact keys, an int sequence, a non-empty list of known ops),
             # so it is not checked twice.
-            try:
-                apply(state, value, decoded=True)
-            except InvalidTransaction as exc:
-                raise CorruptStore(path, offset, f"invalid transaction {expected_seq}: {exc}") from None
-            expected_seq += 1
-            continue
-        seq = transaction_seq(value, path, offset)
-        if expected_seq is None:
-            if seq > snapshot_seq + 1:
-                raise CorruptStore(path, offset, f"sequence {seq} follows snapshot {snapshot_seq}: a gap")
-        elif seq != expected_seq:
-            raise CorruptStore(path, offset, f"sequence {seq} where {expected_seq} was expected")
+            seq = expected_seq
+        else:
+            seq = transaction_seq(value, path, offset)
+            if expected_seq is None:
+                if seq > snapshot_seq + 1:
+                    raise CorruptStore(path, offset, f"sequence {seq} follows snapshot {snapshot_seq}: a gap")
+            elif seq != expected_seq:
+                raise CorruptStore(path, offset, f"sequence {seq} where {expected_seq} was expected")
         expected_seq = seq + 1
         if seq <= snapshot_seq:
             continue
