@@ -866,7 +866,6 @@ def test_a_put_ops_op_json_is_its_canonical_json(
     assert transaction_body_of(seq, [op_json] * 2) == transaction_body(seq, [op, op])
 
 
-_names = st.text(st.characters(exclude_categories=["Cs"]), min_size=1, max_size=6)
 _ints = st.integers(min_value=0, max_value=2**63 - 1)
 #: Values of the planners' shape and others: a bool or a float where an int goes, a non-str name.
 _odd = st.booleans() | st.floats(allow_nan=False, allow_infinity=False) | st.none() | st.integers(-5, 5)
@@ -875,11 +874,19 @@ _odd = st.booleans() | st.floats(allow_nan=False, allow_infinity=False) | st.non
 @settings(max_examples=150, deadline=None)
 @given(
     lease=st.fixed_dictionaries(
-        {"op": st.just("lease"), "task": _names, "worker": _names, "generation": _ints, "deadline": _ints}
+        {
+            "op": st.just("lease"),
+            "task": storable_names,
+            "worker": storable_names,
+            "generation": _ints,
+            "deadline": _ints,
+        }
     ),
-    settle=st.fixed_dictionaries({"op": st.sampled_from(["ack", "expire"]), "task": _names, "generation": _ints}),
+    settle=st.fixed_dictionaries(
+        {"op": st.sampled_from(["ack", "expire"]), "task": storable_names, "generation": _ints}
+    ),
     field=st.sampled_from(["op", "task", "worker", "generation", "deadline", "extra"]),
-    value=_odd | _names,
+    value=_odd | storable_names,
     drop=st.booleans(),
 )
 def test_lease_json_and_settle_json_are_always_the_canonical_json_of_the_op(
