@@ -31,7 +31,13 @@ import bench_backends  # noqa: E402
 #: Every workload and the ratios/figures each must report.
 EXPECTED_FIGURES: dict[str, set[str]] = {
     "a": {"walqueue_vs_sqlite", "walqueue_vs_floor"},
-    "b": {"walqueue_vs_sqlite", "walqueue_vs_floor", "floor_vs_sqlite"},
+    "b": {
+        "walqueue_vs_sqlite",
+        "walqueue_vs_floor",
+        "floor_vs_sqlite",
+        "inplace_vs_append_sync",
+        "append_fdatasync_vs_fsync",
+    },
     "c": {"walqueue_vs_sqlite", "walqueue_vs_floor", "ceiling_vs_sqlite", "rules_share_of_sqlite"},
     "d": {"put_walqueue_vs_sqlite", "cycle_walqueue_vs_sqlite", "put_walqueue_vs_floor", "cycle_walqueue_vs_floor"},
     "e": {
@@ -117,20 +123,32 @@ def test_every_workload_and_figure_is_reported(tiny_run: tuple[dict[str, Any], s
                 _check_figure(f"{key}.{name}", fig)
                 _check_figure(f"{key}.{name} other clock", fig["other_clock"], len(fig["samples"]))
     for key in "abcd":
-        # (c) also times the validation alone, the baseline's and walqueue's, in the same interleaving.
-        extra = {"rules_sqlite", "rules_walqueue"} if key == "c" else set()
+        # (b) also times the disk alone (two syncs per cycle, three ways), and (c) the validation
+        # alone (the baseline's and walqueue's), in the same interleaving.
+        extra = {
+            "b": {"sync_append_fsync", "sync_append_fdatasync", "sync_inplace_fdatasync"},
+            "c": {"rules_sqlite", "rules_walqueue"},
+        }.get(key, set())
         for block in _backend_blocks(workloads[key]):
             assert set(block) == {"walqueue", "sqlite", "floor"} | extra, key
             for fig in block.values():
                 assert len(fig["samples"]) == reps, key
     # Ratios are taken within each repetition: one per repetition.
     assert len(workloads["a"]["ratios"]["walqueue_vs_sqlite"]["samples"]) == reps
-    # (c)'s validation-only figures: information, one per repetition, never a target.
-    for name in ("ceiling_vs_sqlite", "rules_share_of_sqlite"):
-        fig = workloads["c"]["ratios"][name]
+    # (b)'s disk-only and (c)'s validation-only figures: information, one per repetition, never a target.
+    for key, name in (
+        ("b", "inplace_vs_append_sync"),
+        ("b", "append_fdatasync_vs_fsync"),
+        ("c", "ceiling_vs_sqlite"),
+        ("c", "rules_share_of_sqlite"),
+    ):
+        fig = workloads[key]["ratios"][name]
         assert len(fig["samples"]) == reps, name
         assert fig["target"] is None and fig["met"] is None, name
         assert fig["note"].startswith("information: "), name
+    # Whether SQLite's WAL grew (appends) or was overwritten in place while (b) was timed.
+    growth = workloads["b"]["params"]["sqlite_wal_growth_per_commit"]
+    assert isinstance(growth, float) and math.isfinite(growth) and growth >= 0
 
 
 def test_every_target_is_judged(tiny_run: tuple[dict[str, Any], str]) -> None:
