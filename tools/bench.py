@@ -470,6 +470,7 @@ def workload_b(ctx: Context) -> dict[str, Any]:
             "reps": s["reps"],
             "filled_tasks": s["b_fill"],
             "sync_*": "no engine: two writes of 128 bytes and two syncs per cycle",
+            "fdatasync_call": _fdatasync.__name__,  # os.fsync where the platform has no fdatasync
             "sqlite_wal_growth_per_commit": round((wal_after - wal_before) / commits, 1),
         },
         "backends": backends_block(times, k, "wall", "s/cycle"),

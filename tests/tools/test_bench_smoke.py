@@ -149,6 +149,7 @@ def test_every_workload_and_figure_is_reported(tiny_run: tuple[dict[str, Any], s
     # Whether SQLite's WAL grew (appends) or was overwritten in place while (b) was timed.
     growth = workloads["b"]["params"]["sqlite_wal_growth_per_commit"]
     assert isinstance(growth, float) and math.isfinite(growth) and growth >= 0
+    assert workloads["b"]["params"]["fdatasync_call"] in {"fdatasync", "fsync"}
 
 
 def test_every_target_is_judged(tiny_run: tuple[dict[str, Any], str]) -> None:
