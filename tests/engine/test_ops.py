@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from walqueue.engine import ops
 from walqueue.engine.ops import (
     Op,
+    Plan,
     plan_ack,
     plan_lease,
     plan_put,
@@ -27,7 +28,7 @@ from walqueue.engine.ops import (
     transaction_size,
     validate_reserve_args,
 )
-from walqueue.engine.state import COMPLETED, DEAD, LEASED, READY, EncodedPayload, InvalidTransaction, State, apply
+from walqueue.engine.state import COMPLETED, DEAD, LEASED, OP_KINDS, READY, InvalidTransaction, State, apply
 from walqueue.engine.types import KeyConflict, Lease, StaleLease
 from walqueue.engine.validate import MAX_FRAME_BYTES, MAX_INT, MAX_NAME_BYTES, RECORD_WORST_CASE_EXTRA
 from walqueue.format.canonical import canonical_json
@@ -38,26 +39,41 @@ SETTINGS = settings(max_examples=60, deadline=None)
 # -- helpers --------------------------------------------------------------------
 
 
-def commit(state: State, tx_ops: list[dict[str, Any]]) -> None:
-    apply(state, {"seq": state.last_seq + 1, "ops": tx_ops})
+def plain(op: Op) -> Op:
+    """`op` with a put's payload carrier replaced by the payload it stands for: what the op's JSON encodes."""
+    payload = op.get("payload")
+    return {**op, "payload": json.loads(payload.canonical)} if hasattr(payload, "canonical") else op
+
+
+def commit(state: State, planned: Plan | list[Op]) -> None:
+    """Apply a planner's `Plan` as `Queue` does (checking its JSON on the way), or hand-written ops as recovery does."""
+    if isinstance(planned, Plan):
+        assert planned.op_json == [canonical_json(plain(op)) for op in planned.ops]
+        apply(state, {"seq": state.last_seq + 1, "ops": planned.ops}, _planned=True)
+    else:
+        apply(state, {"seq": state.last_seq + 1, "ops": planned})
+
+
+def ops_of(plans: list[Plan]) -> list[list[Op]]:
+    return [plan.ops for plan in plans]
 
 
 def put_all(state: State, *put_ops: Op) -> list[str]:
-    tx_ops, task_ids = plan_puts(state, list(put_ops))
-    if tx_ops:
-        commit(state, tx_ops)
+    plan, task_ids = plan_puts(state, list(put_ops))
+    if plan.ops:
+        commit(state, plan)
     return task_ids
 
 
 def reserve(state: State, worker: str, now: int, lease_seconds: int, limit: int = 1) -> list[Lease]:
     """What `Queue.reserve` does, without the disk: reap transactions, then one lease transaction."""
     validate_reserve_args(worker, now, lease_seconds, limit)
-    for tx_ops in plan_reap(state, now, state.last_seq + 1):
-        commit(state, tx_ops)
-    lease_ops = plan_lease(state, worker, now, lease_seconds, limit, state.last_seq + 1)
-    if lease_ops:
-        commit(state, lease_ops)
-    return [state.lease_for(op["task"]) for op in lease_ops]
+    for reap in plan_reap(state, now, state.last_seq + 1):
+        commit(state, reap)
+    lease = plan_lease(state, worker, now, lease_seconds, limit, state.last_seq + 1)
+    if lease.ops:
+        commit(state, lease)
+    return [state.lease_for(op["task"]) for op in lease.ops]
 
 
 def snapshot(state: State) -> Any:
@@ -93,18 +109,17 @@ def test_put_op_defaults_key_to_task_id_and_computes_the_identity() -> None:
     op = put_op("t", {"x": [1]})
     assert op["payload"].canonical == b'{"x":[1]}'
     assert identity(op) == expected_identity("t", {"x": [1]})
-    assert op == {
+    assert plain(op) == {
         "op": "put",
         "task": "t",
         "key": "t",
-        "payload": EncodedPayload(
-            b'{"x":[1]}',
-            expected_identity("t", {"x": [1]}),
-            b'{"available_at":0,"key":"t","max_attempts":3,"op":"put","payload":{"x":[1]},"task":"t"}',
-        ),
+        "payload": {"x": [1]},
         "available_at": 0,
         "max_attempts": 3,
     }
+    plan = plan_put(State(), op)
+    assert plan is not None and plan.ops == [op]
+    assert plan.op_json == [b'{"available_at":0,"key":"t","max_attempts":3,"op":"put","payload":{"x":[1]},"task":"t"}']
 
 
 def test_put_op_holds_a_private_copy_of_the_payload() -> None:
@@ -205,15 +220,15 @@ def test_mapping_item_that_is_not_a_put_call_is_type_error(item: Any) -> None:
 def test_new_tasks_become_put_ops_in_input_order() -> None:
     state = State()
     put_ops = [put_op("b", {}), put_op("a", {}, key="ka")]
-    tx_ops, task_ids = plan_puts(state, put_ops)
+    plan, task_ids = plan_puts(state, put_ops)
     assert task_ids == ["b", "a"]
-    assert tx_ops == put_ops and all(planned is given for planned, given in zip(tx_ops, put_ops, strict=True))
-    commit(state, tx_ops)
+    assert plan.ops == put_ops and all(planned is given for planned, given in zip(plan.ops, put_ops, strict=True))
+    commit(state, plan)
     assert state.lookup_key("ka") == "a"
 
 
 def test_plan_puts_of_nothing_plans_nothing() -> None:
-    assert plan_puts(State(), []) == ([], [])
+    assert plan_puts(State(), []) == (Plan([], []), [])
 
 
 @pytest.mark.parametrize("status", [READY, LEASED, COMPLETED, DEAD])
@@ -229,7 +244,7 @@ def test_identical_retry_in_any_status_plans_no_op_and_returns_the_id(status: st
             reserve(state, "w", now=5, lease_seconds=5)  # reaps: out of attempts
     assert state.tasks["t"].status == status
     before = snapshot(state)
-    assert plan_puts(state, [put_op("t", {"x": 1}, key="k", max_attempts=1)]) == ([], ["t"])
+    assert plan_puts(state, [put_op("t", {"x": 1}, key="k", max_attempts=1)]) == (Plan([], []), ["t"])
     assert snapshot(state) == before
 
 
@@ -261,15 +276,15 @@ def test_completed_task_is_never_resurrected() -> None:
     commit(state, plan_ack(state, token, 1))
     with pytest.raises(KeyConflict):
         plan_puts(state, [put_op("t", {"again": True})])
-    assert plan_puts(state, [put_op("t", {})]) == ([], ["t"])
+    assert plan_puts(state, [put_op("t", {})]) == (Plan([], []), ["t"])
 
 
 def test_identical_items_in_one_list_plan_one_op() -> None:
     state = State()
-    tx_ops, task_ids = plan_puts(state, [put_op("t", {}), put_op("u", {}), put_op("t", {})])
+    plan, task_ids = plan_puts(state, [put_op("t", {}), put_op("u", {}), put_op("t", {})])
     assert task_ids == ["t", "u", "t"]
-    assert [op["task"] for op in tx_ops] == ["t", "u"]
-    commit(state, tx_ops)
+    assert [op["task"] for op in plan.ops] == ["t", "u"]
+    commit(state, plan)
 
 
 @pytest.mark.parametrize(
@@ -367,7 +382,7 @@ def leased_state(deadlines: dict[str, int]) -> State:
 def test_reap_expires_every_overdue_lease_in_deadline_then_task_id_order() -> None:
     state = leased_state({"a": 5, "b": 3, "c": 3, "d": 9})
     before = snapshot(state)
-    assert plan_reap(state, 5, 3) == [
+    assert ops_of(plan_reap(state, 5, 3)) == [
         [
             {"op": "expire", "task": "b", "generation": 1},
             {"op": "expire", "task": "c", "generation": 1},
@@ -375,14 +390,14 @@ def test_reap_expires_every_overdue_lease_in_deadline_then_task_id_order() -> No
         ]
     ]
     assert snapshot(state) == before
-    assert plan_reap(state, 2, 3) == []
+    assert ops_of(plan_reap(state, 2, 3)) == []
 
 
 def test_reap_splits_only_where_one_transaction_would_exceed_the_frame_bound() -> None:
     state = leased_state({f"task-{i:03}": i for i in range(40)})
-    everything = plan_reap(state, 100, 3)[0]
+    everything = ops_of(plan_reap(state, 100, 3))[0]
     bound = 300
-    transactions = plan_reap(state, 100, 3, max_frame_bytes=bound)
+    transactions = ops_of(plan_reap(state, 100, 3, max_frame_bytes=bound))
     assert len(transactions) > 1
     assert [op for tx in transactions for op in tx] == everything
     for index, tx_ops in enumerate(transactions):
@@ -397,7 +412,7 @@ def test_reap_splits_only_where_one_transaction_would_exceed_the_frame_bound() -
 def test_reap_refuses_a_bound_too_small_for_one_op() -> None:
     state = leased_state({"a": 1})
     with pytest.raises(ValueError, match="cannot fit"):
-        plan_reap(state, 5, 3, max_frame_bytes=40)
+        ops_of(plan_reap(state, 5, 3, max_frame_bytes=40))
 
 
 def test_reap_refuses_a_bound_that_fits_an_op_only_under_a_shorter_sequence() -> None:
@@ -405,17 +420,17 @@ def test_reap_refuses_a_bound_that_fits_an_op_only_under_a_shorter_sequence() ->
     op_size = len(canonical_json({"op": "expire", "task": "a", "generation": 1}))
     bound = transaction_size([op_size], 9)  # one op fits as transaction 9, not as transaction 10
     with pytest.raises(ValueError, match="cannot fit"):
-        plan_reap(state, 5, 9, max_frame_bytes=bound)
-    assert plan_reap(state, 5, 8, max_frame_bytes=bound) == [[{"op": "expire", "task": "a", "generation": 1}]] + [
-        [{"op": "expire", "task": "b", "generation": 1}]
-    ]
+        ops_of(plan_reap(state, 5, 9, max_frame_bytes=bound))
+    assert ops_of(plan_reap(state, 5, 8, max_frame_bytes=bound)) == [
+        [{"op": "expire", "task": "a", "generation": 1}]
+    ] + [[{"op": "expire", "task": "b", "generation": 1}]]
 
 
 def test_reap_refuses_to_split_beyond_the_last_sequence() -> None:
     state = leased_state({"a": 1, "b": 1})
-    assert len(plan_reap(state, 5, MAX_INT)) == 1
+    assert len(ops_of(plan_reap(state, 5, MAX_INT))) == 1
     with pytest.raises(ValueError, match="exhausted"):
-        plan_reap(state, 5, MAX_INT, max_frame_bytes=80)
+        ops_of(plan_reap(state, 5, MAX_INT, max_frame_bytes=80))
 
 
 @SETTINGS
@@ -429,7 +444,7 @@ def test_reap_transactions_respect_the_bound_and_apply_in_order(
     deadlines: dict[str, int], now: int, bound: int, first_seq: int
 ) -> None:
     state = leased_state(deadlines)
-    transactions = plan_reap(state, now, first_seq, max_frame_bytes=bound)
+    transactions = ops_of(plan_reap(state, now, first_seq, max_frame_bytes=bound))
     expected = sorted((deadline, task_id) for task_id, deadline in deadlines.items() if deadline <= now)
     assert [op["task"] for tx in transactions for op in tx] == [task_id for _, task_id in expected]
     for index, tx_ops in enumerate(transactions):
@@ -452,7 +467,7 @@ def test_transaction_size_is_the_exact_body_size(tx_ops: list[dict[str, Any]], s
 @pytest.mark.parametrize(("now", "first_seq"), [(-1, 1), (True, 1), (0, 0), (0, 1.5)])
 def test_reap_arguments_are_checked(now: Any, first_seq: Any) -> None:
     with pytest.raises((TypeError, ValueError)):
-        plan_reap(State(), now, first_seq)
+        ops_of(plan_reap(State(), now, first_seq))
 
 
 # -- plan_lease ------------------------------------------------------------------------------
@@ -467,23 +482,23 @@ def ready_state(available: dict[str, int]) -> State:
 def test_lease_takes_due_tasks_in_available_at_then_task_id_order_up_to_limit() -> None:
     state = ready_state({"c": 1, "b": 2, "a": 2, "z": 0, "late": 10})
     before = snapshot(state)
-    assert [op["task"] for op in plan_lease(state, "w", 2, 5, 10, 2)] == ["z", "c", "a", "b"]
-    assert [op["task"] for op in plan_lease(state, "w", 2, 5, 2, 2)] == ["z", "c"]
-    assert plan_lease(state, "w", 2, 5, 1, 2) == [
+    assert [op["task"] for op in plan_lease(state, "w", 2, 5, 10, 2).ops] == ["z", "c", "a", "b"]
+    assert [op["task"] for op in plan_lease(state, "w", 2, 5, 2, 2).ops] == ["z", "c"]
+    assert plan_lease(state, "w", 2, 5, 1, 2).ops == [
         {"op": "lease", "task": "z", "worker": "w", "generation": 1, "deadline": 7}
     ]
     assert snapshot(state) == before
 
 
 def test_lease_of_nothing_due_plans_nothing() -> None:
-    assert plan_lease(ready_state({"a": 5}), "w", 4, 5, 3, 2) == []
-    assert plan_lease(State(), "w", 4, 5, 3, 1) == []
+    assert plan_lease(ready_state({"a": 5}), "w", 4, 5, 3, 2).ops == []
+    assert plan_lease(State(), "w", 4, 5, 3, 1).ops == []
 
 
 def test_lease_generation_is_one_more_than_the_tasks() -> None:
     state = ready_state({"t": 0})
     for generation in (1, 2, 3):
-        (op,) = plan_lease(state, "w", generation * 10, 5, 1, state.last_seq + 1)
+        (op,) = plan_lease(state, "w", generation * 10, 5, 1, state.last_seq + 1).ops
         assert op["generation"] == generation and op["deadline"] == generation * 10 + 5
         commit(state, [op])
         commit(state, [{"op": "release", "task": "t", "generation": generation, "available_at": 0}])
@@ -491,9 +506,9 @@ def test_lease_generation_is_one_more_than_the_tasks() -> None:
 
 def test_lease_truncates_to_what_fits_in_one_frame() -> None:
     state = ready_state({f"task-{i:03}": i for i in range(30)})
-    everything = plan_lease(state, "w", 100, 5, 30, 2)
+    everything = plan_lease(state, "w", 100, 5, 30, 2).ops
     bound = 500
-    fitting = plan_lease(state, "w", 100, 5, 30, 2, max_frame_bytes=bound)
+    fitting = plan_lease(state, "w", 100, 5, 30, 2, max_frame_bytes=bound).ops
     assert 0 < len(fitting) < len(everything)
     assert fitting == everything[: len(fitting)]
     assert body_size(fitting, 2) <= bound < body_size(everything[: len(fitting) + 1], 2)
@@ -503,9 +518,9 @@ def test_lease_truncates_to_what_fits_in_one_frame() -> None:
 
 def test_lease_fills_a_frame_exactly_as_far_as_every_bound_allows() -> None:
     state = ready_state({f"t{i}": i for i in range(12)})
-    everything = plan_lease(state, "worker", 100, 5, 12, 7)
+    everything = plan_lease(state, "worker", 100, 5, 12, 7).ops
     for bound in range(body_size(everything[:1], 7), body_size(everything, 7) + 2):
-        fitting = plan_lease(state, "worker", 100, 5, 12, 7, max_frame_bytes=bound)
+        fitting = plan_lease(state, "worker", 100, 5, 12, 7, max_frame_bytes=bound).ops
         assert fitting == everything[: len(fitting)]
         assert body_size(fitting, 7) <= bound
         if len(fitting) < len(everything):
@@ -514,10 +529,10 @@ def test_lease_fills_a_frame_exactly_as_far_as_every_bound_allows() -> None:
 
 def test_reap_splits_exactly_as_every_bound_requires() -> None:
     state = leased_state({f"t{i}": i for i in range(12)})
-    (everything,) = plan_reap(state, 100, 9)
+    (everything,) = ops_of(plan_reap(state, 100, 9))
     smallest = max(body_size([op], 9 + len(everything)) for op in everything)  # one op per transaction
     for bound in range(smallest, body_size(everything, 9) + 2):
-        transactions = plan_reap(state, 100, 9, max_frame_bytes=bound)
+        transactions = ops_of(plan_reap(state, 100, 9, max_frame_bytes=bound))
         assert [op for tx in transactions for op in tx] == everything
         for index, tx_ops in enumerate(transactions):
             assert body_size(tx_ops, 9 + index) <= bound
@@ -528,9 +543,9 @@ def test_reap_splits_exactly_as_every_bound_requires() -> None:
 def test_the_op_size_bounds_that_skip_measuring_are_exact_worst_cases() -> None:
     worst_name = "\x01" * MAX_NAME_BYTES  # every byte a 6-byte escape
     lease_op = {"op": "lease", "task": worst_name, "worker": worst_name, "generation": MAX_INT, "deadline": MAX_INT}
-    assert len(canonical_json(lease_op)) == ops._LEASE_OP_MAX_WITHOUT_WORKER + len(canonical_json(worst_name))
+    assert len(canonical_json(lease_op)) == OP_KINDS["lease"].max_json
     expire_op = {"op": "expire", "task": worst_name, "generation": MAX_INT}
-    assert len(canonical_json(expire_op)) == ops._EXPIRE_OP_MAX
+    assert len(canonical_json(expire_op)) == OP_KINDS["expire"].max_json
 
 
 def test_lease_refuses_a_bound_too_small_for_one_op() -> None:
@@ -574,7 +589,7 @@ def test_bad_reserve_arguments_are_refused(error: type[Exception], arguments: tu
 
 def test_largest_deadline_is_accepted() -> None:
     validate_reserve_args("w", MAX_INT - 1, 1, MAX_INT)
-    (op,) = plan_lease(ready_state({"a": 0}), "w", MAX_INT - 1, 1, MAX_INT, 2)
+    (op,) = plan_lease(ready_state({"a": 0}), "w", MAX_INT - 1, 1, MAX_INT, 2).ops
     assert op["deadline"] == MAX_INT
 
 
@@ -591,9 +606,11 @@ def leased_token(max_attempts: int = 3) -> tuple[State, Lease]:
 def test_ack_and_release_of_a_live_lease_plan_one_op() -> None:
     state, token = leased_token()
     before = snapshot(state)
-    assert plan_ack(state, token, 14) == [{"op": "ack", "task": "t", "generation": 1}]
-    assert plan_release(state, token, 14) == [{"op": "release", "task": "t", "generation": 1, "available_at": 14}]
-    assert plan_release(state, token, 14, 6) == [{"op": "release", "task": "t", "generation": 1, "available_at": 20}]
+    assert plan_ack(state, token, 14).ops == [{"op": "ack", "task": "t", "generation": 1}]
+    assert plan_release(state, token, 14).ops == [{"op": "release", "task": "t", "generation": 1, "available_at": 14}]
+    assert plan_release(state, token, 14, 6).ops == [
+        {"op": "release", "task": "t", "generation": 1, "available_at": 20}
+    ]
     assert snapshot(state) == before
 
 
@@ -726,14 +743,14 @@ def test_largest_release_time_is_accepted() -> None:
     state = State()
     put_all(state, put_op("t", {}))
     (token,) = reserve(state, "w", now=0, lease_seconds=MAX_INT)
-    (op,) = plan_release(state, token, 5, MAX_INT - 5)
+    (op,) = plan_release(state, token, 5, MAX_INT - 5).ops
     assert op["available_at"] == MAX_INT
     commit(state, [op])
 
 
 def test_planned_ops_use_the_stored_names() -> None:
     state, token = leased_token()
-    (op,) = plan_ack(state, token, 11)
+    (op,) = plan_ack(state, token, 11).ops
     assert op["task"] is state.tasks["t"].task_id
 
 
@@ -782,59 +799,35 @@ def test_module_exports_what_the_queue_uses() -> None:
         assert hasattr(ops, name)
 
 
-# -- transaction_body: the spliced frame body equals canonical JSON ----------------
+# -- a plan's frame body equals canonical JSON ----------------------------------------
+
+
+json_payloads = st.dictionaries(
+    st.text(max_size=5),
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
+        max_leaves=8,
+    ),
+    max_size=4,
+)
 
 
 @settings(max_examples=60, deadline=None)
 @given(
-    payloads=st.lists(
-        st.dictionaries(
-            st.text(max_size=5),
-            st.recursive(
-                st.none()
-                | st.booleans()
-                | st.integers()
-                | st.floats(allow_nan=False, allow_infinity=False)
-                | st.text(),
-                lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
-                max_leaves=8,
-            ),
-            max_size=4,
-        ),
-        min_size=1,
-        max_size=4,
-    ),
+    payloads=st.lists(json_payloads, min_size=1, max_size=4),
     seq=st.integers(min_value=1, max_value=2**63 - 1),
 )
-def test_transaction_body_is_the_canonical_json_of_the_transaction(payloads: list[dict[str, Any]], seq: int) -> None:
-    from walqueue.engine.ops import transaction_body
-
-    tx_ops: list[dict[str, Any]] = [
+def test_a_plans_body_is_the_canonical_json_of_its_transaction(payloads: list[dict[str, Any]], seq: int) -> None:
+    put_ops = [
         put_op(f"t\u00e9{index}", payload, key=f"k{index}" if index % 2 else None, available_at=index)
         for index, payload in enumerate(payloads)
     ]
-    tx_ops += [
-        {"op": "ack", "task": "t\n", "generation": 3},
-        {"op": "expire", "task": "\u2028", "generation": 2**63 - 1},
-        {"op": "release", "task": "r", "generation": 1, "available_at": seq},
-        {"op": "lease", "task": "l", "worker": 'w"\\', "generation": 7, "deadline": seq},
-        {"op": "ack", "task": "odd", "generation": True},  # not the planners' shape: encoded generically
-        {"op": "ack", "task": "x", "worker": "w"},  # the right number of keys, not the right keys
-        {"op": "lease", "task": "y", "worker": "w", "generation": 1, "extra": seq},
-        {"op": "release", "task": "z", "generation": 1, "at": seq},  # a release's key count, a key renamed
-        {"op": "expire", "generation": 1, "worker": "w"},  # an expire's key count, no task
-    ]
-    # A put's key count with its key renamed: spliced, it would silently lose
-    # a field; not spliced, its payload carrier cannot be encoded (TypeError).
-    renamed = {name: value for name, value in tx_ops[0].items() if name != "key"}
-    with pytest.raises(TypeError, match="EncodedPayload"):
-        transaction_body(seq, [{**renamed, "keys": "k"}])
-    # What the body must be: the payload carriers replaced by the payloads they stand for.
-    plain = [
-        {**op, "payload": json.loads(op["payload"].canonical)} if type(op.get("payload")) is EncodedPayload else op
-        for op in tx_ops
-    ]
-    assert transaction_body(seq, tx_ops) == canonical_json({"seq": seq, "ops": plain})
+    plan, _ = plan_puts(State(), put_ops)
+    assert plan.body(seq) == canonical_json({"seq": seq, "ops": [plain(op) for op in plan.ops]})
+    state = ready_state({'w"\\': 0, "\n": 1, "\u2028": 2})
+    for lease in (plan_lease(state, 'w"\\', 5, seq - 5 if seq > 5 else 1, 3, 4), plan_lease(state, "w", 5, 1, 1, seq)):
+        assert lease.ops and lease.body(seq) == canonical_json({"seq": seq, "ops": lease.ops})
 
 
 # Names UTF-8 can encode: anything but lone surrogates.
@@ -854,56 +847,23 @@ storable_names = st.text(st.characters(exclude_categories=["Cs"]), min_size=1, m
     max_attempts=st.integers(min_value=1, max_value=2**63 - 1),
     seq=st.integers(min_value=1, max_value=2**63 - 1),
 )
-def test_a_put_ops_op_json_is_its_canonical_json(
+def test_a_put_plans_op_json_is_its_canonical_json(
     task_id: str, key: str | None, payload: dict[str, Any], available_at: int, max_attempts: int, seq: int
 ) -> None:
-    from walqueue.engine.ops import transaction_body, transaction_body_of
-
     op = put_op(task_id, payload, key=key, available_at=available_at, max_attempts=max_attempts)
-    op_json = op["payload"].op_json
-    assert op_json == canonical_json({**op, "payload": payload})
-    assert transaction_body_of(seq, [op_json]) == transaction_body(seq, [op])
-    assert transaction_body_of(seq, [op_json] * 2) == transaction_body(seq, [op, op])
+    plan = plan_put(State(), op)
+    assert plan is not None
+    assert plan.op_json == [canonical_json({**op, "payload": payload})]
+    assert plan.body(seq) == canonical_json({"seq": seq, "ops": [{**op, "payload": payload}]})
+    twice, _ = plan_puts(State(), [op, put_op(task_id + "2", payload, key=None if key is None else key + "2")])
+    assert twice.body(seq) == canonical_json({"seq": seq, "ops": [plain(planned) for planned in twice.ops]})
 
 
-_ints = st.integers(min_value=0, max_value=2**63 - 1)
-#: Values of the planners' shape and others: a bool or a float where an int goes, a non-str name.
-_odd = st.booleans() | st.floats(allow_nan=False, allow_infinity=False) | st.none() | st.integers(-5, 5)
-
-
-@settings(max_examples=150, deadline=None)
-@given(
-    lease=st.fixed_dictionaries(
-        {
-            "op": st.just("lease"),
-            "task": storable_names,
-            "worker": storable_names,
-            "generation": _ints,
-            "deadline": _ints,
-        }
-    ),
-    settle=st.fixed_dictionaries(
-        {"op": st.sampled_from(["ack", "expire"]), "task": storable_names, "generation": _ints}
-    ),
-    field=st.sampled_from(["op", "task", "worker", "generation", "deadline", "extra"]),
-    value=_odd | storable_names,
-    drop=st.booleans(),
-)
-def test_lease_json_and_settle_json_are_always_the_canonical_json_of_the_op(
-    lease: dict[str, Any], settle: dict[str, Any], field: str, value: Any, drop: bool
-) -> None:
-    """Exact ops are spliced, and any other op (a field changed, added or dropped) still encodes canonically."""
-    from walqueue.engine.ops import lease_json, settle_json
-
-    assert lease_json(lease) == canonical_json(lease)
-    assert settle_json(settle) == canonical_json(settle)
-    for op, encode in ((dict(lease), lease_json), (dict(settle), settle_json)):
-        if drop:
-            op.pop(field, None)
-            op["other"] = 1  # the same number of keys, not the same keys
-        else:
-            op[field] = value
-        assert encode(op) == canonical_json(op)
+def test_queue_applies_only_plans_and_apply_refuses_a_carrier_outside_one() -> None:
+    """A put op's payload carrier is admitted only with `_planned`: anywhere else it is not a JSON object."""
+    op = put_op("t", {"x": 1})
+    with pytest.raises(InvalidTransaction, match="payload must be a dict"):
+        apply(State(), {"seq": 1, "ops": [op]})
 
 
 @SETTINGS
@@ -917,7 +877,7 @@ def test_plan_put_answers_what_plan_puts_of_one_put_answers(put_ops: list[Op]) -
             with pytest.raises(KeyConflict, match=re.escape(str(exc))):
                 plan_put(state, given_op)
             continue
-        op = plan_put(state, given_op)
-        assert ([] if op is None else [op]) == expected[0]
-        if op is not None:
-            apply(state, {"seq": state.last_seq + 1, "ops": [op]})
+        plan = plan_put(state, given_op)
+        assert (Plan([], []) if plan is None else plan) == expected[0]
+        if plan is not None:
+            commit(state, plan)

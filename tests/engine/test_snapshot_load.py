@@ -1,24 +1,21 @@
-"""Loading snapshot records (`State.from_records`): the fast path against the full check it unrolls.
+"""Loading snapshot records (`State.from_records`): the one acceptor against the rules, stated plainly.
 
-`from_records` checks most records with the rules of `_record_from_dict`
-unrolled into its loop, and hands every record that this fast path does not
-accept to `_record_from_dict`, which decides. Nothing may change by that:
+`snapshot_load.record_from_dict` is the only code that accepts a snapshot
+record and builds it; `from_records` calls it for every record and adds the
+bookkeeping (order, unique keys, heaps, counts, the paused GC). These tests
+hold the acceptor to `reference_outcome`, an independent, deliberately
+plain statement of SPEC §3's record and the transitions' invariants:
 
-- whenever the fast path accepts a record, the full check accepts it too and
-  builds a record with exactly the same fields (the fast path may only be
-  stricter);
-- `from_records` accepts exactly what `_record_from_dict` accepts, record by
-  record, on valid and on damaged records, with Python values and with
-  values straight from the JSON decoder (``decoded=True``);
-- the fast path does settle every valid record short of the frame bound, in
-  every status (or it would be no fast path);
-- the bookkeeping around it (key index, heaps, counts, the paused GC) is the
-  same whichever path built a record.
+- the acceptor accepts exactly what the rules allow, record by record, on
+  valid and on damaged records, with Python values and with values
+  straight from the JSON decoder (``decoded=True``), and builds the very
+  record the rules describe;
+- `from_records` accepts exactly what the acceptor accepts;
+- the bookkeeping around it is right for every valid snapshot.
 """
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import hashlib
 import heapq
@@ -30,7 +27,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import walqueue.engine.state as state_module
+from walqueue.engine.snapshot_load import RECORD_FIELDS, record_from_dict
 from walqueue.engine.state import (
     COMPLETED,
     DEAD,
@@ -42,14 +39,13 @@ from walqueue.engine.state import (
     State,
     TaskRecord,
     Tombstone,
-    _record_from_dict,
 )
 from walqueue.engine.validate import (
+    FITTING_PAYLOAD_BYTES,
     MAX_FRAME_BYTES,
     MAX_INT,
     MAX_NAME_BYTES,
     RECORD_WORST_CASE_EXTRA,
-    check_decoded_payload,
     check_payload,
 )
 from walqueue.format.canonical import canonical_json
@@ -85,7 +81,7 @@ payloads = st.dictionaries(st.text(max_size=4), json_values, max_size=4)
 
 @st.composite
 def valid_records(draw: st.DrawFn, status: str | None = None) -> dict[str, Any]:
-    """A record that `_record_from_dict` accepts, in any status (or the one given)."""
+    """A record that the rules allow, in any status (or the one given)."""
     status = draw(st.sampled_from(STATUSES)) if status is None else status
     task_id = draw(names)
     key = draw(st.none() | names)
@@ -186,11 +182,11 @@ PYTHON_ONLY: list[Any] = [
     {"big": 2**15000},
 ]
 
-FIELDS = sorted(state_module._RECORD_KEYS)
+FIELDS = sorted(RECORD_FIELDS)
 
 
 #: For each field, values just outside what it may hold (or valid only in another status): a damaged
-#: record most often misses by one rule, which is where a fast path that skipped a check would show.
+#: record most often misses by one rule, which is where an acceptor that skipped a check would show.
 NAME_MISSES: list[Any] = ["", "\ud800", "x" * (MAX_NAME_BYTES + 1), "😀" * (MAX_NAME_BYTES // 4 + 1), 1, None]
 COUNTER_MISSES: list[Any] = [-1, MAX_INT + 1, True, False, 1.0, "1", None, 0, 1, 2, 3, MAX_INT]
 NEAR_MISSES: dict[str, list[Any]] = {
@@ -272,10 +268,74 @@ def fields_of(record: Record) -> tuple[Any, ...]:
     return (type(record), record.fields())
 
 
-def full_outcome(value: Any, is_decoded: bool) -> tuple[Any, ...] | None:
-    """What `_record_from_dict` makes of `value`: the record's type and fields, or None when it refuses."""
+def _is_name(value: Any) -> bool:
+    if type(value) is not str:
+        return False
     try:
-        record = _record_from_dict(value, check_decoded_payload if is_decoded else check_payload)
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError:
+        return False
+    return 1 <= size <= MAX_NAME_BYTES
+
+
+def _is_int(value: Any, minimum: int = 0) -> bool:
+    return type(value) is int and minimum <= value <= MAX_INT
+
+
+def reference_outcome(value: Any, is_decoded: bool) -> tuple[Any, ...] | None:
+    """What the rules make of `value`: the record's type and fields, or None when they refuse it.
+
+    Written for clarity, not speed, and sharing no code with the engine's
+    acceptor but `check_payload` (a payload's rule, tested on its own).
+    """
+    if type(value) is not dict or sorted(value) != FIELDS:
+        return None
+    task_id, key, identity, status = value["task"], value["key"], value["identity"], value["status"]
+    attempts, generation, max_attempts = value["attempts"], value["generation"], value["max_attempts"]
+    worker, deadline, payload = value["worker"], value["deadline"], value["payload"]
+    if not (_is_name(task_id) and _is_name(key)):
+        return None
+    if not (type(identity) is str and len(identity) == 64 and set(identity) <= set("0123456789abcdef")):
+        return None
+    if type(status) is not str or status not in STATUSES:
+        return None
+    if not (_is_int(value["available_at"]) and _is_int(max_attempts, 1) and _is_int(attempts) and _is_int(generation)):
+        return None
+    if status == LEASED:
+        if not (_is_name(worker) and _is_int(deadline)):
+            return None
+    elif worker is not None or deadline is not None:
+        return None
+    if generation != attempts or attempts > max_attempts:
+        return None
+    if status == READY and attempts >= max_attempts:
+        return None
+    if status == DEAD and attempts != max_attempts:
+        return None
+    if status in (LEASED, COMPLETED) and attempts < 1:
+        return None
+    digest = bytes.fromhex(identity)
+    if status == COMPLETED:
+        if payload is not None:
+            return None
+        stored = digest
+    else:
+        try:
+            payload_json = check_payload(payload)
+        except (TypeError, ValueError):
+            return None
+        names = len(canonical_json(task_id)) + len(canonical_json(key))
+        if len(payload_json) + names + RECORD_WORST_CASE_EXTRA > MAX_FRAME_BYTES:
+            return None
+        stored = digest + payload_json
+    fields = (task_id, key, status, stored, value["available_at"], max_attempts, attempts, generation, worker, deadline)
+    return (Tombstone if status == COMPLETED else TaskRecord, fields)
+
+
+def record_outcome(value: Any, is_decoded: bool) -> tuple[Any, ...] | None:
+    """What `record_from_dict` makes of `value`, likewise."""
+    try:
+        record = record_from_dict(value, decoded=is_decoded)
     except (TypeError, ValueError):
         return None
     return fields_of(record)
@@ -293,58 +353,36 @@ def loaded_outcome(value: Any, is_decoded: bool) -> tuple[Any, ...] | None:
     return fields_of(record)
 
 
-class _FellBack(Exception):
-    """Raised by the stand-in for `_record_from_dict`: the fast path did not settle the record."""
-
-
-def _no_full_path(value: object, check: object = None) -> Record:
-    raise _FellBack
-
-
-def fast_outcome(value: Any, is_decoded: bool) -> tuple[Any, ...] | None:
-    """What the fast path alone makes of `value`: the record's type and fields, or None when it does not settle it."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(state_module, "_record_from_dict", _no_full_path)
-        try:
-            state = State.from_records(5, [value], decoded=is_decoded)
-        except _FellBack:
-            return None
-    (record,) = state.tasks.values()
-    return fields_of(record)
-
-
-# -- the fast path against the full check ----------------------------------------------------
+# -- the acceptor against the rules -------------------------------------------------------------
 
 
 @SETTINGS
 @given(st.data())
-def test_the_fast_path_accepts_only_what_the_full_check_accepts_with_the_same_fields(data: st.DataObject) -> None:
+def test_the_acceptor_accepts_exactly_what_the_rules_allow_and_builds_their_record(data: st.DataObject) -> None:
     is_decoded = data.draw(st.booleans())
     value = data.draw(damaged_records(python_values=not is_decoded) | valid_records())
     if is_decoded:
         value = decoded(value)
-    fast = fast_outcome(value, is_decoded)
-    if fast is not None:
-        assert full_outcome(value, is_decoded) == fast
+    assert record_outcome(value, is_decoded) == reference_outcome(value, is_decoded)
 
 
 @SETTINGS
 @given(st.data())
-def test_from_records_accepts_exactly_what_the_full_check_accepts(data: st.DataObject) -> None:
+def test_from_records_accepts_exactly_what_the_acceptor_accepts(data: st.DataObject) -> None:
     is_decoded = data.draw(st.booleans())
     value = data.draw(damaged_records(python_values=not is_decoded) | valid_records())
     if is_decoded:
         value = decoded(value)
-    assert loaded_outcome(value, is_decoded) == full_outcome(value, is_decoded)
+    assert loaded_outcome(value, is_decoded) == record_outcome(value, is_decoded)
 
 
 @SETTINGS
 @given(record=valid_records(), is_decoded=st.booleans())
-def test_the_fast_path_settles_every_valid_record(record: dict[str, Any], is_decoded: bool) -> None:
+def test_every_valid_record_is_accepted(record: dict[str, Any], is_decoded: bool) -> None:
     value = decoded(record) if is_decoded else record
-    fast = fast_outcome(value, is_decoded)
-    assert fast is not None
-    assert fast == full_outcome(value, is_decoded)
+    outcome = loaded_outcome(value, is_decoded)
+    assert outcome is not None
+    assert outcome == reference_outcome(value, is_decoded)
 
 
 def base_record(status: str, key: str = "k") -> dict[str, Any]:
@@ -366,10 +404,9 @@ def base_record(status: str, key: str = "k") -> dict[str, Any]:
 
 
 def assert_judged_alike(value: Any, is_decoded: bool) -> None:
-    full = full_outcome(value, is_decoded)
-    fast = fast_outcome(value, is_decoded)
-    assert fast is None or fast == full, value
-    assert loaded_outcome(value, is_decoded) == full, value
+    expected = reference_outcome(value, is_decoded)
+    assert record_outcome(value, is_decoded) == expected, value
+    assert loaded_outcome(value, is_decoded) == expected, value
 
 
 @pytest.mark.parametrize("is_decoded", [False, True])
@@ -399,7 +436,7 @@ def test_every_combination_of_small_counters_is_judged_alike(is_decoded: bool) -
                         "max_attempts": max_attempts,
                     }
                     assert_judged_alike(record, is_decoded)
-                    accepted += full_outcome(record, is_decoded) is not None
+                    accepted += reference_outcome(record, is_decoded) is not None
     # ready: 0 <= a < m; leased, completed: 1 <= a <= m; dead: a == m >= 1 (generation == attempts throughout)
     assert accepted == 6 + 6 + 6 + 3
 
@@ -424,7 +461,7 @@ def test_a_loaded_record_shares_its_strings_with_the_state(status: str) -> None:
     )
     assert record["key"] is not record["task"]
     constant = STATUSES[STATUSES.index(status)]
-    for loaded in (State.from_records(1, [record], decoded=True).tasks["t-1"], _record_from_dict(record)):
+    for loaded in (State.from_records(1, [record], decoded=True).tasks["t-1"], record_from_dict(record)):
         assert loaded.status is constant
         if isinstance(loaded, TaskRecord):
             assert loaded.key is loaded.task_id
@@ -471,22 +508,17 @@ NAME_CASES = [
 @pytest.mark.parametrize("field", ["task", "key", "worker"])
 @pytest.mark.parametrize(("name", "valid"), NAME_CASES, ids=range(len(NAME_CASES)))
 @pytest.mark.parametrize("is_decoded", [False, True])
-def test_names_are_checked_by_their_utf8_size_on_both_paths(
-    field: str, name: str, valid: bool, is_decoded: bool
-) -> None:
+def test_names_are_checked_by_their_utf8_size(field: str, name: str, valid: bool, is_decoded: bool) -> None:
     record = _record(**{"task_id" if field == "task" else field: name})
     value = decoded(record) if is_decoded else record
-    assert (full_outcome(value, is_decoded) is not None) is valid
+    assert (reference_outcome(value, is_decoded) is not None) is valid
     assert (loaded_outcome(value, is_decoded) is not None) is valid
-    fast = fast_outcome(value, is_decoded)
-    assert fast is None or fast == full_outcome(value, is_decoded)
-    if valid:
-        assert fast is not None
+    assert record_outcome(value, is_decoded) == reference_outcome(value, is_decoded)
 
 
 def test_a_payload_beyond_the_fast_bound_is_measured_exactly() -> None:
-    """At the fast bound the record fits with the worst names; one byte more fits only with shorter ones."""
-    fast_bound = state_module._FITTING_PAYLOAD_BYTES
+    """At the bound that needs no measuring a record fits with the worst names; one byte more only with short ones."""
+    fast_bound = FITTING_PAYLOAD_BYTES
     worst_task, worst_key = "\x01" * MAX_NAME_BYTES, "\x02" * MAX_NAME_BYTES
     assert len(canonical_json(worst_task)) == len(canonical_json(worst_key)) == 6 * MAX_NAME_BYTES + 2
 
@@ -496,36 +528,22 @@ def test_a_payload_beyond_the_fast_bound_is_measured_exactly() -> None:
         return value
 
     at_bound = _record(worst_task, worst_key, payload(fast_bound))
-    assert fast_outcome(at_bound, False) is not None
-    assert loaded_outcome(at_bound, False) == full_outcome(at_bound, False) is not None
+    assert loaded_outcome(at_bound, False) == reference_outcome(at_bound, False) is not None
     # One byte more: exactly one byte over the frame bound with the worst names (refused) ...
     over = _record(worst_task, worst_key, payload(fast_bound + 1))
     assert len(canonical_json(over["payload"])) + 2 * (6 * MAX_NAME_BYTES + 2) + RECORD_WORST_CASE_EXTRA == (
         MAX_FRAME_BYTES + 1
     )
-    assert fast_outcome(over, False) is None
-    assert full_outcome(over, False) is None
+    assert record_outcome(over, False) is None
+    assert reference_outcome(over, False) is None
     with pytest.raises(InvalidTransaction, match="too large"):
         State.from_records(1, [over])
     # ... but with short names the same payload fits: the full check measures them.
     short = _record("t", "k", over["payload"])
-    assert fast_outcome(short, False) is None
-    assert loaded_outcome(short, False) == full_outcome(short, False) is not None
+    assert loaded_outcome(short, False) == reference_outcome(short, False) is not None
 
 
-# -- bookkeeping, whichever path built the records ---------------------------------------------
-
-
-@contextlib.contextmanager
-def _force_full_path() -> Iterator[None]:
-    """Send every record to `_record_from_dict`: the fast path's field fetch always fails."""
-    with pytest.MonkeyPatch.context() as patch:
-
-        def no_fields(value: object) -> tuple[Any, ...]:
-            raise KeyError("the full path, please")
-
-        patch.setattr(state_module, "_record_fields", no_fields)
-        yield
+# -- bookkeeping around the acceptor ---------------------------------------------
 
 
 @st.composite
@@ -556,13 +574,13 @@ def _view(state: State) -> Any:
 
 @SETTINGS
 @given(records=snapshots(), is_decoded=st.booleans())
-def test_a_snapshot_loads_to_the_same_state_on_either_path(records: list[dict[str, Any]], is_decoded: bool) -> None:
+def test_a_snapshot_loads_to_the_state_its_records_describe(records: list[dict[str, Any]], is_decoded: bool) -> None:
     values = decoded(records) if is_decoded else records
     fast = State.from_records(3, values, decoded=is_decoded)
-    with _force_full_path():
-        full = State.from_records(3, values, decoded=is_decoded)
-    assert _view(fast) == _view(full)
-    assert fast == full
+    view = _view(fast)
+    assert view[1] == {r["task"]: reference_outcome(r, is_decoded) for r in values}
+    assert view[2] == {status: sum(r["status"] == status for r in records) for status in STATUSES}
+    assert view[3] == sorted((r["key"], r["task"]) for r in records if r["key"] != r["task"])
     # Every task comes back in the order of its heap: (time, task id), whatever the records' order of times.
     ready = sorted((r["available_at"], r["task"]) for r in records if r["status"] == READY)
     leased = sorted((r["deadline"], r["task"]) for r in records if r["status"] == LEASED)
@@ -572,8 +590,7 @@ def test_a_snapshot_loads_to_the_same_state_on_either_path(records: list[dict[st
     assert [json.loads(r) for r in fast.iter_record_json()] == decoded(records)
 
 
-@pytest.mark.parametrize("full_path", [False, True])
-def test_repeated_keys_and_disorder_are_refused_on_either_path(full_path: bool) -> None:
+def test_repeated_keys_and_disorder_are_refused() -> None:
     def ready(task_id: str, key: str | None = None) -> dict[str, Any]:
         return {
             **_record(task_id, key),
@@ -592,9 +609,8 @@ def test_repeated_keys_and_disorder_are_refused_on_either_path(full_path: bool) 
         "key equal to an earlier task id": [ready("a"), ready("b", "a")],
     }
     for records in cases.values():
-        with _force_full_path() if full_path else contextlib.nullcontext():
-            with pytest.raises(InvalidTransaction, match="snapshot record 1: .*(order|repeated)"):
-                State.from_records(1, records)
+        with pytest.raises(InvalidTransaction, match="snapshot record 1: .*(order|repeated)"):
+            State.from_records(1, records)
 
 
 def test_times_out_of_order_still_make_valid_heaps() -> None:

@@ -257,7 +257,7 @@ def test_ack_completes_the_task_and_drops_its_payload() -> None:
     run(state, ack("t"))
     assert state.get_task("t") == Task("t", "t", COMPLETED, None, 3, 3, 1, 1, None, None)
     assert state.identity("t") == identity
-    assert state.tasks["t"].blob == identity  # a tombstone: the digest alone
+    assert state.tasks["t"].digest_and_payload == identity  # a tombstone: the digest alone
 
 
 def test_release_returns_the_task_to_ready_at_the_given_time() -> None:
@@ -820,7 +820,7 @@ def test_ack_packs_the_task_into_a_tombstone_that_keeps_its_key() -> None:
     record = state.tasks["t"]
     assert isinstance(record, Tombstone)
     assert not hasattr(record, "__dict__")
-    assert record.fields() == ("t", "k", COMPLETED, before.blob[:32], 0, 3, 1, 1, None, None)
+    assert record.fields() == ("t", "k", COMPLETED, before.digest_and_payload[:32], 0, 3, 1, 1, None, None)
     assert state.lookup_key("k") == "t"
     # A snapshot round trip gives the same tombstone back.
     reloaded = State.from_records(state.last_seq, [json.loads(line) for line in state.iter_record_json()])

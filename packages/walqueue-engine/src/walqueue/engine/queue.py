@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from walqueue.engine import ops
@@ -105,21 +105,16 @@ class Queue:
 
     # -- the one write path ---------------------------------------------------------
 
-    def _commit(self, tx_ops: list[dict[str, Any]], op_json: Sequence[bytes] | None = None) -> None:
-        """Write, sync and apply the transaction of `tx_ops`.
-
-        `op_json`, when the planner already holds it, is each op's canonical
-        JSON (a put op carries its own), so that framing encodes nothing again.
-        """
+    def _commit(self, plan: ops.Plan) -> None:
+        """Write, sync and apply the transaction a planner made."""
         state = self._state
         seq = state.last_seq + 1
-        body = ops.transaction_body(seq, tx_ops) if op_json is None else ops.transaction_body_of(seq, op_json)
         # ValueError for an oversize transaction, before anything is written.
-        frame = encode_body(body)
+        frame = encode_body(plan.body(seq))
         wal = self._wal
         try:
             wal.append(frame)
-            apply(state, {"seq": seq, "ops": tx_ops})
+            apply(state, {"seq": seq, "ops": plan.ops}, _planned=True)
             if self._compact_at is not None and wal.wal_bytes > self._compact_at:
                 self._compact_now()
         except BaseException:
@@ -149,8 +144,9 @@ class Queue:
         with self._mutex:
             self._check_open()
             op = ops.put_op(task_id, payload, key=key, available_at=available_at, max_attempts=max_attempts)
-            if ops.plan_put(self._state, op) is not None:
-                self._commit([op], (op["payload"].op_json,))
+            plan = ops.plan_put(self._state, op)
+            if plan is not None:
+                self._commit(plan)
             return task_id
 
     def put_many(self, tasks: Iterable[Mapping[str, Any]]) -> list[str]:
@@ -160,9 +156,9 @@ class Queue:
             if isinstance(tasks, (str, bytes, Mapping)) or not isinstance(tasks, Iterable):
                 raise TypeError("put_many takes an iterable of mappings")
             put_ops = [ops.put_op_from_mapping(item) for item in tasks]
-            new, task_ids = ops.plan_puts(self._state, put_ops)
-            if new:
-                self._commit(new, [op["payload"].op_json for op in new])
+            plan, task_ids = ops.plan_puts(self._state, put_ops)
+            if plan.ops:
+                self._commit(plan)
             return task_ids
 
     def reserve(self, worker: str, *, now: int, lease_seconds: int, limit: int = 1) -> list[Lease]:
@@ -170,20 +166,21 @@ class Queue:
         with self._mutex:
             self._check_open()
             ops.validate_reserve_args(worker, now, lease_seconds, limit)
-            for reap_ops in ops.reap_ops(self._state, now, self._state.last_seq + 1):
-                self._commit(reap_ops)
-            lease_ops = ops.lease_ops(self._state, worker, now, lease_seconds, limit, self._state.last_seq + 1)
-            if not lease_ops:
+            for reap in ops.plan_reap(self._state, now, self._state.last_seq + 1, _checked=True):
+                self._commit(reap)
+            lease = ops.plan_lease(
+                self._state, worker, now, lease_seconds, limit, self._state.last_seq + 1, _checked=True
+            )
+            if not lease.ops:
                 return []
-            self._commit(lease_ops, [ops.lease_json(op) for op in lease_ops])
-            return [self._state.lease_for(op["task"]) for op in lease_ops]
+            self._commit(lease)
+            return [self._state.lease_for(op["task"]) for op in lease.ops]
 
     def ack(self, lease: Lease, *, now: int) -> None:
         """Complete a leased task; `StaleLease` (writing nothing) unless the token still owns it."""
         with self._mutex:
             self._check_open()
-            ack_ops = ops.plan_ack(self._state, lease, now)
-            self._commit(ack_ops, [ops.settle_json(op) for op in ack_ops])
+            self._commit(ops.plan_ack(self._state, lease, now))
 
     def release(self, lease: Lease, *, now: int, delay: int = 0) -> None:
         """Give a leased task back (ready at `now + delay`, or dead once out of attempts)."""

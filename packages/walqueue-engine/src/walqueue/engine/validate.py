@@ -25,13 +25,13 @@ __all__ = [
     "MAX_NAME_BYTES",
     "MAX_PAYLOAD_DEPTH",
     "MAX_PAYLOAD_INT_BITS",
+    "NAME_JSON_MAX",
+    "FITTING_PAYLOAD_BYTES",
     "RECORD_WORST_CASE_EXTRA",
-    "check_decoded_payload",
     "check_int",
     "check_name",
     "check_payload",
     "check_record_fits",
-    "is_name",
 ]
 
 #: Task ids, keys and worker names are at most this many UTF-8 bytes (SPEC §2).
@@ -93,6 +93,16 @@ MAX_PAYLOAD_INT_BITS = 14_000
 #: bytes), and every other op is smaller still.
 RECORD_WORST_CASE_EXTRA = 8192
 
+#: The longest canonical JSON of a checked name: every UTF-8 byte a 6-byte
+#: ``\\uXXXX`` escape (only `"`, `\\` and control characters are escaped at
+#: all, and none expands more), plus the two quotes.
+NAME_JSON_MAX = 6 * MAX_NAME_BYTES + 2
+
+#: A payload whose canonical JSON is at most this long passes `check_record_fits`
+#: with any two checked names: only a longer one (close to the frame bound)
+#: needs its names measured.
+FITTING_PAYLOAD_BYTES = MAX_FRAME_BYTES - RECORD_WORST_CASE_EXTRA - 2 * NAME_JSON_MAX
+
 _UNITS = frozenset({str, bool, type(None)})
 _CONTAINERS = frozenset({dict, list})
 
@@ -121,23 +131,6 @@ def check_name(value: object, what: str) -> str:
     return value
 
 
-def is_name(value: object) -> bool:
-    """`check_name`'s rule as a yes or no, for loops that take the usual value fast.
-
-    An ASCII str has one byte per character, so its length settles its
-    size without encoding it (and it always encodes); only other names are
-    encoded. A caller that gets False asks `check_name` for the flaw.
-    """
-    if type(value) is not str or not 0 < len(value) <= MAX_NAME_BYTES:
-        return False
-    if value.isascii():
-        return True
-    try:
-        return len(value.encode("utf-8")) <= MAX_NAME_BYTES
-    except UnicodeEncodeError:  # a lone surrogate
-        return False
-
-
 def check_int(value: object, what: str, minimum: int = 0) -> int:
     """Return `value` if it is an exact int with ``minimum <= value <= MAX_INT``.
 
@@ -151,7 +144,16 @@ def check_int(value: object, what: str, minimum: int = 0) -> int:
     return value
 
 
-def check_payload(payload: object) -> bytes:
+# An int of more than MAX_PAYLOAD_INT_BITS bits is at least 2**14000 > 10**4214,
+# so it has at least 4,215 decimal digits: a canonical payload shorter than
+# that can hold no such int.
+_SHORT_PAYLOAD_BYTES = 4215
+# Nesting one level deeper than MAX_PAYLOAD_DEPTH takes an opening and a
+# closing bracket per level: a shorter payload cannot do it.
+_SHALLOW_PAYLOAD_BYTES = 2 * (MAX_PAYLOAD_DEPTH + 1)
+
+
+def check_payload(payload: object, *, decoded: bool = False) -> bytes:
     """Return the canonical JSON of `payload` if it survives a round trip unchanged.
 
     A payload is an exact `dict` with `str` keys whose values are, at any
@@ -163,7 +165,33 @@ def check_payload(payload: object) -> bytes:
     back. The walk is iterative and also bounds a lower estimate of the
     encoded size, so a cyclic or hugely shared structure is refused quickly
     instead of being expanded.
+
+    `decoded=True` says that `payload` came straight out of the JSON decoder
+    (recovery), as h11's ``_parsed`` says a header came from its own parser:
+    the decoder builds only exact dicts (with str keys), lists, strs, ints,
+    floats, bools and None, so the type walk cannot fail and is skipped when
+    the canonical bytes settle the bounds. Fewer than `_SHORT_PAYLOAD_BYTES`
+    bytes hold no int of more than `MAX_PAYLOAD_INT_BITS` bits, and every
+    level of nesting opens with ``{`` or ``[``, so no more of those bytes
+    than `MAX_PAYLOAD_DEPTH` means no deeper nesting (brackets inside strings
+    only make the count more cautious); below `_SHALLOW_PAYLOAD_BYTES` there
+    is no room for deeper nesting at all. A non-finite float (JSON's 1e999)
+    or a lone surrogate fails the encoding. Anything those bytes do not
+    settle takes the walk, which also names the flaw, so the verdict and the
+    bytes are the same either way. Never pass `decoded=True` for a value
+    built in Python.
     """
+    if decoded and type(payload) is dict:
+        try:
+            encoded = canonical_json(payload)
+        except ValueError:
+            pass
+        else:
+            size = len(encoded)
+            if size < _SHALLOW_PAYLOAD_BYTES or (
+                size < _SHORT_PAYLOAD_BYTES and encoded.count(b"{") + encoded.count(b"[") <= MAX_PAYLOAD_DEPTH
+            ):
+                return encoded
     if type(payload) is not dict:
         raise TypeError(f"payload must be a dict (a JSON object), not {type(payload).__name__}")
     # A lower bound of the encoded size: every dict item costs at least its
@@ -207,45 +235,6 @@ def check_payload(payload: object) -> bytes:
         return canonical_json(payload)
     except ValueError as exc:  # UnicodeEncodeError: a lone surrogate in a key or a string
         raise ValueError(f"payload is not encodable as UTF-8 JSON: {exc}") from None
-
-
-# An int of more than MAX_PAYLOAD_INT_BITS bits is at least 2**14000 > 10**4214,
-# so it has at least 4,215 decimal digits: a canonical payload shorter than
-# that can hold no such int.
-_SHORT_PAYLOAD_BYTES = 4215
-# Nesting one level deeper than MAX_PAYLOAD_DEPTH takes an opening and a
-# closing bracket per level: a shorter payload cannot do it.
-_SHALLOW_PAYLOAD_BYTES = 2 * (MAX_PAYLOAD_DEPTH + 1)
-
-
-def check_decoded_payload(payload: object) -> bytes:
-    """`check_payload` for a value that came straight out of the JSON decoder (recovery).
-
-    The decoder builds only exact dicts (with str keys), lists, strs, ints,
-    floats, bools and None, so the walk's type checks cannot fail on its
-    output; what remains are the bounds, and for a short payload the
-    canonical bytes settle them at C speed: fewer than `_SHORT_PAYLOAD_BYTES`
-    bytes hold no int of more than `MAX_PAYLOAD_INT_BITS` bits, and every
-    level of nesting opens with ``{`` or ``[``, so no more of those bytes
-    than `MAX_PAYLOAD_DEPTH` means no deeper nesting (brackets inside strings
-    only make the count more cautious); below `_SHALLOW_PAYLOAD_BYTES` there
-    is no room for deeper nesting at all, and nothing needs counting. A non-finite float (JSON's 1e999) or
-    a lone surrogate fails the encoding. Anything not settled this way gets
-    the full `check_payload`, which also gives the error. The result always
-    equals `check_payload`'s; never call this with a value built in Python.
-    """
-    if type(payload) is dict:
-        try:
-            encoded = canonical_json(payload)
-        except ValueError:
-            pass
-        else:
-            size = len(encoded)
-            if size < _SHALLOW_PAYLOAD_BYTES or (
-                size < _SHORT_PAYLOAD_BYTES and encoded.count(b"{") + encoded.count(b"[") <= MAX_PAYLOAD_DEPTH
-            ):
-                return encoded
-    return check_payload(payload)
 
 
 def check_record_fits(

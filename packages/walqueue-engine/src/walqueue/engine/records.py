@@ -1,0 +1,331 @@
+"""Task records: the two shapes a stored task takes, and how each packs its fields.
+
+A record is the complete state of one task (SPEC §3's snapshot record).
+Records are never changed once committed to a `State`: a transition builds
+a new one (state.py), so an index entry that points at an old record is
+stale at once.
+
+Why the shapes: a not-completed task is a `TaskRecord`, a `__slots__`
+object whose payload is kept as canonical JSON bytes behind its identity
+digest (one bytes object, no decoded tree), so a million tasks cost little
+memory and a snapshot splices the stored bytes without re-encoding them. A
+completed task is kept forever (its key must keep answering retries), so it
+is packed into one bytes object, a `Tombstone`. Both answer the same ten
+fields; nothing outside this module depends on which shape it holds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from walqueue.engine.types import Task
+from walqueue.format.canonical import canonical_json, canonical_str, parse_json
+
+__all__ = [
+    "COMPLETED",
+    "DEAD",
+    "DIGEST_BYTES",
+    "LEASED",
+    "READY",
+    "STATUSES",
+    "HeapEntry",
+    "InvalidTransaction",
+    "Record",
+    "TaskRecord",
+    "Tombstone",
+    "decode_payload",
+    "identity_digest",
+    "request_identity",
+]
+
+READY = "ready"
+LEASED = "leased"
+COMPLETED = "completed"
+DEAD = "dead"
+#: Every status a task can have, in the order `State.counts()` lists them.
+STATUSES: tuple[str, ...] = (READY, LEASED, COMPLETED, DEAD)
+
+#: The size of a put's identity digest (SHA-256), which starts every record's `digest_and_payload`.
+DIGEST_BYTES = 32
+
+#: A ready task's (available_at, task id) or a leased one's (deadline, task id): its place in a heap.
+HeapEntry = tuple[int, str]
+
+
+class InvalidTransaction(ValueError):
+    """A transaction (or snapshot record) that the state machine refuses; the state is untouched.
+
+    Recovery turns it into `CorruptStore`: a log written by WALQueue never
+    holds one.
+    """
+
+
+def request_identity(task_id: str, payload_json: bytes, available_at: int, max_attempts: int) -> bytes:
+    """SHA-256 of the canonical JSON of a put's identity (SPEC §2).
+
+    The identity object is ``{"available_at":A,"max_attempts":M,"payload":P,
+    "task":T}``; two puts are identical iff these bytes are.
+    """
+    return identity_digest(canonical_json(task_id), payload_json, available_at, max_attempts)
+
+
+def identity_digest(task_json: bytes, payload_json: bytes, available_at: int, max_attempts: int) -> bytes:
+    """`request_identity` from the already-canonical task id and payload bytes.
+
+    Splices them into the identity object (keys in sorted order) instead of
+    encoding the payload a second time; the tests prove it byte-equal to
+    `canonical_json` of that object.
+    """
+    text = b'{"available_at":%d,"max_attempts":%d,"payload":%b,"task":%b}' % (
+        available_at,
+        max_attempts,
+        payload_json,
+        task_json,
+    )
+    return hashlib.sha256(text).digest()
+
+
+def decode_payload(digest_and_payload: bytes) -> Any:
+    """A fresh decoded copy of the payload stored after the digest in `digest_and_payload`.
+
+    `parse_json` rather than `json.loads`: the stored bytes are canonical,
+    which its scanner path reads at a third of `json.loads`' cost for a
+    small payload (no encoding detection, no whitespace regex).
+    """
+    return parse_json(digest_and_payload[DIGEST_BYTES:])
+
+
+class _RecordView:
+    """What every stored task answers, whether it is a full `TaskRecord` or a packed `Tombstone`.
+
+    The two shapes exist for memory (a completed task is kept forever, so it
+    must be small), not for meaning: both expose the same ten fields, and
+    everything that reads a task goes through them.
+    """
+
+    __slots__ = ()
+
+    task_id: str
+    key: str
+    status: str
+    available_at: int
+    max_attempts: int
+    attempts: int
+    generation: int
+    worker: str | None
+    deadline: int | None
+
+    @property
+    def digest_and_payload(self) -> bytes:  # pragma: no cover - both subclasses define it
+        raise NotImplementedError
+
+    def fields(self) -> tuple[object, ...]:
+        """Everything that is state (not `entry`, which is only an index position)."""
+        return (
+            self.task_id,
+            self.key,
+            self.status,
+            self.digest_and_payload,
+            self.available_at,
+            self.max_attempts,
+            self.attempts,
+            self.generation,
+            self.worker,
+            self.deadline,
+        )
+
+    @property
+    def identity(self) -> bytes:
+        """The 32-byte identity digest of the task's original put."""
+        return self.digest_and_payload[:DIGEST_BYTES]
+
+    def payload_json(self) -> bytes:
+        """The payload's canonical JSON, ``b"null"`` once completed."""
+        return self.digest_and_payload[DIGEST_BYTES:] or b"null"
+
+    def to_task(self) -> Task:
+        payload = decode_payload(self.digest_and_payload) if self.status != COMPLETED else None
+        return Task(
+            task_id=self.task_id,
+            key=self.key,
+            status=self.status,
+            payload=payload,
+            available_at=self.available_at,
+            max_attempts=self.max_attempts,
+            attempts=self.attempts,
+            generation=self.generation,
+            worker=self.worker,
+            deadline=self.deadline,
+        )
+
+    def record_json(self) -> bytes:
+        """This task's snapshot record (SPEC §3) as canonical JSON, splicing the stored payload bytes."""
+        deadline = self.deadline
+        worker = self.worker
+        return (
+            b'{"attempts":%d,"available_at":%d,"deadline":%b,"generation":%d,"identity":"%b","key":%b,'
+            b'"max_attempts":%d,"payload":%b,"status":"%b","task":%b,"worker":%b}'
+            % (
+                self.attempts,
+                self.available_at,
+                b"null" if deadline is None else b"%d" % deadline,
+                self.generation,
+                self.digest_and_payload[:DIGEST_BYTES].hex().encode("ascii"),
+                canonical_str(self.key),
+                self.max_attempts,
+                self.payload_json(),
+                self.status.encode("ascii"),
+                canonical_str(self.task_id),
+                b"null" if worker is None else canonical_str(worker),
+            )
+        )
+
+
+class TaskRecord(_RecordView):
+    """The complete state of one task that is not completed.
+
+    `digest_and_payload` is the 32-byte identity digest followed by the payload's canonical
+    JSON. `entry` is the heap tuple that currently stands for this task in
+    the ready heap (ready) or the lease heap (leased), ``None`` otherwise.
+    Records are never changed after they are committed to a `State`: a
+    transition replaces the record, which also makes the old heap entry
+    stale at once.
+    """
+
+    __slots__ = (
+        "task_id",
+        "key",
+        "status",
+        "digest_and_payload",
+        "available_at",
+        "max_attempts",
+        "attempts",
+        "generation",
+        "worker",
+        "deadline",
+        "entry",
+    )
+
+    digest_and_payload: bytes  # a plain slot here, a property in Tombstone
+    entry: HeapEntry | None
+
+    def __init__(
+        self,
+        task_id: str,
+        key: str,
+        status: str,
+        digest_and_payload: bytes,
+        available_at: int,
+        max_attempts: int,
+        attempts: int,
+        generation: int,
+        worker: str | None,
+        deadline: int | None,
+    ) -> None:
+        self.task_id = task_id
+        self.key = key
+        self.status = status
+        self.digest_and_payload = digest_and_payload
+        self.available_at = available_at
+        self.max_attempts = max_attempts
+        self.attempts = attempts
+        self.generation = generation
+        self.worker = worker
+        self.deadline = deadline
+        self.entry = None
+
+    def __repr__(self) -> str:
+        return f"TaskRecord{self.fields()!r}"
+
+
+class Tombstone(_RecordView, bytes):
+    """A completed task, packed into one immutable bytes object.
+
+    Completed tasks are kept forever (their keys must keep answering
+    retries), so they dominate the memory of a long-lived queue. A
+    `TaskRecord` costs about 120 bytes of slots plus a separate digest
+    object; this costs one object of about 100 bytes for a short task id:
+
+        identity digest (32 bytes)
+        b"<available_at> <max_attempts> <attempts> <task id length>:"  (ASCII)
+        task id (UTF-8), then key (UTF-8), the key left empty when it equals the task id
+
+    `generation` is not stored: every transition keeps it equal to
+    `attempts` (and snapshot loading refuses a record where it is not), so
+    `Tombstone.of` refuses to pack a record that breaks the rule. The fields
+    are decoded on access, which is rare: retries, reads and snapshots.
+    """
+
+    __slots__ = ()
+
+    # A completed task never has these (class attributes, not storage).
+    status = COMPLETED
+    worker = None
+    deadline = None
+    entry = None
+
+    @classmethod
+    def of(
+        cls, task_id: str, key: str, digest: bytes, available_at: int, max_attempts: int, attempts: int, generation: int
+    ) -> Tombstone:
+        if generation != attempts:
+            raise ValueError(f"generation {generation} differs from attempts {attempts}")
+        if len(digest) != DIGEST_BYTES:
+            raise ValueError(f"an identity digest has {DIGEST_BYTES} bytes, not {len(digest)}")
+        task_bytes = task_id.encode("utf-8")
+        return cls(
+            b"%b%d %d %d %d:%b%b"
+            % (
+                digest,
+                available_at,
+                max_attempts,
+                attempts,
+                len(task_bytes),
+                task_bytes,
+                b"" if key == task_id else key.encode("utf-8"),
+            )
+        )
+
+    def _numbers(self) -> tuple[int, int, int, int, int]:
+        """(available_at, max_attempts, attempts, task id length, where the task id starts)."""
+        colon = self.index(b":", DIGEST_BYTES)
+        available_at, max_attempts, attempts, task_len = map(int, self[DIGEST_BYTES:colon].split())
+        return available_at, max_attempts, attempts, task_len, colon + 1
+
+    @property
+    def digest_and_payload(self) -> bytes:
+        return bytes(self[:DIGEST_BYTES])
+
+    @property
+    def task_id(self) -> str:  # type: ignore[override]
+        *_, task_len, start = self._numbers()
+        return self[start : start + task_len].decode("utf-8")
+
+    @property
+    def key(self) -> str:  # type: ignore[override]
+        *_, task_len, start = self._numbers()
+        key = self[start + task_len :]
+        return key.decode("utf-8") if key else self[start : start + task_len].decode("utf-8")
+
+    @property
+    def available_at(self) -> int:  # type: ignore[override]
+        return self._numbers()[0]
+
+    @property
+    def max_attempts(self) -> int:  # type: ignore[override]
+        return self._numbers()[1]
+
+    @property
+    def attempts(self) -> int:  # type: ignore[override]
+        return self._numbers()[2]
+
+    @property
+    def generation(self) -> int:  # type: ignore[override]
+        return self._numbers()[2]
+
+    def __repr__(self) -> str:
+        return f"Tombstone{self.fields()!r}"
+
+
+Record = TaskRecord | Tombstone

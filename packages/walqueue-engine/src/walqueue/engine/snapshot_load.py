@@ -1,0 +1,237 @@
+"""Loading a snapshot's records: the one acceptor of a record, and the indexes built around it.
+
+Opening a store spends most of its time here, once per task, so the loop is
+kept lean; but there is only one piece of code that accepts a record and
+builds it, `record_from_dict`, and every rule it applies raises its own
+error at the point it is checked. There is no second, "full" path that
+could accept something else.
+
+Records are checked completely, including the invariants that the
+transitions keep (``generation == attempts``; a ready task has attempts
+left, a dead one none; a leased or completed one was leased at least once),
+and they must come in strictly increasing task-id order with unique keys, as
+`State.iter_record_json` writes them. Nothing is normalized, so the loaded
+state equals the state that was written.
+"""
+
+from __future__ import annotations
+
+import gc
+import heapq
+from collections.abc import Iterable, Mapping
+from operator import itemgetter
+from typing import Any, NamedTuple
+
+from walqueue.engine.records import (
+    COMPLETED,
+    DEAD,
+    DIGEST_BYTES,
+    LEASED,
+    READY,
+    STATUSES,
+    HeapEntry,
+    InvalidTransaction,
+    Record,
+    TaskRecord,
+    Tombstone,
+)
+from walqueue.engine.validate import (
+    FITTING_PAYLOAD_BYTES,
+    MAX_INT,
+    check_int,
+    check_name,
+    check_payload,
+    check_record_fits,
+)
+from walqueue.format.canonical import canonical_str
+
+__all__ = ["RECORD_FIELDS", "Loaded", "check_snapshot_seq", "load_records", "record_from_dict"]
+
+#: The fields of a snapshot record (SPEC §3), in the order `_record_fields` returns them.
+RECORD_FIELDS = (
+    "task",
+    "key",
+    "identity",
+    "status",
+    "payload",
+    "available_at",
+    "max_attempts",
+    "attempts",
+    "generation",
+    "worker",
+    "deadline",
+)
+_RECORD_KEYS = frozenset(RECORD_FIELDS)
+#: Every field of a record, fetched in one C call. A dict of exactly `len(RECORD_FIELDS)` items
+#: that holds all of them has exactly these keys, so the fetch also settles the key set.
+_record_fields = itemgetter(*RECORD_FIELDS)
+_RECORD_FIELD_COUNT = len(RECORD_FIELDS)
+
+#: A decoded status string -> the module's constant: a loaded task shares one status string with
+#: every other task (instead of keeping the decoder's copy), and `==` against the constants stops
+#: at identity.
+_STATUS_CONSTANTS: dict[str, str] = {status: status for status in STATUSES}
+
+
+def _digest_from_hex(identity: object) -> bytes:
+    """The 32 bytes written as `identity`: exactly 64 lowercase hex digits, nothing else.
+
+    `bytes.fromhex` alone would also take uppercase digits and spaces; the
+    digest encoding back to the very same text rules those out.
+    """
+    if type(identity) is str and len(identity) == 2 * DIGEST_BYTES:
+        try:
+            digest = bytes.fromhex(identity)
+        except ValueError:
+            pass
+        else:
+            if digest.hex() == identity:
+                return digest
+    raise ValueError(f"identity must be 64 lowercase hex digits, not {identity!r:.80}")
+
+
+def record_from_dict(value: object, *, decoded: bool = False) -> Record:
+    """Check one decoded snapshot record completely and build it; `TypeError`/`ValueError` on any flaw.
+
+    `decoded=True` says the value came straight from the JSON decoder, so
+    its payload is checked as `check_payload(decoded=True)` does. A key
+    equal to the task id is stored as the task id's own string, and the
+    status as the module's constant: the decoder's separate copies would
+    cost memory for as long as the task lives.
+    """
+    if type(value) is not dict:
+        raise TypeError(f"a record must be a JSON object, not {type(value).__name__}")
+    try:
+        if len(value) != _RECORD_FIELD_COUNT:
+            raise KeyError
+        (
+            task_id,
+            key,
+            identity,
+            status,
+            payload,
+            available_at,
+            max_attempts,
+            attempts,
+            generation,
+            worker,
+            deadline,
+        ) = _record_fields(value)
+    except KeyError:
+        raise ValueError(f"record keys must be exactly {sorted(_RECORD_KEYS)}, not {sorted(map(str, value))}") from None
+    check_name(task_id, "task")
+    if type(key) is str and key == task_id:
+        key = task_id
+    else:
+        check_name(key, "key")
+    digest = _digest_from_hex(identity)
+    status = _STATUS_CONSTANTS.get(status) if type(status) is str else None
+    if status is None:
+        raise ValueError(f"status must be one of {STATUSES}, not {value['status']!r:.80}")
+    check_int(available_at, "available_at")
+    check_int(max_attempts, "max_attempts", 1)
+    check_int(attempts, "attempts")
+    check_int(generation, "generation")
+    if status is LEASED:
+        check_name(worker, "worker")
+        check_int(deadline, "deadline")
+    elif worker is not None or deadline is not None:
+        raise ValueError(f"a {status} task has no worker and no deadline")
+    if status is COMPLETED:
+        if payload is not None:
+            raise ValueError("a completed task's payload must be null")
+        payload_json = b""
+    else:
+        payload_json = check_payload(payload, decoded=decoded)
+        if len(payload_json) > FITTING_PAYLOAD_BYTES:
+            task_json = canonical_str(task_id)
+            check_record_fits(payload_json, task_json, task_json if key is task_id else canonical_str(key))
+    # The invariants every sequence of transitions keeps (see state.py's table).
+    if generation != attempts:
+        raise ValueError(f"generation {generation} differs from attempts {attempts}")
+    if attempts > max_attempts:
+        raise ValueError(f"attempts {attempts} exceed max_attempts {max_attempts}")
+    if status is READY:
+        if attempts >= max_attempts:
+            raise ValueError("a ready task has no attempts left")
+    elif status is DEAD:
+        if attempts < max_attempts:
+            raise ValueError("a dead task still has attempts left")
+    elif attempts < 1:
+        raise ValueError(f"a {status} task was never leased")
+    if status is COMPLETED:
+        return Tombstone.of(task_id, key, digest, available_at, max_attempts, attempts, generation)
+    return TaskRecord(
+        task_id, key, status, digest + payload_json, available_at, max_attempts, attempts, generation, worker, deadline
+    )
+
+
+class Loaded(NamedTuple):
+    """What a snapshot's records make: the pieces of a `State` (state.py assembles them)."""
+
+    tasks: dict[str, Record]
+    key_owner: dict[str, str]
+    ready: list[HeapEntry]
+    leases: list[HeapEntry]
+    counts: dict[str, int]
+
+
+def load_records(records: Iterable[Mapping[str, Any]], *, decoded: bool = False) -> Loaded:
+    """Accept every record of a snapshot, in order, and build the indexes; `InvalidTransaction` on any flaw.
+
+    The cyclic GC is paused while the records are built (and decoded, when
+    `records` streams from a reader): a load allocates several tracked
+    objects per task and frees none of them, so the collections they would
+    trigger only walk the growing state again and again. The pause is
+    process-wide, for the length of the load, and the GC is re-enabled (if
+    it was enabled) whatever happens.
+    """
+    tasks: dict[str, Record] = {}
+    key_owner: dict[str, str] = {}
+    ready: list[HeapEntry] = []
+    leases: list[HeapEntry] = []
+    counts = dict.fromkeys(STATUSES, 0)
+    previous: str | None = None
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for index, value in enumerate(records):
+            try:
+                record = record_from_dict(value, decoded=decoded)
+            except (TypeError, ValueError) as exc:
+                raise InvalidTransaction(f"snapshot record {index}: {exc}") from None
+            task_id = record.task_id
+            key = record.key
+            if previous is not None and not previous < task_id:
+                raise InvalidTransaction(f"snapshot record {index}: task {task_id!r:.100} is out of task-id order")
+            previous = task_id
+            if key != task_id:
+                if key in key_owner or (key in tasks and tasks[key].key == key):
+                    raise InvalidTransaction(f"snapshot record {index}: key {key!r:.100} is repeated")
+                key_owner[key] = task_id
+            elif task_id in key_owner:
+                raise InvalidTransaction(f"snapshot record {index}: key {key!r:.100} is repeated")
+            tasks[task_id] = record
+            status = record.status
+            counts[status] += 1
+            if status is READY:
+                assert type(record) is TaskRecord
+                record.entry = entry = (record.available_at, task_id)
+                ready.append(entry)
+            elif status is LEASED:
+                assert type(record) is TaskRecord and record.deadline is not None
+                record.entry = entry = (record.deadline, task_id)
+                leases.append(entry)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    heapq.heapify(ready)
+    heapq.heapify(leases)
+    return Loaded(tasks, key_owner, ready, leases, counts)
+
+
+def check_snapshot_seq(seq: object) -> int:
+    """The snapshot's sequence, if it is an int in 0..MAX_INT; `InvalidTransaction` otherwise."""
+    if type(seq) is not int or not 0 <= seq <= MAX_INT:
+        raise InvalidTransaction(f"snapshot sequence {seq!r} is not an int in 0..{MAX_INT}")
+    return seq
