@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from collections.abc import Set as AbstractSet
-from typing import NamedTuple
 
 from walqueue.engine.optable import INT_JSON_MAX, Op
 from walqueue.engine.state import LEASED, OP_KINDS, State, identity_digest
@@ -66,15 +65,32 @@ _TX_CLOSE = len(b"}")
 _FIXED_WORST = _TX_OPEN + _TX_MIDDLE + INT_JSON_MAX + _TX_CLOSE
 
 
-class Plan(NamedTuple):
-    """A planned transaction: its ops, for `apply`, and each op's canonical JSON, for the frame."""
+class Plan:
+    """A planned transaction: its ops, for `apply`, and each op's canonical JSON, for the frame.
 
-    ops: list[Op]
-    op_json: list[bytes]
+    A plain `__slots__` class rather than a `NamedTuple`: one is made on
+    every write, and a named tuple's Python-level `__new__` costs more.
+    """
+
+    __slots__ = ("ops", "op_json")
+
+    def __init__(self, ops: list[Op], op_json: list[bytes]) -> None:
+        self.ops = ops
+        self.op_json = op_json
 
     def body(self, seq: int) -> bytes:
         """The canonical JSON of ``{"ops": ops, "seq": seq}``, spliced from the ops' own JSON."""
         return b'{"ops":[%b],"seq":%d}' % (b",".join(self.op_json), seq)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Plan):
+            return NotImplemented
+        return self.ops == other.ops and self.op_json == other.op_json
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Plan({self.ops!r:.200}, {len(self.op_json)} encoded)"
 
 
 class _EncodedPayload:
@@ -122,21 +138,23 @@ def put_op(
     object and call layer costs more than its work (docs/PERFORMANCE.md).
     """
     task_id = check_name(task_id, "task_id")
-    key = task_id if key is None else check_name(key, "key")
-    payload_json = check_payload(payload)
-    available_at = check_int(available_at, "available_at")
-    max_attempts = check_int(max_attempts, "max_attempts", 1)
-    task_json = canonical_str(task_id)
-    if len(payload_json) > FITTING_PAYLOAD_BYTES:
-        check_record_fits(payload_json, task_json, task_json if key == task_id else canonical_str(key))
-    return {
+    op: Op = {
         "op": "put",
         "task": task_id,
-        "key": key,
-        "payload": _EncodedPayload(payload_json, identity_digest(task_json, payload_json, available_at, max_attempts)),
+        "key": task_id if key is None else key,
+        "payload": None,
         "available_at": available_at,
         "max_attempts": max_attempts,
     }
+    _PUT.check_fields(op)  # key, available_at and max_attempts, as the table declares them
+    payload_json = check_payload(payload)
+    task_json = canonical_str(task_id)
+    if len(payload_json) > FITTING_PAYLOAD_BYTES:
+        check_record_fits(payload_json, task_json, task_json if key is None else canonical_str(op["key"]))
+    op["payload"] = _EncodedPayload(
+        payload_json, identity_digest(task_json, payload_json, op["available_at"], op["max_attempts"])
+    )
+    return op
 
 
 _PUT_ARGUMENTS = frozenset({"task_id", "payload", "key", "available_at", "max_attempts"})

@@ -17,10 +17,9 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from operator import itemgetter
 from typing import Any
 
-from walqueue.engine.validate import MAX_INT, NAME_JSON_MAX
+from walqueue.engine.validate import MAX_INT, NAME_JSON_MAX, check_int, check_name
 from walqueue.format.canonical import canonical_str
 
 __all__ = ["INT_JSON_MAX", "Field", "Op", "OpKind"]
@@ -57,6 +56,22 @@ _PLACEHOLDER: dict[Field, tuple[bytes, int | None]] = {
 }
 
 
+def _compile(name: str, source_lines: list[str], namespace: dict[str, Any]) -> Callable[[Op], Any]:
+    """A function `name(op)` with the given body, compiled once at import.
+
+    Why generated code: encoding and checking an op are on the path of
+    every write and every replayed frame, and a loop over the declared
+    fields costs about as much again as the work itself. The source is
+    built from the declaration alone (field names go in through `repr`), as
+    `dataclasses` builds `__init__`, so the result is what a hand-written
+    function per kind would be, without a hand-written copy to keep in step.
+    """
+    source = f"def {name}(op):\n" + "".join(f"    {line}\n" for line in source_lines)
+    exec(compile(source, f"<op kind {name}>", "exec"), namespace)  # noqa: S102 - source built from the table
+    function: Callable[[Op], Any] = namespace[name]
+    return function
+
+
 @dataclass(frozen=True, eq=False, slots=True)
 class OpKind:
     """One op kind: the declaration (first four fields) and what is derived from it.
@@ -73,17 +88,20 @@ class OpKind:
     transition: Callable[..., Any] = field(repr=False)
     #: The exact key set of an op of this kind.
     keys: frozenset[str] = field(init=False, repr=False)
-    #: The fields `check_name` checks, and (field, minimum) of those `check_int` checks, when an op
-    #: did not come from a planner; a payload is checked by the put's transition, with its names.
-    name_fields: tuple[str, ...] = field(init=False, repr=False)
-    int_fields: tuple[tuple[str, int], ...] = field(init=False, repr=False)
     #: The op's canonical JSON with a placeholder for each value, keys sorted.
     template: bytes = field(init=False, repr=False)
     #: The longest canonical JSON an op of this kind can have (None: a payload has no fixed bound).
     max_json: int | None = field(init=False, repr=False)
-    _values: Callable[[Op], Any] = field(init=False, repr=False)
-    _names: tuple[int, ...] = field(init=False, repr=False)
-    _payloads: tuple[int, ...] = field(init=False, repr=False)
+    #: ``encode(op)``: the canonical JSON of `op`, an op of this kind whose values a planner
+    #: checked. Ints are spliced with ``%d``, names through `canonical_str`, a payload as the
+    #: canonical bytes its carrier holds (``.canonical``), so nothing is encoded twice.
+    #: Byte-equal to `canonical_json` of the op with its payload decoded
+    #: (tests/engine/test_optable.py checks every declared kind).
+    encode: Callable[[Op], bytes] = field(init=False, repr=False)
+    #: ``check_fields(op)``: `check_name` or `check_int` of every field but the task and a
+    #: payload (which the put's transition checks with its names), for an op that did not come
+    #: from a planner; `TypeError`/`ValueError` names the first flaw.
+    check_fields: Callable[[Op], None] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         kinds = dict(self.fields)
@@ -107,29 +125,32 @@ class OpKind:
             size = None if size is None or value_max is None else size + len(prefix) + value_max
         parts.append(b"}")
         values = [name for name in order if name != "op"]
+        spliced = {
+            Field.NAME: "canonical_str(op[{!r}])",
+            Field.INT: "op[{!r}]",
+            Field.POSITIVE_INT: "op[{!r}]",
+            Field.PAYLOAD: "op[{!r}].canonical",
+        }
+        encode_line = "return template % ({},)".format(", ".join(spliced[kinds[v]].format(v) for v in values))
+        check_lines = [f"check_name(op[{n!r}], {n!r})" for n, kind in self.fields if kind is Field.NAME]
+        ints = [(n, _MINIMUM[kind]) for n, kind in self.fields if kind in _MINIMUM]
+        if ints:  # one test for all of them; `check_int` names the flaw only once it failed
+            test = " and ".join(f"type(op[{n!r}]) is int and {low} <= op[{n!r}] <= MAX_INT" for n, low in ints)
+            check_lines += [f"if not ({test}):", *(f"    check_int(op[{n!r}], {n!r}, {low})" for n, low in ints)]
+        template = b"".join(parts)
         setter = object.__setattr__
         setter(self, "keys", frozenset(order))
-        setter(self, "name_fields", tuple(name for name, kind in self.fields if kind is Field.NAME))
-        setter(self, "int_fields", tuple((name, _MINIMUM[kind]) for name, kind in self.fields if kind in _MINIMUM))
-        setter(self, "template", b"".join(parts))
+        setter(self, "template", template)
         setter(self, "max_json", None if size is None else size + 1)
-        setter(self, "_values", itemgetter(*values))
-        setter(self, "_names", tuple(i for i, name in enumerate(values) if kinds[name] is Field.NAME))
-        setter(self, "_payloads", tuple(i for i, name in enumerate(values) if kinds[name] is Field.PAYLOAD))
-
-    def encode(self, op: Op) -> bytes:
-        """The canonical JSON of `op`, an op of this kind with checked values (a planner's).
-
-        Ints are spliced with ``%d``, names through `canonical_str`, and a
-        payload as the canonical bytes its carrier holds (``.canonical``), so
-        nothing is encoded twice. Byte-equal to `canonical_json` of the op
-        with its payload decoded (tests/engine/test_optable.py checks every
-        declared kind); an op whose values were not checked is not this
-        method's business.
-        """
-        values = list(self._values(op))
-        for index in self._names:
-            values[index] = canonical_str(values[index])
-        for index in self._payloads:
-            values[index] = values[index].canonical
-        return self.template % tuple(values)
+        setter(
+            self, "encode", _compile("encode", [encode_line], {"template": template, "canonical_str": canonical_str})
+        )
+        setter(
+            self,
+            "check_fields",
+            _compile(
+                "check_fields",
+                [*check_lines, "return None"],
+                {"check_name": check_name, "check_int": check_int, "MAX_INT": MAX_INT},
+            ),
+        )

@@ -2,9 +2,10 @@
 
 Opening a store spends most of its time here, once per task, so the loop is
 kept lean; but there is only one piece of code that accepts a record and
-builds it, `record_from_dict`, and every rule it applies raises its own
-error at the point it is checked. There is no second, "full" path that
-could accept something else.
+builds it, the body of `load_records`' loop (`record_from_dict` runs it for
+one record), and every rule it applies raises its own error at the point it
+is checked. There is no second, "full" path that could accept something
+else.
 
 Records are checked completely, including the invariants that the
 transitions keep (``generation == attempts``; a ready task has attempts
@@ -18,9 +19,9 @@ from __future__ import annotations
 
 import gc
 import heapq
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from operator import itemgetter
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from walqueue.engine.records import (
     COMPLETED,
@@ -90,80 +91,29 @@ def _digest_from_hex(identity: object) -> bytes:
     raise ValueError(f"identity must be 64 lowercase hex digits, not {identity!r:.80}")
 
 
-def record_from_dict(value: object, *, decoded: bool = False) -> Record:
-    """Check one decoded snapshot record completely and build it; `TypeError`/`ValueError` on any flaw.
-
-    `decoded=True` says the value came straight from the JSON decoder, so
-    its payload is checked as `check_payload(decoded=True)` does. A key
-    equal to the task id is stored as the task id's own string, and the
-    status as the module's constant: the decoder's separate copies would
-    cost memory for as long as the task lives.
-    """
-    if type(value) is not dict:
-        raise TypeError(f"a record must be a JSON object, not {type(value).__name__}")
+def _counter_flaw(available_at: object, max_attempts: object, attempts: object, generation: object) -> Exception:
+    """The error that names why a record's counters failed `_accept`'s test (which only then calls this)."""
     try:
-        if len(value) != _RECORD_FIELD_COUNT:
-            raise KeyError
-        (
-            task_id,
-            key,
-            identity,
-            status,
-            payload,
-            available_at,
-            max_attempts,
-            attempts,
-            generation,
-            worker,
-            deadline,
-        ) = _record_fields(value)
-    except KeyError:
-        raise ValueError(f"record keys must be exactly {sorted(_RECORD_KEYS)}, not {sorted(map(str, value))}") from None
-    check_name(task_id, "task")
-    if type(key) is str and key == task_id:
-        key = task_id
-    else:
-        check_name(key, "key")
-    digest = _digest_from_hex(identity)
-    status = _STATUS_CONSTANTS.get(status) if type(status) is str else None
-    if status is None:
-        raise ValueError(f"status must be one of {STATUSES}, not {value['status']!r:.80}")
-    check_int(available_at, "available_at")
-    check_int(max_attempts, "max_attempts", 1)
-    check_int(attempts, "attempts")
-    check_int(generation, "generation")
-    if status is LEASED:
-        check_name(worker, "worker")
-        check_int(deadline, "deadline")
-    elif worker is not None or deadline is not None:
-        raise ValueError(f"a {status} task has no worker and no deadline")
-    if status is COMPLETED:
-        if payload is not None:
-            raise ValueError("a completed task's payload must be null")
-        payload_json = b""
-    else:
-        payload_json = check_payload(payload, decoded=decoded)
-        if len(payload_json) > FITTING_PAYLOAD_BYTES:
-            task_json = canonical_str(task_id)
-            check_record_fits(payload_json, task_json, task_json if key is task_id else canonical_str(key))
-    # The invariants every sequence of transitions keeps (see state.py's table).
+        check_int(available_at, "available_at")
+        check_int(max_attempts, "max_attempts", 1)
+        check_int(attempts, "attempts")
+        check_int(generation, "generation")
+    except (TypeError, ValueError) as exc:
+        return exc
     if generation != attempts:
-        raise ValueError(f"generation {generation} differs from attempts {attempts}")
-    if attempts > max_attempts:
-        raise ValueError(f"attempts {attempts} exceed max_attempts {max_attempts}")
-    if status is READY:
-        if attempts >= max_attempts:
-            raise ValueError("a ready task has no attempts left")
-    elif status is DEAD:
-        if attempts < max_attempts:
-            raise ValueError("a dead task still has attempts left")
-    elif attempts < 1:
-        raise ValueError(f"a {status} task was never leased")
-    if status is COMPLETED:
-        return Tombstone.of(task_id, key, digest, available_at, max_attempts, attempts, generation)
-    return TaskRecord(
-        task_id, key, status, digest + payload_json, available_at, max_attempts, attempts, generation, worker, deadline
-    )
+        return ValueError(f"generation {generation} differs from attempts {attempts}")
+    if attempts > max_attempts:  # type: ignore[operator]  # all four are checked ints by now
+        return ValueError(f"attempts {attempts} exceed max_attempts {max_attempts}")
+    raise AssertionError("counters refused without a flaw")  # pragma: no cover - the two tests disagree
+
+
+def record_from_dict(value: object, *, decoded: bool = False) -> Record:
+    """Check one decoded snapshot record completely and build it (`load_records` of that record alone).
+
+    A `ValueError` (`InvalidTransaction`) names any flaw.
+    """
+    (record,) = load_records((value,), decoded=decoded).tasks.values()
+    return record
 
 
 class Loaded(NamedTuple):
@@ -176,8 +126,19 @@ class Loaded(NamedTuple):
     counts: dict[str, int]
 
 
-def load_records(records: Iterable[Mapping[str, Any]], *, decoded: bool = False) -> Loaded:
+def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
     """Accept every record of a snapshot, in order, and build the indexes; `InvalidTransaction` on any flaw.
+
+    The loop body is the one acceptor of a record: it checks every field and
+    invariant, raising `TypeError`/`ValueError` at the first flaw (turned
+    into `InvalidTransaction` naming the record), and builds the record. It
+    is inline, not a function per record, because opening a store runs it
+    once per task and a call costs a visible share of that. `decoded=True`
+    says the values came straight from the JSON decoder, so payloads are
+    checked as `check_payload(decoded=True)` does. A key equal to the task
+    id is stored as the task id's own string, and the status as the
+    module's constant: the decoder's separate copies would cost memory for
+    as long as the task lives.
 
     The cyclic GC is paused while the records are built (and decoded, when
     `records` streams from a reader): a load allocates several tracked
@@ -192,16 +153,95 @@ def load_records(records: Iterable[Mapping[str, Any]], *, decoded: bool = False)
     leases: list[HeapEntry] = []
     counts = dict.fromkeys(STATUSES, 0)
     previous: str | None = None
+    record: Record
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
         for index, value in enumerate(records):
             try:
-                record = record_from_dict(value, decoded=decoded)
+                if type(value) is not dict:
+                    raise TypeError(f"a record must be a JSON object, not {type(value).__name__}")
+                try:
+                    if len(value) != _RECORD_FIELD_COUNT:
+                        raise KeyError
+                    (
+                        task_id,
+                        key,
+                        identity,
+                        status,
+                        payload,
+                        available_at,
+                        max_attempts,
+                        attempts,
+                        generation,
+                        worker,
+                        deadline,
+                    ) = _record_fields(value)
+                except KeyError:
+                    raise ValueError(
+                        f"record keys must be exactly {sorted(_RECORD_KEYS)}, not {sorted(map(str, value))}"
+                    ) from None
+                check_name(task_id, "task")
+                if type(key) is str and key == task_id:
+                    key = task_id
+                else:
+                    check_name(key, "key")
+                digest = _digest_from_hex(identity)
+                status = _STATUS_CONSTANTS.get(status) if type(status) is str else None
+                if status is None:
+                    raise ValueError(f"status must be one of {STATUSES}, not {value['status']!r:.80}")
+                # The counters and the invariants every sequence of transitions keeps between them (see
+                # state.py's table), in one test; `_counter_flaw` names what is wrong only once it failed.
+                if not (
+                    type(available_at) is int
+                    and type(max_attempts) is int
+                    and type(attempts) is int
+                    and type(generation) is int
+                    and 0 <= available_at <= MAX_INT
+                    and 0 <= attempts == generation <= max_attempts <= MAX_INT
+                    and max_attempts >= 1
+                ):
+                    raise _counter_flaw(available_at, max_attempts, attempts, generation)
+                if status is LEASED:
+                    check_name(worker, "worker")
+                    check_int(deadline, "deadline")
+                elif worker is not None or deadline is not None:
+                    raise ValueError(f"a {status} task has no worker and no deadline")
+                if status is COMPLETED:
+                    if payload is not None:
+                        raise ValueError("a completed task's payload must be null")
+                    payload_json = b""
+                else:
+                    payload_json = check_payload(payload, decoded)
+                    if len(payload_json) > FITTING_PAYLOAD_BYTES:
+                        task_json = canonical_str(task_id)
+                        check_record_fits(payload_json, task_json, task_json if key is task_id else canonical_str(key))
+                # What the status adds to those invariants.
+                if status is READY:
+                    if attempts >= max_attempts:
+                        raise ValueError("a ready task has no attempts left")
+                elif status is DEAD:
+                    if attempts < max_attempts:
+                        raise ValueError("a dead task still has attempts left")
+                elif attempts < 1:
+                    raise ValueError(f"a {status} task was never leased")
+                if status is COMPLETED:
+                    record = Tombstone.of(task_id, key, digest, available_at, max_attempts, attempts, generation)
+                else:
+                    record = TaskRecord(
+                        task_id,
+                        key,
+                        status,
+                        digest + payload_json,
+                        available_at,
+                        max_attempts,
+                        attempts,
+                        generation,
+                        worker,
+                        deadline,
+                    )
             except (TypeError, ValueError) as exc:
                 raise InvalidTransaction(f"snapshot record {index}: {exc}") from None
-            task_id = record.task_id
-            key = record.key
             if previous is not None and not previous < task_id:
                 raise InvalidTransaction(f"snapshot record {index}: task {task_id!r:.100} is out of task-id order")
             previous = task_id
@@ -212,15 +252,14 @@ def load_records(records: Iterable[Mapping[str, Any]], *, decoded: bool = False)
             elif task_id in key_owner:
                 raise InvalidTransaction(f"snapshot record {index}: key {key!r:.100} is repeated")
             tasks[task_id] = record
-            status = record.status
             counts[status] += 1
             if status is READY:
                 assert type(record) is TaskRecord
-                record.entry = entry = (record.available_at, task_id)
+                record.entry = entry = (available_at, task_id)
                 ready.append(entry)
             elif status is LEASED:
-                assert type(record) is TaskRecord and record.deadline is not None
-                record.entry = entry = (record.deadline, task_id)
+                assert type(record) is TaskRecord
+                record.entry = entry = (deadline, task_id)
                 leases.append(entry)
     finally:
         if gc_was_enabled:

@@ -416,7 +416,7 @@ def _put(state: State, staging: _Staging, record: Record | None, op: Op) -> Reco
         payload_json, digest = encoded.canonical, encoded.identity
     else:
         try:
-            payload_json = check_payload(payload, decoded=staging.decoded)
+            payload_json = check_payload(payload, staging.decoded)
             task_json = canonical_str(task_id)
             check_record_fits(payload_json, task_json, task_json if key == task_id else canonical_str(key))
         except (TypeError, ValueError) as exc:
@@ -538,10 +538,7 @@ def _stage(state: State, staging: _Staging, seq: int, index: int, op: object) ->
             if record is None:
                 raise _OpError(f"unknown task {task_id!r:.100}")
         if not staging.planned:
-            for field in kind.name_fields:
-                check_name(op[field], field)
-            for field, minimum in kind.int_fields:
-                check_int(op[field], field, minimum)
+            kind.check_fields(op)
         if record is not None and record.status != kind.from_status:
             raise _OpError(f"task {record.task_id!r:.100} is {record.status}, not {kind.from_status}")
         transition: _Transition = kind.transition

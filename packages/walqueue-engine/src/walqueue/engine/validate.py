@@ -153,7 +153,7 @@ _SHORT_PAYLOAD_BYTES = 4215
 _SHALLOW_PAYLOAD_BYTES = 2 * (MAX_PAYLOAD_DEPTH + 1)
 
 
-def check_payload(payload: object, *, decoded: bool = False) -> bytes:
+def check_payload(payload: object, decoded: bool = False) -> bytes:
     """Return the canonical JSON of `payload` if it survives a round trip unchanged.
 
     A payload is an exact `dict` with `str` keys whose values are, at any
