@@ -94,25 +94,28 @@ class Plan:
 
 
 class _EncodedPayload:
-    """A put's payload as `put_op` validated it: its canonical JSON and the put's identity digest.
+    """A put's payload as `put_op` validated it: its canonical JSON, the put's identity digest, and the op's JSON.
 
-    Made only here, from the very task id, available_at and max_attempts of
-    the same op, so that `apply` and the frame reuse the bytes and the digest
-    instead of walking, encoding and hashing the payload again. It is
-    deliberately not a dict, so that nothing can encode it as JSON by
-    mistake, and `apply` accepts it only in a `Plan`'s ops.
+    Made only here, from the very task id, key, available_at and
+    max_attempts of the same op, so that `apply` and the frame reuse the
+    bytes and the digest instead of walking, encoding and hashing the
+    payload again, and the plan frames `op_json` (spliced by the put kind
+    while the names' bytes are at hand) as it is. It is deliberately not a
+    dict, so that nothing can encode it as JSON by mistake, and `apply`
+    accepts it only in a `Plan`'s ops.
     """
 
-    __slots__ = ("canonical", "identity")
+    __slots__ = ("canonical", "identity", "op_json")
 
-    def __init__(self, canonical: bytes, identity: bytes) -> None:
+    def __init__(self, canonical: bytes, identity: bytes, op_json: bytes) -> None:
         self.canonical = canonical
         self.identity = identity
+        self.op_json = op_json
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, _EncodedPayload):
             return NotImplemented
-        return self.canonical == other.canonical and self.identity == other.identity
+        return self.canonical == other.canonical and self.identity == other.identity and self.op_json == other.op_json
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -132,10 +135,10 @@ def put_op(
 
     A validated put is its op, as every planner's output is. Its payload is
     an `_EncodedPayload`: the payload's canonical JSON (bytes, so the caller
-    mutating its own dict afterwards changes nothing) and the 32-byte
-    identity digest that decides whether a retry is identical. No request
-    object stands between validation and the op: on a durable put every
-    object and call layer costs more than its work (docs/PERFORMANCE.md).
+    mutating its own dict afterwards changes nothing), the 32-byte identity
+    digest that decides whether a retry is identical, and the op's JSON. No
+    request object stands between validation and the op: on a durable put
+    every object and call layer costs more than its work (docs/PERFORMANCE.md).
     """
     task_id = check_name(task_id, "task_id")
     op: Op = {
@@ -149,10 +152,19 @@ def put_op(
     _PUT.check_fields(op)  # key, available_at and max_attempts, as the table declares them
     payload_json = check_payload(payload)
     task_json = canonical_str(task_id)
+    key_json = task_json if key is None or key == task_id else canonical_str(op["key"])
     if len(payload_json) > FITTING_PAYLOAD_BYTES:
-        check_record_fits(payload_json, task_json, task_json if key is None else canonical_str(op["key"]))
+        check_record_fits(payload_json, task_json, key_json)
     op["payload"] = _EncodedPayload(
-        payload_json, identity_digest(task_json, payload_json, op["available_at"], op["max_attempts"])
+        payload_json,
+        identity_digest(task_json, payload_json, available_at, max_attempts),  # type: ignore[arg-type]  # checked
+        _PUT.splice(
+            available_at=available_at,
+            key=key_json,
+            max_attempts=max_attempts,
+            payload=payload_json,
+            task=task_json,
+        ),
     )
     return op
 
@@ -206,8 +218,7 @@ def plan_puts(state: State, put_ops: Iterable[Op]) -> tuple[Plan, list[str]]:
             planned_ids.add(op["task"])
             new.append(op)
         task_ids.append(op["task"])
-    encode = _PUT.encode
-    return Plan(new, [encode(op) for op in new]), task_ids
+    return Plan(new, [op["payload"].op_json for op in new]), task_ids
 
 
 def plan_put(state: State, op: Op) -> Plan | None:
@@ -216,7 +227,7 @@ def plan_put(state: State, op: Op) -> Plan | None:
     if (state.lookup_key(op["key"]) is None and op["task"] not in state.tasks) or _is_new(
         state, op, encoded.identity, {}, _NO_IDS, 0
     ):
-        return Plan([op], [_PUT.encode(op)])
+        return Plan([op], [encoded.op_json])
     return None
 
 

@@ -15,6 +15,7 @@ This module knows no state: the transition is stored, not called, here.
 from __future__ import annotations
 
 import enum
+import keyword
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,7 +57,7 @@ _PLACEHOLDER: dict[Field, tuple[bytes, int | None]] = {
 }
 
 
-def _compile(name: str, source_lines: list[str], namespace: dict[str, Any]) -> Callable[[Op], Any]:
+def _compile(name: str, parameters: str, source_lines: list[str], namespace: dict[str, Any]) -> Callable[..., Any]:
     """A function `name(op)` with the given body, compiled once at import.
 
     Why generated code: encoding and checking an op are on the path of
@@ -66,9 +67,9 @@ def _compile(name: str, source_lines: list[str], namespace: dict[str, Any]) -> C
     `dataclasses` builds `__init__`, so the result is what a hand-written
     function per kind would be, without a hand-written copy to keep in step.
     """
-    source = f"def {name}(op):\n" + "".join(f"    {line}\n" for line in source_lines)
+    source = f"def {name}({parameters}):\n" + "".join(f"    {line}\n" for line in source_lines)
     exec(compile(source, f"<op kind {name}>", "exec"), namespace)  # noqa: S102 - source built from the table
-    function: Callable[[Op], Any] = namespace[name]
+    function: Callable[..., Any] = namespace[name]
     return function
 
 
@@ -98,6 +99,10 @@ class OpKind:
     #: Byte-equal to `canonical_json` of the op with its payload decoded
     #: (tests/engine/test_optable.py checks every declared kind).
     encode: Callable[[Op], bytes] = field(init=False, repr=False)
+    #: ``splice(**values)``: the same bytes from the values themselves, passed by field name
+    #: (``task`` included), names and a payload as their canonical JSON already: for a planner
+    #: that has those bytes at hand (`ops.put_op`), so that nothing is encoded twice.
+    splice: Callable[..., bytes] = field(init=False, repr=False)
     #: ``check_fields(op)``: `check_name` or `check_int` of every field but the task and a
     #: payload (which the put's transition checks with its names), for an op that did not come
     #: from a planner; `TypeError`/`ValueError` names the first flaw.
@@ -107,6 +112,8 @@ class OpKind:
         kinds = dict(self.fields)
         if len(kinds) != len(self.fields) or {"op", "task"} & kinds.keys():
             raise ValueError(f"op kind {self.name}: fields must be unique and exclude op and task")
+        if not all(name.isidentifier() and not keyword.iskeyword(name) for name in kinds):
+            raise ValueError(f"op kind {self.name}: field names must be Python identifiers (splice takes them)")
         kinds["task"] = Field.NAME
         parts: list[bytes] = []
         size: int | None = 0
@@ -132,6 +139,7 @@ class OpKind:
             Field.PAYLOAD: "op[{!r}].canonical",
         }
         encode_line = "return template % ({},)".format(", ".join(spliced[kinds[v]].format(v) for v in values))
+        splice_line = "return template % ({},)".format(", ".join(values))
         check_lines = [f"check_name(op[{n!r}], {n!r})" for n, kind in self.fields if kind is Field.NAME]
         ints = [(n, _MINIMUM[kind]) for n, kind in self.fields if kind in _MINIMUM]
         if ints:  # one test for all of them; `check_int` names the flaw only once it failed
@@ -142,14 +150,15 @@ class OpKind:
         setter(self, "keys", frozenset(order))
         setter(self, "template", template)
         setter(self, "max_json", None if size is None else size + 1)
-        setter(
-            self, "encode", _compile("encode", [encode_line], {"template": template, "canonical_str": canonical_str})
-        )
+        namespace = {"template": template, "canonical_str": canonical_str}
+        setter(self, "encode", _compile("encode", "op", [encode_line], namespace))
+        setter(self, "splice", _compile("splice", "*, " + ", ".join(values), [splice_line], namespace))
         setter(
             self,
             "check_fields",
             _compile(
                 "check_fields",
+                "op",
                 [*check_lines, "return None"],
                 {"check_name": check_name, "check_int": check_int, "MAX_INT": MAX_INT},
             ),
