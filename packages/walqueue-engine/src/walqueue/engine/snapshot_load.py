@@ -271,6 +271,7 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
 
 def check_snapshot_seq(seq: object) -> int:
     """The snapshot's sequence, if it is an int in 0..MAX_INT; `InvalidTransaction` otherwise."""
-    if type(seq) is not int or not 0 <= seq <= MAX_INT:
-        raise InvalidTransaction(f"snapshot sequence {seq!r} is not an int in 0..{MAX_INT}")
-    return seq
+    try:
+        return check_int(seq, "snapshot sequence")
+    except (TypeError, ValueError) as exc:
+        raise InvalidTransaction(str(exc)) from None

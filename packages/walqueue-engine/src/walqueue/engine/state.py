@@ -415,12 +415,9 @@ def _put(state: State, staging: _Staging, record: Record | None, op: Op) -> Reco
         encoded: _EncodedPut = payload
         payload_json, digest = encoded.canonical, encoded.identity
     else:
-        try:
-            payload_json = check_payload(payload, staging.decoded)
-            task_json = canonical_str(task_id)
-            check_record_fits(payload_json, task_json, task_json if key == task_id else canonical_str(key))
-        except (TypeError, ValueError) as exc:
-            raise _OpError(str(exc)) from None
+        payload_json = check_payload(payload, staging.decoded)
+        task_json = canonical_str(task_id)
+        check_record_fits(payload_json, task_json, task_json if key == task_id else canonical_str(key))
         digest = identity_digest(task_json, payload_json, available_at, max_attempts)
     if key in staging.keys or state.lookup_key(key) is not None:
         raise _OpError(f"key {key!r:.100} is already known")
@@ -543,9 +540,7 @@ def _stage(state: State, staging: _Staging, seq: int, index: int, op: object) ->
             raise _OpError(f"task {record.task_id!r:.100} is {record.status}, not {kind.from_status}")
         transition: _Transition = kind.transition
         return transition(state, staging, record, op)
-    except (TypeError, ValueError) as exc:
-        raise InvalidTransaction(f"transaction {seq} op {index} ({name}): {exc}") from None
-    except _OpError as exc:
+    except (_OpError, TypeError, ValueError) as exc:  # a check's TypeError/ValueError names the field
         raise InvalidTransaction(f"transaction {seq} op {index} ({name}): {exc}") from None
 
 

@@ -14,16 +14,22 @@ from walqueue.format.errors import CorruptStore
 __all__ = ["OP_NAMES", "transaction_seq"]
 
 #: The op names SPEC §3 defines.
+#:
+#: WARNING: this is the one list of op kinds kept in step by hand. The
+#: engine declares every kind once, in `walqueue.engine.state.OP_KINDS`,
+#: and derives everything else from that table; this layer cannot import
+#: the engine (it must work alone, for `walqueue-fsck`), so the names are
+#: written here again. A new kind goes into both;
+#: tests/engine/test_optable.py fails until they agree.
 OP_NAMES = frozenset({"put", "lease", "expire", "ack", "release"})
 
 
 def transaction_seq(value: Any, path: str | None, offset: int) -> int:
     """Return the sequence of a decoded WAL frame, or raise `CorruptStore` if its envelope is wrong.
 
-    Replay calls this once per frame, so the usual case is kept cheap (it was
-    a visible share of reopening): two key lookups instead of building a set
-    of the keys, and no `enumerate` in the op loop, the index being looked
-    up only for an error. An op name is looked up in `OP_NAMES` only once it
+    Replay calls this once per frame, so the usual case is kept cheap: two
+    key lookups instead of building a set of the keys, and no `enumerate`
+    in the op loop, the index being looked up only for an error. An op name is looked up in `OP_NAMES` only once it
     is known to be a string, since an unhashable one would escape as
     `TypeError` instead of `CorruptStore`.
     """
