@@ -10,17 +10,18 @@ renamed over or deleted.
 
 from __future__ import annotations
 
+import errno
 import logging
-import os
+import stat
 
 from walqueue.engine.state import State
 from walqueue.engine.wal import Hook, WalWriter
 from walqueue.format.current import Current, publish_current, write_current_tmp
-from walqueue.format.fsutil import fsync_directory
-from walqueue.format.names import list_directory, snapshot_name
+from walqueue.format.directory import StoreDirectory, describe_file_type
+from walqueue.format.names import CURRENT_TMP_NAME, list_directory, snapshot_name, wal_name
 from walqueue.format.snapshot import write_snapshot
 
-__all__ = ["compact", "compaction_threshold"]
+__all__ = ["check_room", "compact", "compaction_threshold"]
 
 log = logging.getLogger("walqueue")
 
@@ -45,34 +46,82 @@ def compaction_threshold(snapshot_size: int, compact_bytes: int | None) -> int |
     return max(compact_bytes, SNAPSHOT_SIZE_FACTOR * snapshot_size)
 
 
-def _delete_leftovers(directory: str, wal: WalWriter, keep_snapshot: str | None, hook: Hook) -> bool:
+def _delete_leftovers(directory: StoreDirectory, wal: WalWriter, keep_snapshot: str | None, hook: Hook) -> bool:
     """Delete segments below the first live one (one phase each) and unpublished snapshots."""
     listing = list_directory(directory)
     deleted = False
     for number in listing.segment_numbers:
         if number >= wal.first_live:
             break
-        os.unlink(os.path.join(directory, listing.segments[number]))
+        _remove_entry(directory, listing.segments[number])
         deleted = True
         hook("segment.deleted")
     for name in listing.snapshots.values():
         if name != keep_snapshot:
             # An older snapshot or an orphan of an interrupted compaction: no
             # longer named by CURRENT, so nothing can ever read it again.
-            os.unlink(os.path.join(directory, name))
-            deleted = True
+            if _remove_entry(directory, name):
+                deleted = True
     return deleted
 
 
+def _remove_entry(directory: StoreDirectory, name: str) -> bool:
+    """Unlink a file (or a symlink, never its target) that nothing reads any more.
+
+    A directory under such a name is an operator's, not ours: it is left
+    alone and logged, and it changes nothing (opening never reads it).
+    """
+    entry = directory.lstat(name)
+    if entry is None:
+        return False
+    if stat.S_ISDIR(entry.st_mode):
+        log.warning("leaving %s alone: it is a directory, not a file WALQueue wrote", directory.file_path(name))
+        return False
+    directory.unlink(name)
+    return True
+
+
+def check_room(directory: StoreDirectory, wal: WalWriter, seq: int) -> None:
+    """Refuse, before anything is written, a compaction that something in the directory would block.
+
+    Compaction creates the next segment, the snapshot of `seq` and
+    CURRENT.tmp. A leftover regular file or symlink under the last two names
+    is removed when they are written; a directory or a special file there,
+    or anything under the next segment's name (which no WALQueue wrote), is
+    `FileExistsError` naming it. Nothing is lost either way: the WAL still
+    holds every transaction.
+    """
+    obstacles: list[tuple[str, str]] = []
+    next_segment = wal_name(wal.newest + 1)
+    entry = directory.lstat(next_segment)
+    if entry is not None:
+        obstacles.append((next_segment, describe_file_type(entry.st_mode)))
+    for name in (snapshot_name(seq), CURRENT_TMP_NAME):
+        entry = directory.lstat(name)
+        if entry is not None and not (stat.S_ISREG(entry.st_mode) or stat.S_ISLNK(entry.st_mode)):
+            obstacles.append((name, describe_file_type(entry.st_mode)))
+    if obstacles:
+        name, what = obstacles[0]
+        raise FileExistsError(
+            errno.EEXIST,
+            f"compaction cannot proceed: {what} is in the way of a file it must create; remove it",
+            directory.file_path(name),
+        )
+
+
 def compact(
-    directory: str, state: State, wal: WalWriter, current: Current | None, *, hook: Hook, sync: bool
+    directory: StoreDirectory, state: State, wal: WalWriter, current: Current | None, *, hook: Hook, sync: bool
 ) -> tuple[Current | None, int | None]:
-    """Compact the directory; return the published CURRENT and the new snapshot's size (None if unchanged)."""
+    """Compact the directory; return the published CURRENT and the new snapshot's size (None if unchanged).
+
+    Call `check_room` first: an obstacle found here, after the rotation,
+    poisons the queue.
+    """
     published_seq = 0 if current is None else current.seq
     if state.last_seq == published_seq:
         keep = None if current is None else current.snapshot
         if _delete_leftovers(directory, wal, keep, hook) and sync:
-            fsync_directory(directory)
+            directory.fsync()
         hook("compact.done")
         return current, None
 
@@ -80,16 +129,18 @@ def compact(
 
     seq = state.last_seq
     name = snapshot_name(seq)
-    path = os.path.join(directory, name)
-    info = write_snapshot(path, seq, len(state), state.iter_record_json(), on_partial=lambda: hook("snapshot.partial"))
-    hook("snapshot.written")
+    info = write_snapshot(
+        name,
+        seq,
+        len(state),
+        state.iter_record_json(),
+        on_partial=lambda: hook("snapshot.partial"),
+        on_written=lambda: hook("snapshot.written"),
+        directory=directory,
+        sync=sync,
+    )
     if sync:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        fsync_directory(directory)
+        directory.fsync()
     hook("snapshot.synced")
 
     new_current = Current(snapshot=name, seq=seq, size=info.size, sha256=info.sha256, wal=wal.newest)
@@ -101,6 +152,6 @@ def compact(
     log.info("compacted through sequence %d into %s (%d bytes)", seq, name, info.size)
 
     if _delete_leftovers(directory, wal, name, hook) and sync:
-        fsync_directory(directory)
+        directory.fsync()
     hook("compact.done")
     return new_current, info.size

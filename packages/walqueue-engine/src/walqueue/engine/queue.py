@@ -7,27 +7,101 @@ memory with the same `apply` that recovery uses. If anything fails once a
 byte may have reached the disk, or the test hook raises, the queue poisons
 itself: it releases its files and its lock at once, so the directory can be
 reopened and recovered, and every later call raises `QueueClosed`.
+
+What an ordinary process can do to a queue, and what this file does about it:
+
+- The directory is opened once (`StoreDirectory`): a later `chdir` or a
+  repointed symlink changes nothing about where the queue writes.
+- A forked child never writes: `os.register_at_fork` closes every inherited
+  queue in the child (its descriptors closed without unlocking, its lock
+  replaced, since another thread may have held it at the fork), and the
+  hook wrapper stops a call that a fork inside the hook would continue.
+- No call can deadlock on the queue's own lock. User code (a `put_many`
+  iterable, a mapping, a lease token's attributes) runs before the lock is
+  taken; a call made from inside another call in the same thread (from the
+  hook, or from a signal handler) is `ReentrantCall`, except `close()`,
+  which closes the queue at once for every later call and leaves the
+  release of the files to the interrupted call as it returns. An
+  interrupted call that has not written yet then fails with `QueueClosed`.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from walqueue.engine import ops
-from walqueue.engine.compaction import compact, compaction_threshold
+from walqueue.engine.compaction import check_room, compact, compaction_threshold
 from walqueue.engine.ownership import DirectoryLock
 from walqueue.engine.recovery import recover
 from walqueue.engine.state import apply
-from walqueue.engine.types import Lease, QueueClosed, Task
-from walqueue.engine.wal import no_hook
+from walqueue.engine.types import Lease, QueueClosed, ReentrantCall, Task, new_lease
+from walqueue.engine.wal import Hook, no_hook
+from walqueue.format.directory import StoreDirectory, make_directories
 from walqueue.format.frame import encode_body
 
 __all__ = ["Queue"]
 
+log = logging.getLogger("walqueue")
+
 DEFAULT_COMPACT_BYTES = 64 * 2**20
+
+#: Every open queue of this process, so that a forked child can close its copies.
+_OPEN_QUEUES: weakref.WeakSet[Queue] = weakref.WeakSet()
+
+
+def _close_inherited_queues() -> None:
+    for queue in list(_OPEN_QUEUES):
+        queue._abandon_in_child()
+
+
+os.register_at_fork(after_in_child=_close_inherited_queues)
+
+
+class _Serialized:
+    """The context of one call: the queue's lock, held by exactly one call at a time.
+
+    An `RLock` with a depth count rather than a plain lock: a signal handler
+    (or the hook) that calls the queue from inside a call of the same thread
+    must find out that it did, instead of waiting for itself. A handler that
+    runs between taking the lock and counting the call sees depth 0 and may
+    close the queue at once; the call then finds the queue closed before it
+    does anything.
+    """
+
+    __slots__ = ("_queue",)
+
+    def __init__(self, queue: Queue) -> None:
+        self._queue = queue
+
+    def __enter__(self) -> None:
+        queue = self._queue
+        mutex = queue._mutex
+        mutex.acquire()
+        queue._depth += 1
+        if queue._depth > 1:
+            queue._depth -= 1
+            mutex.release()
+            raise ReentrantCall(
+                f"a call on the queue of {queue._directory} from inside another call on it in the same thread "
+                "(from the hook or a signal handler); only close() may be called there"
+            )
+        if queue._closed:
+            queue._depth -= 1
+            mutex.release()
+            queue._raise_closed()
+
+    def __exit__(self, *exc: object) -> None:
+        queue = self._queue
+        queue._depth -= 1
+        if queue._close_pending:
+            queue._close_pending = False
+            queue._release()
+        queue._mutex.release()
 
 
 class Queue:
@@ -40,6 +114,7 @@ class Queue:
         hook: Callable[[str], None] | None = None,
         sync: bool = True,
         compact_bytes: int | None = DEFAULT_COMPACT_BYTES,
+        create: bool = True,
     ) -> None:
         if not isinstance(directory, (str, os.PathLike)):
             raise TypeError(f"directory must be a str or path-like, not {type(directory).__name__}")
@@ -50,45 +125,90 @@ class Queue:
             raise TypeError("hook must be callable or None")
         if type(sync) is not bool:
             raise TypeError("sync must be a bool")
+        if type(create) is not bool:
+            raise TypeError("create must be a bool")
         if compact_bytes is not None:
             if type(compact_bytes) is not int:
                 raise TypeError(f"compact_bytes must be None or an int, not {type(compact_bytes).__name__}")
             if compact_bytes < 1:
                 raise ValueError(f"compact_bytes must be >= 1, not {compact_bytes}")
         self._closed = True  # until fully open, so that __del__/close on failure are harmless
-        self._mutex = threading.Lock()
+        self._close_pending = False
+        self._depth = 0
+        self._mutex = threading.RLock()
+        self._serialized = _Serialized(self)
         self._directory = path
+        self._pid = os.getpid()
         self._sync = sync
         self._compact_bytes = compact_bytes
-        self._hook = hook if hook is not None else no_hook
-        os.makedirs(path, exist_ok=True)
-        self._ownership = DirectoryLock(path)
+        self._user_hook = hook
+        self._hook: Hook = no_hook if hook is None else self._call_hook
+        # Resolved once: the directory is then held by its descriptor.
+        absolute = os.path.abspath(path)
+        if create:
+            make_directories(absolute, sync=sync)
+        store = StoreDirectory.open(absolute)
+        self._store_closer = weakref.finalize(self, store.close)
         try:
-            recovered = recover(path, hook=self._hook, sync=sync)
+            self._ownership = DirectoryLock(store)
+            try:
+                recovered = recover(store, hook=self._hook, sync=sync)
+            except BaseException:
+                self._ownership.release()
+                raise
         except BaseException:
-            self._ownership.release()
+            self._store_closer()
             raise
+        self._store = store
         self._state = recovered.state
         self._current = recovered.current
         self._wal = recovered.wal
+        self._snapshot_size = recovered.snapshot_size
         self._compact_at = compaction_threshold(recovered.snapshot_size, compact_bytes)
         self._closed = False
+        _OPEN_QUEUES.add(self)
 
     # -- lifecycle -----------------------------------------------------------------
 
     def close(self) -> None:
-        """Release the files and the lock. Idempotent; never raises."""
+        """Release the files and the lock. Idempotent; never raises.
+
+        From inside a call in the same thread (a signal handler, the hook)
+        it closes the queue for every later call at once, and the
+        interrupted call releases the files as it returns.
+        """
+        if os.getpid() != self._pid:
+            return  # a forked child's copy, closed already at the fork
         with self._mutex:
+            if self._depth:
+                self._closed = True
+                self._close_pending = True
+                return
             self._release()
 
     def _release(self) -> None:
         self._closed = True
+        _OPEN_QUEUES.discard(self)
         wal = getattr(self, "_wal", None)
         if wal is not None:
             wal.close()
         ownership = getattr(self, "_ownership", None)
         if ownership is not None:
             ownership.release()
+        closer = getattr(self, "_store_closer", None)
+        if closer is not None:
+            closer()
+
+    def _abandon_in_child(self) -> None:
+        """Right after a fork, in the child: close this inherited copy without touching the parent's ownership."""
+        self._closed = True
+        self._close_pending = False
+        self._depth = 0
+        self._mutex = threading.RLock()  # another thread may have held it at the fork
+        self._serialized = _Serialized(self)
+        self._wal.close()
+        self._ownership.abandon()
+        self._store_closer()
 
     def _poison(self) -> None:
         self._release()
@@ -99,9 +219,28 @@ class Queue:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _raise_closed(self) -> None:
+        if os.getpid() != self._pid:
+            raise QueueClosed(
+                f"the queue on {self._directory} belongs to process {self._pid}; "
+                "a forked child must open a Queue of its own (once the parent has closed it)"
+            )
+        raise QueueClosed(f"the queue on {self._directory} is closed; open a new one")
+
     def _check_open(self) -> None:
         if self._closed:
-            raise QueueClosed(f"the queue on {self._directory} is closed; open a new one")
+            self._raise_closed()
+
+    def _call_hook(self, phase: str) -> None:
+        """The user's hook, then a check that the hook did not fork this process into a child.
+
+        A child returning from a hook would otherwise go on writing through
+        descriptors it shares with its parent.
+        """
+        assert self._user_hook is not None
+        self._user_hook(phase)
+        if os.getpid() != self._pid:
+            raise QueueClosed(f"the hook forked; the child may not continue the write to {self._directory}")
 
     # -- the one write path ---------------------------------------------------------
 
@@ -111,6 +250,9 @@ class Queue:
         `op_json`, when the planner already holds it, is each op's canonical
         JSON (a put op carries its own), so that framing encodes nothing again.
         """
+        if self._closed:
+            # Closed by a signal handler or the hook of this very call: nothing is written.
+            self._raise_closed()
         state = self._state
         seq = state.last_seq + 1
         body = ops.transaction_body(seq, tx_ops) if op_json is None else ops.transaction_body_of(seq, op_json)
@@ -121,17 +263,28 @@ class Queue:
             wal.append(frame)
             apply(state, {"seq": seq, "ops": tx_ops})
             if self._compact_at is not None and wal.wal_bytes > self._compact_at:
-                self._compact_now()
+                self._compact_automatically()
         except BaseException:
             self._poison()
             raise
 
+    def _compact_automatically(self) -> None:
+        """The size trigger's compaction; an obstacle in the directory postpones it instead of failing the call."""
+        try:
+            check_room(self._store, self._wal, self._state.last_seq)
+        except FileExistsError as exc:
+            log.warning("automatic compaction postponed: %s", exc)
+            threshold = compaction_threshold(self._snapshot_size, self._compact_bytes)
+            assert threshold is not None  # only the size trigger gets here
+            self._compact_at = self._wal.wal_bytes + threshold
+            return
+        self._compact_now()
+
     def _compact_now(self) -> None:
-        current, size = compact(
-            self._directory, self._state, self._wal, self._current, hook=self._hook, sync=self._sync
-        )
+        current, size = compact(self._store, self._state, self._wal, self._current, hook=self._hook, sync=self._sync)
         self._current = current
         if size is not None:
+            self._snapshot_size = size
             self._compact_at = compaction_threshold(size, self._compact_bytes)
 
     # -- writes --------------------------------------------------------------------
@@ -146,20 +299,23 @@ class Queue:
         max_attempts: int = 3,
     ) -> str:
         """Create a task, or return `task_id` for an identical retry (writing nothing)."""
-        with self._mutex:
-            self._check_open()
-            op = ops.put_op(task_id, payload, key=key, available_at=available_at, max_attempts=max_attempts)
+        self._check_open()
+        # Validation reads only the caller's values: done before the lock is taken.
+        op = ops.put_op(task_id, payload, key=key, available_at=available_at, max_attempts=max_attempts)
+        with self._serialized:
             if ops.plan_put(self._state, op) is not None:
                 self._commit([op], (op["payload"].op_json,))
             return task_id
 
     def put_many(self, tasks: Iterable[Mapping[str, Any]]) -> list[str]:
         """Create every new task in one transaction, or nothing at all."""
-        with self._mutex:
-            self._check_open()
-            if isinstance(tasks, (str, bytes, Mapping)) or not isinstance(tasks, Iterable):
-                raise TypeError("put_many takes an iterable of mappings")
-            put_ops = [ops.put_op_from_mapping(item) for item in tasks]
+        self._check_open()
+        if isinstance(tasks, (str, bytes, Mapping)) or not isinstance(tasks, Iterable):
+            raise TypeError("put_many takes an iterable of mappings")
+        # The caller's iterable and mappings run their own code: all of it
+        # runs here, before the lock is taken (it may even call this queue).
+        put_ops = [ops.put_op_from_mapping(item) for item in tasks]
+        with self._serialized:
             new, task_ids = ops.plan_puts(self._state, put_ops)
             if new:
                 self._commit(new, [op["payload"].op_json for op in new])
@@ -167,9 +323,9 @@ class Queue:
 
     def reserve(self, worker: str, *, now: int, lease_seconds: int, limit: int = 1) -> list[Lease]:
         """Expire overdue leases (one transaction), then lease up to `limit` due tasks (another)."""
-        with self._mutex:
-            self._check_open()
-            ops.validate_reserve_args(worker, now, lease_seconds, limit)
+        self._check_open()
+        ops.validate_reserve_args(worker, now, lease_seconds, limit)
+        with self._serialized:
             for reap_ops in ops.reap_ops(self._state, now, self._state.last_seq + 1):
                 self._commit(reap_ops)
             lease_ops = ops.lease_ops(self._state, worker, now, lease_seconds, limit, self._state.last_seq + 1)
@@ -180,21 +336,29 @@ class Queue:
 
     def ack(self, lease: Lease, *, now: int) -> None:
         """Complete a leased task; `StaleLease` (writing nothing) unless the token still owns it."""
-        with self._mutex:
-            self._check_open()
+        self._check_open()
+        lease = _exact_token(lease)
+        with self._serialized:
             ack_ops = ops.plan_ack(self._state, lease, now)
             self._commit(ack_ops, [ops.settle_json(op) for op in ack_ops])
 
     def release(self, lease: Lease, *, now: int, delay: int = 0) -> None:
         """Give a leased task back (ready at `now + delay`, or dead once out of attempts)."""
-        with self._mutex:
-            self._check_open()
+        self._check_open()
+        lease = _exact_token(lease)
+        with self._serialized:
             self._commit(ops.plan_release(self._state, lease, now, delay))
 
     def compact(self) -> None:
-        """Write a snapshot of the state, publish it, and delete the WAL it covers."""
-        with self._mutex:
-            self._check_open()
+        """Write a snapshot of the state, publish it, and delete the WAL it covers.
+
+        Something in the way of a file compaction must create (a directory
+        named like the next snapshot, for example) is `FileExistsError`
+        naming it, before anything is written; the queue stays usable.
+        """
+        self._check_open()
+        with self._serialized:
+            check_room(self._store, self._wal, self._state.last_seq)
             try:
                 self._compact_now()
             except BaseException:
@@ -204,20 +368,18 @@ class Queue:
     # -- reads (never write) ---------------------------------------------------------
 
     def get(self, task_id: str) -> Task | None:
-        with self._mutex:
-            self._check_open()
-            if not isinstance(task_id, str):
-                raise TypeError(f"task_id must be a str, not {type(task_id).__name__}")
+        self._check_open()
+        if not isinstance(task_id, str):
+            raise TypeError(f"task_id must be a str, not {type(task_id).__name__}")
+        with self._serialized:
             return self._state.get_task(task_id)
 
     def tasks(self, status: str | None = None) -> list[Task]:
-        with self._mutex:
-            self._check_open()
+        with self._serialized:
             return self._state.list_tasks(status)
 
     def stats(self) -> dict[str, Any]:
-        with self._mutex:
-            self._check_open()
+        with self._serialized:
             return {
                 "counts": self._state.counts(),
                 "last_seq": self._state.last_seq,
@@ -228,10 +390,16 @@ class Queue:
 
     @property
     def last_seq(self) -> int:
-        with self._mutex:
-            self._check_open()
+        with self._serialized:
             return self._state.last_seq
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"last_seq={self._state.last_seq}"
         return f"<Queue {self._directory!r} {state}>"
+
+
+def _exact_token(lease: Lease) -> Lease:
+    """A subclass's token as a plain `Lease`, read now, before the lock (its attributes may run code)."""
+    if type(lease) is Lease or not isinstance(lease, Lease):
+        return lease
+    return new_lease(lease.task_id, lease.worker, lease.generation, 0, 0, None)

@@ -22,6 +22,7 @@ __all__ = [
     "KeyConflict",
     "Lease",
     "QueueClosed",
+    "ReentrantCall",
     "StaleLease",
     "Task",
     "WalQueueError",
@@ -61,6 +62,18 @@ class DirectoryLocked(WalQueueError):
 
 class QueueClosed(WalQueueError):
     """The queue was closed or poisoned; discard it and open a new one."""
+
+
+class ReentrantCall(WalQueueError, RuntimeError):
+    """A call on a `Queue` from inside another call on it, in the same thread.
+
+    That happens when the test hook, or a signal handler that interrupted a
+    call, calls the queue. The outer call holds the queue's lock and may be
+    halfway through a change, so the inner one can neither wait for it
+    (that would wait for ever) nor see its state; it is refused instead.
+    Only `close()` is allowed there: it closes the queue for every later
+    call, and the interrupted call releases the files when it returns.
+    """
 
 
 class InjectedCrash(Exception):

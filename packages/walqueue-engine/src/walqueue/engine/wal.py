@@ -9,11 +9,13 @@ unknown state: the Queue poisons itself.
 
 from __future__ import annotations
 
+import errno
 import os
 import weakref
 from collections.abc import Callable
 
-from walqueue.format.fsutil import fsync_directory, write_all, write_rest
+from walqueue.format.directory import StoreDirectory
+from walqueue.format.fsutil import write_all, write_rest
 from walqueue.format.names import wal_name
 
 __all__ = ["Hook", "WalWriter", "create_segment", "no_hook"]
@@ -25,13 +27,12 @@ def no_hook(phase: str) -> None:
     """The hook of a queue opened without one: nothing observes the phases."""
 
 
-def create_segment(directory: str, number: int, *, sync: bool) -> int:
+def create_segment(directory: StoreDirectory, number: int, *, sync: bool) -> int:
     """Create an empty segment file (it must not exist) and make its name durable; return a write fd."""
-    path = os.path.join(directory, wal_name(number))
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    fd = directory.create(wal_name(number))
     try:
         if sync:
-            fsync_directory(directory)
+            directory.fsync()
     except BaseException:
         os.close(fd)
         raise
@@ -47,7 +48,7 @@ class WalWriter:
 
     def __init__(
         self,
-        directory: str,
+        directory: StoreDirectory,
         *,
         first_live: int,
         newest: int,
@@ -74,8 +75,7 @@ class WalWriter:
 
     def append(self, frame: bytes) -> None:
         """Write `frame` at the end of the newest segment and (with sync) fsync it."""
-        fd = self._fd
-        assert fd is not None, "append on a closed WAL"
+        fd = self._open_fd()
         hook = self._hook
         if hook is no_hook:
             # Nobody can stop the process between two parts of the write, so
@@ -91,23 +91,34 @@ class WalWriter:
         hook("wal.append.before")
         half = len(frame) // 2
         view = memoryview(frame)
-        write_all(fd, view[:half])
+        write_all(self._open_fd(), view[:half])
         self._size += half
         self.wal_bytes += half
         hook("wal.append.partial")
-        write_all(fd, view[half:])
+        write_all(self._open_fd(), view[half:])
         self._size += len(frame) - half
         self.wal_bytes += len(frame) - half
         hook("wal.append.written")
         if self._sync:
-            os.fsync(fd)
+            os.fsync(self._open_fd())
         hook("wal.append.synced")
+
+    def _open_fd(self) -> int:
+        """The newest segment's descriptor, read again after every hook call.
+
+        A hook may have closed the queue (or forked: a child closes what it
+        inherited), and a descriptor number kept from before could by then
+        name another file.
+        """
+        fd = self._fd
+        if fd is None:
+            raise OSError(errno.EBADF, "the WAL was closed during the write")
+        return fd
 
     def rotate(self) -> None:
         """Seal the newest segment and start the next one (its name made durable)."""
-        fd = self._fd
-        assert fd is not None, "rotate on a closed WAL"
         self._hook("wal.rotate.before")
+        fd = self._open_fd()
         if self._sync:
             os.fsync(fd)
         self.close()

@@ -20,7 +20,7 @@ Every finding names its file and byte offset (``None`` when it concerns a
 whole file) and has a `kind`:
 
 - error: `not-a-directory`, `unreadable`;
-- corrupt: `current`, `snapshot` (size, digest, header, records, footer; with
+- corrupt: `lock` (LOCK is not a regular file), `current`, `snapshot` (size, digest, header, records, footer; with
   replay also an invalid record), `segment-missing`, `frame` (length,
   digest, JSON, an incomplete frame before the newest segment's end),
   `transaction` (the {seq, ops} envelope), `sequence` (a gap or a repeat),
@@ -44,15 +44,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import stat
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Protocol
 
 from walqueue.format.current import Current, read_current
+from walqueue.format.directory import StoreDirectory, describe_file_type
 from walqueue.format.errors import CorruptStore
 from walqueue.format.frame import FRAME_OVERHEAD, LENGTH_BYTES, SegmentEnd, read_frames
-from walqueue.format.names import DirectoryListing, list_directory, wal_name
+from walqueue.format.names import CURRENT_NAME, LOCK_NAME, DirectoryListing, list_directory, wal_name
 from walqueue.format.snapshot import SnapshotReader
 from walqueue.format.transaction import transaction_seq
 
@@ -374,23 +376,38 @@ def check(directory: str | os.PathLike[str], *, replay: bool = False) -> Report:
         report.add("error", "not-a-directory", None, None, f"{path} {what}")
         return report
     try:
-        listing = list_directory(path)
+        store = StoreDirectory.open(path)
     except OSError as exc:
         report.add_unreadable(path, exc)
         return report
+    try:
+        _check_store(report, store, engine)
+    finally:
+        store.close()
+    return report
+
+
+def _check_store(report: Report, store: StoreDirectory, engine: _Engine | None) -> None:
+    """Every check, through the directory's descriptor (as opening reads it: a chdir changes nothing)."""
+    try:
+        listing = list_directory(store)
+    except OSError as exc:
+        report.add_unreadable(store.path, exc)
+        return
+    _check_lock(report, store)
     replayer = None if engine is None else _Replay(engine)
-    current, current_ok = _check_current(report, path)
+    current, current_ok = _check_current(report, store)
     snapshot_seq = 0
     if current is not None:
-        snapshot_seq = _check_snapshot(report, path, current, replayer)
+        snapshot_seq = _check_snapshot(report, store, current, replayer)
     elif current_ok and replayer is not None:
         replayer.start_empty()
     _note_other_files(report, listing, current, current_ok)
     if current_ok:
         first_live = 1 if current is None else current.wal
-        live = _live_segments(report, path, listing, current is not None, first_live)
+        live = _live_segments(report, store, listing, current is not None, first_live)
         sequencer = _Sequencer(snapshot_seq)
-        _check_segments(report, path, live, first_live, sequencer, replayer, snapshot_seq)
+        _check_segments(report, store, live, first_live, sequencer, replayer, snapshot_seq)
         _summarize_sequences(report, sequencer, snapshot_seq)
     else:
         report.add(
@@ -398,10 +415,22 @@ def check(directory: str | os.PathLike[str], *, replay: bool = False) -> Report:
         )
     if replayer is not None:
         report.replay = replayer.summary(report.sound)
-    return report
 
 
-def _check_current(report: Report, directory: str) -> tuple[Current | None, bool]:
+def _check_lock(report: Report, store: StoreDirectory) -> None:
+    """LOCK, if present, must be a regular file: opening refuses anything else (it cannot lock it)."""
+    try:
+        entry = store.lstat(LOCK_NAME)
+    except OSError as exc:
+        report.add_unreadable(store.file_path(LOCK_NAME), exc)
+        return
+    if entry is not None and not stat.S_ISREG(entry.st_mode):
+        report.add(
+            "corrupt", "lock", LOCK_NAME, None, f"LOCK is {describe_file_type(entry.st_mode)}, not a regular file"
+        )
+
+
+def _check_current(report: Report, directory: StoreDirectory) -> tuple[Current | None, bool]:
     """Read CURRENT; returns it (None if absent) and whether it could be used."""
     try:
         current = read_current(directory)
@@ -409,17 +438,19 @@ def _check_current(report: Report, directory: str) -> tuple[Current | None, bool
         report.add_corrupt("current", exc)
         return None, False
     except OSError as exc:
-        report.add_unreadable(os.path.join(directory, "CURRENT"), exc)
+        report.add_unreadable(directory.file_path(CURRENT_NAME), exc)
         return None, False
     report.current = current
     return current, True
 
 
-def _check_snapshot(report: Report, directory: str, current: Current, replayer: _Replay | None) -> int:
+def _check_snapshot(report: Report, directory: StoreDirectory, current: Current, replayer: _Replay | None) -> int:
     """Verify the snapshot CURRENT names (size, SHA-256, every frame and record); return its sequence."""
-    path = os.path.join(directory, current.snapshot)
+    path = directory.file_path(current.snapshot)
     try:
-        with SnapshotReader(path, expected_size=current.size, expected_sha256=current.sha256) as reader:
+        with SnapshotReader(
+            current.snapshot, expected_size=current.size, expected_sha256=current.sha256, directory=directory
+        ) as reader:
             if reader.seq != current.seq:
                 raise CorruptStore(path, 0, f"snapshot holds sequence {reader.seq}, CURRENT says {current.seq}")
             if replayer is not None:
@@ -450,22 +481,23 @@ def _note_other_files(report: Report, listing: DirectoryListing, current: Curren
         report.add("note", "unknown-file", name, None, "not a WALQueue file: ignored")
 
 
-def _file_size(path: str) -> int | None:
+def _file_size(directory: StoreDirectory, name: str) -> int | None:
     try:
-        return os.stat(path).st_size
+        entry = directory.lstat(name)
     except OSError:
         return None
+    return None if entry is None else entry.st_size
 
 
 def _live_segments(
-    report: Report, directory: str, listing: DirectoryListing, has_current: bool, first_live: int
+    report: Report, directory: StoreDirectory, listing: DirectoryListing, has_current: bool, first_live: int
 ) -> list[int]:
     """Sort segments into leftovers (below `first_live`, not read) and live ones; report gaps."""
     numbers = listing.segment_numbers
     for number in numbers:
         if number < first_live:
             name = listing.segments[number]
-            size = _file_size(os.path.join(directory, name))
+            size = _file_size(directory, name)
             report.leftover_segments.append(LeftoverSummary(name, number, size))
             report.add(
                 "note",
@@ -496,7 +528,7 @@ def _live_segments(
 
 def _check_segments(
     report: Report,
-    directory: str,
+    directory: StoreDirectory,
     live: list[int],
     first_live: int,
     sequencer: _Sequencer,
@@ -510,15 +542,14 @@ def _check_segments(
             sequencer.resync()
         summary = SegmentSummary(wal_name(number), number)
         report.segments.append(summary)
-        path = os.path.join(directory, summary.file)
-        if not _read_segment(report, path, summary, number == live[-1], sequencer, replayer, snapshot_seq):
+        if not _read_segment(report, directory, summary, number == live[-1], sequencer, replayer, snapshot_seq):
             sequencer.resync()
         previous = number
 
 
 def _read_segment(
     report: Report,
-    path: str,
+    directory: StoreDirectory,
     summary: SegmentSummary,
     newest: bool,
     sequencer: _Sequencer,
@@ -528,8 +559,13 @@ def _read_segment(
     """Verify one segment's frames, envelopes and sequences (and replay them); False if it is damaged."""
     end = SegmentEnd()
     stage = "frame"
+    path = directory.file_path(summary.file)
     try:
-        with open(path, "rb") as file:
+        try:
+            fd = directory.open_regular(summary.file, "WAL segment")
+        except FileNotFoundError:
+            raise CorruptStore(path, None, "WAL segment is missing") from None
+        with os.fdopen(fd, "rb") as file:
             for frame in read_frames(file, path, allow_torn_tail=newest, end=end):
                 stage = "transaction"
                 seq = transaction_seq(frame.value, path, frame.offset)
