@@ -306,9 +306,8 @@ class Model:
         _check_int(now, "now", 0)
         _check_int(lease_seconds, "lease_seconds", 1)
         _check_int(limit, "limit", 1)
-        deadline = now + lease_seconds
-        if deadline >= _INT_LIMIT:
-            raise ValueError("now + lease_seconds must be below 2**63")
+        # Capped at the end of time, so that reserve(now=2**63-1) can reap every lease.
+        deadline = min(now + lease_seconds, _INT_LIMIT - 1)
 
         self.reap(now)
 

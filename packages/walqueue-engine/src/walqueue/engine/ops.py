@@ -293,8 +293,6 @@ def validate_reserve_args(worker: object, now: object, lease_seconds: object, li
         now = check_int(now, "now")
         lease_seconds = check_int(lease_seconds, "lease_seconds", 1)
         check_int(limit, "limit", 1)
-    if now + lease_seconds > MAX_INT:
-        raise ValueError(f"now + lease_seconds exceeds {MAX_INT}")
 
 
 def plan_lease(
@@ -309,7 +307,8 @@ def plan_lease(
 ) -> list[Op]:
     """Lease ops for up to `limit` ready tasks with ``available_at <= now``, in (available_at, task id) order.
 
-    Deadline ``now + lease_seconds``, generation one more than the task's.
+    Deadline ``now + lease_seconds``, or the end of time (`MAX_INT`) if
+    that is sooner, generation one more than the task's.
     If all of them would not fit in one frame (as transaction `seq`), as
     many as fit, in that order. Call it after the reap has been applied: an
     expired task that became ready again is then eligible. An empty list
@@ -337,8 +336,13 @@ def lease_ops(
     *,
     max_frame_bytes: int = MAX_FRAME_BYTES,
 ) -> list[Op]:
-    """`plan_lease` for arguments already checked: `Queue.reserve` checks them once, before its reap."""
-    deadline = now + lease_seconds
+    """`plan_lease` for arguments already checked: `Queue.reserve` checks them once, before its reap.
+
+    The deadline is capped at `MAX_INT`, not refused: `reserve(now=MAX_INT)`
+    must be accepted so that it can reap every lease ever granted (a lease
+    granted that late is then already due).
+    """
+    deadline = min(now + lease_seconds, MAX_INT)
     tasks = state.tasks
     planned: list[Op] = [
         {
