@@ -49,6 +49,7 @@ EXPECTED_FIGURES: dict[str, set[str]] = {
     },
     "f": {"walqueue_growth", "sqlite_growth"},
     "g": {"bytes_per_ready_task", "bytes_per_tombstone", "bytes_per_ready_task_after_reopen"},
+    "k": {"torn_over_healthy"},
 }
 #: The issue's targets: (workload, figure).
 EXPECTED_TARGETS = {
@@ -63,6 +64,7 @@ EXPECTED_TARGETS = {
     ("f", "walqueue_growth"),
     ("g", "bytes_per_ready_task"),
     ("g", "bytes_per_tombstone"),
+    ("k", "torn_over_healthy"),
 }
 
 

@@ -73,14 +73,17 @@ class _Serialized:
     does anything.
     """
 
-    __slots__ = ("_queue",)
+    __slots__ = ("_queue", "_mutex")
 
     def __init__(self, queue: Queue) -> None:
         self._queue = queue
+        # The lock this guard takes, kept here: a forked child replaces the
+        # queue's lock, and the call under way must release the one it took.
+        self._mutex = queue._mutex
 
     def __enter__(self) -> None:
         queue = self._queue
-        mutex = queue._mutex
+        mutex = self._mutex
         mutex.acquire()
         queue._depth += 1
         if queue._depth > 1:
@@ -101,7 +104,7 @@ class _Serialized:
         if queue._close_pending:
             queue._close_pending = False
             queue._release()
-        queue._mutex.release()
+        self._mutex.release()
 
 
 class Queue:
@@ -232,15 +235,20 @@ class Queue:
             self._raise_closed()
 
     def _call_hook(self, phase: str) -> None:
-        """The user's hook, then a check that the hook did not fork this process into a child.
+        """The user's hook, then a check that the hook neither closed the queue nor forked this process.
 
-        A child returning from a hook would otherwise go on writing through
+        A close from inside the hook (or from a signal handler it set off)
+        ends the call here, as a failure: the write stops where the phase
+        says, exactly as a crash there would leave it. A child returning
+        from a fork in the hook would otherwise go on writing through
         descriptors it shares with its parent.
         """
         assert self._user_hook is not None
         self._user_hook(phase)
         if os.getpid() != self._pid:
             raise QueueClosed(f"the hook forked; the child may not continue the write to {self._directory}")
+        if self._close_pending:
+            raise QueueClosed(f"the queue on {self._directory} was closed during the call (at {phase})")
 
     # -- the one write path ---------------------------------------------------------
 
