@@ -125,7 +125,9 @@ def compact(
         hook("compact.done")
         return current, None
 
+    hook("wal.rotate.before")
     wal.rotate()
+    hook("wal.rotate.after")
 
     seq = state.last_seq
     name = snapshot_name(seq)

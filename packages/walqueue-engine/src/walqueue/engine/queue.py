@@ -36,11 +36,12 @@ from typing import Any
 
 from walqueue.engine import ops
 from walqueue.engine.compaction import check_room, compact, compaction_threshold
+from walqueue.engine.durability import Durability
 from walqueue.engine.ownership import DirectoryLock
 from walqueue.engine.recovery import recover
 from walqueue.engine.state import apply
 from walqueue.engine.types import Lease, QueueClosed, ReentrantCall, Task, new_lease
-from walqueue.engine.wal import Hook, no_hook
+from walqueue.engine.wal import Hook, append_with_phases, no_hook
 from walqueue.format.directory import StoreDirectory, make_directories
 from walqueue.format.frame import encode_body
 
@@ -83,6 +84,12 @@ class _Serialized:
 
     def __enter__(self) -> None:
         queue = self._queue
+        if queue._durability.waiting_here():
+            # A signal handler that interrupted this thread's wait for an fsync.
+            raise ReentrantCall(
+                f"a call on the queue of {queue._directory} from a signal handler that interrupted a call on it; "
+                "only close() may be called there"
+            )
         mutex = self._mutex
         mutex.acquire()
         queue._depth += 1
@@ -98,13 +105,21 @@ class _Serialized:
             mutex.release()
             queue._raise_closed()
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, error_type: type[BaseException] | None, *exc: object) -> None:
         queue = self._queue
+        durability = queue._durability
+        # Everything this call saw (its own transactions included) must be
+        # durable before it answers: the wait is for that fsync, outside the
+        # lock. A call that poisoned the queue answers with its own error.
+        needed = durability.written
+        poisoned = error_type is not None and queue._closed
         queue._depth -= 1
         if queue._close_pending:
             queue._close_pending = False
-            queue._release()
+            queue._release(drain=True)
         self._mutex.release()
+        if needed > durability.durable and not poisoned:
+            queue._wait_durable(needed)
 
 
 class Queue:
@@ -168,6 +183,8 @@ class Queue:
         self._wal = recovered.wal
         self._snapshot_size = recovered.snapshot_size
         self._compact_at = compaction_threshold(recovered.snapshot_size, compact_bytes)
+        # Group commit whenever frames are synced and no hook must see each one synced in its phases.
+        self._durability = Durability(recovered.state.last_seq, recovered.wal, grouped=sync and hook is None)
         self._closed = False
         _OPEN_QUEUES.add(self)
 
@@ -183,15 +200,25 @@ class Queue:
         if os.getpid() != self._pid:
             return  # a forked child's copy, closed already at the fork
         with self._mutex:
-            if self._depth:
+            durability = getattr(self, "_durability", None)
+            if self._depth or (durability is not None and durability.waiting_here()):
                 self._closed = True
                 self._close_pending = True
                 return
-            self._release()
+            self._release(drain=True)
 
-    def _release(self) -> None:
+    def _release(self, *, drain: bool = False) -> None:
+        """Close the files and give up the ownership; with `drain`, first sync what callers wait for."""
         self._closed = True
         _OPEN_QUEUES.discard(self)
+        durability = getattr(self, "_durability", None)
+        if durability is not None:
+            if drain and not durability.failed:
+                try:
+                    durability.drain()
+                except OSError:
+                    pass  # the waiters get the error; close() itself never raises
+            durability.fail(QueueClosed(f"the queue on {self._directory} was closed before this call was synced"))
         wal = getattr(self, "_wal", None)
         if wal is not None:
             wal.close()
@@ -209,12 +236,28 @@ class Queue:
         self._depth = 0
         self._mutex = threading.RLock()  # another thread may have held it at the fork
         self._serialized = _Serialized(self)
+        self._durability.forget_after_fork()
         self._wal.close()
         self._ownership.abandon()
         self._store_closer()
 
     def _poison(self) -> None:
         self._release()
+
+    def _wait_durable(self, needed: int) -> None:
+        """Wait (outside the lock) until transaction `needed` is durable; a failed fsync poisons the queue."""
+        try:
+            self._durability.wait(needed)
+        except OSError:
+            with self._mutex:
+                self._release()
+            raise
+        finally:
+            if self._close_pending:  # close() from a signal handler that interrupted the wait
+                with self._mutex:
+                    if self._close_pending:
+                        self._close_pending = False
+                        self._release(drain=True)
 
     def __enter__(self) -> Queue:
         return self
@@ -268,8 +311,12 @@ class Queue:
         frame = encode_body(body)
         wal = self._wal
         try:
-            wal.append(frame)
+            if self._hook is no_hook:
+                wal.write(frame)  # synced by the fsync the callers share (or never, with sync=False)
+            else:
+                append_with_phases(wal, frame, self._hook)
             apply(state, {"seq": seq, "ops": tx_ops})
+            self._durability.wrote(seq)
             if self._compact_at is not None and wal.wal_bytes > self._compact_at:
                 self._compact_automatically()
         except BaseException:
@@ -289,6 +336,7 @@ class Queue:
         self._compact_now()
 
     def _compact_now(self) -> None:
+        self._durability.drain()  # a segment is sealed, and a sequence snapshotted, only once synced
         current, size = compact(self._store, self._state, self._wal, self._current, hook=self._hook, sync=self._sync)
         self._current = current
         if size is not None:

@@ -118,7 +118,7 @@ def recover(directory: StoreDirectory, *, hook: Hook, sync: bool) -> Recovered:
             raise CorruptStore(directory.file_path(wal_name(first_live)), None, "the first live WAL segment is missing")
         # A new directory: its first segment.
         fd = create_segment(directory, 1, sync=sync)
-        wal = WalWriter(directory, first_live=1, newest=1, fd=fd, newest_size=0, wal_bytes=0, sync=sync, hook=hook)
+        wal = WalWriter(directory, first_live=1, newest=1, fd=fd, newest_size=0, wal_bytes=0, sync=sync)
         return Recovered(state, None, wal, snapshot_size)
     for expected, number in enumerate(live, start=first_live):
         if number != expected:
@@ -165,6 +165,11 @@ def recover(directory: StoreDirectory, *, hook: Hook, sync: bool) -> Recovered:
             if sync:
                 os.fsync(fd)
             hook("recover.truncate.after")
+        elif sync:
+            # What opening recovered is what every read will show: make the
+            # newest segment durable now, in case its last frames were
+            # written by a process that died before its fsync.
+            os.fsync(fd)
         newest_size = end.size if end.torn_offset is None else end.torn_offset
         os.lseek(fd, newest_size, os.SEEK_SET)
     except BaseException:
@@ -178,6 +183,5 @@ def recover(directory: StoreDirectory, *, hook: Hook, sync: bool) -> Recovered:
         newest_size=newest_size,
         wal_bytes=wal_bytes,
         sync=sync,
-        hook=hook,
     )
     return Recovered(state, current, wal, snapshot_size)
