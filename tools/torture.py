@@ -80,6 +80,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
@@ -1321,6 +1322,7 @@ class FaultInjector:
 
     def __init__(self) -> None:
         self.armed = False
+        self.thread = threading.current_thread()
         self.calls: list[str] = []
         self.fail_at: int | None = None
         self.error_number = errno.EIO
@@ -1341,6 +1343,7 @@ class FaultInjector:
         self._originals.clear()
 
     def arm(self, fail_at: int | None, error_number: int = errno.EIO) -> None:
+        self.thread = threading.current_thread()
         self.calls = []
         self.written = []
         self.fail_at = fail_at
@@ -1353,7 +1356,10 @@ class FaultInjector:
 
     def _wrap(self, name: str, original: Callable[..., Any]) -> Callable[..., Any]:
         def faulty(*args: Any, **kwargs: Any) -> Any:
-            if self.armed:
+            # Only the calling thread's os calls are counted and faulted: a background
+            # snapshot's thread runs alongside, and a fault there fails no call (the
+            # campaign `background` covers those).
+            if self.armed and threading.current_thread() is self.thread:
                 index = len(self.calls)
                 self.calls.append(name)
                 if index == self.fail_at:

@@ -13,6 +13,7 @@ import multiprocessing
 import os
 import signal
 import stat
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -410,6 +411,9 @@ def test_an_obstacle_postpones_automatic_compaction_without_failing_the_put(qdir
     (qdir / CURRENT_TMP_NAME).rmdir()
     for n in range(20, 40):
         queue.put(f"t{n}", {"pad": "x" * 50})
+    deadline = time.monotonic() + 30  # the snapshot is written in the background
+    while queue.stats()["snapshot_seq"] == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert queue.stats()["snapshot_seq"] > 0
     queue.close()
     with Queue(qdir, sync=False) as reopened:

@@ -35,7 +35,16 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from walqueue.engine import ops
-from walqueue.engine.compaction import check_room, compact, compaction_threshold
+from walqueue.engine.compaction import (
+    BackgroundSnapshot,
+    FrozenState,
+    SnapshotSource,
+    check_room,
+    compact,
+    compaction_threshold,
+    publish,
+    seal,
+)
 from walqueue.engine.durability import Durability
 from walqueue.engine.ownership import DirectoryLock
 from walqueue.engine.recovery import recover
@@ -44,6 +53,7 @@ from walqueue.engine.types import Lease, QueueClosed, ReentrantCall, Task, new_l
 from walqueue.engine.wal import Hook, append_with_phases, no_hook
 from walqueue.format.directory import StoreDirectory, make_directories
 from walqueue.format.frame import encode_body
+from walqueue.format.snapshot import SnapshotInfo
 
 __all__ = ["Queue"]
 
@@ -183,6 +193,8 @@ class Queue:
         self._wal = recovered.wal
         self._snapshot_size = recovered.snapshot_size
         self._compact_at = compaction_threshold(recovered.snapshot_size, compact_bytes)
+        self._source = SnapshotSource(recovered.state)
+        self._background: BackgroundSnapshot | None = None
         # Group commit whenever frames are synced and no hook must see each one synced in its phases.
         self._durability = Durability(recovered.state.last_seq, recovered.wal, grouped=sync and hook is None)
         self._closed = False
@@ -207,10 +219,22 @@ class Queue:
                 return
             self._release(drain=True)
 
+    def _join_background(self) -> None:
+        """Wait for a background snapshot to end (never while holding the lock: it publishes under it)."""
+        background = getattr(self, "_background", None)
+        if background is not None:
+            background.join()
+
     def _release(self, *, drain: bool = False) -> None:
         """Close the files and give up the ownership; with `drain`, first sync what callers wait for."""
         self._closed = True
         _OPEN_QUEUES.discard(self)
+        background = getattr(self, "_background", None)
+        if background is not None:
+            # Stopped and gone before the ownership is: a new owner must never
+            # meet this thread's files. It never waits blindly for the lock we hold.
+            background.cancel()
+            background.join()
         durability = getattr(self, "_durability", None)
         if durability is not None:
             if drain and not durability.failed:
@@ -315,29 +339,80 @@ class Queue:
                 wal.write(frame)  # synced by the fsync the callers share (or never, with sync=False)
             else:
                 append_with_phases(wal, frame, self._hook)
+            source = self._source
+            source.before_change([op["task"] for op in tx_ops], state.tasks)
             apply(state, {"seq": seq, "ops": tx_ops})
+            for op in tx_ops:
+                if op["op"] == "put":
+                    source.created(op["task"])
             self._durability.wrote(seq)
-            if self._compact_at is not None and wal.wal_bytes > self._compact_at:
+            if self._compact_at is not None and wal.wal_bytes > self._compact_at and self._background is None:
                 self._compact_automatically()
         except BaseException:
             self._poison()
             raise
 
     def _compact_automatically(self) -> None:
-        """The size trigger's compaction; an obstacle in the directory postpones it instead of failing the call."""
+        """The size trigger: a snapshot written in the background (in this call, when a hook watches).
+
+        An obstacle in the directory postpones it instead of failing the call.
+        """
         try:
             check_room(self._store, self._wal, self._state.last_seq)
         except FileExistsError as exc:
             log.warning("automatic compaction postponed: %s", exc)
-            threshold = compaction_threshold(self._snapshot_size, self._compact_bytes)
-            assert threshold is not None  # only the size trigger gets here
-            self._compact_at = self._wal.wal_bytes + threshold
+            self._postpone_compaction()
             return
-        self._compact_now()
+        if self._hook is not no_hook:
+            # The phases must come in order in the caller's thread: compact here.
+            self._compact_now()
+            return
+        self._durability.drain()
+        seal(self._wal, no_hook)
+        frozen = self._source.freeze(self._state)
+        # The thread gets a descriptor of its own: whatever happens to this
+        # queue's, its writes and its cleanup stay in this very directory.
+        assert self._store.fd is not None
+        directory = StoreDirectory(self._store.path, os.dup(self._store.fd))
+        background = BackgroundSnapshot(
+            directory, frozen, sync=self._sync, lock=self._mutex, finish=self._finish_background
+        )
+        self._background = background
+        background.start()
+
+    def _postpone_compaction(self) -> None:
+        threshold = compaction_threshold(self._snapshot_size, self._compact_bytes)
+        assert threshold is not None  # only the size trigger gets here
+        self._compact_at = self._wal.wal_bytes + threshold
+
+    def _finish_background(self, frozen: FrozenState, info: SnapshotInfo | None, error: BaseException | None) -> None:
+        """Publish a background snapshot (called by its thread, holding the lock unless the queue is closing)."""
+        self._background = None
+        if self._closed or info is None:
+            self._source.thaw(frozen, written=False)
+            if error is not None and not self._closed:
+                log.error(
+                    "background snapshot through sequence %d failed, the WAL keeps everything: %s", frozen.seq, error
+                )
+                self._postpone_compaction()
+            return
+        try:
+            current = publish(self._store, self._wal, frozen, info, hook=no_hook, sync=self._sync)
+        except BaseException as exc:
+            self._source.thaw(frozen, written=False)
+            log.error("publishing the snapshot through sequence %d failed; the queue is closed: %s", frozen.seq, exc)
+            self._poison()
+            return
+        self._source.thaw(frozen, written=True)
+        self._current = current
+        self._snapshot_size = info.size
+        self._compact_at = compaction_threshold(info.size, self._compact_bytes)
 
     def _compact_now(self) -> None:
         self._durability.drain()  # a segment is sealed, and a sequence snapshotted, only once synced
-        current, size = compact(self._store, self._state, self._wal, self._current, hook=self._hook, sync=self._sync)
+        current, size = compact(
+            self._store, self._state, self._source, self._wal, self._current, hook=self._hook, sync=self._sync
+        )
         self._current = current
         if size is not None:
             self._snapshot_size = size
@@ -408,18 +483,24 @@ class Queue:
     def compact(self) -> None:
         """Write a snapshot of the state, publish it, and delete the WAL it covers.
 
-        Something in the way of a file compaction must create (a directory
-        named like the next snapshot, for example) is `FileExistsError`
-        naming it, before anything is written; the queue stays usable.
+        A background snapshot under way is waited for first. Something in
+        the way of a file compaction must create (a directory named like the
+        next snapshot, for example) is `FileExistsError` naming it, before
+        anything is written; the queue stays usable.
         """
         self._check_open()
-        with self._serialized:
-            check_room(self._store, self._wal, self._state.last_seq)
-            try:
-                self._compact_now()
-            except BaseException:
-                self._poison()
-                raise
+        while True:
+            self._join_background()
+            with self._serialized:
+                if self._background is not None:
+                    continue  # another call started one meanwhile: wait for it too
+                check_room(self._store, self._wal, self._state.last_seq)
+                try:
+                    self._compact_now()
+                except BaseException:
+                    self._poison()
+                    raise
+                return
 
     # -- reads (never write) ---------------------------------------------------------
 
