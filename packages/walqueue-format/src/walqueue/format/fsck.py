@@ -123,6 +123,7 @@ class Finding:
     bytes: int | None = None
 
     def to_json(self) -> dict[str, Any]:
+        """The finding as a JSON object (the `findings` items of `--json`)."""
         return {
             "severity": self.severity,
             "kind": self.kind,
@@ -156,6 +157,7 @@ class SnapshotSummary:
     sha256: str
 
     def to_json(self) -> dict[str, Any]:
+        """The snapshot summary as a JSON object."""
         return {"file": self.file, "seq": self.seq, "tasks": self.tasks, "size": self.size, "sha256": self.sha256}
 
 
@@ -173,12 +175,14 @@ class SegmentSummary:
     torn_bytes: int = 0
 
     def saw(self, seq: int) -> None:
+        """Count one verified frame holding transaction `seq`."""
         self.frames += 1
         if self.first_seq is None:
             self.first_seq = seq
         self.last_seq = seq
 
     def to_json(self) -> dict[str, Any]:
+        """The segment summary as a JSON object (the `segments` items of `--json`)."""
         return {
             "file": self.file,
             "number": self.number,
@@ -200,6 +204,7 @@ class LeftoverSummary:
     size: int | None
 
     def to_json(self) -> dict[str, Any]:
+        """The leftover segment as a JSON object."""
         return {"file": self.file, "number": self.number, "size": self.size}
 
 
@@ -218,6 +223,7 @@ class ReplaySummary:
     counts: dict[str, int] | None
 
     def to_json(self) -> dict[str, Any]:
+        """The replay summary as a JSON object."""
         return {"complete": self.complete, "applied": self.applied, "last_seq": self.last_seq, "counts": self.counts}
 
 
@@ -238,13 +244,16 @@ class Report:
     survey: Survey | None = None
 
     def add(self, severity: str, kind: str, file: str | None, offset: int | None, message: str) -> None:
+        """Record a finding."""
         assert severity in SEVERITIES, severity
         self.findings.append(Finding(severity, kind, file, offset, message))
 
     def add_corrupt(self, kind: str, exc: CorruptStore) -> None:
+        """Record `exc` as a corrupt finding of `kind`."""
         self.add("corrupt", kind, _file_name(exc.path), exc.offset, exc.reason)
 
     def add_unreadable(self, path: str, exc: OSError) -> None:
+        """Record that `path` could not be read."""
         self.add("error", "unreadable", _file_name(path), None, f"cannot read: {exc.strerror or exc}")
 
     @property
@@ -263,6 +272,7 @@ class Report:
 
     @property
     def exit_code(self) -> int:
+        """The exit status of the verdict: 0 healthy, 1 torn, 2 corrupt or error."""
         return _STATUS_EXIT[self.status]
 
     def to_json(self) -> dict[str, Any]:

@@ -421,6 +421,12 @@ def _reach(frames: dict[int, tuple[str, int, int]], base_seq: int) -> int:
     return end
 
 
+_NO_FRAME = "the next sequence is in no intact frame"
+_END = "end of the log"
+#: Stops that the lost/intact ranges already explain (an engine's refusal is worth spelling out).
+_PLAIN_STOPS = (_NO_FRAME, _END)
+
+
 def _plan(source: _Source, result: Survey, engine: bool | None) -> Plan:
     frames = result.frames
     bases: list[tuple[str | None, int, int, bool]] = [(None, 0, 0, False)]
@@ -436,7 +442,7 @@ def _plan(source: _Source, result: Survey, engine: bool | None) -> Plan:
         raw_end = _reach(frames, base[1])
         if best is not None and raw_end <= best[1]:
             break
-        stop = "the next sequence is in no intact frame" if raw_end < max(frames, default=0) else "end of the log"
+        stop = _NO_FRAME if raw_end < max(frames, default=0) else _END
         end = raw_end
         if state_module is not None:
             checked = _replay(source, result, state_module, base, raw_end)
@@ -634,7 +640,8 @@ def describe_plan(plan: Plan) -> list[str]:
             parts.append(f"seq {_ranges_text(plan.lost)} in no intact frame")
         if plan.intact_dropped:
             parts.append(f"seq {_ranges_text(plan.intact_dropped)} intact but after the gap")
-        lines.append(f"drops {plan.dropped_transactions} transactions: {'; '.join(parts)} ({plan.stop})")
+        why = "" if plan.stop in _PLAIN_STOPS else f" ({plan.stop})"
+        lines.append(f"drops {plan.dropped_transactions} transactions: {'; '.join(parts)}{why}")
     else:
         lines.append("drops no transaction")
     return lines
