@@ -53,7 +53,8 @@ class Stats(TypedDict):
     segments: int
 
 
-#: Every fault-injection phase, in the order they can occur (SPEC §5).
+#: Every fault-injection phase, in the order they can occur; `Queue(hook=...)` is called with each
+#: at the step its name says; raising `InjectedCrash` there simulates a crash (docs/RELIABILITY.md).
 PHASES: tuple[str, ...] = (
     "wal.append.before",
     "wal.append.partial",

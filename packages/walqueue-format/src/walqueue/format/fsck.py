@@ -1,6 +1,6 @@
-"""walqueue-fsck: the offline inspector of a WALQueue directory (SPEC §7).
+"""walqueue-fsck: the offline inspector of a WALQueue directory (README "Inspecting a directory", docs/REPAIR.md).
 
-It checks what opening a directory checks (SPEC §3 and §4), in the same
+It checks what opening a directory checks (docs/FORMAT.md §1-§7), in the same
 order and with the same readers as the engine's recovery, but it only
 reads: it never writes, creates, truncates or locks anything, so it can look
 at a directory that another process owns, or at a copy of a damaged one.
@@ -367,7 +367,7 @@ class _Replay:
         return ReplaySummary(complete, self.applied, self.state.last_seq, self.state.counts())
 
 
-# -- sequence continuity (SPEC §4 rule 4, as recovery checks it) ----------------------
+# -- sequence continuity (docs/FORMAT.md §7, as recovery checks it) ----------------------
 
 
 class _Sequencer:
