@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
-from walqueue import KeyConflict, Lease, StaleLease, Task
+from walqueue import KeyConflict, Lease, StaleLease, Status, Task
 
 __all__ = [
     "MAX_DEPTH",
@@ -100,7 +100,7 @@ class QueueLike(Protocol):
 
     def get(self, task_id: str) -> Task | None: ...
 
-    def tasks(self, status: str | None = ...) -> Sequence[Task]: ...
+    def tasks(self, status: Status | None = ...) -> Sequence[Task]: ...
 
     def stats(self) -> Mapping[str, Any]: ...
 

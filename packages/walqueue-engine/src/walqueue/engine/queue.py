@@ -49,7 +49,7 @@ from walqueue.engine.durability import Durability
 from walqueue.engine.ownership import DirectoryLock
 from walqueue.engine.recovery import recover
 from walqueue.engine.state import apply
-from walqueue.engine.types import Lease, QueueClosed, ReentrantCall, Task, new_lease
+from walqueue.engine.types import Lease, QueueClosed, ReentrantCall, Stats, Status, Task, new_lease
 from walqueue.engine.wal import Hook, append_with_phases, no_hook
 from walqueue.format.directory import StoreDirectory, make_directories
 from walqueue.format.frame import encode_body
@@ -133,7 +133,33 @@ class _Serialized:
 
 
 class Queue:
-    """A durable task queue owning one directory. See SPEC §2 for every rule."""
+    """A durable task queue that owns one directory.
+
+    ``Queue(directory, *, hook=None, sync=True, compact_bytes=64 * 2**20)``
+    opens `directory` (creating it and its parents if missing), takes
+    exclusive ownership of it (an `fcntl.flock` on ``DIR/LOCK``) and
+    recovers it: the state is exactly that of the last committed transaction,
+    after cutting only a torn final write. Every write call returns after its
+    transaction is in the write-ahead log (fsynced with `sync=True`; `False`
+    skips the fsyncs, for tests). `compact_bytes`: compact automatically once
+    the live WAL exceeds ``max(compact_bytes, 2 x the last snapshot)`` bytes;
+    ``None``: only `compact()` compacts. `hook(phase)` is called at every
+    durability step named in `walqueue.PHASES` (for crash tests). Threads may
+    share one queue: its calls are serialized.
+
+    Raises `CorruptStore` (damage, with path, offset and reason),
+    `DirectoryLocked` (another `Queue` owns it), `OSError`, or `TypeError` /
+    `ValueError` for bad arguments. After an I/O error or an exception from
+    the hook, the queue is poisoned: it releases the directory and every call
+    but `close()` raises `QueueClosed`. Use it as a context manager.
+
+    Example::
+
+        with Queue("/var/lib/app/queue") as queue:
+            queue.put("email-1", {"to": "ada@example.org"})
+
+    The disk format is docs/FORMAT.md; every choice is in docs/DECISIONS.md.
+    """
 
     def __init__(
         self,
@@ -429,7 +455,20 @@ class Queue:
         available_at: int = 0,
         max_attempts: int = 3,
     ) -> str:
-        """Create a task, or return `task_id` for an identical retry (writing nothing)."""
+        """Create a ready task and return `task_id`; an identical retry returns it and writes nothing.
+
+        `key` (default: `task_id`) is the task's permanent idempotency key.
+        `payload` must be a JSON object (a `dict` of plain JSON values);
+        `available_at` (int >= 0) is the earliest `now` a reserve may lease
+        it; `max_attempts` (int >= 1) the number of leases before it dies.
+        A completed or dead task is never resurrected.
+
+        Raises `KeyConflict` (a known key with another task id, payload,
+        `available_at` or `max_attempts`, or a known task id under a new key),
+        `TypeError`/`ValueError` (bad arguments, too large), `QueueClosed`.
+
+        Example: ``queue.put("email-1", {"to": "ada@example.org"}, key="order:1:email")``
+        """
         self._check_open()
         # Validation reads only the caller's values: done before the lock is taken.
         op = ops.put_op(task_id, payload, key=key, available_at=available_at, max_attempts=max_attempts)
@@ -439,7 +478,15 @@ class Queue:
             return task_id
 
     def put_many(self, tasks: Iterable[Mapping[str, Any]]) -> list[str]:
-        """Create every new task in one transaction, or nothing at all."""
+        """Create every new task in one transaction, or nothing at all; return the task ids in order.
+
+        Each item is a mapping with `put`'s argument names (`task_id`,
+        `payload`, optional `key`, `available_at`, `max_attempts`). Identical
+        retries are returned without writing; any conflict or bad item raises
+        (`KeyConflict`, `TypeError`, `ValueError`) and nothing is written.
+
+        Example: ``queue.put_many([{"task_id": "a", "payload": {}}, {"task_id": "b", "payload": {}}])``
+        """
         self._check_open()
         if isinstance(tasks, (str, bytes, Mapping)) or not isinstance(tasks, Iterable):
             raise TypeError("put_many takes an iterable of mappings")
@@ -453,7 +500,19 @@ class Queue:
             return task_ids
 
     def reserve(self, worker: str, *, now: int, lease_seconds: int, limit: int = 1) -> list[Lease]:
-        """Expire overdue leases (one transaction), then lease up to `limit` due tasks (another)."""
+        """Expire overdue leases (one transaction), then lease up to `limit` due tasks (another).
+
+        A leased task whose deadline is ``<= now`` becomes ready again (at its
+        old deadline) or dead when it used up `max_attempts`. Then up to
+        `limit` ready tasks with ``available_at <= now`` are leased to
+        `worker` until ``now + lease_seconds``, in ``(available_at, task_id)``
+        order; each lease increments the task's `attempts` and `generation`.
+        Returns the leases (an empty list when nothing is due).
+
+        Raises `TypeError`/`ValueError` (bad arguments), `QueueClosed`.
+
+        Example: ``leases = queue.reserve("worker-1", now=int(time.time()), lease_seconds=60)``
+        """
         self._check_open()
         ops.validate_reserve_args(worker, now, lease_seconds, limit)
         with self._serialized:
@@ -466,7 +525,14 @@ class Queue:
             return [self._state.lease_for(op["task"]) for op in lease_ops]
 
     def ack(self, lease: Lease, *, now: int) -> None:
-        """Complete a leased task; `StaleLease` (writing nothing) unless the token still owns it."""
+        """Complete the leased task (its payload is dropped; it stays as a tombstone).
+
+        Raises `StaleLease`, writing nothing, unless the task is still leased
+        to `lease.worker` with `lease.generation` and ``now < deadline``;
+        `TypeError` if `lease` is not a `Lease`; `QueueClosed`.
+
+        Example: ``queue.ack(lease, now=int(time.time()))``
+        """
         self._check_open()
         lease = _exact_token(lease)
         with self._serialized:
@@ -474,7 +540,13 @@ class Queue:
             self._commit(ack_ops, [ops.settle_json(op) for op in ack_ops])
 
     def release(self, lease: Lease, *, now: int, delay: int = 0) -> None:
-        """Give a leased task back (ready at `now + delay`, or dead once out of attempts)."""
+        """Give the leased task back: ready at ``now + delay``, or dead once out of attempts.
+
+        Raises `StaleLease` under the same rules as `ack`, writing nothing;
+        `TypeError`/`ValueError` for a bad `delay` (int >= 0); `QueueClosed`.
+
+        Example: ``queue.release(lease, now=int(time.time()), delay=30)``
+        """
         self._check_open()
         lease = _exact_token(lease)
         with self._serialized:
@@ -486,7 +558,9 @@ class Queue:
         A background snapshot under way is waited for first. Something in
         the way of a file compaction must create (a directory named like the
         next snapshot, for example) is `FileExistsError` naming it, before
-        anything is written; the queue stays usable.
+        anything is written; the queue stays usable. Any other failure
+        (`OSError`) poisons the queue; `QueueClosed` once closed. The steps
+        and their crash safety: docs/FORMAT.md.
         """
         self._check_open()
         while True:
@@ -505,17 +579,39 @@ class Queue:
     # -- reads (never write) ---------------------------------------------------------
 
     def get(self, task_id: str) -> Task | None:
+        """The task `task_id` as a `Task`, or ``None`` if no such id was ever stored. Writes nothing.
+
+        Raises `TypeError` if `task_id` is not a `str`, `QueueClosed`.
+
+        Example: ``queue.get("email-1").status  # "ready"``
+        """
         self._check_open()
         if not isinstance(task_id, str):
             raise TypeError(f"task_id must be a str, not {type(task_id).__name__}")
         with self._serialized:
             return self._state.get_task(task_id)
 
-    def tasks(self, status: str | None = None) -> list[Task]:
+    def tasks(self, status: Status | None = None) -> list[Task]:
+        """Every task, or every task with `status`, ordered by task id. Writes nothing.
+
+        `status` is one of ``"ready"``, ``"leased"``, ``"completed"``,
+        ``"dead"`` (typed as `walqueue.Status`), or ``None`` for all; anything
+        else raises `ValueError`. `QueueClosed` once closed.
+
+        Example: ``for task in queue.tasks("dead"): print(task.task_id)``  (the dead letters)
+        """
         with self._serialized:
             return self._state.list_tasks(status)
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> Stats:
+        """Counts per status and the log's position, as a `walqueue.Stats` dict. Writes nothing.
+
+        Keys: `counts` (exactly ``ready``, ``leased``, ``completed``,
+        ``dead``), `last_seq`, `snapshot_seq`, `wal_bytes` (live WAL after the
+        snapshot) and `segments` (live WAL segments). Raises `QueueClosed`.
+
+        Example: ``queue.stats()["counts"]["ready"]``
+        """
         with self._serialized:
             return {
                 "counts": self._state.counts(),
@@ -527,6 +623,7 @@ class Queue:
 
     @property
     def last_seq(self) -> int:
+        """The sequence number of the last committed transaction (0 when none). Raises `QueueClosed`."""
         with self._serialized:
             return self._state.last_seq
 
