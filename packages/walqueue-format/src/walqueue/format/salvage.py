@@ -368,6 +368,9 @@ def _survey_segment(
     except OSError as exc:
         segment.damage.append(Damage(name, 0, 0, f"cannot read: {exc.strerror or exc}"))
         return segment
+    except CorruptStore as exc:  # not a regular file (a FIFO, a directory, a symlink): never read
+        segment.damage.append(Damage(name, 0, 0, exc.reason))
+        return segment
     with file:
         size = os.fstat(file.fileno()).st_size
         segment.size = size
