@@ -202,10 +202,7 @@ class Client:
             raise QueueClosed("this client is closed")
         connection: _Connection | None = getattr(self._local, "connection", None)
         if connection is not None and (connection.pid != os.getpid() or connection.looks_closed()):
-            if connection.pid != os.getpid():
-                connection.sock.close()  # the parent's socket: drop this process's handle only
-            else:
-                connection.close()
+            self._drop(connection)  # a parent's socket only loses this process's handle
             connection = None
         if connection is None:
             connection = _Connection(self.socket_path, self.timeout)
