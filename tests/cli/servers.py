@@ -7,7 +7,6 @@ a short temporary directory, not in pytest's (long) tmp_path.
 from __future__ import annotations
 
 import json
-import os
 import select
 import shutil
 import signal

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from model import Model, render
 from servers import ServerProcess, running_server, short_directory
 
+from model import Model, render
 from walqueue import KeyConflict, Lease, Queue, QueueClosed, StaleLease, Task
 from walqueue.cli import Client
 from walqueue.cli.protocol import LineReader, encode_answer, respond

@@ -193,6 +193,10 @@ class Client:
             except OSError:
                 pass
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def __repr__(self) -> str:
         return f"Client({self.socket_path!r}{', closed' if self._closed else ''})"
 
@@ -207,7 +211,7 @@ class Client:
         if connection is None:
             connection = _Connection(self.socket_path, self.timeout)
             with self._lock:
-                if self._closed:
+                if self.closed:  # close() ran meanwhile, in another thread
                     connection.close()
                     raise QueueClosed("this client is closed")
                 self._all.add(connection)
