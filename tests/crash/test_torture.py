@@ -27,6 +27,7 @@ TORTURE_PATH = Path(__file__).resolve().parents[2] / "tools" / "torture.py"
 #: Seconds per campaign. The bytes campaign always finishes every truncation of its
 #: first store (a few thousand variants), so it may take longer than its budget.
 BUDGETS = {"crash-points": 14.0, "kill": 14.0, "bytes": 10.0, "os-faults": 10.0, "bad-input": 10.0}
+BUDGETS.update({"server-kill": 4.0, "client-kill": 3.0, "hostile-clients": 3.0})  # walqueue-serve (#17)
 
 #: Lower bounds on what a bounded run must have done: about a third of what a
 #: loaded two-core machine manages, so they catch a campaign gone idle, not a slow CI.
@@ -36,6 +37,9 @@ MINIMUM_COUNTS = {
     "bytes": {"stores": 1, "truncations": 2500, "bit flips": 300, "refused": 500, "recovered torn": 100},
     "os-faults": {"steps": 40, "faults": 150, "faults without a hook": 30, "open faults": 20},
     "bad-input": {"API calls": 80, "CLI lines": 150, "refused": 150},
+    "server-kill": {"server kills": 3, "steps hit by a kill": 2, "operations answered": 40, "concurrent reads": 100},
+    "client-kill": {"client kills": 5, "in flight at the kill": 2, "requests completed": 20},
+    "hostile-clients": {"socket lines": 140, "refused": 80, "junk connections": 3},
 }
 
 
@@ -59,6 +63,8 @@ def _exact_promises(torture: ModuleType, campaign: str, counts: dict[str, int]) 
         broken.append("fsck --replay agreeing with opening on every damaged store")
     if campaign == "bad-input" and counts.get("consumer lines agreed") != counts.get("CLI lines"):
         broken.append("the consumer process answering every line as the protocol does in-process")
+    if campaign == "hostile-clients" and counts.get("socket lines agreed") != counts.get("socket lines"):
+        broken.append("the server answering every hostile line as the protocol does in-process")
     return broken
 
 
