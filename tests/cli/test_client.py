@@ -8,6 +8,7 @@ completed but its answer was lost".
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import threading
@@ -21,7 +22,7 @@ from servers import ServerProcess, running_server, short_directory
 
 from model import Model, render
 from walqueue import KeyConflict, Lease, Queue, QueueClosed, StaleLease, Task
-from walqueue.cli import Client
+from walqueue.cli import AsyncClient, Client
 from walqueue.cli.protocol import LineReader, encode_answer, respond
 
 pytestmark = pytest.mark.timeout(120)
@@ -310,3 +311,74 @@ def test_a_lost_answer_of_ack_release_or_reserve_is_a_connection_error_never_a_r
     task = server.queue.get("t")
     assert task is not None and task.status == ("completed" if op == "ack" else "ready")
     client.stats()  # the client goes on with a new connection
+
+
+# ---------------------------------------------------------------------------
+# AsyncClient: the same API as coroutines
+
+
+def test_async_client_answers_as_the_client_does(server: ServerProcess, client: Client) -> None:
+    async def scenario() -> list[str]:
+        async with AsyncClient(server.socket_path, timeout=30) as aclient:
+            results = [render(await aclient.put("a", {"n": 1.0}))]
+            results.append(render(await aclient.put("a", {"n": 1.0})))
+            try:
+                await aclient.put("a", {"n": 2})
+            except KeyConflict:
+                results.append("KeyConflict")
+            results.append(render(await aclient.put_many([{"task_id": "b", "payload": {}}])))
+            leases = await aclient.reserve("w", now=1, lease_seconds=10, limit=2)
+            results.append(render(leases))
+            await aclient.ack(leases[0], now=2)
+            await aclient.release(leases[1], now=2, delay=1)
+            try:
+                await aclient.ack(leases[0], now=3)
+            except StaleLease:
+                results.append("StaleLease")
+            results.append(render(await aclient.get("a")))
+            results.append(render(await aclient.tasks()))
+            results.append(render(await aclient.last_seq))
+            await aclient.compact()
+            results.append(render((await aclient.stats())["counts"]))
+            return results
+
+    results = asyncio.run(asyncio.wait_for(scenario(), 60))
+    model = Model()
+    expected = [render(model.put("a", {"n": 1.0})), render(model.put("a", {"n": 1.0})), "KeyConflict"]
+    expected.append(render(model.put_many([{"task_id": "b", "payload": {}}])))
+    leases = model.reserve("w", now=1, lease_seconds=10, limit=2)
+    expected.append(render(leases))
+    model.ack(leases[0], now=2)
+    model.release(leases[1], now=2, delay=1)
+    expected += ["StaleLease", render(model.get("a")), render(model.tasks()), render(model.last_seq)]
+    expected.append(render(model.counts()))
+    assert results == expected
+    assert client.get("b") is not None
+
+
+def test_async_client_serves_concurrent_coroutines_and_long_polls(server: ServerProcess) -> None:
+    async def scenario() -> bool:
+        async with AsyncClient(server.socket_path, timeout=30) as aclient:
+            waiting = asyncio.create_task(aclient.wait(20))
+            await asyncio.sleep(0.2)
+            ids = await asyncio.gather(*(aclient.put(f"c{i}", {"i": i}) for i in range(40)))
+            assert ids == [f"c{i}" for i in range(40)]
+            return await waiting
+
+    assert asyncio.run(asyncio.wait_for(scenario(), 60)) is True
+
+
+def test_async_client_retries_a_lost_put_but_not_a_lost_ack(flaky: tuple[FlakyServer, Client]) -> None:
+    server, client = flaky
+
+    async def scenario() -> None:
+        async with AsyncClient(client.socket_path, timeout=30, reconnect_seconds=5) as aclient:
+            server.drop_next("put")
+            assert await aclient.put("t", {}) == "t"
+            [lease] = await aclient.reserve("w", now=1, lease_seconds=10)
+            server.drop_next("ack")
+            with pytest.raises(ConnectionError, match="may or may not have happened"):
+                await aclient.ack(lease, now=2)
+
+    asyncio.run(asyncio.wait_for(scenario(), 60))
+    assert server.queue.last_seq == 3 and server.executed.count("put") == 2

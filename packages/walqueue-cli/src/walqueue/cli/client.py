@@ -30,6 +30,8 @@ parent's.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import math
 import os
@@ -38,15 +40,18 @@ import socket
 import threading
 import time
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from walqueue import KeyConflict, Lease, QueueClosed, StaleLease, Task, WalQueueError
 
-__all__ = ["Client", "ServerError"]
+__all__ = ["AsyncClient", "Client", "ServerError"]
 
 DEFAULT_RECONNECT_SECONDS = 10.0
 _RECV_BYTES = 2**16
+#: The longest answer line an AsyncClient reads (asyncio's default is 64 KiB; `tasks()` can be far longer).
+_ASYNC_LINE_LIMIT = 2**40
 
 
 class ServerError(WalQueueError):
@@ -101,6 +106,128 @@ def _encode(request: Mapping[str, Any]) -> bytes:
         # A lone surrogate: sent as its escape, and the server refuses it
         # with the very ValueError that Queue raises.
         return (json.dumps(request, allow_nan=False, separators=(",", ":")) + "\n").encode("ascii")
+
+
+def _result(answer: Any) -> dict[str, Any]:
+    """A success answer as it is; a failure as the exception `Queue` would raise."""
+    if not isinstance(answer, dict) or "ok" not in answer:
+        raise ServerError(f"not an answer: {answer!r:.200}")
+    if answer["ok"] is True:
+        return answer
+    name, message = answer.get("error"), answer.get("message", "")
+    if name == "KeyConflict":
+        raise KeyConflict(message)
+    if name == "StaleLease":
+        raise StaleLease(message)
+    if name == "BadRequest":
+        raise ValueError(message)
+    if name == "Fatal":
+        raise QueueClosed(f"the server's queue is closed: {message}")
+    if name == "TooManyClients":
+        raise ConnectionError(f"walqueue-serve refused the connection: {message}")
+    raise ServerError(f"{name}: {message}")
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """One call, checked and ready to send: the request, whether a retry is safe, what to return."""
+
+    request: dict[str, Any]
+    retry: bool
+    convert: Callable[[dict[str, Any]], Any]
+    extra_seconds: float = 0.0
+
+
+def _nothing(answer: dict[str, Any]) -> None:
+    return None
+
+
+def plan_put(task_id: str, payload: dict[str, Any], key: str | None, available_at: int, max_attempts: int) -> _Plan:
+    _check_type(task_id, str, "task_id")
+    _check_payload(payload)
+    _check_optional_str(key, "key")
+    _check_type(available_at, int, "available_at")
+    _check_type(max_attempts, int, "max_attempts")
+    request = {
+        "op": "put",
+        "task_id": task_id,
+        "payload": payload,
+        "key": key,
+        "available_at": available_at,
+        "max_attempts": max_attempts,
+    }
+    return _Plan(request, True, lambda answer: str(answer["task_id"]))
+
+
+def plan_put_many(tasks: Iterable[Mapping[str, Any]]) -> _Plan:
+    if isinstance(tasks, (str, bytes, Mapping)) or not isinstance(tasks, Iterable):
+        raise TypeError(f"tasks must be an iterable of mappings, not {type(tasks).__name__}")
+    items = []
+    for index, task in enumerate(tasks):
+        if not isinstance(task, Mapping):
+            raise TypeError(f"tasks[{index}] must be a mapping, not {type(task).__name__}")
+        unknown = set(task) - {"task_id", "payload", "key", "available_at", "max_attempts"}
+        if unknown:
+            raise TypeError(f"tasks[{index}] has unknown keys {sorted(map(str, unknown))}")
+        if "task_id" not in task or "payload" not in task:
+            raise TypeError(f"tasks[{index}] needs task_id and payload")
+        _check_type(task["task_id"], str, f"tasks[{index}].task_id")
+        _check_payload(task["payload"], f"tasks[{index}].payload")
+        _check_optional_str(task.get("key"), f"tasks[{index}].key")
+        for name in ("available_at", "max_attempts"):
+            if name in task:
+                _check_type(task[name], int, f"tasks[{index}].{name}")
+        items.append(dict(task))
+    return _Plan({"op": "put_many", "tasks": items}, True, lambda answer: [str(t) for t in answer["task_ids"]])
+
+
+def plan_reserve(worker: str, now: int, lease_seconds: int, limit: int) -> _Plan:
+    _check_type(worker, str, "worker")
+    for value, what in ((now, "now"), (lease_seconds, "lease_seconds"), (limit, "limit")):
+        _check_type(value, int, what)
+    request = {"op": "reserve", "worker": worker, "now": now, "lease_seconds": lease_seconds, "limit": limit}
+    return _Plan(request, False, lambda answer: [Lease.from_dict(lease) for lease in answer["leases"]])
+
+
+def plan_ack(lease: Lease, now: int) -> _Plan:
+    _check_type(lease, Lease, "lease")
+    _check_type(now, int, "now")
+    return _Plan({"op": "ack", "lease": lease.to_dict(), "now": now}, False, _nothing)
+
+
+def plan_release(lease: Lease, now: int, delay: int) -> _Plan:
+    _check_type(lease, Lease, "lease")
+    _check_type(now, int, "now")
+    _check_type(delay, int, "delay")
+    return _Plan({"op": "release", "lease": lease.to_dict(), "now": now, "delay": delay}, False, _nothing)
+
+
+def plan_get(task_id: str) -> _Plan:
+    _check_type(task_id, str, "task_id")
+    return _Plan(
+        {"op": "get", "task_id": task_id},
+        True,
+        lambda answer: None if answer["task"] is None else Task(**answer["task"]),
+    )
+
+
+def plan_tasks(status: str | None) -> _Plan:
+    _check_optional_str(status, "status")
+    return _Plan({"op": "tasks", "status": status}, True, lambda answer: [Task(**t) for t in answer["tasks"]])
+
+
+def plan_stats() -> _Plan:
+    return _Plan({"op": "stats"}, True, lambda answer: answer["stats"])
+
+
+def plan_compact() -> _Plan:
+    return _Plan({"op": "compact"}, True, _nothing)
+
+
+def plan_wait(timeout: float) -> _Plan:
+    if type(timeout) not in (int, float):
+        raise TypeError(f"timeout must be a number, not {type(timeout).__name__}")
+    return _Plan({"op": "wait", "timeout": timeout}, True, lambda answer: bool(answer["committed"]), float(timeout))
 
 
 class _Connection:
@@ -258,26 +385,14 @@ class Client:
                 time.sleep(min(pause, give_up_at - now))
                 pause = min(pause * 2, 0.5)
                 continue
-            return self._result(json.loads(raw), request["op"], connection)
+            try:
+                return _result(json.loads(raw))
+            except ConnectionError:  # TooManyClients: the server closes this connection
+                self._drop(connection)
+                raise
 
-    def _result(self, answer: Any, op: str, connection: _Connection) -> dict[str, Any]:
-        if not isinstance(answer, dict) or "ok" not in answer:
-            raise ServerError(f"not an answer: {answer!r:.200}")
-        if answer["ok"] is True:
-            return answer
-        name, message = answer.get("error"), answer.get("message", "")
-        if name == "KeyConflict":
-            raise KeyConflict(message)
-        if name == "StaleLease":
-            raise StaleLease(message)
-        if name == "BadRequest":
-            raise ValueError(message)
-        if name == "Fatal":
-            raise QueueClosed(f"the server's queue is closed: {message}")
-        if name == "TooManyClients":
-            self._drop(connection)
-            raise ConnectionError(f"walqueue-serve refused the connection: {message}")
-        raise ServerError(f"{name}: {message}")
+    def _plan(self, plan: _Plan) -> Any:
+        return plan.convert(self._call(plan.request, retry=plan.retry, extra_seconds=plan.extra_seconds))
 
     # -- the Queue API -------------------------------------------------------
 
@@ -290,83 +405,41 @@ class Client:
         available_at: int = 0,
         max_attempts: int = 3,
     ) -> str:
-        _check_type(task_id, str, "task_id")
-        _check_payload(payload)
-        _check_optional_str(key, "key")
-        _check_type(available_at, int, "available_at")
-        _check_type(max_attempts, int, "max_attempts")
-        request = {
-            "op": "put",
-            "task_id": task_id,
-            "payload": payload,
-            "key": key,
-            "available_at": available_at,
-            "max_attempts": max_attempts,
-        }
-        answer = self._call(request, retry=True)
-        return str(answer["task_id"])
+        result: str = self._plan(plan_put(task_id, payload, key, available_at, max_attempts))
+        return result
 
     def put_many(self, tasks: Iterable[Mapping[str, Any]]) -> list[str]:
-        if isinstance(tasks, (str, bytes, Mapping)) or not isinstance(tasks, Iterable):
-            raise TypeError(f"tasks must be an iterable of mappings, not {type(tasks).__name__}")
-        items = []
-        for index, task in enumerate(tasks):
-            if not isinstance(task, Mapping):
-                raise TypeError(f"tasks[{index}] must be a mapping, not {type(task).__name__}")
-            unknown = set(task) - {"task_id", "payload", "key", "available_at", "max_attempts"}
-            if unknown:
-                raise TypeError(f"tasks[{index}] has unknown keys {sorted(map(str, unknown))}")
-            if "task_id" not in task or "payload" not in task:
-                raise TypeError(f"tasks[{index}] needs task_id and payload")
-            _check_type(task["task_id"], str, f"tasks[{index}].task_id")
-            _check_payload(task["payload"], f"tasks[{index}].payload")
-            _check_optional_str(task.get("key"), f"tasks[{index}].key")
-            for name in ("available_at", "max_attempts"):
-                if name in task:
-                    _check_type(task[name], int, f"tasks[{index}].{name}")
-            items.append(dict(task))
-        answer = self._call({"op": "put_many", "tasks": items}, retry=True)
-        return [str(task_id) for task_id in answer["task_ids"]]
+        result: list[str] = self._plan(plan_put_many(tasks))
+        return result
 
     def reserve(self, worker: str, *, now: int, lease_seconds: int, limit: int = 1) -> list[Lease]:
-        _check_type(worker, str, "worker")
-        for value, what in ((now, "now"), (lease_seconds, "lease_seconds"), (limit, "limit")):
-            _check_type(value, int, what)
-        request = {"op": "reserve", "worker": worker, "now": now, "lease_seconds": lease_seconds, "limit": limit}
-        answer = self._call(request, retry=False)
-        return [Lease.from_dict(lease) for lease in answer["leases"]]
+        result: list[Lease] = self._plan(plan_reserve(worker, now, lease_seconds, limit))
+        return result
 
     def ack(self, lease: Lease, *, now: int) -> None:
-        _check_type(lease, Lease, "lease")
-        _check_type(now, int, "now")
-        self._call({"op": "ack", "lease": lease.to_dict(), "now": now}, retry=False)
+        self._plan(plan_ack(lease, now))
 
     def release(self, lease: Lease, *, now: int, delay: int = 0) -> None:
-        _check_type(lease, Lease, "lease")
-        _check_type(now, int, "now")
-        _check_type(delay, int, "delay")
-        self._call({"op": "release", "lease": lease.to_dict(), "now": now, "delay": delay}, retry=False)
+        self._plan(plan_release(lease, now, delay))
 
     def get(self, task_id: str) -> Task | None:
-        _check_type(task_id, str, "task_id")
-        task = self._call({"op": "get", "task_id": task_id}, retry=True)["task"]
-        return None if task is None else Task(**task)
+        result: Task | None = self._plan(plan_get(task_id))
+        return result
 
     def tasks(self, status: str | None = None) -> list[Task]:
-        _check_optional_str(status, "status")
-        answer = self._call({"op": "tasks", "status": status}, retry=True)
-        return [Task(**task) for task in answer["tasks"]]
+        result: list[Task] = self._plan(plan_tasks(status))
+        return result
 
     def stats(self) -> dict[str, Any]:
-        stats: dict[str, Any] = self._call({"op": "stats"}, retry=True)["stats"]
-        return stats
+        result: dict[str, Any] = self._plan(plan_stats())
+        return result
 
     @property
     def last_seq(self) -> int:
         return int(self.stats()["last_seq"])
 
     def compact(self) -> None:
-        self._call({"op": "compact"}, retry=True)
+        self._plan(plan_compact())
 
     def wait(self, timeout: float) -> bool:
         """Block until another request commits a transaction (True) or `timeout` seconds pass (False).
@@ -375,7 +448,158 @@ class Client:
         `reserve` finding nothing followed by `wait` misses no put made in
         between.
         """
-        if type(timeout) not in (int, float):
-            raise TypeError(f"timeout must be a number, not {type(timeout).__name__}")
-        answer = self._call({"op": "wait", "timeout": timeout}, retry=True, extra_seconds=float(timeout))
-        return bool(answer["committed"])
+        result: bool = self._plan(plan_wait(timeout))
+        return result
+
+
+class AsyncClient:
+    """`Client` for asyncio: the same methods as coroutines, on asyncio streams.
+
+    Concurrent calls each take an idle connection or open one, and give it
+    back when answered; the retry rules are `Client`'s. A call cancelled
+    while in flight closes its connection (its outcome, like that of a lost
+    connection, is unknown for `reserve`, `ack` and `release`).
+    `last_seq` is awaitable: ``await client.last_seq``.
+    """
+
+    def __init__(
+        self,
+        socket_path: str | os.PathLike[str],
+        *,
+        timeout: float | None = 60.0,
+        reconnect_seconds: float = DEFAULT_RECONNECT_SECONDS,
+    ) -> None:
+        self.socket_path = os.fspath(socket_path)
+        self.timeout = timeout
+        self.reconnect_seconds = reconnect_seconds
+        self._idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+        self._closed = False
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    async def close(self) -> None:
+        """Close the idle connections; calls in flight close theirs when they end."""
+        self._closed = True
+        idle, self._idle = self._idle, []
+        for _, writer in idle:
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
+
+    async def _connection(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        if self._closed:
+            raise QueueClosed("this client is closed")
+        while self._idle:
+            reader, writer = self._idle.pop()
+            if not reader.at_eof() and not writer.is_closing():
+                return reader, writer
+            writer.close()
+        return await asyncio.open_unix_connection(self.socket_path, limit=_ASYNC_LINE_LIMIT)
+
+    async def _plan(self, plan: _Plan) -> Any:
+        line = _encode(plan.request)
+        timeout = None if self.timeout is None else self.timeout + plan.extra_seconds
+        give_up_at: float | None = None
+        pause = 0.02
+        while True:
+            sent = False
+            writer: asyncio.StreamWriter | None = None
+            healthy = False
+            try:
+                reader, writer = await self._connection()
+                sent = True
+                writer.write(line)
+                await writer.drain()
+                raw = await asyncio.wait_for(reader.readline(), timeout)
+                if not raw.endswith(b"\n"):
+                    raise ConnectionResetError("the server closed the connection before answering")
+                healthy = True
+            except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as error:
+                if sent and not plan.retry:
+                    raise ConnectionError(
+                        f"the connection to {self.socket_path} was lost during {plan.request['op']!r}: "
+                        f"it may or may not have happened ({type(error).__name__}: {error})"
+                    ) from error
+                now = time.monotonic()
+                if give_up_at is None:
+                    give_up_at = now + self.reconnect_seconds
+                if now >= give_up_at:
+                    raise ConnectionError(
+                        f"cannot reach walqueue-serve at {self.socket_path} "
+                        f"for {self.reconnect_seconds:g} s ({type(error).__name__}: {error})"
+                    ) from error
+                await asyncio.sleep(min(pause, give_up_at - now))
+                pause = min(pause * 2, 0.5)
+                continue
+            finally:
+                if writer is not None and not healthy:
+                    writer.close()
+            answer = json.loads(raw)
+            if answer.get("error") == "TooManyClients":
+                writer.close()
+            elif not self._closed:
+                self._idle.append((reader, writer))
+            else:
+                writer.close()
+            return plan.convert(_result(answer))
+
+    async def put(
+        self,
+        task_id: str,
+        payload: dict[str, Any],
+        *,
+        key: str | None = None,
+        available_at: int = 0,
+        max_attempts: int = 3,
+    ) -> str:
+        result: str = await self._plan(plan_put(task_id, payload, key, available_at, max_attempts))
+        return result
+
+    async def put_many(self, tasks: Iterable[Mapping[str, Any]]) -> list[str]:
+        result: list[str] = await self._plan(plan_put_many(tasks))
+        return result
+
+    async def reserve(self, worker: str, *, now: int, lease_seconds: int, limit: int = 1) -> list[Lease]:
+        result: list[Lease] = await self._plan(plan_reserve(worker, now, lease_seconds, limit))
+        return result
+
+    async def ack(self, lease: Lease, *, now: int) -> None:
+        await self._plan(plan_ack(lease, now))
+
+    async def release(self, lease: Lease, *, now: int, delay: int = 0) -> None:
+        await self._plan(plan_release(lease, now, delay))
+
+    async def get(self, task_id: str) -> Task | None:
+        result: Task | None = await self._plan(plan_get(task_id))
+        return result
+
+    async def tasks(self, status: str | None = None) -> list[Task]:
+        result: list[Task] = await self._plan(plan_tasks(status))
+        return result
+
+    async def stats(self) -> dict[str, Any]:
+        result: dict[str, Any] = await self._plan(plan_stats())
+        return result
+
+    @property
+    def last_seq(self) -> Awaitable[int]:
+        async def read() -> int:
+            return int((await self.stats())["last_seq"])
+
+        return read()
+
+    async def compact(self) -> None:
+        await self._plan(plan_compact())
+
+    async def wait(self, timeout: float) -> bool:
+        """`Client.wait` as a coroutine (commits since this connection's previous call count)."""
+        result: bool = await self._plan(plan_wait(timeout))
+        return result
