@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import resource
+import signal
 import socket
 import stat
 import subprocess
@@ -295,3 +297,31 @@ def test_there_is_never_a_tcp_listener(server: ServerProcess) -> None:
             with open(table) as rows:
                 for row in list(rows)[1:]:
                     assert row.split()[9] not in inodes, f"an inet socket in {table}"
+
+
+def test_an_io_error_that_poisons_the_queue_is_fatal_and_the_server_exits_1(place: Path) -> None:
+    def limit_file_size() -> None:
+        # A write beyond the limit fails with EFBIG (a real OSError inside Queue).
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+
+    process = subprocess.Popen(
+        serve_command(place / "q", place / "s"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=child_environment(),
+        preexec_fn=limit_file_size,
+    )
+    try:
+        assert process.stdout is not None
+        assert b"listening" in process.stdout.readline()
+        connection = RawConnection(str(place / "s"))
+        answer = connection.request(put("big", payload={"text": "z" * 10_000}, id=7))
+        assert answer["id"] == 7 and answer["error"] == "Fatal"
+        _, err = process.communicate(timeout=30)
+        assert process.returncode == 1, err
+        assert not os.path.exists(place / "s")
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate(timeout=30)
