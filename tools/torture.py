@@ -2257,9 +2257,7 @@ def _server_kill_unit(
                 with Queue(directory, sync=False) as reopened:
                     views_after_kill.append(view(reopened))
                 report.count("server kills")
-                if stopping.is_set():
-                    return
-                server.start()
+                server.start()  # also when stopping: the clients' retries and the final check need it
         except Exception:
             kill_errors.append(traceback.format_exc(limit=5))
 
