@@ -32,6 +32,8 @@ from walqueue.cli.protocol import (
 )
 from walqueue.format import MAX_FRAME_BYTES
 
+pytestmark = pytest.mark.timeout(120)
+
 
 def child_environment(src_pythonpath: str) -> dict[str, str]:
     env = dict(os.environ)

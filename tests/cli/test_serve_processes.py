@@ -102,7 +102,12 @@ def mixed_child(socket_path: str, number: int, lock: Any, counter: Any, out: str
                     }
                 elif kind == "reserve":
                     op = "reserve"
-                    args = {"_positional": [f"w{number}"], "now": now, "lease_seconds": rng.choice([2, 500, 500]), "limit": 2}
+                    args = {
+                        "_positional": [f"w{number}"],
+                        "now": now,
+                        "lease_seconds": rng.choice([2, 500, 500]),
+                        "limit": 2,
+                    }
                 elif kind in ("ack", "release", "stale"):
                     if not leases:
                         op, args = "stats", {}
