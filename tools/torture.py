@@ -3,8 +3,8 @@
 
     python tools/torture.py [--seed N] [--seconds S] [--campaign NAME ...]
 
-Six campaigns, each seeded and reproducible, each comparing the real
-`walqueue.Queue` with the reference model of `tests/model.py`:
+Nine campaigns, each seeded and reproducible, each comparing the real
+`walqueue.Queue` (or `walqueue-serve`) with the reference model of `tests/model.py`:
 
 1. ``crash-points``: randomized workloads (every operation, explicit and
    automatic compaction, reaps) are killed with `InjectedCrash` at every
@@ -47,6 +47,15 @@ Six campaigns, each seeded and reproducible, each comparing the real
    life is compared with the model on reopen, every step runs under a
    watchdog (a hang is a divergence), and a canary tree beside the store
    must be byte-identical at the end.
+7. ``server-kill``: SIGKILL `walqueue-serve` under load from several
+   clients; after each kill the directory holds the model's state before or
+   after the call in flight, every answered call is durable, and a put
+   retried by `Client` across the restart is applied exactly once.
+8. ``client-kill``: SIGKILL client processes in the middle of requests: each
+   request is completed or never started, and the server serves on.
+9. ``hostile-clients``: the bad-input campaign's lines over the socket, some
+   split into small writes, among junk connections: every answer is the
+   in-process protocol's.
 
 One line per campaign gives its counts and divergences; the last line is
 ``N passed, M failed``. The exit status is 0 only when every campaign passed.
@@ -129,7 +138,17 @@ from walqueue import (  # noqa: E402
 from walqueue.format.current import read_current  # noqa: E402
 from walqueue.format.names import CURRENT_TMP_NAME, LOCK_NAME, parse_wal_name, snapshot_name  # noqa: E402
 
-CAMPAIGNS = ("crash-points", "kill", "bytes", "os-faults", "bad-input", "environment")
+CAMPAIGNS = (
+    "crash-points",
+    "kill",
+    "bytes",
+    "os-faults",
+    "bad-input",
+    "environment",
+    "server-kill",
+    "client-kill",
+    "hostile-clients",
+)
 #: Share of --seconds each campaign gets (renormalized over the ones selected).
 BUDGET_SHARES = {
     "crash-points": 0.19,
@@ -139,6 +158,7 @@ BUDGET_SHARES = {
     "bad-input": 0.14,
     "environment": 0.14,
 }
+BUDGET_SHARES.update({"server-kill": 0.1, "client-kill": 0.06, "hostile-clients": 0.06})  # walqueue-serve
 DEFAULT_SECONDS = 60.0
 RECOVERY_PHASES = ("recover.truncate.before", "recover.truncate.after")
 #: The errors a call may raise without anything being wrong (SPEC §2).
@@ -2624,6 +2644,389 @@ def campaign_environment(seed: int, budget: float, report: Report) -> None:
 
 
 # ---------------------------------------------------------------------------
+# Campaigns 7-9: walqueue-serve (issue #17). The server is a real process
+# (`python -m walqueue.cli.serve`, sync=True); clients are `walqueue.cli.Client`
+# objects in this process, or killed child processes, all over its Unix socket.
+
+SERVER_START_TIMEOUT = 30.0
+SERVER_CLIENTS = 3
+SERVER_KILL_DELAY = (0.05, 0.4)
+CLIENT_KILL_DELAY = (0.0, 0.15)
+HOSTILE_LINES_PER_UNIT = 150
+
+
+class ServedQueue:
+    """A `walqueue-serve` process on `directory`; `restart()` after a kill reuses the (stale) socket."""
+
+    def __init__(self, directory: Path, socket_path: str) -> None:
+        self.directory = directory
+        self.socket_path = socket_path
+        self.process: subprocess.Popen[bytes] | None = None
+        self.start()
+
+    def start(self) -> None:
+        command = [sys.executable, "-m", "walqueue.cli.serve", str(self.directory), "--socket", self.socket_path]
+        command += ["--log-level", "WARNING"]
+        self.process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=child_environment(), bufsize=0
+        )
+        assert self.process.stdout is not None
+        ready, _, _ = select.select([self.process.stdout], [], [], SERVER_START_TIMEOUT)
+        if not ready or not self.process.stdout.readline():
+            self.process.kill()
+            self.process.wait(SERVER_START_TIMEOUT)
+            raise Abort(f"walqueue-serve on {self.directory} did not start (exit {self.process.returncode})")
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+        if self.process is not None:
+            self.process.wait(SERVER_START_TIMEOUT)
+
+    def stop(self) -> int:
+        """SIGTERM: the graceful stop; its exit status."""
+        assert self.process is not None
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(SERVER_START_TIMEOUT)
+
+
+def _socket_dir() -> str:
+    return tempfile.mkdtemp(prefix="wq-torture-", dir="/tmp")  # sun_path holds 108 bytes: keep it short
+
+
+def campaign_server_kill(seed: int, budget: float, report: Report) -> None:
+    """SIGKILL the server under load from several clients; every answered call is durable, none applied twice.
+
+    Calls go one at a time, round-robin over `SERVER_CLIENTS` clients (so the
+    model knows their order), while reader threads load the server with
+    concurrent `stats`/`tasks` calls and a killer thread SIGKILLs it at
+    random moments, reopens the directory in this process (the state must be
+    the model's before or after the call in flight, or only its reap), and
+    restarts the server. A `put` in flight is retried by the client across
+    the restart and must answer as the model does (applied exactly once); an
+    `ack`, `release` or `reserve` in flight raises `ConnectionError`.
+    """
+    from walqueue.cli import Client
+
+    deadline = time.monotonic() + budget
+    root = Path(tempfile.mkdtemp(prefix="torture-serve-", dir=scratch_root()))
+    sockets = _socket_dir()
+    try:
+        unit = 0
+        while unit == 0 or time.monotonic() < deadline:
+            _server_kill_unit(seed, unit, root / f"u{unit}", f"{sockets}/s{unit}", deadline, report, Client)
+            unit += 1
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(sockets, ignore_errors=True)
+
+
+def _server_kill_unit(
+    seed: int, unit: int, directory: Path, socket_path: str, deadline: float, report: Report, client_class: Any
+) -> None:
+    import threading
+
+    where = f"--seed {seed} server-kill unit {unit}"
+    rng = random.Random(f"server-kill:{seed}:{unit}")
+    workload = Workload(f"server-kill-ops:{seed}:{unit}", prefix="s", weights={"compact": 0})
+    server = ServedQueue(directory, socket_path)
+    clients = [client_class(socket_path, timeout=60, reconnect_seconds=60) for _ in range(SERVER_CLIENTS)]
+    stopping = threading.Event()
+    views_after_kill: list[dict[str, Any]] = []
+    kill_errors: list[str] = []
+    kills_started = [0]
+
+    def killer() -> None:
+        try:
+            while not stopping.wait(rng.uniform(*SERVER_KILL_DELAY)):
+                kills_started[0] += 1
+                server.kill()
+                with Queue(directory, sync=False) as reopened:
+                    views_after_kill.append(view(reopened))
+                report.count("server kills")
+                server.start()  # also when stopping: the clients' retries and the final check need it
+        except Exception:
+            kill_errors.append(traceback.format_exc(limit=5))
+
+    def reader(number: int) -> None:
+        with client_class(socket_path, timeout=60, reconnect_seconds=60) as loader:
+            while not stopping.is_set():
+                try:
+                    loader.stats() if number % 2 else loader.tasks("ready")
+                    report.count("concurrent reads")
+                except (ConnectionError, OSError):
+                    time.sleep(0.01)
+
+    threads = [threading.Thread(target=killer, daemon=True)]
+    threads += [threading.Thread(target=reader, args=(n,), daemon=True) for n in range(2)]
+    for thread in threads:
+        thread.start()
+    model = Model()
+    try:
+        step = 0
+        while step < 400 and (step < 40 or time.monotonic() < deadline):
+            op = workload.next_op(model)
+            expected = expected_states(model, op)
+            kills_before = len(views_after_kill)
+            client = clients[step % SERVER_CLIENTS]
+            try:
+                answer: str | None = outcome(op, client)
+            except ConnectionError:
+                answer = None
+            settle = time.monotonic() + 60
+            while kills_started[0] > len(views_after_kill) and time.monotonic() < settle:
+                time.sleep(0.005)  # a kill is under way: wait for its reopened view
+            kills = views_after_kill[kills_before:]
+            label = f"{where} step {step} ({op.describe()})"
+            if answer is not None:
+                report.count("operations answered")
+                if answer != expected.answer:
+                    raise Abort(f"{label}: answered {answer[:120]}, the model {expected.answer[:120]}")
+            if kills:
+                report.count("steps hit by a kill")
+                candidates = {id(state): state for state in expected.by_seq.values()}
+                for seen in kills:
+                    if not any(seen == view(state) for state in candidates.values()):
+                        report.diverge(f"{label}: after a kill the store holds a state the model never had")
+                        raise Abort(label)
+                if answer is None:
+                    report.count("in flight, not retried")
+                    matching = [state for state in expected.by_seq.values() if view(state) == kills[-1]]
+                    model = matching[-1]
+                    report.count(
+                        "in-flight applied" if model.last_seq > expected.before.last_seq else "in-flight not applied"
+                    )
+                else:
+                    if op.kind in ("put", "put_many"):
+                        report.count("puts retried across a restart")
+                    model = expected.after
+            elif answer is None:
+                raise Abort(f"{label}: ConnectionError without a kill")
+            else:
+                model = expected.after
+            step += 1
+        report.count("steps", step)
+    finally:
+        stopping.set()
+        for thread in threads:
+            thread.join(60)
+        for client in clients:
+            client.close()
+    if kill_errors:
+        raise Abort(f"{where}: the killer failed\n{kill_errors[0]}")
+    if server.process is not None and server.process.poll() is None:
+        with client_class(socket_path, timeout=60, reconnect_seconds=10) as final:
+            if view(final) != view(model):
+                report.diverge(f"{where}: the served state differs from the model at the end")
+        if server.stop() != 0:
+            report.diverge(f"{where}: SIGTERM did not exit 0")
+    server.kill()
+    with Queue(directory, sync=False) as reopened:
+        if not compare_views(reopened, model, report, f"{where} (reopened at the end)"):
+            raise Abort(f"{where}: aborted")
+
+
+CLIENT_VICTIM = r"""
+import json, socket, sys, time
+path, prefix, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
+sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+sock.connect(path)
+reader = sock.makefile("rb")
+print("ready", flush=True)
+for step in range(steps):
+    items = [{"task_id": f"{prefix}-{step}-{i}", "payload": {"step": step, "i": i}} for i in range(3)]
+    line = json.dumps({"op": "put_many", "tasks": items, "id": step}).encode() + b"\n"
+    print("begin", step, flush=True)
+    cut = len(line) // 2
+    sock.sendall(line[:cut])
+    time.sleep(0.002)
+    sock.sendall(line[cut:])
+    answer = json.loads(reader.readline())
+    assert answer == {"id": step, "ok": True, "task_ids": [item["task_id"] for item in items]}, answer
+    print("done", step, flush=True)
+"""
+
+
+def campaign_client_kill(seed: int, budget: float, report: Report) -> None:
+    """SIGKILL client processes in the middle of their requests; each request is completed or never started.
+
+    Each victim sends `put_many` requests of three tasks, each line in two
+    writes, printing ``begin``/``done`` around it, and dies by SIGKILL at a
+    random moment. Afterwards the server must hold every done request's
+    tasks, all or none of the one in flight, nothing of later ones, and
+    still answer another client; at the end SIGTERM exits 0 and the
+    reopened directory equals what was served.
+    """
+    from walqueue.cli import Client
+
+    deadline = time.monotonic() + budget
+    rng = random.Random(f"client-kill:{seed}")
+    root = Path(tempfile.mkdtemp(prefix="torture-clients-", dir=scratch_root()))
+    sockets = _socket_dir()
+    socket_path = f"{sockets}/s"
+    server = ServedQueue(root / "q", socket_path)
+    try:
+        with Client(socket_path, timeout=60) as observer:
+            victim_number = 0
+            while victim_number < 10 or time.monotonic() < deadline:
+                _kill_one_client(rng, victim_number, socket_path, observer, report, f"--seed {seed} client-kill")
+                victim_number += 1
+            served = view(observer)
+        if server.stop() != 0:
+            report.diverge("client-kill: SIGTERM did not exit 0")
+        with Queue(root / "q", sync=False) as reopened:
+            if view(reopened) != served:
+                report.diverge("client-kill: the reopened directory differs from what the server answered")
+    finally:
+        server.kill()
+        shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(sockets, ignore_errors=True)
+
+
+def _kill_one_client(
+    rng: random.Random, number: int, socket_path: str, observer: Any, report: Report, where: str
+) -> None:
+    prefix = f"v{number}"
+    victim = subprocess.Popen(
+        [sys.executable, "-c", CLIENT_VICTIM, socket_path, prefix, "1000"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=child_environment(),
+    )
+    assert victim.stdout is not None
+    ready, _, _ = select.select([victim.stdout], [], [], SERVER_START_TIMEOUT)
+    if not ready or victim.stdout.readline() != b"ready\n":
+        victim.kill()
+        victim.wait(SERVER_START_TIMEOUT)
+        raise Abort(f"{where}: victim {number} did not start")
+    time.sleep(rng.uniform(*CLIENT_KILL_DELAY))
+    victim.kill()
+    output, _ = victim.communicate(timeout=SERVER_START_TIMEOUT)
+    begun = done = -1
+    for line in output.split(b"\n"):
+        words = line.split()
+        if len(words) == 2 and words[0] == b"begin":
+            begun = int(words[1])
+        elif len(words) == 2 and words[0] == b"done":
+            done = int(words[1])
+    report.count("client kills")
+    time.sleep(0.05)  # the server may still be executing the request the victim sent last
+    present = {task.task_id for task in observer.tasks() if task.task_id.startswith(prefix + "-")}
+    steps_present = {int(task_id.split("-")[1]) for task_id in present}
+    for step in steps_present:
+        if {f"{prefix}-{step}-{i}" for i in range(3)} - present:
+            report.diverge(f"{where} victim {number}: request {step} was applied in part")
+    if steps_present - set(range(begun + 1)) or set(range(done + 1)) - steps_present:
+        report.diverge(f"{where} victim {number}: begun {begun}, done {done}, applied {sorted(steps_present)}")
+    report.count("requests completed", len(steps_present))
+    if begun > done:
+        report.count("in flight at the kill")
+        report.count("in-flight completed" if begun in steps_present else "in-flight never started")
+
+
+def campaign_hostile_clients(seed: int, budget: float, report: Report) -> None:
+    """The CLI's bad-input corpus over the socket: each answer is the in-process protocol's, none harms another.
+
+    Hostile lines (the generator of the bad-input campaign) go to a server
+    over several connections, some split into many small writes; between
+    them, junk connections send random bytes or half a line and hang up.
+    Each answer must equal `respond(line)` on a copy of the store in this
+    process (messages aside), and the served state must equal the copy's.
+    """
+    from walqueue.cli.protocol import is_blank, respond
+
+    deadline = time.monotonic() + budget
+    root = Path(tempfile.mkdtemp(prefix="torture-hostile-", dir=scratch_root()))
+    sockets = _socket_dir()
+    try:
+        unit = 0
+        while unit == 0 or time.monotonic() < deadline:
+            rng = random.Random(f"hostile-clients:{seed}:{unit}")
+            where = f"--seed {seed} hostile-clients unit {unit}"
+            served_dir, local_dir = root / f"served{unit}", root / f"local{unit}"
+            foreign = _foreign_tokens(root / f"other{unit}")
+            with Queue(served_dir, sync=False) as seeding:
+                seeding.put_many([{"task_id": f"b{i}", "payload": {"n": i}} for i in range(1, 4)])
+                seeding.reserve("w1", now=0, lease_seconds=1000)
+            shutil.copytree(served_dir, local_dir)
+            server = ServedQueue(served_dir, f"{sockets}/s{unit}")
+            try:
+                with Queue(local_dir, sync=False) as local:
+                    _hostile_unit(rng, server.socket_path, local, foreign, is_blank, respond, report, where)
+                    expected = view(local)
+                if server.stop() != 0:
+                    report.diverge(f"{where}: SIGTERM did not exit 0")
+                with Queue(served_dir, sync=False) as reopened:
+                    if view(reopened) != expected:
+                        report.diverge(f"{where}: the served state differs from the in-process one")
+            finally:
+                server.kill()
+            unit += 1
+            if time.monotonic() >= deadline:
+                break
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(sockets, ignore_errors=True)
+
+
+def _hostile_unit(
+    rng: random.Random,
+    socket_path: str,
+    local: Queue,
+    foreign: list[Lease],
+    is_blank: Callable[[bytes], bool],
+    respond: Callable[..., Any],
+    report: Report,
+    where: str,
+) -> None:
+    import socket
+
+    def connect() -> tuple[socket.socket, Any]:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(60)
+        sock.connect(socket_path)
+        return sock, sock.makefile("rb")
+
+    connections = [connect() for _ in range(3)]
+    for serial in range(HOSTILE_LINES_PER_UNIT):
+        if rng.random() < 0.1:  # a junk connection: random bytes or half a line, then gone
+            junk, _ = connect()
+            junk.sendall(bytes(rng.randrange(256) for _ in range(rng.randrange(1, 200))).replace(b"\n", b""))
+            junk.close()
+            report.count("junk connections")
+        line = cli_line(rng, _mirror(local), foreign, serial)
+        if is_blank(line):
+            continue
+        sock, answers = rng.choice(connections)
+        data = line + b"\n"
+        if rng.random() < 0.3:
+            cuts = sorted(rng.sample(range(1, len(data)), min(len(data) - 1, 4))) if len(data) > 1 else []
+            for start, end in zip([0, *cuts], [*cuts, len(data)], strict=True):
+                sock.sendall(data[start:end])
+        else:
+            sock.sendall(data)
+        raw = answers.readline()
+        report.count("socket lines")
+        if not raw.endswith(b"\n"):
+            report.diverge(f"{where} line {serial} {_short(line)}: the connection closed without an answer")
+            return
+        got = json.loads(raw)
+        own = json.loads(json.dumps(respond(line, local).answer))
+        got.pop("message", None)
+        own.pop("message", None)
+        if got != own:
+            report.diverge(f"{where} line {serial} {_short(line)}: served {_short(got)}, in-process {_short(own)}")
+            return
+        if not got.get("ok"):
+            report.count("refused")
+        report.count("socket lines agreed")
+    for sock, answers in connections:
+        answers.close()
+        sock.close()
+
+
+# ---------------------------------------------------------------------------
 # Running
 
 
@@ -2634,6 +3037,9 @@ RUNNERS: dict[str, Callable[[int, float, Report], None]] = {
     "os-faults": campaign_os_faults,
     "bad-input": campaign_bad_input,
     "environment": campaign_environment,
+    "server-kill": campaign_server_kill,
+    "client-kill": campaign_client_kill,
+    "hostile-clients": campaign_hostile_clients,
 }
 
 

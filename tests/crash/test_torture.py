@@ -34,6 +34,7 @@ BUDGETS = {
     "bad-input": 10.0,
     "environment": 8.0,
 }
+BUDGETS.update({"server-kill": 4.0, "client-kill": 3.0, "hostile-clients": 3.0})  # walqueue-serve (#17)
 
 #: Lower bounds on what a bounded run must have done: about a third of what a
 #: loaded two-core machine manages, so they catch a campaign gone idle, not a slow CI.
@@ -55,6 +56,9 @@ MINIMUM_COUNTS = {
         "special files refused": 15,
         "second owners refused": 8,
     },
+    "server-kill": {"server kills": 3, "steps hit by a kill": 2, "operations answered": 40, "concurrent reads": 100},
+    "client-kill": {"client kills": 5, "in flight at the kill": 2, "requests completed": 20},
+    "hostile-clients": {"socket lines": 140, "refused": 80, "junk connections": 3},
 }
 
 
@@ -80,6 +84,8 @@ def _exact_promises(torture: ModuleType, campaign: str, counts: dict[str, int]) 
         broken.append("the consumer process answering every line as the protocol does in-process")
     if campaign == "environment" and counts.get("canaries intact") != counts.get("lives"):
         broken.append("a canary tree checked untouched after every life")
+    if campaign == "hostile-clients" and counts.get("socket lines agreed") != counts.get("socket lines"):
+        broken.append("the server answering every hostile line as the protocol does in-process")
     return broken
 
 

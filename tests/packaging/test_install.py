@@ -216,7 +216,7 @@ def test_the_three_wheels_install_offline_and_work_together(build: Build, new_ve
     result = check(new_venv.python_code(IMPORT_ALL))
     for module_file in result.stdout.splitlines():
         assert Path(module_file).is_relative_to(new_venv.root), module_file
-    assert_scripts_answer_help(new_venv, "walqueue", "walqueue-fsck")
+    assert_scripts_answer_help(new_venv, "walqueue", "walqueue-serve", "walqueue-fsck")
 
 
 def test_editable_install_of_all_three_serves_the_working_tree(build_backend_wheels: Path, new_venv: Venv) -> None:
@@ -229,7 +229,7 @@ def test_editable_install_of_all_three_serves_the_working_tree(build_backend_whe
     owners = ("walqueue-engine", "walqueue-format", "walqueue-cli")  # of walqueue, walqueue.format, walqueue.cli
     for module_file, dist in zip(result.stdout.splitlines(), owners, strict=True):
         assert Path(module_file).is_relative_to(REPO_ROOT / "packages" / dist / "src"), module_file
-    assert_scripts_answer_help(new_venv, "walqueue", "walqueue-fsck")
+    assert_scripts_answer_help(new_venv, "walqueue", "walqueue-serve", "walqueue-fsck")
 
 
 def test_the_format_wheel_alone_gives_fsck_and_no_queue(build: Build, new_venv: Venv) -> None:
@@ -240,6 +240,7 @@ def test_the_format_wheel_alone_gives_fsck_and_no_queue(build: Build, new_venv: 
     assert "ImportError" in no_queue.stderr
     assert_scripts_answer_help(new_venv, "walqueue-fsck")
     assert not Path(new_venv.script("walqueue")).exists()
+    assert not Path(new_venv.script("walqueue-serve")).exists()
 
 
 @pytest.mark.parametrize(

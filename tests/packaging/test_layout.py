@@ -242,7 +242,11 @@ def test_every_distribution_builds_src_walqueue_for_python_312_and_later() -> No
 
 
 def test_console_scripts_name_a_main_in_their_own_distribution() -> None:
-    expected = {"walqueue-format": {"walqueue-fsck"}, "walqueue-engine": set(), "walqueue-cli": {"walqueue"}}
+    expected = {
+        "walqueue-format": {"walqueue-fsck"},
+        "walqueue-engine": set(),
+        "walqueue-cli": {"walqueue", "walqueue-serve"},
+    }
     for dist in DISTRIBUTIONS:
         scripts: dict[str, str] = load_pyproject(REPO_ROOT, dist)["project"].get("scripts", {})
         assert set(scripts) == expected[dist]

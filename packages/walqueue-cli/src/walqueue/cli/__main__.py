@@ -16,7 +16,18 @@ from collections.abc import Sequence
 from typing import BinaryIO
 
 from walqueue import CorruptStore, DirectoryLocked, Queue
-from walqueue.cli.protocol import MAX_DEPTH, QueueLike, encode_answer, is_blank, respond
+from walqueue.cli.protocol import (
+    MAX_DEPTH,
+    MAX_LINE_BYTES,
+    OVERLONG,
+    QueueLike,
+    discard_line,
+    encode_answer,
+    is_blank,
+    overlong_answer,
+    read_bounded_line,
+    respond,
+)
 from walqueue.format.cmdline import EX_USAGE, EXIT_INTERRUPTED, UsageParser, interrupted, version_line
 
 #: Exit statuses: end of input, a fatal (poisoning) error, a directory that could not be opened;
@@ -101,9 +112,20 @@ def _argument_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def serve(queue: QueueLike, requests: BinaryIO, answers: BinaryIO) -> int:
-    """Answer every non-blank line of `requests` until end of input or a fatal error."""
-    while line := requests.readline():
+def serve(queue: QueueLike, requests: BinaryIO, answers: BinaryIO, *, line_limit: int = MAX_LINE_BYTES) -> int:
+    """Answer every non-blank line of `requests` until end of input or a fatal error.
+
+    A line longer than `line_limit` bytes is answered `BadRequest` as soon as
+    that many bytes of it were read; the rest of it is discarded unread.
+    `wait` sleeps its timeout out and answers committed=false: this consumer
+    is the queue's only client, so nothing else can commit meanwhile.
+    """
+    while (line := read_bounded_line(requests.readline, line_limit)) is not None:
+        if line is OVERLONG:
+            answers.write(encode_answer(overlong_answer(line_limit)))
+            answers.flush()
+            discard_line(requests.readline)
+            continue
         if is_blank(line):
             continue
         reply = respond(line, queue)
