@@ -2524,6 +2524,10 @@ class EnvLife:
         """Something in the way of a file compaction creates: refused or removed, never written through."""
         assert self.queue is not None
         queue = self.queue
+        if not self.with_hook:
+            # A background snapshot could publish the very name an obstacle is put
+            # under (an operator racing a live compaction): let it finish first.
+            queue.compact()
         stats = queue.stats()
         names = [CURRENT_TMP_NAME, snapshot_name(stats["last_seq"]), snapshot_name(stats["last_seq"] + 10**6)]
         name = self.rng.choice(names)

@@ -423,6 +423,15 @@ class Queue:
                 self._postpone_compaction()
             return
         try:
+            # Something put in the way while the snapshot was written: nothing
+            # is published yet, so the snapshot stays an orphan and nothing is lost.
+            check_room(self._store, self._wal, frozen.seq)
+        except FileExistsError as exc:
+            self._source.thaw(frozen, written=False)
+            log.warning("publishing the background snapshot postponed: %s", exc)
+            self._postpone_compaction()
+            return
+        try:
             current = publish(self._store, self._wal, frozen, info, hook=no_hook, sync=self._sync)
         except BaseException as exc:
             self._source.thaw(frozen, written=False)
