@@ -122,7 +122,7 @@ def _setup_path() -> None:
 
 _setup_path()
 
-from model import Model, directory_digest, read_frames, render, view  # noqa: E402
+from model import SPECIAL_KINDS, Model, directory_digest, place_special, read_frames, render, view  # noqa: E402
 from walqueue import (  # noqa: E402
     PHASES,
     CorruptStore,
@@ -2210,8 +2210,8 @@ ENV_WEIGHTS = (3, 2, 2, 1, 2, 2, 2, 2, 1)
 #: Seconds any one step may take before it counts as a hang.
 ENV_STEP_TIMEOUT = 20.0
 #: The names an obstacle is put under while the queue is open (the first three are created by compaction).
-ENV_OBSTACLE_KINDS = ("fifo", "directory", "symlink-outside", "symlink-dev-zero", "dangling")
-ENV_SPECIAL_KINDS = ("fifo", "directory", "symlink-dev-zero", "symlink-dev-null", "symlink-outside", "dangling")
+ENV_OBSTACLE_KINDS = ("fifo", "directory", "outside-file", "dev-zero", "dangling")
+ENV_SPECIAL_KINDS = SPECIAL_KINDS
 
 
 class Hang(Exception):
@@ -2262,29 +2262,6 @@ class EnvHook:
                 # The caller of the step sees the exception in the child and exits it.
                 return
             self.children.append(pid)
-
-
-def _place_special(path: Path, kind: str, outside: Path) -> None:
-    """Put a non-regular entry of `kind` at `path` (whatever was there is gone)."""
-    if path.is_symlink() or path.exists():
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
-        else:
-            path.unlink()
-    if kind == "fifo":
-        os.mkfifo(path)
-    elif kind == "directory":
-        path.mkdir()
-    elif kind == "symlink-dev-zero":
-        path.symlink_to("/dev/zero")
-    elif kind == "symlink-dev-null":
-        path.symlink_to("/dev/null")
-    elif kind == "symlink-outside":
-        path.symlink_to(outside)
-    elif kind == "dangling":
-        path.symlink_to(path.parent / "no-such-file")
-    else:  # pragma: no cover
-        raise AssertionError(kind)
 
 
 def _remove_entry(path: Path) -> None:
@@ -2535,7 +2512,7 @@ class EnvLife:
         path = self.store / name
         if stats["last_seq"] == stats["snapshot_seq"] and name == snapshot_name(stats["last_seq"]):
             return  # the published snapshot's own name: not an obstacle, the store's file
-        _place_special(path, kind, self.outside)
+        place_special(path, kind, self.outside)
         self.report.count("obstacles placed")
         try:
             queue.compact()
@@ -2560,7 +2537,7 @@ class EnvLife:
         had = path.exists() and not path.is_symlink()
         if had:
             shutil.move(path, saved)
-        _place_special(path, kind, self.outside)
+        place_special(path, kind, self.outside)
         from walqueue.format.fsck import EXIT_CORRUPT, check
 
         verdict = check(self.store, replay=True)

@@ -18,14 +18,14 @@ from pathlib import Path
 
 import pytest
 
-from model import directory_digest
+from model import SPECIAL_KINDS, directory_digest, place_special
 from walqueue import CorruptStore, Queue
 from walqueue.format.fsck import EXIT_CORRUPT, check
 from walqueue.format.names import CURRENT_TMP_NAME, LOCK_NAME
 
 pytestmark = pytest.mark.timeout(120)
 
-KINDS = ("fifo", "directory", "dev-zero", "dev-null", "outside-file", "dangling")
+KINDS = SPECIAL_KINDS
 
 
 @pytest.fixture(scope="module")
@@ -50,25 +50,6 @@ def _names(pristine: Path) -> list[str]:
     return ["CURRENT", snapshot, *segments, LOCK_NAME, CURRENT_TMP_NAME, orphan]
 
 
-def _place(path: Path, kind: str, outside: Path) -> None:
-    if path.exists() or path.is_symlink():
-        path.unlink()
-    if kind == "fifo":
-        os.mkfifo(path)
-    elif kind == "directory":
-        path.mkdir()
-    elif kind == "dev-zero":
-        path.symlink_to("/dev/zero")
-    elif kind == "dev-null":
-        path.symlink_to("/dev/null")
-    elif kind == "outside-file":
-        path.symlink_to(outside)
-    elif kind == "dangling":
-        path.symlink_to(path.parent / "nowhere")
-    else:  # pragma: no cover
-        raise AssertionError(kind)
-
-
 def test_every_name_and_every_kind_of_special_file(pristine: Path, tmp_path: Path) -> None:
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -79,7 +60,7 @@ def test_every_name_and_every_kind_of_special_file(pristine: Path, tmp_path: Pat
         for kind in KINDS:
             directory = tmp_path / f"{checked}"
             shutil.copytree(pristine, directory, symlinks=True)
-            _place(directory / name, kind, precious)
+            place_special(directory / name, kind, precious)
             where = f"{name} as {kind}"
             report = check(directory, replay=True)
             try:
@@ -105,7 +86,7 @@ def test_every_name_and_every_kind_of_special_file(pristine: Path, tmp_path: Pat
 def test_fsck_changes_nothing_and_agrees_when_current_is_a_fifo(pristine: Path, tmp_path: Path) -> None:
     directory = tmp_path / "q"
     shutil.copytree(pristine, directory, symlinks=True)
-    _place(directory / "CURRENT", "fifo", tmp_path)
+    place_special(directory / "CURRENT", "fifo")
     before = directory_digest(directory)
     assert check(directory).exit_code == EXIT_CORRUPT
     assert directory_digest(directory) == before

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from model import directory_digest
+from model import directory_digest, place_special
 from walqueue import CorruptStore, DirectoryLocked, InjectedCrash, Queue, QueueClosed, ReentrantCall
 from walqueue.format.names import CURRENT_TMP_NAME, LOCK_NAME, snapshot_name, wal_name
 
@@ -329,26 +329,12 @@ def _compacted_store(qdir: Path) -> tuple[str, str]:
     return snapshot, segments[-1]
 
 
-def _replace(path: Path, kind: str) -> None:
-    path.unlink()
-    if kind == "fifo":
-        os.mkfifo(path)
-    elif kind == "directory":
-        path.mkdir()
-    elif kind == "dev-zero":
-        path.symlink_to("/dev/zero")
-    elif kind == "dev-null":
-        path.symlink_to("/dev/null")
-    else:
-        raise AssertionError(kind)
-
-
 @pytest.mark.parametrize("kind", ["fifo", "directory", "dev-zero", "dev-null"])
 @pytest.mark.parametrize("which", ["CURRENT", "snapshot", "segment"])
 def test_a_special_file_where_a_store_file_must_be_is_corrupt_store(qdir: Path, which: str, kind: str) -> None:
     snapshot, segment = _compacted_store(qdir)
     name = {"CURRENT": "CURRENT", "snapshot": snapshot, "segment": segment}[which]
-    _replace(qdir / name, kind)
+    place_special(qdir / name, kind)
     with pytest.raises(CorruptStore) as caught:
         Queue(qdir, sync=False)
     assert caught.value.path is not None and caught.value.path.endswith(name)
@@ -357,7 +343,7 @@ def test_a_special_file_where_a_store_file_must_be_is_corrupt_store(qdir: Path, 
 @pytest.mark.parametrize("kind", ["fifo", "directory", "dev-null"])
 def test_a_lock_that_is_not_a_regular_file_is_corrupt_store(qdir: Path, kind: str) -> None:
     _compacted_store(qdir)
-    _replace(qdir / LOCK_NAME, kind)
+    place_special(qdir / LOCK_NAME, kind)
     with pytest.raises(CorruptStore) as caught:
         Queue(qdir, sync=False)
     assert caught.value.path is not None and caught.value.path.endswith(LOCK_NAME)
