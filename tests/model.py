@@ -44,6 +44,7 @@ import copy
 import hashlib
 import math
 import os
+import shutil
 import struct
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -306,9 +307,8 @@ class Model:
         _check_int(now, "now", 0)
         _check_int(lease_seconds, "lease_seconds", 1)
         _check_int(limit, "limit", 1)
-        deadline = now + lease_seconds
-        if deadline >= _INT_LIMIT:
-            raise ValueError("now + lease_seconds must be below 2**63")
+        # Capped at the end of time, so that reserve(now=2**63-1) can reap every lease.
+        deadline = min(now + lease_seconds, _INT_LIMIT - 1)
 
         self.reap(now)
 
@@ -582,3 +582,35 @@ def nothing_written(queue: Queue, directory: str | os.PathLike[str]) -> Iterator
 def wal_bodies(directory: str | os.PathLike[str]) -> list[Any]:
     """The decoded body of every WAL frame in `directory`, oldest segment first."""
     return [body for segment in sorted(Path(directory).glob("wal-*.log")) for _, body in read_frames(segment)]
+
+
+#: The kinds of non-regular entry `place_special` can put where a store file is.
+SPECIAL_KINDS = ("fifo", "directory", "dev-zero", "dev-null", "outside-file", "dangling")
+
+
+def place_special(path: Path, kind: str, outside: Path | None = None) -> None:
+    """Replace whatever is at `path` by a non-regular entry of `kind` (one of `SPECIAL_KINDS`).
+
+    `outside-file` is a symlink to `outside`, a file beside the store; the
+    others need no target. Used by the special-file tests and the
+    environment campaign of tools/torture.py alike.
+    """
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.is_symlink() or path.exists():
+        path.unlink()
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "directory":
+        path.mkdir()
+    elif kind == "dev-zero":
+        path.symlink_to("/dev/zero")
+    elif kind == "dev-null":
+        path.symlink_to("/dev/null")
+    elif kind == "outside-file":
+        assert outside is not None
+        path.symlink_to(outside)
+    elif kind == "dangling":
+        path.symlink_to(path.parent / "no-such-file")
+    else:  # pragma: no cover
+        raise AssertionError(kind)

@@ -83,6 +83,9 @@ from bench_backends import _put_row_from_mapping as sqlite_put_row_from_mapping 
 #: 1:20 at every scale; the issue's figure (200,000 / 10,000) is the big run's.
 SCALES: dict[str, dict[str, int]] = {
     "tiny": {
+        "j_ops": 48,
+        "j_reps": 1,
+        "j_rtt_calls": 50,
         "reps": 3,
         "a_chunk": 3,
         "b_fill": 50,
@@ -98,8 +101,12 @@ SCALES: dict[str, dict[str, int]] = {
         "f_large": 2_000,
         "f_chunk": 20,
         "g_tasks": 300,
+        "k_tail_bytes": 1 << 20,
     },
     "default": {
+        "j_ops": 480,
+        "j_reps": 3,
+        "j_rtt_calls": 400,
         "reps": 9,
         "a_chunk": 12,
         "b_fill": 2_000,
@@ -115,8 +122,12 @@ SCALES: dict[str, dict[str, int]] = {
         "f_large": 20_000,
         "f_chunk": 60,
         "g_tasks": 5_000,
+        "k_tail_bytes": 15 << 20,
     },
     "big": {
+        "j_ops": 2400,
+        "j_reps": 5,
+        "j_rtt_calls": 2000,
         "reps": 11,
         "a_chunk": 30,
         "b_fill": 100_000,
@@ -132,6 +143,7 @@ SCALES: dict[str, dict[str, int]] = {
         "f_large": 200_000,
         "f_chunk": 500,
         "g_tasks": 100_000,
+        "k_tail_bytes": 15 << 20,
     },
 }
 
@@ -863,6 +875,374 @@ def workload_g(ctx: Context) -> dict[str, Any]:
     }
 
 
+# -- (j) several processes through walqueue-serve ------------------------------------------------
+#
+# Durable puts, then reserve+ack cycles, from 1, 4 and 8 client processes through one
+# `walqueue-serve`, against SQLite from 8 processes (each its own connection: WAL,
+# synchronous=FULL, busy_timeout) and persist-queue's SQLiteAckQueue from 8 processes when
+# it is importable. Every configuration does the same total number of operations, split
+# evenly over its processes; a phase's time is from the first process's start (after a
+# barrier, connections already open) to the last one's end, on the system-wide monotonic
+# clock. The configurations rotate in each repetition, as elsewhere.
+
+J_CLIENTS = (1, 4, 8)
+J_SQLITE_BUSY_MS = 60_000
+
+
+def _j_open(kind: str, target: str) -> Any:
+    if kind == "serve":
+        from walqueue.cli import Client
+
+        return Client(target, timeout=120)
+    if kind == "sqlite":
+        backend = SqliteQueue(target, durable=True)
+        backend._db.execute(f"PRAGMA busy_timeout={J_SQLITE_BUSY_MS}")
+        return backend
+    if kind == "persist":
+        import persistqueue
+
+        return persistqueue.SQLiteAckQueue(target, auto_commit=True, multithreading=True)
+    raise ValueError(kind)
+
+
+def _j_worker(kind: str, target: str, prefix: str, count: int, barrier: Any, results: Any) -> None:
+    import queue as queue_module
+
+    backend = _j_open(kind, target)
+    barrier.wait()
+    put_start = time.perf_counter()
+    for i in range(count):
+        if kind == "persist":
+            backend.put({"task_id": f"{prefix}-{i}", "payload": payload(i)})
+        else:
+            backend.put(f"{prefix}-{i}", payload(i))
+    put_end = time.perf_counter()
+    barrier.wait()
+    cycle_start = time.perf_counter()
+    done = 0
+    while done < count:
+        if kind == "persist":
+            try:
+                item = backend.get(block=False)
+            except queue_module.Empty:
+                continue
+            backend.ack(item)
+            done += 1
+            continue
+        leases = backend.reserve(f"w-{prefix}", now=NOW, lease_seconds=LEASE_SECONDS, limit=1)
+        for lease in leases:
+            backend.ack(lease, now=NOW + 1)
+            done += 1
+    cycle_end = time.perf_counter()
+    results.put((put_start, put_end, cycle_start, cycle_end))
+    if hasattr(backend, "close"):
+        backend.close()
+
+
+def _j_run(kind: str, target: str, processes: int, total: int) -> tuple[float, float]:
+    """Seconds for `total` durable puts, then `total` reserve+ack cycles, split over `processes`."""
+    import multiprocessing
+    import queue as queue_module
+
+    context = multiprocessing.get_context("fork")
+    barrier = context.Barrier(processes)
+    results = context.Queue()
+    workers = [
+        context.Process(target=_j_worker, args=(kind, target, f"p{n}", total // processes, barrier, results))
+        for n in range(processes)
+    ]
+    for worker in workers:
+        worker.start()
+    spans: list[tuple[float, float, float, float]] = []
+    give_up = time.monotonic() + 600
+    while len(spans) < processes:
+        try:
+            spans.append(results.get(timeout=1))
+        except queue_module.Empty:
+            failed = [w.exitcode for w in workers if w.exitcode not in (None, 0)]
+            if failed or time.monotonic() > give_up:
+                for worker in workers:
+                    worker.kill()
+                raise RuntimeError(f"(j) {kind} workers failed (exit codes {failed})") from None
+    for worker in workers:
+        worker.join(60)
+        if worker.exitcode != 0:
+            raise RuntimeError(f"(j) {kind} worker exited {worker.exitcode}")
+    puts_seconds = max(span[1] for span in spans) - min(span[0] for span in spans)
+    cycles_seconds = max(span[3] for span in spans) - min(span[2] for span in spans)
+    return puts_seconds, cycles_seconds
+
+
+class _Served:
+    """A walqueue-serve process for one configuration (started untimed, stopped with SIGTERM)."""
+
+    def __init__(self, directory: Path) -> None:
+        import select
+        import subprocess
+
+        self.socket_dir = tempfile.mkdtemp(prefix="wq-bench-", dir="/tmp")  # sun_path: 108 bytes
+        self.socket_path = f"{self.socket_dir}/s"
+        env = dict(os.environ)
+        import walqueue
+
+        roots = [str(Path(entry).parent) for entry in walqueue.__path__]
+        env["PYTHONPATH"] = os.pathsep.join(roots + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+        command = [sys.executable, "-m", "walqueue.cli.serve", str(directory), "--socket", self.socket_path]
+        self.process = subprocess.Popen(
+            [*command, "--log-level", "WARNING"], stdout=subprocess.PIPE, env=env, bufsize=0
+        )
+        assert self.process.stdout is not None
+        ready, _, _ = select.select([self.process.stdout], [], [], 60)
+        if not ready or not self.process.stdout.readline():
+            self.process.kill()
+            raise RuntimeError("(j) walqueue-serve did not start")
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(60)
+        shutil.rmtree(self.socket_dir, ignore_errors=True)
+
+
+def _j_persist_available() -> str | None:
+    try:
+        import persistqueue  # noqa: F401
+    except ImportError as error:
+        return f"persist-queue is not importable here ({error})"
+    return None
+
+
+def workload_j(ctx: Context) -> dict[str, Any]:
+    s = ctx.scale
+    total, reps = s["j_ops"], s["j_reps"]
+    configs = [(f"serve_{n}", "serve", n) for n in J_CLIENTS] + [("sqlite_8", "sqlite", 8)]
+    persist_missing = _j_persist_available()
+    if persist_missing is None:
+        configs.append(("persist_queue_8", "persist", 8))
+    puts_per: dict[str, list[float]] = {name: [] for name, _, _ in configs}
+    cycles_per: dict[str, list[float]] = {name: [] for name, _, _ in configs}
+    errors: dict[str, str] = {}
+    for rep in range(reps):
+        shift = rep % len(configs)
+        for name, kind, processes in configs[shift:] + configs[:shift]:
+            if name in errors:
+                continue
+            directory = ctx.dir(f"j-{name}")
+            served = _Served(directory / "q") if kind == "serve" else None
+            target = served.socket_path if served else str(directory / "queue.sqlite")
+            if kind == "persist":
+                target = str(directory / "persist-queue")
+                _j_open(kind, target)  # its directory and tables, before 8 processes race to create them
+            try:
+                puts_seconds, cycles_seconds = _j_run(kind, target, processes, total)
+            except Exception as error:  # persist-queue may not survive several processes
+                errors[name] = f"{type(error).__name__}: {error}"
+                ctx.log(f"(j) {name} failed: {errors[name]}")
+                continue
+            finally:
+                if served is not None:
+                    served.stop()
+            puts_per[name].append(puts_seconds / total)
+            cycles_per[name].append(cycles_seconds / total)
+            ctx.log(f"(j) rep {rep} {name}: {total / puts_seconds:,.0f} puts/s, {total / cycles_seconds:,.0f} cycles/s")
+    rtt = _j_round_trips(ctx, s["j_rtt_calls"])
+    backends: dict[str, Any] = {}
+    for label, per in (("puts", puts_per), ("cycles", cycles_per)):
+        block = {}
+        for name, samples in per.items():
+            if samples:
+                fig = figure(samples, "s/op", better="lower")
+                fig["clock"] = "wall"
+                fig["other_clock"] = dict(summary(samples), clock="wall")
+                block[name] = fig
+        backends[label] = block
+    backends["round trip"] = rtt["backends"]
+    ratios: dict[str, Any] = {}
+    for label, per in (("puts", puts_per), ("cycles", cycles_per)):
+        if per["serve_8"] and per["sqlite_8"]:
+            ratios[f"{label}_serve8_vs_sqlite8"] = figure(
+                [b / a for a, b in zip(per["serve_8"], per["sqlite_8"], strict=True)], "x", target=(">=", 3.0)
+            )
+        if per["serve_1"] and per["serve_8"]:
+            ratios[f"{label}_serve8_vs_serve1"] = figure(
+                [b / a for a, b in zip(per["serve_8"], per["serve_1"], strict=True)],
+                "x",
+                note="information: scaling from 1 to 8 client processes",
+            )
+        if per.get("persist_queue_8") and per["serve_8"]:
+            ratios[f"{label}_serve8_vs_persist_queue8"] = figure(
+                [b / a for a, b in zip(per["serve_8"], per["persist_queue_8"], strict=True)],
+                "x",
+                note="information: persist-queue's SQLiteAckQueue from 8 processes",
+            )
+    ratios.update(rtt["ratios"])
+    return {
+        "clock": "wall",
+        "title": f"(j) several processes through walqueue-serve: {total} durable puts, then {total} reserve+ack",
+        "params": {
+            "ops_per_config": total,
+            "reps": reps,
+            "clients": list(J_CLIENTS),
+            "sqlite": f"8 processes, own connections, WAL, synchronous=FULL, busy_timeout={J_SQLITE_BUSY_MS} ms",
+            "persist_queue": persist_missing or "SQLiteAckQueue(auto_commit=True, multithreading=True), 8 processes",
+            "errors": errors,
+        },
+        "series": {"puts": puts_per, "cycles": cycles_per},
+        "backends": backends,
+        "ratios": ratios,
+    }
+
+
+def _j_round_trips(ctx: Context, calls: int) -> dict[str, Any]:
+    """One client's round trip (a read, a durable put) against the same call on an in-process Queue."""
+    from walqueue.cli import Client
+
+    served = _Served(ctx.dir("j-rtt-served") / "q")
+    local = Queue(ctx.dir("j-rtt-local") / "q", sync=True)
+    samples: dict[str, list[float]] = {"client_get": [], "queue_get": [], "client_put": [], "queue_put": []}
+    try:
+        with Client(served.socket_path) as client:
+            client.put("present", payload(0))
+            local.put("present", payload(0))
+            for rep in range(3):
+                for name, call in (
+                    ("client_get", lambda i: client.get("present")),
+                    ("queue_get", lambda i: local.get("present")),
+                    ("client_put", lambda i, rep=rep: client.put(f"r{rep}-{i}", payload(i))),
+                    ("queue_put", lambda i, rep=rep: local.put(f"r{rep}-{i}", payload(i))),
+                ):
+                    count = calls if name.endswith("get") else max(10, calls // 10)
+                    start = time.perf_counter()
+                    for i in range(count):
+                        call(i)
+                    samples[name].append((time.perf_counter() - start) / count)
+    finally:
+        local.close()
+        served.stop()
+    block = {}
+    for name, values in samples.items():
+        fig = figure(values, "s/op", better="lower")
+        fig["clock"] = "wall"
+        fig["other_clock"] = dict(summary(values), clock="wall")
+        block[name] = fig
+    ratios = {
+        "rtt_get_client_vs_queue": figure(
+            [a / b for a, b in zip(samples["client_get"], samples["queue_get"], strict=True)],
+            "x time",
+            better="lower",
+            note="information: one client's read round trip / the same Queue.get in-process",
+        ),
+        "rtt_put_client_vs_queue": figure(
+            [a / b for a, b in zip(samples["client_put"], samples["queue_put"], strict=True)],
+            "x time",
+            better="lower",
+            note="information: one client's durable put / the same Queue.put in-process",
+        ),
+    }
+    return {"backends": block, "ratios": ratios}
+
+
+def plot_j(result: dict[str, Any], path: str) -> str:
+    """Bars of (j)'s throughput per configuration (needs matplotlib, a tool-only dependency)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return f"(j) plot skipped: matplotlib is not installed (pip install matplotlib) for {path}"
+    series = result["series"]
+    names = [name for name in series["puts"] if series["puts"][name]]
+    figure_, axis = plt.subplots(figsize=(8, 4.5))
+    width = 0.38
+    for offset, (label, per) in enumerate((("durable puts", series["puts"]), ("reserve+ack", series["cycles"]))):
+        rates = [1 / statistics.median(per[name]) for name in names]
+        low = [1 / max(per[name]) for name in names]
+        high = [1 / min(per[name]) for name in names]
+        positions = [i + (offset - 0.5) * width for i in range(len(names))]
+        errors = [
+            [r - lo for r, lo in zip(rates, low, strict=True)],
+            [hi - r for r, hi in zip(rates, high, strict=True)],
+        ]
+        axis.bar(positions, rates, width, yerr=errors, capsize=3, label=label)
+    axis.set_xticks(range(len(names)), [name.replace("_", " ") for name in names])
+    axis.set_ylabel("operations per second (median, min..max)")
+    axis.set_title("(j) one walqueue-serve for 1, 4, 8 client processes vs SQLite from 8 (all durable)")
+    axis.legend()
+    figure_.tight_layout()
+    figure_.savefig(path, dpi=110)
+    plt.close(figure_)
+    return f"(j) plot written to {path}"
+
+
+# -- (k) a damaged tail opens at the cost of a healthy segment --------------------------------
+
+
+def _torn_tail_store(directory: Path, tail_bytes: int) -> Path:
+    """A store whose newest segment ends in a torn frame announcing 16 MiB, then zeros: `tail_bytes` in all."""
+    queue = Queue(directory, sync=False, compact_bytes=None)
+    queue.put("probe", payload(0))
+    queue.close()
+    [segment] = _files(directory, "wal-*.log")
+    with open(segment, "ab") as file:
+        file.write((16 * 2**20).to_bytes(4, "big") + bytes(tail_bytes - 4))
+    return Path(segment)
+
+
+def workload_k(ctx: Context) -> dict[str, Any]:
+    """Opening a store whose last frame is torn, with megabytes of zeros after its length.
+
+    The torn-tail rule must look for a complete frame anywhere after the
+    torn one's start (SPEC §4.5); that scan runs in C over the tail, so the
+    open costs about what reading that many bytes of healthy log costs.
+    """
+    s = ctx.scale
+    reps = s["e_reps"]
+    tail_bytes = s["k_tail_bytes"]
+    healthy_dir = ctx.dir("k-healthy")
+    queue = Queue(healthy_dir, sync=False, compact_bytes=None)
+    n = 0
+    while queue.stats()["wal_bytes"] < tail_bytes:
+        batch = [{"task_id": task_id("k", n + i), "payload": payload(n + i)} for i in range(FILL_BATCH)]
+        for item in batch:
+            queue.put(item["task_id"], item["payload"])
+        n += FILL_BATCH
+    healthy_bytes = queue.stats()["wal_bytes"]
+    queue.close()
+    torn_dir = ctx.dir("k-torn")
+    # The announced frame must stay incomplete: at most 16 MiB + 35 bytes of tail.
+    segment = _torn_tail_store(torn_dir, min(healthy_bytes, 16 * 2**20 + 35))
+    pristine = segment.read_bytes()
+    ctx.log(f"(k) healthy segment of {healthy_bytes:,} bytes, torn tail of {healthy_bytes:,} bytes")
+
+    def healthy(rep: int) -> Clock:
+        start = clock()
+        Queue(healthy_dir, sync=False, compact_bytes=None).close()
+        return since(start)
+
+    def torn(rep: int) -> Clock:
+        segment.write_bytes(pristine)  # opening cuts the tail: put it back first (not timed)
+        start = clock()
+        reopened = Queue(torn_dir, sync=False, compact_bytes=None)
+        elapsed = since(start)
+        assert reopened.get("probe") is not None
+        reopened.close()
+        return elapsed
+
+    times = interleave({"healthy": healthy, "torn": torn}, reps)
+    per = per_op(times, 1, "wall")
+    return {
+        "title": "(k) open: a torn 16 MiB frame followed by zeros, against a healthy segment of the same size",
+        "clock": "wall",
+        "params": {"reps": reps, "bytes": healthy_bytes, "healthy_tasks": n},
+        "backends": {"open": backends_block(times, 1, "wall", "s/open")},
+        "ratios": {
+            "torn_over_healthy": figure(
+                time_ratio(per, "torn", "healthy"), "x time", target=("<=", 2.0), better="lower"
+            ),
+        },
+    }
+
+
 WORKLOADS: dict[str, Callable[[Context], dict[str, Any]]] = {
     "a": workload_a,
     "b": workload_b,
@@ -871,6 +1251,8 @@ WORKLOADS: dict[str, Callable[[Context], dict[str, Any]]] = {
     "e": workload_e,
     "f": workload_f,
     "g": workload_g,
+    "k": workload_k,
+    "j": workload_j,
 }
 
 # -- reporting ------------------------------------------------------------------------------------
@@ -1035,6 +1417,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the stores after the run")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     parser.add_argument("--markdown", metavar="JSON", help="print the tables of an earlier run's JSON and exit")
+    parser.add_argument("--plot-j", metavar="PNG", help="draw (j)'s throughput bars into PNG (needs matplotlib)")
     args = parser.parse_args(argv)
     if args.markdown:
         with open(args.markdown, encoding="utf-8") as file:
@@ -1078,6 +1461,8 @@ def main(argv: list[str] | None = None) -> int:
             result["seconds"] = time.perf_counter() - t0
             results[key] = result
             print_result(result)
+            if key == "j" and args.plot_j:
+                print(plot_j(result, args.plot_j))
             sys.stdout.flush()
     finally:
         if args.keep:

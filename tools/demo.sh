@@ -1,15 +1,21 @@
 #!/usr/bin/env bash
 # The demo: `bash tools/demo.sh`.
 #
-# Sets up .venv like tools/test.sh, then talks to the JSON-lines consumer
-# (`python -m walqueue.cli DIR`, SPEC §6) in a temporary directory: two
+# Runs straight from the source tree: no virtual environment, no install,
+# nothing downloaded. WALQueue needs only the standard library, so a Python
+# >= 3.12 (tools/find-python.sh) with the three src directories on PYTHONPATH
+# is enough. It talks to the JSON-lines consumer (`python -m walqueue.cli
+# DIR`, README "The command-line consumer") in a temporary directory: two
 # producer/worker sessions in two separate processes, each request shown with
-# its answer, then the offline inspector `walqueue-fsck` on what they left.
+# its answer, then the offline inspector (`python -m walqueue.format.fsck`,
+# the `walqueue-fsck` command) on what they left.
 set -euo pipefail
 
-# shellcheck source=tools/_venv.sh
-. "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
-walqueue_venv
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+echo "demo: looking for a Python >= 3.12 (tools/find-python.sh) ..."
+python="$(bash "$root/tools/find-python.sh")"
+echo "demo: using $python, from the source tree (PYTHONPATH=packages/*/src; nothing is installed)"
+export PYTHONPATH="$root/packages/walqueue-format/src:$root/packages/walqueue-engine/src:$root/packages/walqueue-cli/src"
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/walqueue-demo.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
@@ -19,7 +25,7 @@ queue_dir="$work/queue"
 # come back in order; each request is printed with its answer below it.
 session() {
     local requests="$1" answers="$work/answers" status=0
-    "$WALQUEUE_VENV/bin/python" -m walqueue.cli "$queue_dir" <"$requests" >"$answers" || status=$?
+    "$python" -m walqueue.cli "$queue_dir" <"$requests" >"$answers" || status=$?
     local request answer
     while IFS= read -r request <&3; do
         IFS= read -r answer <&4 || answer="(no answer)"
@@ -61,7 +67,7 @@ JSONL
 session "$work/session2.jsonl"
 
 echo
-echo "== walqueue-fsck $queue_dir"
-"$WALQUEUE_VENV/bin/walqueue-fsck" "$queue_dir"
+echo "== walqueue-fsck $queue_dir   (here: python -m walqueue.format.fsck)"
+"$python" -m walqueue.format.fsck "$queue_dir"
 echo
 echo "demo: done (the temporary directory is removed)"

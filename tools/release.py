@@ -5,11 +5,14 @@ WALQueue ships three distributions (walqueue-format, walqueue-engine,
 walqueue-cli) that always carry the same version, each pinning the layer below
 it exactly (`walqueue-format==X.Y.Z`). The versions are static strings in each
 `pyproject.toml` (plainer than a shared VERSION file plus build hooks, and an
-sdist then builds on its own); this script is the one way to move them:
+sdist then builds on its own), and once more in the format layer's
+`_version.py` (`__version__`, which the engine and the CLI re-use, so that a
+source tree without an install knows its version too); this script is the one
+way to move them all:
 
     python tools/release.py                  print the version
-    python tools/release.py check            exit 1 if versions or pins drift
-    python tools/release.py bump X.Y.Z       rewrite all versions and pins at once
+    python tools/release.py check            exit 1 if versions, pins or __version__ drift
+    python tools/release.py bump X.Y.Z       rewrite all versions, pins and __version__ at once
     python tools/release.py build [--out D]  build the three sdists and wheels (default D: dist/)
 
 `--root DIR` (before the command) works on another checkout; the tests use it
@@ -45,6 +48,10 @@ OUR_REQUIREMENT_RE = re.compile(r"^\s*walqueue[-_.](?:format|engine|cli)\b", re.
 
 DEFAULT_ROOT = Path(__file__).resolve().parent.parent
 
+#: The module that holds `__version__` for code (relative to the root).
+VERSION_MODULE = Path("packages/walqueue-format/src/walqueue/format/_version.py")
+DUNDER_VERSION_RE = re.compile(r'^(__version__\s*=\s*")([^"]*)(")', re.MULTILINE)
+
 
 def pyproject_path(root: Path, dist: str) -> Path:
     return root / "packages" / dist / "pyproject.toml"
@@ -78,6 +85,14 @@ def find_drift(root: Path) -> list[str]:
     if problems:
         return problems
     versions = {m.dist: m.version for m in manifests}
+    module_version = read_module_version(root)
+    if module_version is None:
+        problems.append(f"{root / VERSION_MODULE}: no readable '__version__ = \"...\"' line")
+    elif module_version != versions[DISTRIBUTIONS[0]]:
+        problems.append(
+            f"{VERSION_MODULE} says __version__ = {module_version!r}, "
+            f"{DISTRIBUTIONS[0]} says {versions[DISTRIBUTIONS[0]]!r}"
+        )
     if len(set(versions.values())) != 1:
         listed = ", ".join(f"{dist} {version!r}" for dist, version in versions.items())
         problems.append(f"versions differ: {listed}")
@@ -89,6 +104,16 @@ def find_drift(root: Path) -> list[str]:
         if manifest.pins != expected:
             problems.append(f"{manifest.dist}: requires {manifest.pins} of ours, expected {expected}")
     return problems
+
+
+def read_module_version(root: Path) -> str | None:
+    """The `__version__` string of VERSION_MODULE, or None if it is missing or has none."""
+    try:
+        text = (root / VERSION_MODULE).read_text(encoding="utf-8")
+    except OSError:
+        return None
+    matches = DUNDER_VERSION_RE.findall(text)
+    return matches[0][1] if len(matches) == 1 else None
 
 
 def current_version(root: Path) -> str:
@@ -106,26 +131,36 @@ def bumped_text(text: str, new_version: str, where: Path) -> str:
     return PIN_RE.sub(lambda m: f'"{m.group(1)}=={new_version}"', new_text)
 
 
+def bumped_module_text(text: str, new_version: str, where: Path) -> str:
+    """`text` with its one `__version__ = "..."` line set to `new_version`."""
+    new_text, count = DUNDER_VERSION_RE.subn(lambda m: m.group(1) + new_version + m.group(3), text)
+    if count != 1:
+        raise SystemExit(f"release: {where}: expected exactly one '__version__ = \"...\"' line, found {count}")
+    return new_text
+
+
 def bump(root: Path, new_version: str) -> None:
-    """Rewrite all three files, or none: every new text is checked before any is written."""
+    """Rewrite all four files, or none: every new text is checked before any is written."""
     if not VERSION_RE.match(new_version):
         raise SystemExit(f"release: {new_version!r} is not a version of the form X.Y.Z[aN|bN|rcN][.postN][.devN]")
     new_texts: dict[Path, str] = {}
     for dist in DISTRIBUTIONS:
         path = pyproject_path(root, dist)
         new_texts[path] = bumped_text(path.read_text(encoding="utf-8"), new_version, path)
+    module_path = root / VERSION_MODULE
+    new_texts[module_path] = bumped_module_text(module_path.read_text(encoding="utf-8"), new_version, module_path)
     with tempfile.TemporaryDirectory() as scratch:
         # Check the rewritten files as a whole tree before touching the real one.
         scratch_root = Path(scratch)
-        for dist in DISTRIBUTIONS:
-            target = pyproject_path(scratch_root, dist)
-            target.parent.mkdir(parents=True)
-            target.write_text(new_texts[pyproject_path(root, dist)], encoding="utf-8")
+        for path, text in new_texts.items():
+            target = scratch_root / path.relative_to(root)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text, encoding="utf-8")
         problems = find_drift(scratch_root)
         if problems:
             raise SystemExit("release: the bump would leave drift:\n  " + "\n  ".join(problems))
     for path, text in new_texts.items():
-        temporary = path.with_suffix(".toml.tmp")
+        temporary = path.with_name(path.name + ".tmp")
         temporary.write_text(text, encoding="utf-8")
         temporary.replace(path)
 
@@ -234,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"release: all three distributions are at {current_version(root)}, pinned exactly")
     elif args.command == "bump":
         bump(root, args.version)
-        print(f"release: version and pins set to {args.version} in all three pyproject.toml files")
+        print(f"release: version and pins set to {args.version} in all three pyproject.toml files and {VERSION_MODULE}")
     elif args.command == "build":
         out = (args.out if args.out is not None else root / "dist").resolve()
         for artifact in build(root, out):

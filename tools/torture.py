@@ -3,8 +3,8 @@
 
     python tools/torture.py [--seed N] [--seconds S] [--campaign NAME ...]
 
-Five campaigns, each seeded and reproducible, each comparing the real
-`walqueue.Queue` with the reference model of `tests/model.py`:
+Nine campaigns, each seeded and reproducible, each comparing the real
+`walqueue.Queue` (or `walqueue-serve`) with the reference model of `tests/model.py`:
 
 1. ``crash-points``: randomized workloads (every operation, explicit and
    automatic compaction, reaps) are killed with `InjectedCrash` at every
@@ -36,6 +36,26 @@ Five campaigns, each seeded and reproducible, each comparing the real
    hostile values: only the documented exceptions (or CLI answers), the
    model's answer for every call that succeeds, and not one byte written by
    a call that fails.
+6. ``environment``: what an ordinary process does around a queue, between
+   and inside calls: ``chdir`` under a queue opened by a relative path,
+   a repointed symlink it was opened through (decoy stores under both
+   names), forks whose children try every call (also a fork inside a write,
+   from the hook), signal handlers that ``close()`` the queue mid-call (from
+   the hook, and from a CPU-time timer with no hook at all), FIFOs,
+   directories and symlinks at every name compaction creates and every
+   name opening reads, and LOCK deleted or replaced under the owner. Each
+   life is compared with the model on reopen, every step runs under a
+   watchdog (a hang is a divergence), and a canary tree beside the store
+   must be byte-identical at the end.
+7. ``server-kill``: SIGKILL `walqueue-serve` under load from several
+   clients; after each kill the directory holds the model's state before or
+   after the call in flight, every answered call is durable, and a put
+   retried by `Client` across the restart is applied exactly once.
+8. ``client-kill``: SIGKILL client processes in the middle of requests: each
+   request is completed or never started, and the server serves on.
+9. ``hostile-clients``: the bad-input campaign's lines over the socket, some
+   split into small writes, among junk connections: every answer is the
+   in-process protocol's.
 
 One line per campaign gives its counts and divergences; the last line is
 ``N passed, M failed``. The exit status is 0 only when every campaign passed.
@@ -69,6 +89,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
@@ -101,10 +122,11 @@ def _setup_path() -> None:
 
 _setup_path()
 
-from model import Model, directory_digest, read_frames, render, view  # noqa: E402
+from model import SPECIAL_KINDS, Model, directory_digest, place_special, read_frames, render, view  # noqa: E402
 from walqueue import (  # noqa: E402
     PHASES,
     CorruptStore,
+    DirectoryLocked,
     InjectedCrash,
     KeyConflict,
     Lease,
@@ -114,11 +136,29 @@ from walqueue import (  # noqa: E402
     Task,
 )
 from walqueue.format.current import read_current  # noqa: E402
-from walqueue.format.names import LOCK_NAME, parse_wal_name  # noqa: E402
+from walqueue.format.names import CURRENT_TMP_NAME, LOCK_NAME, parse_wal_name, snapshot_name  # noqa: E402
 
-CAMPAIGNS = ("crash-points", "kill", "bytes", "os-faults", "bad-input")
+CAMPAIGNS = (
+    "crash-points",
+    "kill",
+    "bytes",
+    "os-faults",
+    "bad-input",
+    "environment",
+    "server-kill",
+    "client-kill",
+    "hostile-clients",
+)
 #: Share of --seconds each campaign gets (renormalized over the ones selected).
-BUDGET_SHARES = {"crash-points": 0.22, "kill": 0.22, "bytes": 0.22, "os-faults": 0.17, "bad-input": 0.17}
+BUDGET_SHARES = {
+    "crash-points": 0.19,
+    "kill": 0.19,
+    "bytes": 0.19,
+    "os-faults": 0.15,
+    "bad-input": 0.14,
+    "environment": 0.14,
+}
+BUDGET_SHARES.update({"server-kill": 0.1, "client-kill": 0.06, "hostile-clients": 0.06})  # walqueue-serve
 DEFAULT_SECONDS = 60.0
 RECOVERY_PHASES = ("recover.truncate.before", "recover.truncate.after")
 #: The errors a call may raise without anything being wrong (SPEC §2).
@@ -1302,6 +1342,7 @@ class FaultInjector:
 
     def __init__(self) -> None:
         self.armed = False
+        self.thread = threading.current_thread()
         self.calls: list[str] = []
         self.fail_at: int | None = None
         self.error_number = errno.EIO
@@ -1322,6 +1363,7 @@ class FaultInjector:
         self._originals.clear()
 
     def arm(self, fail_at: int | None, error_number: int = errno.EIO) -> None:
+        self.thread = threading.current_thread()
         self.calls = []
         self.written = []
         self.fail_at = fail_at
@@ -1334,7 +1376,10 @@ class FaultInjector:
 
     def _wrap(self, name: str, original: Callable[..., Any]) -> Callable[..., Any]:
         def faulty(*args: Any, **kwargs: Any) -> Any:
-            if self.armed:
+            # Only the calling thread's os calls are counted and faulted: a background
+            # snapshot's thread runs alongside, and a fault there fails no call (the
+            # campaign `background` covers those).
+            if self.armed and threading.current_thread() is self.thread:
                 index = len(self.calls)
                 self.calls.append(name)
                 if index == self.fail_at:
@@ -2146,6 +2191,823 @@ def _compare_with_process(
 
 
 # ---------------------------------------------------------------------------
+# Campaign 6: the environment of an ordinary process
+
+
+#: What the environment campaign does between and inside calls.
+ENV_EVENTS = (
+    "chdir",
+    "repoint",
+    "fork",
+    "fork-in-hook",
+    "signal-close",
+    "timer-close",
+    "obstacle",
+    "special-file",
+    "lock",
+)
+ENV_WEIGHTS = (3, 2, 2, 1, 2, 2, 2, 2, 1)
+#: Seconds any one step may take before it counts as a hang.
+ENV_STEP_TIMEOUT = 20.0
+#: The names an obstacle is put under while the queue is open (the first three are created by compaction).
+ENV_OBSTACLE_KINDS = ("fifo", "directory", "outside-file", "dev-zero", "dangling")
+ENV_SPECIAL_KINDS = SPECIAL_KINDS
+
+
+class Hang(Exception):
+    """A step of the environment campaign outlived `ENV_STEP_TIMEOUT`."""
+
+
+@contextlib.contextmanager
+def watchdog(seconds: float) -> Iterator[None]:
+    """Raise `Hang` in this thread if the block runs longer than `seconds` (SIGALRM interrupts a blocked call)."""
+
+    def expire(signum: int, frame: Any) -> None:
+        raise Hang(f"no answer within {seconds:g} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+class EnvHook:
+    """The hook of an environment life: silent until armed, then forks or signals at one phase call."""
+
+    def __init__(self) -> None:
+        self.action: str | None = None
+        self.at = 0
+        self.calls = 0
+        self.children: list[int] = []
+
+    def arm(self, action: str, at: int) -> None:
+        self.action, self.at, self.calls = action, at, 0
+
+    def __call__(self, phase: str) -> None:
+        if self.action is None or phase.startswith("recover."):
+            return
+        self.calls += 1
+        if self.calls - 1 != self.at:
+            return
+        action, self.action = self.action, None
+        if action == "signal":
+            os.kill(os.getpid(), signal.SIGUSR1)
+        elif action == "fork":
+            pid = os.fork()
+            if pid == 0:
+                # The child returns into the write it interrupted; it must be stopped there.
+                # The caller of the step sees the exception in the child and exits it.
+                return
+            self.children.append(pid)
+
+
+def _remove_entry(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.is_symlink() or path.exists():
+        path.unlink()
+
+
+def _wait_child(pid: int, seconds: float) -> int | None:
+    """The exit status of child `pid`, or None (after killing it) if it outlived `seconds`."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.005)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    return None
+
+
+#: What a forked child tries on its inherited queue: each must be QueueClosed (close() must be silent).
+CHILD_PROBES: tuple[tuple[str, Callable[[Queue], Any]], ...] = (
+    ("put", lambda q: q.put("child-put", {})),
+    ("put_many", lambda q: q.put_many([{"task_id": "child-many", "payload": {}}])),
+    ("reserve", lambda q: q.reserve("child", now=2**40, lease_seconds=1)),
+    ("ack", lambda q: q.ack(Lease("t", "w", 1, 0, 0, {}), now=0)),
+    ("release", lambda q: q.release(Lease("t", "w", 1, 0, 0, {}), now=0)),
+    ("compact", lambda q: q.compact()),
+    ("get", lambda q: q.get("t")),
+    ("tasks", lambda q: q.tasks()),
+    ("stats", lambda q: q.stats()),
+    ("last_seq", lambda q: q.last_seq),
+)
+
+
+def _child_tries_everything(queue: Queue) -> int:
+    """In a forked child: 0 if every call is refused with QueueClosed and close() is silent."""
+    for _, probe in CHILD_PROBES:
+        try:
+            probe(queue)
+        except QueueClosed:
+            continue
+        except BaseException:
+            return 3
+        return 2
+    try:
+        queue.close()
+    except BaseException:
+        return 4
+    return 0
+
+
+class EnvLife:
+    """One store in the environment campaign: the queue, the model, the canary tree beside it."""
+
+    def __init__(self, seed: int, unit: int, root: Path, report: Report) -> None:
+        self.rng = random.Random(f"{seed}-environment-{unit}")
+        self.where = f"--seed {seed} environment unit {unit}"
+        self.report = report
+        self.home = root / "home"
+        self.store = self.home / "q"
+        #: Another name of the store: the queue is sometimes opened through it, and it is repointed.
+        self.link = self.home / "link"
+        self.canary = root / "canary"
+        self.outside = self.canary / "outside.txt"
+        self.home.mkdir(parents=True)
+        (self.canary / "sub").mkdir(parents=True)
+        self.outside.write_text("canary: never written")
+        # Decoys under the same relative name: a queue that followed its path
+        # string after a chdir would write into one of them.
+        for decoy in (self.canary / "q", self.canary / "sub" / "q"):
+            with Queue(decoy, sync=False, compact_bytes=None) as queue:
+                queue.put("decoy", {"n": 1})
+        self.canary_digest = directory_digest(self.canary)
+        self.root_names = sorted(os.listdir(root))
+        self.root = root
+        self.with_hook = self.rng.random() < 0.6
+        self.hook = EnvHook()
+        self.compact_bytes = self.rng.choice([None, 400, 2_000])
+        self.model = Model()
+        self.workload = Workload(f"{seed}-environment-{unit}")
+        self.queue: Queue | None = None
+        self.closed_by_signal = False
+
+    # -- opening ----------------------------------------------------------------
+
+    def open(self, relative: bool) -> Queue:
+        """Open the store (by a relative path from `home` when `relative`, maybe through the link)."""
+        os.chdir(self.home)
+        path: str | Path = "q" if relative else self.store
+        if self.store.is_dir():
+            if self.link.is_symlink():
+                self.link.unlink()
+            self.link.symlink_to("q")
+            if relative and self.rng.random() < 0.5:
+                path = "link"
+        queue = Queue(path, sync=False, compact_bytes=self.compact_bytes, hook=self.hook if self.with_hook else None)
+        self.queue = queue
+        return queue
+
+    def reopen_and_compare(self, allowed: list[Model], what: str) -> None:
+        """Close whatever is open, reopen by a relative path, and require one of the `allowed` states."""
+        if self.queue is not None:
+            self.queue.close()
+        queue = self.open(relative=True)
+        got = view(queue)
+        for candidate in allowed:
+            if got == view(candidate):
+                self.model = candidate.clone()
+                return
+        self.report.diverge(f"{self.where} after {what}: {_view_difference(got, view(allowed[-1]))}")
+        raise Abort("the state diverged")
+
+    # -- events -------------------------------------------------------------------
+
+    def step(self, number: int) -> None:
+        rng = self.rng
+        where = f"{self.where} step {number}"
+        event = rng.choices(ENV_EVENTS, weights=ENV_WEIGHTS)[0] if rng.random() < 0.45 else "op"
+        if event in ("fork-in-hook", "signal-close") and not self.with_hook:
+            event = "timer-close" if event == "signal-close" else "fork"
+        self.report.count(f"{event}s" if event != "op" else "operations")
+        getattr(self, "_" + event.replace("-", "_"))(where)
+
+    def _op(self, where: str) -> None:
+        assert self.queue is not None
+        op = self.workload.next_op(self.model)
+        expected = expected_states(self.model, op)
+        answer = outcome(op, self.queue)
+        if answer != expected.answer:
+            self.report.diverge(f"{where}: {op.describe()} answered {answer[:120]}, model {expected.answer[:120]}")
+            raise Abort("the answer diverged")
+        self.model = expected.after
+
+    def _chdir(self, where: str) -> None:
+        os.chdir(self.rng.choice([self.canary, self.canary / "sub", self.root, self.home, self.store]))
+        self._op(where)
+
+    def _repoint(self, where: str) -> None:
+        """Repoint the link to the store at a decoy store; whatever the queue was opened through, it stays put."""
+        if self.link.is_symlink():
+            self.link.unlink()
+        self.link.symlink_to(self.canary / "q")
+        self._op(where)
+        assert self.queue is not None
+        self.queue.compact()
+        self.model.compact()
+        self._op(where)
+
+    def _fork(self, where: str) -> None:
+        assert self.queue is not None
+        queue = self.queue
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child
+            status = 5
+            try:
+                status = _child_tries_everything(queue)
+            finally:
+                os._exit(status)
+        status = _wait_child(pid, ENV_STEP_TIMEOUT)
+        if status != 0:
+            self.report.diverge(f"{where}: a forked child's inherited queue {'hung' if status is None else status}")
+        else:
+            self.report.count("child calls refused", len(CHILD_PROBES))
+        self._op(where)
+
+    def _fork_in_hook(self, where: str) -> None:
+        """Fork inside a write (at a random phase): the child must be stopped, the parent's call complete."""
+        assert self.queue is not None
+        self.hook.arm("fork", self.rng.randrange(4))
+        parent = os.getpid()
+        try:
+            self._op(where)
+        except BaseException as exc:
+            if os.getpid() != parent:  # pragma: no cover - the child, stopped inside the write
+                os._exit(0 if isinstance(exc, QueueClosed) else 6)
+            raise
+        if os.getpid() != parent:  # pragma: no cover - a child that was not stopped
+            os._exit(7)
+        self.hook.action = None
+        for pid in self.hook.children:
+            status = _wait_child(pid, ENV_STEP_TIMEOUT)
+            if status != 0:
+                self.report.diverge(f"{where}: a child forked in the hook went on writing ({status})")
+            else:
+                self.report.count("children stopped in a write")
+        self.hook.children.clear()
+
+    def _close_by_signal(
+        self, where: str, signum: signal.Signals, arm: Callable[[], None], disarm: Callable[[], None]
+    ) -> None:
+        """Run ops until a signal handler's close() ends the life; every reopen state must be explainable."""
+        assert self.queue is not None
+        queue = self.queue
+        previous = signal.signal(signum, lambda s, f: queue.close())
+        interrupted: Expected | None = None
+        try:
+            arm()
+            for _ in range(50):
+                op = self.workload.next_op(self.model)
+                expected = expected_states(self.model, op)
+                try:
+                    answer = outcome(op, queue)
+                except QueueClosed:
+                    interrupted = expected
+                    break
+                if answer != expected.answer:
+                    self.report.diverge(f"{where}: {op.describe()} answered {answer[:100]} under a signal")
+                    raise Abort("the answer diverged")
+                self.model = expected.after
+        finally:
+            disarm()
+            signal.signal(signum, previous)
+        self.report.count("closed by a handler" if interrupted is not None else "handler never closed")
+        allowed = [self.model] if interrupted is None else list(interrupted.by_seq.values())
+        self.queue = None
+        self.reopen_and_compare(allowed, f"{where} (close from a signal handler)")
+
+    def _signal_close(self, where: str) -> None:
+        at = self.rng.randrange(6)
+        self._close_by_signal(
+            where, signal.SIGUSR1, lambda: self.hook.arm("signal", at), lambda: setattr(self.hook, "action", None)
+        )
+
+    def _timer_close(self, where: str) -> None:
+        delay = self.rng.uniform(1e-5, 3e-3)
+        self._close_by_signal(
+            where,
+            signal.SIGVTALRM,
+            lambda: signal.setitimer(signal.ITIMER_VIRTUAL, delay),
+            lambda: signal.setitimer(signal.ITIMER_VIRTUAL, 0),
+        )
+
+    def _obstacle(self, where: str) -> None:
+        """Something in the way of a file compaction creates: refused or removed, never written through."""
+        assert self.queue is not None
+        queue = self.queue
+        if not self.with_hook:
+            # A background snapshot could publish the very name an obstacle is put
+            # under (an operator racing a live compaction): let it finish first.
+            queue.compact()
+        stats = queue.stats()
+        names = [CURRENT_TMP_NAME, snapshot_name(stats["last_seq"]), snapshot_name(stats["last_seq"] + 10**6)]
+        name = self.rng.choice(names)
+        kind = self.rng.choice(ENV_OBSTACLE_KINDS)
+        path = self.store / name
+        if stats["last_seq"] == stats["snapshot_seq"] and name == snapshot_name(stats["last_seq"]):
+            return  # the published snapshot's own name: not an obstacle, the store's file
+        place_special(path, kind, self.outside)
+        self.report.count("obstacles placed")
+        try:
+            queue.compact()
+        except FileExistsError:
+            self.report.count("obstacles refused")
+        if path.is_symlink() or (path.exists() and not path.is_file()):
+            _remove_entry(path)  # still the obstacle (a regular file there is the snapshot compaction wrote)
+        self._op(where)
+
+    def _special_file(self, where: str) -> None:
+        """Close, put a special file where the store has (or could have) a file opening reads, reopen."""
+        assert self.queue is not None
+        self.queue.close()
+        self.queue = None
+        names = sorted(p.name for p in self.store.iterdir())
+        candidates = [n for n in names if n == "CURRENT" or n.startswith(("snapshot-", "wal-")) or n == LOCK_NAME]
+        candidates.append("CURRENT")
+        name = self.rng.choice(candidates)
+        kind = self.rng.choice(ENV_SPECIAL_KINDS)
+        path = self.store / name
+        saved = self.root / "saved"
+        had = path.exists() and not path.is_symlink()
+        if had:
+            shutil.move(path, saved)
+        place_special(path, kind, self.outside)
+        from walqueue.format.fsck import EXIT_CORRUPT, check
+
+        verdict = check(self.store, replay=True)
+        try:
+            Queue(self.store, sync=False, compact_bytes=None).close()
+        except CorruptStore as exc:
+            if verdict.exit_code != EXIT_CORRUPT:
+                self.report.diverge(f"{where}: {name} as {kind}: opening refused it, fsck exit {verdict.exit_code}")
+            elif exc.path is None or os.path.basename(exc.path) != name:
+                self.report.diverge(f"{where}: {name} as {kind}: CorruptStore names {exc.path}")
+            else:
+                self.report.count("special files refused")
+        else:
+            if verdict.exit_code == EXIT_CORRUPT:
+                self.report.diverge(f"{where}: {name} as {kind}: opening succeeded, fsck says corrupt")
+            else:
+                self.report.count("special files ignored")  # an orphan snapshot's name, say
+        _remove_entry(path)
+        if had:
+            shutil.move(saved, path)
+        self.reopen_and_compare([self.model], f"{where} ({name} as {kind}, then restored)")
+
+    def _lock(self, where: str) -> None:
+        """Delete or replace LOCK under the live owner: a second opener is still refused."""
+        lock = self.store / LOCK_NAME
+        if lock.exists():
+            lock.unlink()
+        if self.rng.random() < 0.5:
+            lock.write_bytes(b"")
+        try:
+            Queue(self.store, sync=False, compact_bytes=None).close()
+        except DirectoryLocked:
+            self.report.count("second owners refused")
+        else:
+            self.report.diverge(f"{where}: a second Queue opened while the first owns the directory")
+        self._op(where)
+
+    # -- the end of a life -----------------------------------------------------------
+
+    def finish(self) -> None:
+        if self.queue is not None:
+            self.queue.close()
+        self.reopen_and_compare([self.model], f"{self.where} (final reopen)")
+        if self.queue is not None:
+            self.queue.close()
+        if directory_digest(self.canary) != self.canary_digest or not self.outside.exists():
+            self.report.diverge(f"{self.where}: the canary tree beside the store was written")
+        stray = sorted(set(os.listdir(self.root)) - set(self.root_names) - {"saved"})
+        if stray:
+            self.report.diverge(f"{self.where}: files appeared beside the store: {stray}")
+        self.report.count("canaries intact")
+
+
+def campaign_environment(seed: int, budget: float, report: Report) -> None:
+    """chdir, forks, signal handlers that close, special files and LOCK games, between and inside calls."""
+    deadline = time.monotonic() + budget
+    root = Path(tempfile.mkdtemp(prefix="walqueue-env-", dir=scratch_root()))
+    cwd = os.getcwd()
+    try:
+        unit = 0
+        while unit < 2 or time.monotonic() < deadline:
+            life = EnvLife(seed, unit, root / f"u{unit}", report)
+            report.count("lives")
+            try:
+                with watchdog(ENV_STEP_TIMEOUT):
+                    life.open(relative=True)
+                for number in range(40):
+                    with watchdog(ENV_STEP_TIMEOUT):
+                        life.step(number)
+                with watchdog(ENV_STEP_TIMEOUT):
+                    life.finish()
+            except Abort:
+                pass
+            except Hang as exc:
+                report.diverge(f"{life.where}: a hang: {exc}")
+            finally:
+                if life.queue is not None:
+                    life.queue.close()
+                os.chdir(cwd)
+                remove(root / f"u{unit}")
+            unit += 1
+    finally:
+        os.chdir(cwd)
+        remove(root)
+
+
+# ---------------------------------------------------------------------------
+# Campaigns 7-9: walqueue-serve (issue #17). The server is a real process
+# (`python -m walqueue.cli.serve`, sync=True); clients are `walqueue.cli.Client`
+# objects in this process, or killed child processes, all over its Unix socket.
+
+SERVER_START_TIMEOUT = 30.0
+SERVER_CLIENTS = 3
+SERVER_KILL_DELAY = (0.05, 0.4)
+CLIENT_KILL_DELAY = (0.0, 0.15)
+HOSTILE_LINES_PER_UNIT = 150
+
+
+class ServedQueue:
+    """A `walqueue-serve` process on `directory`; `restart()` after a kill reuses the (stale) socket."""
+
+    def __init__(self, directory: Path, socket_path: str) -> None:
+        self.directory = directory
+        self.socket_path = socket_path
+        self.process: subprocess.Popen[bytes] | None = None
+        self.start()
+
+    def start(self) -> None:
+        command = [sys.executable, "-m", "walqueue.cli.serve", str(self.directory), "--socket", self.socket_path]
+        command += ["--log-level", "WARNING"]
+        self.process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=child_environment(), bufsize=0
+        )
+        assert self.process.stdout is not None
+        ready, _, _ = select.select([self.process.stdout], [], [], SERVER_START_TIMEOUT)
+        if not ready or not self.process.stdout.readline():
+            self.process.kill()
+            self.process.wait(SERVER_START_TIMEOUT)
+            raise Abort(f"walqueue-serve on {self.directory} did not start (exit {self.process.returncode})")
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+        if self.process is not None:
+            self.process.wait(SERVER_START_TIMEOUT)
+
+    def stop(self) -> int:
+        """SIGTERM: the graceful stop; its exit status."""
+        assert self.process is not None
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(SERVER_START_TIMEOUT)
+
+
+def _socket_dir() -> str:
+    return tempfile.mkdtemp(prefix="wq-torture-", dir="/tmp")  # sun_path holds 108 bytes: keep it short
+
+
+def campaign_server_kill(seed: int, budget: float, report: Report) -> None:
+    """SIGKILL the server under load from several clients; every answered call is durable, none applied twice.
+
+    Calls go one at a time, round-robin over `SERVER_CLIENTS` clients (so the
+    model knows their order), while reader threads load the server with
+    concurrent `stats`/`tasks` calls and a killer thread SIGKILLs it at
+    random moments, reopens the directory in this process (the state must be
+    the model's before or after the call in flight, or only its reap), and
+    restarts the server. A `put` in flight is retried by the client across
+    the restart and must answer as the model does (applied exactly once); an
+    `ack`, `release` or `reserve` in flight raises `ConnectionError`.
+    """
+    from walqueue.cli import Client
+
+    deadline = time.monotonic() + budget
+    root = Path(tempfile.mkdtemp(prefix="torture-serve-", dir=scratch_root()))
+    sockets = _socket_dir()
+    try:
+        unit = 0
+        while unit == 0 or time.monotonic() < deadline:
+            _server_kill_unit(seed, unit, root / f"u{unit}", f"{sockets}/s{unit}", deadline, report, Client)
+            unit += 1
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(sockets, ignore_errors=True)
+
+
+def _server_kill_unit(
+    seed: int, unit: int, directory: Path, socket_path: str, deadline: float, report: Report, client_class: Any
+) -> None:
+    import threading
+
+    where = f"--seed {seed} server-kill unit {unit}"
+    rng = random.Random(f"server-kill:{seed}:{unit}")
+    workload = Workload(f"server-kill-ops:{seed}:{unit}", prefix="s", weights={"compact": 0})
+    server = ServedQueue(directory, socket_path)
+    clients = [client_class(socket_path, timeout=60, reconnect_seconds=60) for _ in range(SERVER_CLIENTS)]
+    stopping = threading.Event()
+    views_after_kill: list[dict[str, Any]] = []
+    kill_errors: list[str] = []
+    kills_started = [0]
+
+    def killer() -> None:
+        try:
+            while not stopping.wait(rng.uniform(*SERVER_KILL_DELAY)):
+                kills_started[0] += 1
+                server.kill()
+                with Queue(directory, sync=False) as reopened:
+                    views_after_kill.append(view(reopened))
+                report.count("server kills")
+                server.start()  # also when stopping: the clients' retries and the final check need it
+        except Exception:
+            kill_errors.append(traceback.format_exc(limit=5))
+
+    def reader(number: int) -> None:
+        with client_class(socket_path, timeout=60, reconnect_seconds=60) as loader:
+            while not stopping.is_set():
+                try:
+                    loader.stats() if number % 2 else loader.tasks("ready")
+                    report.count("concurrent reads")
+                except (ConnectionError, OSError):
+                    time.sleep(0.01)
+
+    threads = [threading.Thread(target=killer, daemon=True)]
+    threads += [threading.Thread(target=reader, args=(n,), daemon=True) for n in range(2)]
+    for thread in threads:
+        thread.start()
+    model = Model()
+    try:
+        step = 0
+        while step < 400 and (step < 40 or time.monotonic() < deadline):
+            op = workload.next_op(model)
+            expected = expected_states(model, op)
+            kills_before = len(views_after_kill)
+            client = clients[step % SERVER_CLIENTS]
+            try:
+                answer: str | None = outcome(op, client)
+            except ConnectionError:
+                answer = None
+            settle = time.monotonic() + 60
+            while kills_started[0] > len(views_after_kill) and time.monotonic() < settle:
+                time.sleep(0.005)  # a kill is under way: wait for its reopened view
+            kills = views_after_kill[kills_before:]
+            label = f"{where} step {step} ({op.describe()})"
+            if answer is not None:
+                report.count("operations answered")
+                if answer != expected.answer:
+                    raise Abort(f"{label}: answered {answer[:120]}, the model {expected.answer[:120]}")
+            if kills:
+                report.count("steps hit by a kill")
+                candidates = {id(state): state for state in expected.by_seq.values()}
+                for seen in kills:
+                    if not any(seen == view(state) for state in candidates.values()):
+                        report.diverge(f"{label}: after a kill the store holds a state the model never had")
+                        raise Abort(label)
+                if answer is None:
+                    report.count("in flight, not retried")
+                    matching = [state for state in expected.by_seq.values() if view(state) == kills[-1]]
+                    model = matching[-1]
+                    report.count(
+                        "in-flight applied" if model.last_seq > expected.before.last_seq else "in-flight not applied"
+                    )
+                else:
+                    if op.kind in ("put", "put_many"):
+                        report.count("puts retried across a restart")
+                    model = expected.after
+            elif answer is None:
+                raise Abort(f"{label}: ConnectionError without a kill")
+            else:
+                model = expected.after
+            step += 1
+        report.count("steps", step)
+    finally:
+        stopping.set()
+        for thread in threads:
+            thread.join(60)
+        for client in clients:
+            client.close()
+    if kill_errors:
+        raise Abort(f"{where}: the killer failed\n{kill_errors[0]}")
+    if server.process is not None and server.process.poll() is None:
+        with client_class(socket_path, timeout=60, reconnect_seconds=10) as final:
+            if view(final) != view(model):
+                report.diverge(f"{where}: the served state differs from the model at the end")
+        if server.stop() != 0:
+            report.diverge(f"{where}: SIGTERM did not exit 0")
+    server.kill()
+    with Queue(directory, sync=False) as reopened:
+        if not compare_views(reopened, model, report, f"{where} (reopened at the end)"):
+            raise Abort(f"{where}: aborted")
+
+
+CLIENT_VICTIM = r"""
+import json, socket, sys, time
+path, prefix, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
+sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+sock.connect(path)
+reader = sock.makefile("rb")
+print("ready", flush=True)
+for step in range(steps):
+    items = [{"task_id": f"{prefix}-{step}-{i}", "payload": {"step": step, "i": i}} for i in range(3)]
+    line = json.dumps({"op": "put_many", "tasks": items, "id": step}).encode() + b"\n"
+    print("begin", step, flush=True)
+    cut = len(line) // 2
+    sock.sendall(line[:cut])
+    time.sleep(0.002)
+    sock.sendall(line[cut:])
+    answer = json.loads(reader.readline())
+    assert answer == {"id": step, "ok": True, "task_ids": [item["task_id"] for item in items]}, answer
+    print("done", step, flush=True)
+"""
+
+
+def campaign_client_kill(seed: int, budget: float, report: Report) -> None:
+    """SIGKILL client processes in the middle of their requests; each request is completed or never started.
+
+    Each victim sends `put_many` requests of three tasks, each line in two
+    writes, printing ``begin``/``done`` around it, and dies by SIGKILL at a
+    random moment. Afterwards the server must hold every done request's
+    tasks, all or none of the one in flight, nothing of later ones, and
+    still answer another client; at the end SIGTERM exits 0 and the
+    reopened directory equals what was served.
+    """
+    from walqueue.cli import Client
+
+    deadline = time.monotonic() + budget
+    rng = random.Random(f"client-kill:{seed}")
+    root = Path(tempfile.mkdtemp(prefix="torture-clients-", dir=scratch_root()))
+    sockets = _socket_dir()
+    socket_path = f"{sockets}/s"
+    server = ServedQueue(root / "q", socket_path)
+    try:
+        with Client(socket_path, timeout=60) as observer:
+            victim_number = 0
+            while victim_number < 10 or time.monotonic() < deadline:
+                _kill_one_client(rng, victim_number, socket_path, observer, report, f"--seed {seed} client-kill")
+                victim_number += 1
+            served = view(observer)
+        if server.stop() != 0:
+            report.diverge("client-kill: SIGTERM did not exit 0")
+        with Queue(root / "q", sync=False) as reopened:
+            if view(reopened) != served:
+                report.diverge("client-kill: the reopened directory differs from what the server answered")
+    finally:
+        server.kill()
+        shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(sockets, ignore_errors=True)
+
+
+def _kill_one_client(
+    rng: random.Random, number: int, socket_path: str, observer: Any, report: Report, where: str
+) -> None:
+    prefix = f"v{number}"
+    victim = subprocess.Popen(
+        [sys.executable, "-c", CLIENT_VICTIM, socket_path, prefix, "1000"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=child_environment(),
+    )
+    assert victim.stdout is not None
+    ready, _, _ = select.select([victim.stdout], [], [], SERVER_START_TIMEOUT)
+    if not ready or victim.stdout.readline() != b"ready\n":
+        victim.kill()
+        victim.wait(SERVER_START_TIMEOUT)
+        raise Abort(f"{where}: victim {number} did not start")
+    time.sleep(rng.uniform(*CLIENT_KILL_DELAY))
+    victim.kill()
+    output, _ = victim.communicate(timeout=SERVER_START_TIMEOUT)
+    begun = done = -1
+    for line in output.split(b"\n"):
+        words = line.split()
+        if len(words) == 2 and words[0] == b"begin":
+            begun = int(words[1])
+        elif len(words) == 2 and words[0] == b"done":
+            done = int(words[1])
+    report.count("client kills")
+    time.sleep(0.05)  # the server may still be executing the request the victim sent last
+    present = {task.task_id for task in observer.tasks() if task.task_id.startswith(prefix + "-")}
+    steps_present = {int(task_id.split("-")[1]) for task_id in present}
+    for step in steps_present:
+        if {f"{prefix}-{step}-{i}" for i in range(3)} - present:
+            report.diverge(f"{where} victim {number}: request {step} was applied in part")
+    if steps_present - set(range(begun + 1)) or set(range(done + 1)) - steps_present:
+        report.diverge(f"{where} victim {number}: begun {begun}, done {done}, applied {sorted(steps_present)}")
+    report.count("requests completed", len(steps_present))
+    if begun > done:
+        report.count("in flight at the kill")
+        report.count("in-flight completed" if begun in steps_present else "in-flight never started")
+
+
+def campaign_hostile_clients(seed: int, budget: float, report: Report) -> None:
+    """The CLI's bad-input corpus over the socket: each answer is the in-process protocol's, none harms another.
+
+    Hostile lines (the generator of the bad-input campaign) go to a server
+    over several connections, some split into many small writes; between
+    them, junk connections send random bytes or half a line and hang up.
+    Each answer must equal `respond(line)` on a copy of the store in this
+    process (messages aside), and the served state must equal the copy's.
+    """
+    from walqueue.cli.protocol import is_blank, respond
+
+    deadline = time.monotonic() + budget
+    root = Path(tempfile.mkdtemp(prefix="torture-hostile-", dir=scratch_root()))
+    sockets = _socket_dir()
+    try:
+        unit = 0
+        while unit == 0 or time.monotonic() < deadline:
+            rng = random.Random(f"hostile-clients:{seed}:{unit}")
+            where = f"--seed {seed} hostile-clients unit {unit}"
+            served_dir, local_dir = root / f"served{unit}", root / f"local{unit}"
+            foreign = _foreign_tokens(root / f"other{unit}")
+            with Queue(served_dir, sync=False) as seeding:
+                seeding.put_many([{"task_id": f"b{i}", "payload": {"n": i}} for i in range(1, 4)])
+                seeding.reserve("w1", now=0, lease_seconds=1000)
+            shutil.copytree(served_dir, local_dir)
+            server = ServedQueue(served_dir, f"{sockets}/s{unit}")
+            try:
+                with Queue(local_dir, sync=False) as local:
+                    _hostile_unit(rng, server.socket_path, local, foreign, is_blank, respond, report, where)
+                    expected = view(local)
+                if server.stop() != 0:
+                    report.diverge(f"{where}: SIGTERM did not exit 0")
+                with Queue(served_dir, sync=False) as reopened:
+                    if view(reopened) != expected:
+                        report.diverge(f"{where}: the served state differs from the in-process one")
+            finally:
+                server.kill()
+            unit += 1
+            if time.monotonic() >= deadline:
+                break
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(sockets, ignore_errors=True)
+
+
+def _hostile_unit(
+    rng: random.Random,
+    socket_path: str,
+    local: Queue,
+    foreign: list[Lease],
+    is_blank: Callable[[bytes], bool],
+    respond: Callable[..., Any],
+    report: Report,
+    where: str,
+) -> None:
+    import socket
+
+    def connect() -> tuple[socket.socket, Any]:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(60)
+        sock.connect(socket_path)
+        return sock, sock.makefile("rb")
+
+    connections = [connect() for _ in range(3)]
+    for serial in range(HOSTILE_LINES_PER_UNIT):
+        if rng.random() < 0.1:  # a junk connection: random bytes or half a line, then gone
+            junk, _ = connect()
+            junk.sendall(bytes(rng.randrange(256) for _ in range(rng.randrange(1, 200))).replace(b"\n", b""))
+            junk.close()
+            report.count("junk connections")
+        line = cli_line(rng, _mirror(local), foreign, serial)
+        if is_blank(line):
+            continue
+        sock, answers = rng.choice(connections)
+        data = line + b"\n"
+        if rng.random() < 0.3:
+            cuts = sorted(rng.sample(range(1, len(data)), min(len(data) - 1, 4))) if len(data) > 1 else []
+            for start, end in zip([0, *cuts], [*cuts, len(data)], strict=True):
+                sock.sendall(data[start:end])
+        else:
+            sock.sendall(data)
+        raw = answers.readline()
+        report.count("socket lines")
+        if not raw.endswith(b"\n"):
+            report.diverge(f"{where} line {serial} {_short(line)}: the connection closed without an answer")
+            return
+        got = json.loads(raw)
+        own = json.loads(json.dumps(respond(line, local).answer))
+        got.pop("message", None)
+        own.pop("message", None)
+        if got != own:
+            report.diverge(f"{where} line {serial} {_short(line)}: served {_short(got)}, in-process {_short(own)}")
+            return
+        if not got.get("ok"):
+            report.count("refused")
+        report.count("socket lines agreed")
+    for sock, answers in connections:
+        answers.close()
+        sock.close()
+
+
+# ---------------------------------------------------------------------------
 # Running
 
 
@@ -2155,6 +3017,10 @@ RUNNERS: dict[str, Callable[[int, float, Report], None]] = {
     "bytes": campaign_bytes,
     "os-faults": campaign_os_faults,
     "bad-input": campaign_bad_input,
+    "environment": campaign_environment,
+    "server-kill": campaign_server_kill,
+    "client-kill": campaign_client_kill,
+    "hostile-clients": campaign_hostile_clients,
 }
 
 

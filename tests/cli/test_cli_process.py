@@ -420,7 +420,8 @@ def test_a_missing_directory_argument_is_a_usage_error(tmp_path: Path) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "walqueue.cli"], capture_output=True, env=child_environment(), timeout=ANSWER_TIMEOUT
     )
-    assert result.returncode == 2 and b"DIRECTORY" in result.stderr and result.stdout == b""
+    # EX_USAGE (64), issue #18: 2 means "cannot open DIRECTORY", a usage error is not that.
+    assert result.returncode == 64 and b"DIRECTORY" in result.stderr and result.stdout == b""
 
 
 def test_a_reader_that_goes_away_stops_the_consumer_cleanly(tmp_path: Path) -> None:

@@ -205,7 +205,8 @@ def test_stats_and_compact_answer_their_fields() -> None:
 
 
 def test_every_op_of_the_spec_table_is_known() -> None:
-    assert set(OPS) == {"put", "put_many", "reserve", "ack", "release", "get", "tasks", "stats", "compact"}
+    # SPEC §6's table, plus `wait` (issue #17: the server's long poll).
+    assert set(OPS) == {"put", "put_many", "reserve", "ack", "release", "get", "tasks", "stats", "compact", "wait"}
 
 
 # -- the id ------------------------------------------------------------------------------

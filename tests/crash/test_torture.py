@@ -4,7 +4,7 @@ The harness is the proof under faults (docs/RELIABILITY.md); this file
 makes a short run of it part of every test run, so that a change that
 breaks crash safety, recovery, fsck's agreement or input validation fails
 CI and not only the long runs. Each campaign runs in-process (imported from
-its path) with its own time budget, about 70 s in all on two cores; the
+its path) with its own time budget, about 80 s in all on two cores; the
 assertions on the counts make sure the time was spent on faults, not on
 setup, so a campaign that silently stopped injecting anything fails too.
 """
@@ -26,7 +26,15 @@ TORTURE_PATH = Path(__file__).resolve().parents[2] / "tools" / "torture.py"
 
 #: Seconds per campaign. The bytes campaign always finishes every truncation of its
 #: first store (a few thousand variants), so it may take longer than its budget.
-BUDGETS = {"crash-points": 14.0, "kill": 14.0, "bytes": 10.0, "os-faults": 10.0, "bad-input": 10.0}
+BUDGETS = {
+    "crash-points": 14.0,
+    "kill": 14.0,
+    "bytes": 10.0,
+    "os-faults": 10.0,
+    "bad-input": 10.0,
+    "environment": 8.0,
+}
+BUDGETS.update({"server-kill": 4.0, "client-kill": 3.0, "hostile-clients": 3.0})  # walqueue-serve (#17)
 
 #: Lower bounds on what a bounded run must have done: about a third of what a
 #: loaded two-core machine manages, so they catch a campaign gone idle, not a slow CI.
@@ -36,6 +44,21 @@ MINIMUM_COUNTS = {
     "bytes": {"stores": 1, "truncations": 2500, "bit flips": 300, "refused": 500, "recovered torn": 100},
     "os-faults": {"steps": 40, "faults": 150, "faults without a hook": 30, "open faults": 20},
     "bad-input": {"API calls": 80, "CLI lines": 150, "refused": 150},
+    "environment": {
+        "lives": 12,
+        "chdirs": 20,
+        "repoints": 10,
+        "forks": 15,
+        "child calls refused": 150,
+        "children stopped in a write": 3,
+        "closed by a handler": 30,
+        "obstacles refused": 5,
+        "special files refused": 15,
+        "second owners refused": 8,
+    },
+    "server-kill": {"server kills": 3, "steps hit by a kill": 2, "operations answered": 40, "concurrent reads": 100},
+    "client-kill": {"client kills": 5, "in flight at the kill": 2, "requests completed": 20},
+    "hostile-clients": {"socket lines": 140, "refused": 80, "junk connections": 3},
 }
 
 
@@ -59,6 +82,10 @@ def _exact_promises(torture: ModuleType, campaign: str, counts: dict[str, int]) 
         broken.append("fsck --replay agreeing with opening on every damaged store")
     if campaign == "bad-input" and counts.get("consumer lines agreed") != counts.get("CLI lines"):
         broken.append("the consumer process answering every line as the protocol does in-process")
+    if campaign == "environment" and counts.get("canaries intact") != counts.get("lives"):
+        broken.append("a canary tree checked untouched after every life")
+    if campaign == "hostile-clients" and counts.get("socket lines agreed") != counts.get("socket lines"):
+        broken.append("the server answering every hostile line as the protocol does in-process")
     return broken
 
 

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from model import MAX_FRAME_BYTES, Model, directory_digest, view
-from walqueue import Lease, Queue
+from walqueue import Lease, Queue, StaleLease
 from walqueue.format.canonical import canonical_json
 
 BIG = 2**63
@@ -181,7 +181,6 @@ BAD_CALLS: list[tuple[str, Call, type[Exception] | tuple[type[Exception], ...]]]
     ("reserve-lease_seconds-bool", lambda q, t: q.reserve("w", now=0, lease_seconds=True), TYPE_OR_VALUE),
     ("reserve-lease_seconds-float", lambda q, t: q.reserve("w", now=0, lease_seconds=1.5), TypeError),
     ("reserve-lease_seconds-2**63", lambda q, t: q.reserve("w", now=0, lease_seconds=BIG), ValueError),
-    ("reserve-deadline-overflows", lambda q, t: q.reserve("w", now=BIG - 1, lease_seconds=1), ValueError),
     ("reserve-limit-0", lambda q, t: q.reserve("w", now=0, lease_seconds=1, limit=0), ValueError),
     ("reserve-limit-negative", lambda q, t: q.reserve("w", now=0, lease_seconds=1, limit=-1), ValueError),
     ("reserve-limit-bool", lambda q, t: q.reserve("w", now=0, lease_seconds=1, limit=True), TYPE_OR_VALUE),
@@ -274,6 +273,21 @@ def test_values_inside_the_bounds_are_accepted_and_round_trip(qdir: Path, name: 
         task = q.get(task_id)
         assert task is not None and canonical_json(task.payload) == canonical_json(payload)
         assert (task.available_at, task.max_attempts) == (BIG - 1, BIG - 1)
+
+
+def test_a_lease_ending_at_the_end_of_time_can_be_reaped(q: Queue) -> None:
+    """Deadlines are capped at 2**63-1, so reserve(now=2**63-1) is accepted and reaps every lease."""
+    q.put("t", {}, max_attempts=2)
+    [lease] = q.reserve("w", now=BIG - 5, lease_seconds=100)
+    assert lease.deadline == BIG - 1
+    before = q.last_seq
+    [again] = q.reserve("w2", now=BIG - 1, lease_seconds=1)  # reaps, then leases the task again
+    assert q.last_seq == before + 2
+    assert (again.generation, again.deadline) == (2, BIG - 1)
+    with pytest.raises(StaleLease):
+        q.ack(again, now=BIG - 1)  # granted at the end of time: already due
+    assert q.reserve("w3", now=BIG - 1, lease_seconds=1) == []  # reaped: out of attempts
+    assert q.get("t").status == "dead"  # type: ignore[union-attr]
 
 
 def test_the_largest_lease_deadline_is_accepted(q: Queue) -> None:

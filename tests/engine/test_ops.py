@@ -574,7 +574,6 @@ BAD_RESERVES: dict[str, tuple[type[Exception], tuple[Any, ...]]] = {
     "lease_seconds float": (TypeError, ("w", 0, 1.0, 1)),
     "limit zero": (ValueError, ("w", 0, 1, 0)),
     "limit bool": (TypeError, ("w", 0, 1, True)),
-    "deadline overflows": (ValueError, ("w", MAX_INT, 1, 1)),
 }
 
 

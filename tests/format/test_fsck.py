@@ -475,6 +475,8 @@ REPORT_KEYS = {
     "leftover_segments",
     "last_seq",
     "replay",
+    "causes",
+    "survey",
 }
 FINDING_KEYS = {"severity", "kind", "file", "offset", "message", "bytes"}
 SEGMENT_KEYS = {"file", "number", "size", "frames", "first_seq", "last_seq", "torn_offset", "torn_bytes"}
@@ -495,6 +497,7 @@ def test_json_report_has_the_documented_fields(tmp_path: Path, run_python: RunPy
     assert set(data["snapshot"]) == {"file", "seq", "tasks", "size", "sha256"}
     assert set(data["replay"]) == {"complete", "applied", "last_seq", "counts"}
     assert set(data["replay"]["counts"]) == {"ready", "leased", "completed", "dead"}
+    assert data["causes"] == [] and data["survey"] is None  # a healthy store needs no survey
 
 
 def test_options_go_before_or_after_the_directory(tmp_path: Path, run_python: RunPython) -> None:

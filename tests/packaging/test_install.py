@@ -16,6 +16,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+import tarfile
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -215,7 +216,7 @@ def test_the_three_wheels_install_offline_and_work_together(build: Build, new_ve
     result = check(new_venv.python_code(IMPORT_ALL))
     for module_file in result.stdout.splitlines():
         assert Path(module_file).is_relative_to(new_venv.root), module_file
-    assert_scripts_answer_help(new_venv, "walqueue", "walqueue-fsck")
+    assert_scripts_answer_help(new_venv, "walqueue", "walqueue-serve", "walqueue-fsck")
 
 
 def test_editable_install_of_all_three_serves_the_working_tree(build_backend_wheels: Path, new_venv: Venv) -> None:
@@ -228,7 +229,7 @@ def test_editable_install_of_all_three_serves_the_working_tree(build_backend_whe
     owners = ("walqueue-engine", "walqueue-format", "walqueue-cli")  # of walqueue, walqueue.format, walqueue.cli
     for module_file, dist in zip(result.stdout.splitlines(), owners, strict=True):
         assert Path(module_file).is_relative_to(REPO_ROOT / "packages" / dist / "src"), module_file
-    assert_scripts_answer_help(new_venv, "walqueue", "walqueue-fsck")
+    assert_scripts_answer_help(new_venv, "walqueue", "walqueue-serve", "walqueue-fsck")
 
 
 def test_the_format_wheel_alone_gives_fsck_and_no_queue(build: Build, new_venv: Venv) -> None:
@@ -239,6 +240,7 @@ def test_the_format_wheel_alone_gives_fsck_and_no_queue(build: Build, new_venv: 
     assert "ImportError" in no_queue.stderr
     assert_scripts_answer_help(new_venv, "walqueue-fsck")
     assert not Path(new_venv.script("walqueue")).exists()
+    assert not Path(new_venv.script("walqueue-serve")).exists()
 
 
 @pytest.mark.parametrize(
@@ -257,3 +259,112 @@ def test_each_distribution_installs_from_its_own_directory(
         "--find-links", build.directory, "--find-links", build_backend_wheels, REPO_ROOT / "packages" / dist
     )
     check(new_venv.python_code(code))
+
+
+# --- licence, versions and the READMEs' install lines (issue #18) ----------------
+
+
+def test_every_wheel_ships_the_license_and_declares_apache_2_0(build: Build) -> None:
+    root_license = (REPO_ROOT / "LICENSE").read_bytes()
+    for dist, wheel in build.wheels.items():
+        with zipfile.ZipFile(wheel) as archive:
+            licenses = [name for name in archive.namelist() if name.endswith(".dist-info/licenses/LICENSE")]
+            assert len(licenses) == 1, (dist, archive.namelist())
+            assert archive.read(licenses[0]) == root_license, dist
+        metadata = wheel_metadata(wheel)
+        assert metadata["License-Expression"] == "Apache-2.0", dist
+        assert metadata.get_all("License-File") == ["LICENSE"], dist
+        assert metadata["Author"] == "The WALQueue authors", dist
+        assert not metadata.get_all("Project-URL"), dist
+        assert not metadata.get_all("Home-page"), dist
+
+
+def test_every_sdist_ships_the_license(build: Build) -> None:
+    root_license = (REPO_ROOT / "LICENSE").read_bytes()
+    for dist, sdist in build.sdists.items():
+        with tarfile.open(sdist) as archive:
+            (name,) = [member.name for member in archive.getmembers() if member.name.endswith("/LICENSE")]
+            assert name.count("/") == 1, name  # at the top of NAME-VERSION/
+            extracted = archive.extractfile(name)
+            assert extracted is not None and extracted.read() == root_license, dist
+
+
+def test_installed_commands_and_modules_report_one_version(build: Build, new_venv: Venv) -> None:
+    new_venv.pip_install("--find-links", build.directory, "walqueue-cli")
+    version = wheel_metadata(build.wheels["walqueue-engine"])["Version"]
+    code = """if True:
+        import importlib.metadata, walqueue, walqueue.format
+        print(walqueue.__version__, walqueue.format.__version__)
+        print(*(importlib.metadata.version(d) for d in ("walqueue-format", "walqueue-engine", "walqueue-cli")))
+    """
+    result = check(new_venv.python_code(code))
+    assert result.stdout.split() == [version] * 5
+    for command, expected in (
+        ([new_venv.script("walqueue"), "--version"], f"walqueue {version}"),
+        ([new_venv.script("walqueue-fsck"), "--version"], f"walqueue-fsck {version}"),
+        ([str(new_venv.python), "-m", "walqueue", "--version"], f"walqueue {version}"),
+    ):
+        shown = check(run(command, cwd=new_venv.root))
+        assert shown.stdout.strip() == expected, command
+    about = check(run([str(new_venv.python), "-m", "walqueue"], cwd=new_venv.root))
+    assert "walqueue-fsck" in about.stdout and "walqueue.cli" in about.stdout
+
+
+def readme_shell_lines(path: Path) -> list[str]:
+    """The commands of a README's ```sh blocks, a backslash continuation joined to its next line."""
+    lines: list[str] = []
+    inside = False
+    pending = ""
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("```"):
+            inside = line.strip() == "```sh" if not inside else False
+            continue
+        if inside and line.strip() and not line.lstrip().startswith("#"):
+            if line.endswith("\\"):
+                pending += line[:-1]
+                continue
+            lines.append(pending + line)
+            pending = ""
+    return lines
+
+
+@pytest.mark.parametrize("dist", DISTRIBUTIONS)
+def test_the_package_readme_install_lines_work_as_written(
+    build: Build, build_backend_wheels: Path, tmp_path: Path, dist: str
+) -> None:
+    # Each line runs as written from the repository root, with three
+    # substitutions only: the venv path, the interpreter, and the wheel
+    # directory (built once by the fixture; `release.py build` itself is
+    # tested by that fixture). The build backend comes from local wheels.
+    venv = tmp_path / "walqueue-env"
+    store = tmp_path / "store"
+    store.mkdir()  # an empty directory: a healthy new store for walqueue-fsck
+    env = {
+        "PIP_NO_INDEX": "1",
+        "PIP_FIND_LINKS": str(build_backend_wheels),
+    }
+    lines = readme_shell_lines(REPO_ROOT / "packages" / dist / "README.md")
+    assert any("pip install" in line for line in lines), dist
+    ran = 0
+    for line in lines:
+        if "tools/release.py build" in line or line.lstrip().startswith("|") or "walqueue /tmp/q" in line:
+            continue  # the build (done by the fixture), the CLI example (tests/docs)
+        command = (
+            line.replace("~/walqueue-env", str(venv))
+            .replace("python3.12 ", f"{sys.executable} ", 1)
+            .replace("--find-links dist", f"--find-links {build.directory}")
+            .replace("/path/to/queue-directory", str(store))
+        )
+        result = subprocess.run(
+            ["bash", "-c", command],
+            cwd=REPO_ROOT,
+            env={**{k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}, **env},
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert result.returncode == 0, f"{line}\n{result.stdout}\n{result.stderr}"
+        ran += 1
+    assert ran >= 2, dist

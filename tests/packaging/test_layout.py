@@ -27,6 +27,8 @@ PACKAGE_DIRS = {
     "walqueue-cli": "walqueue/cli",
 }
 PINNED_BELOW = {"walqueue-format": None, "walqueue-engine": "walqueue-format", "walqueue-cli": "walqueue-engine"}
+#: The one `__version__` of the code, rewritten by `release.py bump` with the pyproject files.
+VERSION_MODULE = Path("packages/walqueue-format/src/walqueue/format/_version.py")
 
 
 def src_dir(dist: str) -> Path:
@@ -49,12 +51,20 @@ def run_release(*args: str, root: Path = REPO_ROOT) -> subprocess.CompletedProce
 
 
 def copy_pyprojects(destination: Path) -> Path:
-    """A scratch repository root holding copies of the three pyproject.toml files."""
+    """A scratch repository root holding copies of the three pyproject.toml files and of `_version.py`."""
     for dist in DISTRIBUTIONS:
         target = destination / "packages" / dist / "pyproject.toml"
         target.parent.mkdir(parents=True)
         shutil.copyfile(REPO_ROOT / "packages" / dist / "pyproject.toml", target)
+    (destination / VERSION_MODULE).parent.mkdir(parents=True)
+    shutil.copyfile(REPO_ROOT / VERSION_MODULE, destination / VERSION_MODULE)
     return destination
+
+
+def module_version(root: Path) -> str:
+    namespace: dict[str, object] = {}
+    exec((root / VERSION_MODULE).read_text(encoding="utf-8"), namespace)
+    return str(namespace["__version__"])
 
 
 def run_without_install(code: str, dists: tuple[str, ...], cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -113,6 +123,7 @@ def test_release_bump_rewrites_every_version_and_pin_at_once(tmp_path: Path) -> 
         assert project["version"] == "0.2.0rc1"
         below = PINNED_BELOW[dist]
         assert project["dependencies"] == ([f"{below}==0.2.0rc1"] if below else [])
+    assert module_version(root) == "0.2.0rc1"
     assert run_release("check", root=root).returncode == 0
 
 
@@ -129,9 +140,64 @@ def test_release_bump_keeps_everything_but_the_version_and_pins(tmp_path: Path) 
 def test_release_bump_refuses_a_malformed_version_and_writes_nothing(tmp_path: Path) -> None:
     root = copy_pyprojects(tmp_path)
     before = {dist: (root / "packages" / dist / "pyproject.toml").read_bytes() for dist in DISTRIBUTIONS}
+    version_before = (root / VERSION_MODULE).read_bytes()
     result = run_release("bump", "0.2", root=root)
     assert result.returncode != 0
     assert {dist: (root / "packages" / dist / "pyproject.toml").read_bytes() for dist in DISTRIBUTIONS} == before
+    assert (root / VERSION_MODULE).read_bytes() == version_before
+
+
+def test_the_code_carries_the_version_of_the_pyproject_files() -> None:
+    assert module_version(REPO_ROOT) == load_pyproject(REPO_ROOT, "walqueue-format")["project"]["version"]
+
+
+def test_release_check_fails_when_dunder_version_drifts(tmp_path: Path) -> None:
+    root = copy_pyprojects(tmp_path)
+    path = root / VERSION_MODULE
+    path.write_text(path.read_text(encoding="utf-8").replace('__version__ = "', '__version__ = "9.', 1))
+    result = run_release("check", root=root)
+    assert result.returncode == 1
+    assert "__version__" in result.stderr
+
+
+# --- licence and authors (issue #18) -----------------------------------------
+
+
+def test_the_root_license_is_the_apache_license_2_0() -> None:
+    text = (REPO_ROOT / "LICENSE").read_text(encoding="utf-8")
+    assert text.lstrip().startswith("Apache License\n                           Version 2.0, January 2004")
+    for heading in (
+        "TERMS AND CONDITIONS FOR USE, REPRODUCTION, AND DISTRIBUTION",
+        "2. Grant of Copyright License.",
+        "3. Grant of Patent License.",
+        "4. Redistribution.",
+        "7. Disclaimer of Warranty.",
+        "8. Limitation of Liability.",
+        "9. Accepting Warranty or Additional Liability.",
+        "END OF TERMS AND CONDITIONS",
+        "APPENDIX: How to apply the Apache License to your work.",
+    ):
+        assert heading in text, heading
+    assert len(text.split()) > 1500  # the full text, not a summary
+
+
+def test_each_distribution_carries_an_identical_copy_of_the_license() -> None:
+    # An sdist is built from its package folder alone, so each needs its own copy.
+    root_license = (REPO_ROOT / "LICENSE").read_bytes()
+    for dist in DISTRIBUTIONS:
+        assert (REPO_ROOT / "packages" / dist / "LICENSE").read_bytes() == root_license, dist
+
+
+def test_each_distribution_declares_apache_2_0_and_its_authors_and_no_url() -> None:
+    for dist in DISTRIBUTIONS:
+        data = load_pyproject(REPO_ROOT, dist)
+        project = data["project"]
+        assert project["license"] == "Apache-2.0", dist  # PEP 639: an SPDX expression
+        assert project["license-files"] == ["LICENSE"], dist
+        assert project["authors"] == [{"name": "The WALQueue authors"}], dist
+        assert "urls" not in project, dist  # the project has no home page to point at yet
+        assert not [c for c in project.get("classifiers", []) if c.startswith("License ::")], dist
+        assert data["build-system"]["requires"] == ["hatchling>=1.27"], dist  # PEP 639 support
 
 
 @pytest.mark.parametrize(
@@ -176,7 +242,11 @@ def test_every_distribution_builds_src_walqueue_for_python_312_and_later() -> No
 
 
 def test_console_scripts_name_a_main_in_their_own_distribution() -> None:
-    expected = {"walqueue-format": {"walqueue-fsck"}, "walqueue-engine": set(), "walqueue-cli": {"walqueue"}}
+    expected = {
+        "walqueue-format": {"walqueue-fsck"},
+        "walqueue-engine": set(),
+        "walqueue-cli": {"walqueue", "walqueue-serve"},
+    }
     for dist in DISTRIBUTIONS:
         scripts: dict[str, str] = load_pyproject(REPO_ROOT, dist)["project"].get("scripts", {})
         assert set(scripts) == expected[dist]
@@ -232,6 +302,29 @@ def test_no_install_mode_corrupt_store_is_the_format_layers_class(tmp_path: Path
     """
     result = run_without_install(code, DISTRIBUTIONS, tmp_path)
     assert result.returncode == 0, result.stderr
+
+
+def test_no_install_mode_gives_one_version_everywhere(tmp_path: Path) -> None:
+    version = load_pyproject(REPO_ROOT, "walqueue-engine")["project"]["version"]
+    code = """if True:
+        import walqueue, walqueue.format
+        print(walqueue.__version__, walqueue.format.__version__)
+    """
+    result = run_without_install(code, DISTRIBUTIONS, tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == [version, version]
+    for module, name in (
+        ("walqueue", "walqueue"),
+        ("walqueue.cli", "walqueue"),
+        ("walqueue.format.fsck", "walqueue-fsck"),
+    ):
+        shown = run_without_install(
+            f"import runpy, sys; sys.argv = ['x', '--version']; runpy.run_module({module!r}, run_name='__main__')",
+            DISTRIBUTIONS,
+            tmp_path,
+        )
+        assert shown.returncode == 0, (module, shown.stderr)
+        assert shown.stdout.strip() == f"{name} {version}", module
 
 
 def test_format_layer_alone_imports_without_the_engine(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ comparison of like with like).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
@@ -49,7 +50,18 @@ EXPECTED_FIGURES: dict[str, set[str]] = {
     },
     "f": {"walqueue_growth", "sqlite_growth"},
     "g": {"bytes_per_ready_task", "bytes_per_tombstone", "bytes_per_ready_task_after_reopen"},
+    "k": {"torn_over_healthy"},
+    "j": {
+        "puts_serve8_vs_sqlite8",
+        "puts_serve8_vs_serve1",
+        "cycles_serve8_vs_sqlite8",
+        "cycles_serve8_vs_serve1",
+        "rtt_get_client_vs_queue",
+        "rtt_put_client_vs_queue",
+    },
 }
+if importlib.util.find_spec("persistqueue") is not None:  # (j) compares with persist-queue when it can
+    EXPECTED_FIGURES["j"] |= {"puts_serve8_vs_persist_queue8", "cycles_serve8_vs_persist_queue8"}
 #: The issue's targets: (workload, figure).
 EXPECTED_TARGETS = {
     ("a", "walqueue_vs_sqlite"),
@@ -63,6 +75,9 @@ EXPECTED_TARGETS = {
     ("f", "walqueue_growth"),
     ("g", "bytes_per_ready_task"),
     ("g", "bytes_per_tombstone"),
+    ("k", "torn_over_healthy"),
+    ("j", "puts_serve8_vs_sqlite8"),
+    ("j", "cycles_serve8_vs_sqlite8"),
 }
 
 

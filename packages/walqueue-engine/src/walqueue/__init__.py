@@ -4,6 +4,11 @@ Only the public names live here. The path extension must come first: the
 format and CLI layers are separate distributions that contribute
 `walqueue.format` and `walqueue.cli` to this package from their own source
 directories (editable installs, or the three `src` folders on PYTHONPATH).
+
+`__version__` is the version of all three distributions (one source:
+`walqueue.format`'s, which this distribution pins exactly). `Status` and
+`Stats` are types for type checkers (`Queue.tasks(status)`, `Queue.stats()`).
+`python -m walqueue` prints the version and where the commands are.
 """
 
 from pkgutil import extend_path
@@ -25,12 +30,17 @@ from walqueue.engine.types import (  # noqa: E402
     KeyConflict,
     Lease,
     QueueClosed,
+    ReentrantCall,
     StaleLease,
+    Stats,
+    Status,
     Task,
     WalQueueError,
 )
+from walqueue.format import __version__  # noqa: E402
 
 __all__ = [
+    "__version__",
     "PHASES",
     "CorruptStore",
     "DirectoryLocked",
@@ -39,7 +49,10 @@ __all__ = [
     "Lease",
     "Queue",
     "QueueClosed",
+    "ReentrantCall",
     "StaleLease",
+    "Stats",
+    "Status",
     "Task",
     "WalQueueError",
 ]

@@ -16,12 +16,26 @@ from collections.abc import Sequence
 from typing import BinaryIO
 
 from walqueue import CorruptStore, DirectoryLocked, Queue
-from walqueue.cli.protocol import MAX_DEPTH, QueueLike, encode_answer, is_blank, respond
+from walqueue.cli.protocol import (
+    MAX_DEPTH,
+    MAX_LINE_BYTES,
+    OVERLONG,
+    QueueLike,
+    discard_line,
+    encode_answer,
+    is_blank,
+    overlong_answer,
+    read_bounded_line,
+    respond,
+)
+from walqueue.format.cmdline import EX_USAGE, EXIT_INTERRUPTED, UsageParser, interrupted, version_line
 
-#: Exit statuses: end of input, a fatal (poisoning) error, a directory that could not be opened.
+#: Exit statuses: end of input, a fatal (poisoning) error, a directory that could not be opened;
+#: a usage error (64) and Ctrl-C (130) come from walqueue.format.cmdline.
 EXIT_OK = 0
 EXIT_FATAL = 1
 EXIT_CANNOT_OPEN = 2
+EXIT_USAGE = EX_USAGE
 
 _DESCRIPTION = """\
 Serve a WALQueue directory over JSON lines: one request per line on stdin,
@@ -76,27 +90,42 @@ that answer 2 returned, sent back as it came):
   < {{"ok":false,"error":"BadRequest","message":"a request must be a JSON object, not an array"}}
 
 exit status:
-  0  end of input (the queue is closed cleanly)
-  1  a Fatal answer was written, or stdout was closed by the reader
-  2  DIRECTORY could not be opened (corrupt, locked by another owner, or not
-     a directory); reported on stderr before any request is read
+  0    end of input (the queue is closed cleanly)
+  1    a Fatal answer was written, or stdout was closed by the reader
+  2    DIRECTORY could not be opened (corrupt, locked by another owner, or not
+       a directory); reported on stderr before any request is read
+  {EX_USAGE}   usage error: an unknown option, a missing or extra argument
+  {EXIT_INTERRUPTED}  interrupted by Ctrl-C (SIGINT); the queue is closed, every answered
+       request is durable, and no traceback is printed
 """
 
 
 def _argument_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = UsageParser(
         prog="walqueue",
         description=_DESCRIPTION,
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("directory", metavar="DIRECTORY", help="the queue directory (created if missing)")
+    parser.add_argument("--version", action="version", version=version_line("walqueue"))
     return parser
 
 
-def serve(queue: QueueLike, requests: BinaryIO, answers: BinaryIO) -> int:
-    """Answer every non-blank line of `requests` until end of input or a fatal error."""
-    while line := requests.readline():
+def serve(queue: QueueLike, requests: BinaryIO, answers: BinaryIO, *, line_limit: int = MAX_LINE_BYTES) -> int:
+    """Answer every non-blank line of `requests` until end of input or a fatal error.
+
+    A line longer than `line_limit` bytes is answered `BadRequest` as soon as
+    that many bytes of it were read; the rest of it is discarded unread.
+    `wait` sleeps its timeout out and answers committed=false: this consumer
+    is the queue's only client, so nothing else can commit meanwhile.
+    """
+    while (line := read_bounded_line(requests.readline, line_limit)) is not None:
+        if line is OVERLONG:
+            answers.write(encode_answer(overlong_answer(line_limit)))
+            answers.flush()
+            discard_line(requests.readline)
+            continue
         if is_blank(line):
             continue
         reply = respond(line, queue)
@@ -112,12 +141,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     arguments = _argument_parser().parse_args(argv)
     try:
         queue = Queue(arguments.directory, sync=True)
+    except KeyboardInterrupt:
+        return interrupted("walqueue")
     except (CorruptStore, DirectoryLocked, OSError) as error:
         # OSError: e.g. DIRECTORY is a regular file, or cannot be created.
         print(f"walqueue: cannot open {arguments.directory}: {type(error).__name__}: {error}", file=sys.stderr)
         return EXIT_CANNOT_OPEN
     try:
         return serve(queue, sys.stdin.buffer, sys.stdout.buffer)
+    except KeyboardInterrupt:
+        # Ctrl-C: every answered request is already durable; close and stop quietly.
+        return interrupted("walqueue")
     except BrokenPipeError:
         # The reader went away: nobody can receive answers any more. Stop
         # quietly; the queue is closed below and nothing is lost, since

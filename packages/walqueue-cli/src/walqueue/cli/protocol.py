@@ -18,7 +18,13 @@ loop in `__main__` only moves bytes. The rules this module enforces:
 Stricter than `json.loads`, on purpose, because a durable queue should never
 guess: duplicate field names, numbers outside the range of a double (which
 `json.loads` turns into infinity), ``NaN``/``Infinity`` literals and
-nesting deeper than `MAX_DEPTH` levels are all `BadRequest`.
+nesting deeper than `MAX_DEPTH` levels are all `BadRequest`, and so is a
+line longer than `MAX_LINE_BYTES`, which no front end reads whole
+(`LineReader` discards the rest of it).
+
+The ``wait`` op is answered by the front end's `Waiter`: the server knows
+when another connection commits; a consumer that owns its queue alone has
+nobody else to wait for (`no_other_writer`).
 """
 
 from __future__ import annotations
@@ -27,17 +33,23 @@ import enum
 import json
 import math
 import re
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
-from walqueue import KeyConflict, Lease, StaleLease, Task
+from walqueue import KeyConflict, Lease, StaleLease, Status, Task
+from walqueue.format import MAX_FRAME_BYTES
 
 __all__ = [
     "MAX_DEPTH",
+    "MAX_LINE_BYTES",
+    "MAX_WAIT_SECONDS",
     "NO_ID",
     "OPS",
     "BadRequest",
+    "LineReader",
+    "OVERLONG",
     "QueueLike",
     "Reply",
     "Request",
@@ -45,10 +57,15 @@ __all__ = [
     "encode_answer",
     "error_answer",
     "execute",
+    "discard_line",
     "is_blank",
+    "no_other_writer",
+    "overlong_answer",
     "parse_request",
+    "read_bounded_line",
     "respond",
     "success_answer",
+    "Waiter",
 ]
 
 #: Deepest nesting of arrays and objects accepted in one request line. The
@@ -56,6 +73,19 @@ __all__ = [
 #: answer nests a returned payload a few levels deeper than the request that
 #: stored it; this bound keeps every accepted payload writable in any answer.
 MAX_DEPTH: Final = 256
+
+#: The longest request line (newline excluded) that is read and parsed. A
+#: stored transaction's frame body is at most `MAX_FRAME_BYTES`, and a request
+#: may spell each character of what it stores as a 6-byte ``\\uXXXX`` escape
+#: (the worst ratio: one ASCII byte stored, six sent), so no request that could
+#: be stored is longer than 6 x 16 MiB; 1 MiB more covers the envelope (op,
+#: id, field names, whitespace between tokens). A longer line is refused with
+#: `BadRequest` after reading at most this many bytes of it plus one read's
+#: worth; the rest of it is discarded unread into memory.
+MAX_LINE_BYTES: Final = 6 * MAX_FRAME_BYTES + 2**20
+
+#: The longest ``wait`` a request may ask for (one day), in seconds.
+MAX_WAIT_SECONDS: Final = 86_400
 
 #: Times and counters are ints in ``[0, 2**63)`` (the team's documented bound).
 _INT_BOUND: Final = 2**63
@@ -100,11 +130,26 @@ class QueueLike(Protocol):
 
     def get(self, task_id: str) -> Task | None: ...
 
-    def tasks(self, status: str | None = ...) -> Sequence[Task]: ...
+    def tasks(self, status: Status | None = ...) -> Sequence[Task]: ...
 
     def stats(self) -> Mapping[str, Any]: ...
 
     def compact(self) -> None: ...
+
+
+#: ``waiter(timeout) -> committed``: block until another request commits a
+#: transaction (True) or `timeout` seconds pass (False).
+Waiter = Callable[[float], bool]
+
+
+def no_other_writer(timeout: float) -> bool:
+    """The ``wait`` of a front end that is its queue's only client: nothing else can commit.
+
+    It sleeps the timeout out and answers False, which is exactly what
+    `Queue.wait` would do with no other writer.
+    """
+    time.sleep(timeout)
+    return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,7 +217,7 @@ def encode_answer(answer: Mapping[str, Any]) -> bytes:
     return (_LONE_SURROGATE.sub(_escape_surrogate, text) + "\n").encode("utf-8")
 
 
-def is_blank(line: bytes) -> bool:
+def is_blank(line: bytes | bytearray) -> bool:
     """A line of JSON whitespace only is skipped without an answer."""
     return not line.strip(_JSON_WHITESPACE)
 
@@ -251,9 +296,9 @@ def _has_non_finite(value: Any) -> bool:
     return False
 
 
-def parse_request(line: bytes | str) -> Request | BadRequest:
+def parse_request(line: bytes | bytearray | str) -> Request | BadRequest:
     """Turn one line into a validated `Request`, or say exactly what is wrong with it."""
-    if isinstance(line, bytes):
+    if isinstance(line, (bytes, bytearray)):
         try:
             text = line.decode("utf-8")
         except UnicodeDecodeError as error:
@@ -389,6 +434,14 @@ def _check_status(label: str, value: Any) -> str | None:
     raise _Invalid(f"field {label!r} must be null or one of {choices}, not {_describe(value)}")
 
 
+def _check_timeout(label: str, value: Any) -> float:
+    if type(value) not in (int, float):
+        raise _Invalid(f"field {label!r} must be a number of seconds, not {_describe(value)}")
+    if not 0 <= value <= MAX_WAIT_SECONDS:
+        raise _Invalid(f"field {label!r} must be in [0, {MAX_WAIT_SECONDS}] seconds, got {_shorten(repr(value))}")
+    return float(value)
+
+
 @dataclass(frozen=True, slots=True)
 class _Fields:
     """The argument names of one call, each with its check."""
@@ -436,58 +489,62 @@ def _check_put_items(label: str, value: Any) -> list[dict[str, Any]]:
 # The operations: their arguments, the call, the answer's fields.
 
 
-def _put(queue: QueueLike, arguments: Mapping[str, Any]) -> dict[str, Any]:
+def _put(queue: QueueLike, arguments: Mapping[str, Any], waiter: Waiter) -> dict[str, Any]:
     options = {name: value for name, value in arguments.items() if name not in ("task_id", "payload")}
     return {"task_id": queue.put(arguments["task_id"], arguments["payload"], **options)}
 
 
-def _put_many(queue: QueueLike, arguments: Mapping[str, Any]) -> dict[str, Any]:
+def _put_many(queue: QueueLike, arguments: Mapping[str, Any], waiter: Waiter) -> dict[str, Any]:
     return {"task_ids": list(queue.put_many(arguments["tasks"]))}
 
 
-def _reserve(queue: QueueLike, arguments: Mapping[str, Any]) -> dict[str, Any]:
+def _reserve(queue: QueueLike, arguments: Mapping[str, Any], waiter: Waiter) -> dict[str, Any]:
     options = {name: value for name, value in arguments.items() if name != "worker"}
     leases = queue.reserve(arguments["worker"], **options)
     return {"leases": [lease.to_dict() for lease in leases]}
 
 
-def _ack(queue: QueueLike, arguments: Mapping[str, Any]) -> dict[str, Any]:
+def _ack(queue: QueueLike, arguments: Mapping[str, Any], waiter: Waiter) -> dict[str, Any]:
     queue.ack(arguments["lease"], now=arguments["now"])
     return {}
 
 
-def _release(queue: QueueLike, arguments: Mapping[str, Any]) -> dict[str, Any]:
+def _release(queue: QueueLike, arguments: Mapping[str, Any], waiter: Waiter) -> dict[str, Any]:
     options = {name: value for name, value in arguments.items() if name != "lease"}
     queue.release(arguments["lease"], **options)
     return {}
 
 
-def _get(queue: QueueLike, arguments: Mapping[str, Any]) -> dict[str, Any]:
+def _get(queue: QueueLike, arguments: Mapping[str, Any], waiter: Waiter) -> dict[str, Any]:
     task = queue.get(arguments["task_id"])
     return {"task": None if task is None else task.to_dict()}
 
 
-def _tasks(queue: QueueLike, arguments: Mapping[str, Any]) -> dict[str, Any]:
+def _tasks(queue: QueueLike, arguments: Mapping[str, Any], waiter: Waiter) -> dict[str, Any]:
     found = queue.tasks(arguments["status"]) if "status" in arguments else queue.tasks()
     return {"tasks": [task.to_dict() for task in found]}
 
 
-def _stats(queue: QueueLike, arguments: Mapping[str, Any]) -> dict[str, Any]:
+def _stats(queue: QueueLike, arguments: Mapping[str, Any], waiter: Waiter) -> dict[str, Any]:
     return {"stats": dict(queue.stats())}
 
 
-def _compact(queue: QueueLike, arguments: Mapping[str, Any]) -> dict[str, Any]:
+def _compact(queue: QueueLike, arguments: Mapping[str, Any], waiter: Waiter) -> dict[str, Any]:
     queue.compact()
     return {}
+
+
+def _wait(queue: QueueLike, arguments: Mapping[str, Any], waiter: Waiter) -> dict[str, Any]:
+    return {"committed": bool(waiter(arguments["timeout"]))}
 
 
 @dataclass(frozen=True, slots=True)
 class _Op:
     fields: _Fields
-    invoke: Callable[[QueueLike, Mapping[str, Any]], dict[str, Any]]
+    invoke: Callable[[QueueLike, Mapping[str, Any], Waiter], dict[str, Any]]
 
 
-#: Every op of SPEC §6, with its arguments and its call.
+#: Every op of SPEC §6 (and ``wait``, of the server's issue), with its arguments and its call.
 OPS: Final[Mapping[str, _Op]] = {
     "put": _Op(_PUT_FIELDS, _put),
     "put_many": _Op(_Fields({"tasks": _check_put_items}), _put_many),
@@ -504,6 +561,7 @@ OPS: Final[Mapping[str, _Op]] = {
     "tasks": _Op(_Fields({}, {"status": _check_status}), _tasks),
     "stats": _Op(_Fields({}), _stats),
     "compact": _Op(_Fields({}), _compact),
+    "wait": _Op(_Fields({"timeout": _check_timeout}), _wait),
 }
 
 _ENVELOPE: Final = frozenset({"op", "id"})
@@ -528,7 +586,7 @@ def _message(error: BaseException) -> str:
     return str(error) or type(error).__name__
 
 
-def execute(request: Request, queue: QueueLike) -> Reply:
+def execute(request: Request, queue: QueueLike, waiter: Waiter = no_other_writer) -> Reply:
     """Call the queue and shape its outcome; never raises an `Exception`.
 
     `KeyConflict` and `StaleLease` are checked before `ValueError` in case
@@ -536,7 +594,7 @@ def execute(request: Request, queue: QueueLike) -> Reply:
     """
     request_id = request.request_id
     try:
-        fields = OPS[request.op].invoke(queue, request.arguments)
+        fields = OPS[request.op].invoke(queue, request.arguments, waiter)
     except KeyConflict as error:
         return Reply(error_answer("KeyConflict", _message(error), request_id))
     except StaleLease as error:
@@ -552,9 +610,100 @@ def execute(request: Request, queue: QueueLike) -> Reply:
     return Reply(success_answer(fields, request_id))
 
 
-def respond(line: bytes | str, queue: QueueLike) -> Reply:
+def respond(line: bytes | bytearray | str, queue: QueueLike, waiter: Waiter = no_other_writer) -> Reply:
     """The whole protocol for one non-blank line: parse, then execute or refuse."""
     parsed = parse_request(line)
     if isinstance(parsed, BadRequest):
         return Reply(bad_request_answer(parsed))
-    return execute(parsed, queue)
+    return execute(parsed, queue, waiter)
+
+
+# ---------------------------------------------------------------------------
+# Lines of bounded length
+
+
+class _Overlong(enum.Enum):
+    OVERLONG = "overlong"
+
+
+#: What `LineReader` and `read_bounded_line` give for a line longer than their limit.
+OVERLONG: Final = _Overlong.OVERLONG
+
+
+def overlong_answer(limit: int = MAX_LINE_BYTES) -> dict[str, Any]:
+    """The answer to a line longer than `limit` bytes (it was not read whole, so it has no id)."""
+    return error_answer("BadRequest", f"line longer than {limit} bytes (the rest of it is discarded unread)")
+
+
+class LineReader:
+    """Splits a byte stream into lines, holding at most `limit` bytes of any one of them.
+
+    `feed` takes the bytes as they arrive and gives back, in order, each
+    complete line (its newline included) and `OVERLONG` for a line that grew
+    past `limit` bytes (newline excluded): that marker comes as soon as the
+    bound is crossed, and the rest of that line, up to its newline, is
+    dropped as it arrives. `end` gives the last, unterminated line at end of
+    input. No I/O: the caller reads and answers (the h2 style).
+    """
+
+    def __init__(self, limit: int = MAX_LINE_BYTES) -> None:
+        self._limit = limit
+        self._buffer = bytearray()
+        self._discarding = False
+
+    @property
+    def pending(self) -> int:
+        """Bytes held of the current, unfinished line."""
+        return len(self._buffer)
+
+    def feed(self, data: bytes) -> list[bytearray | _Overlong]:
+        lines: list[bytearray | _Overlong] = []
+        start = 0
+        while True:
+            newline = data.find(b"\n", start)
+            end = len(data) if newline < 0 else newline
+            if self._discarding:
+                pass
+            elif len(self._buffer) + end - start > self._limit:
+                self._buffer = bytearray()
+                self._discarding = True
+                lines.append(OVERLONG)
+            else:
+                self._buffer += data[start : end + 1]
+            if newline < 0:
+                return lines
+            if not self._discarding:
+                lines.append(self._buffer)
+                self._buffer = bytearray()
+            self._discarding = False
+            start = newline + 1
+
+    def end(self) -> bytearray | None:
+        """The unterminated last line at end of input, if any (an overlong one was already reported)."""
+        line, self._buffer = self._buffer, bytearray()
+        return line if line and not self._discarding else None
+
+
+def read_bounded_line(readline: Callable[[int], bytes], limit: int = MAX_LINE_BYTES) -> bytearray | _Overlong | None:
+    """One line from `readline(size)` (a binary stream's), or `OVERLONG`, or None at end of input.
+
+    Reads at most `limit` + 1 bytes before deciding that a line is too long;
+    `discard_line` then drops the rest of it. The line is kept in one
+    `bytearray` (no joined copy), since a legitimate line may be 97 MiB.
+    """
+    line = bytearray()
+    while len(line) <= limit:
+        chunk = readline(min(2**20, limit + 1 - len(line)))
+        if not chunk:
+            return line if line else None
+        line += chunk
+        if chunk.endswith(b"\n"):
+            return line
+    return OVERLONG
+
+
+def discard_line(readline: Callable[[int], bytes]) -> None:
+    """Drop the rest of a line, up to and including its newline, in bounded chunks."""
+    while chunk := readline(2**20):
+        if chunk.endswith(b"\n"):
+            return

@@ -10,17 +10,33 @@ renamed over or deleted.
 
 from __future__ import annotations
 
+import errno
+import heapq
 import logging
-import os
+import stat
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
 
-from walqueue.engine.state import State
-from walqueue.engine.wal import Hook, WalWriter
+from walqueue.engine.state import Record, State
+from walqueue.engine.wal import Hook, WalWriter, no_hook
 from walqueue.format.current import Current, publish_current, write_current_tmp
-from walqueue.format.fsutil import fsync_directory
-from walqueue.format.names import list_directory, snapshot_name
-from walqueue.format.snapshot import write_snapshot
+from walqueue.format.directory import StoreDirectory, describe_file_type
+from walqueue.format.names import CURRENT_TMP_NAME, list_directory, snapshot_name, wal_name
+from walqueue.format.snapshot import SnapshotInfo, write_snapshot
 
-__all__ = ["compact", "compaction_threshold"]
+__all__ = [
+    "BackgroundSnapshot",
+    "FrozenState",
+    "SnapshotSource",
+    "check_room",
+    "compact",
+    "compaction_threshold",
+    "publish",
+    "seal",
+    "write_frozen_snapshot",
+]
 
 log = logging.getLogger("walqueue")
 
@@ -45,62 +61,347 @@ def compaction_threshold(snapshot_size: int, compact_bytes: int | None) -> int |
     return max(compact_bytes, SNAPSHOT_SIZE_FACTOR * snapshot_size)
 
 
-def _delete_leftovers(directory: str, wal: WalWriter, keep_snapshot: str | None, hook: Hook) -> bool:
+def _delete_leftovers(directory: StoreDirectory, wal: WalWriter, keep_snapshot: str | None, hook: Hook) -> bool:
     """Delete segments below the first live one (one phase each) and unpublished snapshots."""
     listing = list_directory(directory)
     deleted = False
     for number in listing.segment_numbers:
         if number >= wal.first_live:
             break
-        os.unlink(os.path.join(directory, listing.segments[number]))
+        _remove_entry(directory, listing.segments[number])
         deleted = True
         hook("segment.deleted")
     for name in listing.snapshots.values():
         if name != keep_snapshot:
             # An older snapshot or an orphan of an interrupted compaction: no
             # longer named by CURRENT, so nothing can ever read it again.
-            os.unlink(os.path.join(directory, name))
-            deleted = True
+            if _remove_entry(directory, name):
+                deleted = True
     return deleted
 
 
-def compact(
-    directory: str, state: State, wal: WalWriter, current: Current | None, *, hook: Hook, sync: bool
-) -> tuple[Current | None, int | None]:
-    """Compact the directory; return the published CURRENT and the new snapshot's size (None if unchanged)."""
-    published_seq = 0 if current is None else current.seq
-    if state.last_seq == published_seq:
-        keep = None if current is None else current.snapshot
-        if _delete_leftovers(directory, wal, keep, hook) and sync:
-            fsync_directory(directory)
-        hook("compact.done")
-        return current, None
+def _remove_entry(directory: StoreDirectory, name: str) -> bool:
+    """Unlink a file (or a symlink, never its target) that nothing reads any more.
 
+    A directory under such a name is an operator's, not ours: it is left
+    alone and logged, and it changes nothing (opening never reads it).
+    """
+    entry = directory.lstat(name)
+    if entry is None:
+        return False
+    if stat.S_ISDIR(entry.st_mode):
+        log.warning("leaving %s alone: it is a directory, not a file WALQueue wrote", directory.file_path(name))
+        return False
+    directory.unlink(name)
+    return True
+
+
+def check_room(directory: StoreDirectory, wal: WalWriter, seq: int) -> None:
+    """Refuse, before anything is written, a compaction that something in the directory would block.
+
+    Compaction creates the next segment, the snapshot of `seq` and
+    CURRENT.tmp. A leftover regular file or symlink under the last two names
+    is removed when they are written; a directory or a special file there,
+    or anything under the next segment's name (which no WALQueue wrote), is
+    `FileExistsError` naming it. Nothing is lost either way: the WAL still
+    holds every transaction.
+    """
+    obstacles: list[tuple[str, str]] = []
+    next_segment = wal_name(wal.newest + 1)
+    entry = directory.lstat(next_segment)
+    if entry is not None:
+        obstacles.append((next_segment, describe_file_type(entry.st_mode)))
+    for name in (snapshot_name(seq), CURRENT_TMP_NAME):
+        entry = directory.lstat(name)
+        if entry is not None and not (stat.S_ISREG(entry.st_mode) or stat.S_ISLNK(entry.st_mode)):
+            obstacles.append((name, describe_file_type(entry.st_mode)))
+    if obstacles:
+        name, what = obstacles[0]
+        raise FileExistsError(
+            errno.EEXIST,
+            f"compaction cannot proceed: {what} is in the way of a file it must create; remove it",
+            directory.file_path(name),
+        )
+
+
+class SnapshotSource:
+    """The task ids in order, kept up to date cheaply, and what a snapshot in progress must still see.
+
+    Sorting a million task ids, or copying a million-entry dict, would stall
+    every caller for tens of milliseconds, so neither happens at compaction
+    time. Task ids are never removed, so the ids of the state at the last
+    snapshot stay sorted in `_sorted`, and the ids created since are only
+    appended to `_new`; a snapshot merges the two runs lazily
+    (`heapq.merge`), which is linear. Records are immutable (a transition
+    replaces a task's record), so the view of sequence S is the live dict
+    plus the pre-images of the tasks that changed after S, which the queue
+    records before applying each transaction (`before_change`) while a
+    snapshot is being written.
+    """
+
+    __slots__ = ("_sorted", "_new", "_preimages", "_merged")
+
+    def __init__(self, state: State) -> None:
+        self._sorted: list[str] = sorted(state.tasks)
+        self._new: list[str] = []
+        self._preimages: dict[str, Record | None] | None = None
+        self._merged: list[str] = []
+
+    def created(self, task_id: str) -> None:
+        """A put created `task_id` (after `before_change`, under the queue's lock)."""
+        self._new.append(task_id)
+
+    def before_change(self, task_ids: Iterable[str], tasks: Mapping[str, Record]) -> None:
+        """Keep the records a running snapshot must still see, before the tasks in `task_ids` change."""
+        preimages = self._preimages
+        if preimages is None:
+            return
+        for task_id in task_ids:
+            if task_id not in preimages:
+                preimages[task_id] = tasks.get(task_id)
+
+    def freeze(self, state: State) -> FrozenState:
+        """The state as it is now, readable while the live one goes on changing (under the queue's lock)."""
+        new, self._new = self._new, []
+        new.sort()
+        self._preimages = {}
+        self._merged = []
+        return FrozenState(self, state.last_seq, len(state.tasks), state.tasks, new)
+
+    def thaw(self, frozen: FrozenState, *, written: bool) -> None:
+        """The snapshot of `frozen` is done (`written`) or abandoned: stop keeping pre-images."""
+        self._preimages = None
+        if written and len(self._merged) == frozen.count:
+            self._sorted = self._merged
+        else:
+            self._new = frozen.new + self._new
+        self._merged = []
+
+
+class FrozenState:
+    """The state at one sequence, as a snapshot reads it: every task's record in task-id order."""
+
+    __slots__ = ("_source", "seq", "count", "_tasks", "new")
+
+    def __init__(self, source: SnapshotSource, seq: int, count: int, tasks: Mapping[str, Record], new: list[str]):
+        self._source = source
+        self.seq = seq
+        self.count = count
+        self._tasks = tasks
+        self.new = new
+
+    def record_json(self, pause: Callable[[], None] | None = None, every: int = 256) -> Iterator[bytes]:
+        """Each task's snapshot record, in task-id order, as it was at `seq`.
+
+        The live record is read first and a pre-image looked up after it: a
+        change after `seq` saves its pre-image before it replaces the record,
+        so whichever order another thread's change takes, the record seen is
+        the one of `seq`. `pause` is called every `every` records (a thread
+        writing in the background lets the callers run).
+        """
+        tasks = self._tasks
+        source = self._source
+        preimages = source._preimages
+        assert preimages is not None, "a frozen state is read once, while it is frozen"
+        merged = source._merged
+        keep = merged.append
+        missing = _MISSING
+        for count, task_id in enumerate(heapq.merge(source._sorted, self.new), 1):
+            record = tasks[task_id]
+            earlier = preimages.get(task_id, missing)
+            if earlier is not missing:
+                assert earlier is not None  # only tasks created after `seq` have no pre-image, and they are not here
+                record = earlier
+            keep(task_id)
+            yield record.record_json()
+            if pause is not None and not count % every:
+                pause()
+
+
+_MISSING: Any = object()
+
+
+def seal(wal: WalWriter, hook: Hook) -> None:
+    """Rotate: seal the newest segment (synced) and start the next one (SPEC phases wal.rotate.*)."""
+    hook("wal.rotate.before")
     wal.rotate()
+    hook("wal.rotate.after")
 
-    seq = state.last_seq
-    name = snapshot_name(seq)
-    path = os.path.join(directory, name)
-    info = write_snapshot(path, seq, len(state), state.iter_record_json(), on_partial=lambda: hook("snapshot.partial"))
-    hook("snapshot.written")
+
+def write_frozen_snapshot(
+    directory: StoreDirectory,
+    frozen: FrozenState,
+    *,
+    hook: Hook,
+    sync: bool,
+    pause: Callable[[], None] | None = None,
+) -> SnapshotInfo:
+    """Write and sync the snapshot of `frozen` (phases snapshot.partial, .written, .synced)."""
+    info = write_snapshot(
+        snapshot_name(frozen.seq),
+        frozen.seq,
+        frozen.count,
+        frozen.record_json(pause),
+        on_partial=lambda: hook("snapshot.partial"),
+        on_written=lambda: hook("snapshot.written"),
+        directory=directory,
+        sync=sync,
+    )
     if sync:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        fsync_directory(directory)
+        directory.fsync()
     hook("snapshot.synced")
+    return info
 
-    new_current = Current(snapshot=name, seq=seq, size=info.size, sha256=info.sha256, wal=wal.newest)
+
+def publish(
+    directory: StoreDirectory, wal: WalWriter, frozen: FrozenState, info: SnapshotInfo, *, hook: Hook, sync: bool
+) -> Current:
+    """Publish the snapshot through CURRENT (the commit point), then delete what it covers."""
+    name = snapshot_name(frozen.seq)
+    new_current = Current(snapshot=name, seq=frozen.seq, size=info.size, sha256=info.sha256, wal=wal.newest)
     write_current_tmp(directory, new_current, sync=sync)
     hook("current.written")
     publish_current(directory, sync=sync)
     hook("current.published")
     wal.retire_sealed()
-    log.info("compacted through sequence %d into %s (%d bytes)", seq, name, info.size)
-
+    log.info("compacted through sequence %d into %s (%d bytes)", frozen.seq, name, info.size)
     if _delete_leftovers(directory, wal, name, hook) and sync:
-        fsync_directory(directory)
+        directory.fsync()
     hook("compact.done")
-    return new_current, info.size
+    return new_current
+
+
+def compact(
+    directory: StoreDirectory,
+    state: State,
+    source: SnapshotSource,
+    wal: WalWriter,
+    current: Current | None,
+    *,
+    hook: Hook,
+    sync: bool,
+) -> tuple[Current | None, int | None]:
+    """Compact the directory in the caller's thread; return the published CURRENT and the new snapshot's size.
+
+    The size is None when nothing was appended since the published snapshot
+    (only leftovers are deleted then). Call `check_room` first: an obstacle
+    found here, after the rotation, poisons the queue.
+    """
+    published_seq = 0 if current is None else current.seq
+    if state.last_seq == published_seq:
+        keep = None if current is None else current.snapshot
+        if _delete_leftovers(directory, wal, keep, hook) and sync:
+            directory.fsync()
+        hook("compact.done")
+        return current, None
+    seal(wal, hook)
+    frozen = source.freeze(state)
+    written = False
+    try:
+        info = write_frozen_snapshot(directory, frozen, hook=hook, sync=sync)
+        written = True
+    finally:
+        source.thaw(frozen, written=written)
+    return publish(directory, wal, frozen, info, hook=hook, sync=sync), info.size
+
+
+class BackgroundSnapshot:
+    """A snapshot of a frozen state written by a thread of its own, then published under the queue's lock.
+
+    Only the writing of the snapshot file, which costs time proportional to
+    the whole state, runs in the background; the rotation before it and the
+    publication after it (CURRENT, then the deletions) take the queue's lock
+    like any call, so the order rotate -> snapshot -> CURRENT -> delete and
+    the orphan rules are those of `compact`. The thread pauses every few
+    hundred records so that callers waiting for the interpreter lock run.
+
+    A failure while writing the snapshot loses nothing (the WAL holds every
+    transaction, CURRENT is untouched): it is logged, the partial file
+    removed, and the next trigger tries again. A failure while publishing
+    poisons the queue, as in `compact`.
+    """
+
+    def __init__(
+        self,
+        directory: StoreDirectory,
+        frozen: FrozenState,
+        *,
+        sync: bool,
+        lock: threading.RLock,
+        finish: Callable[[FrozenState, SnapshotInfo | None, BaseException | None], None],
+    ) -> None:
+        self._directory = directory
+        self._frozen = frozen
+        self._sync = sync
+        self._lock = lock
+        self._finish = finish
+        self._cancelled = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"walqueue-snapshot-{frozen.seq}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def cancel(self) -> None:
+        """Ask the thread to stop; it abandons an unpublished snapshot (an orphan nothing reads)."""
+        self._cancelled.set()
+
+    def join(self) -> None:
+        if self._thread is not threading.current_thread():
+            self._thread.join()
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+    def _pause(self) -> None:
+        if self._cancelled.is_set():
+            raise _Cancelled
+        time.sleep(0)
+
+    def _run(self) -> None:
+        directory = self._directory
+        try:
+            self._write_and_publish(directory)
+        finally:
+            directory.close()
+
+    def _write_and_publish(self, directory: StoreDirectory) -> None:
+        name = snapshot_name(self._frozen.seq)
+        info: SnapshotInfo | None = None
+        error: BaseException | None = None
+        try:
+            info = write_frozen_snapshot(directory, self._frozen, hook=no_hook, sync=self._sync, pause=self._pause)
+        except _Cancelled:
+            pass
+        except Exception as exc:  # noqa: BLE001 - reported through `finish`, never lost
+            error = exc
+        if info is None:
+            _remove_quietly(directory, name)  # a partial file: an orphan nobody will publish
+        # Publication takes the queue's lock. A queue that is closing holds it
+        # while it cancels and joins this thread, so never wait for it blindly.
+        while not self._lock.acquire(timeout=0.05):
+            if self._cancelled.is_set():
+                break
+        else:
+            try:
+                if not self._cancelled.is_set():
+                    self._finish(self._frozen, info, error)
+                    return
+            finally:
+                self._lock.release()
+        if info is not None:
+            _remove_quietly(directory, name)  # cancelled: the queue is closing, nothing publishes it
+        self._finish(self._frozen, None, None)
+
+
+def _remove_quietly(directory: StoreDirectory, name: str) -> None:
+    """Remove an unpublished snapshot (an orphan nothing reads) if it is there; never raises."""
+    try:
+        if _remove_entry(directory, name):
+            directory.fsync()
+    except OSError:
+        pass
+
+
+class _Cancelled(Exception):
+    """The queue closed while its background snapshot was being written."""

@@ -342,11 +342,9 @@ def plan_reap(
 def validate_reserve_args(worker: object, now: object, lease_seconds: object, limit: object) -> None:
     """Check `reserve`'s arguments before anything (the reap included) is written."""
     check_name(worker, "worker")
-    now = check_int(now, "now")
-    lease_seconds = check_int(lease_seconds, "lease_seconds", 1)
+    check_int(now, "now")
+    check_int(lease_seconds, "lease_seconds", 1)
     check_int(limit, "limit", 1)
-    if now + lease_seconds > MAX_INT:
-        raise ValueError(f"now + lease_seconds exceeds {MAX_INT}")
 
 
 def plan_lease(
@@ -362,7 +360,8 @@ def plan_lease(
 ) -> Plan:
     """Lease ops for up to `limit` ready tasks with ``available_at <= now``, in (available_at, task id) order.
 
-    Deadline ``now + lease_seconds``, generation one more than the task's.
+    Deadline ``now + lease_seconds``, or the end of time (`MAX_INT`) if
+    that is sooner, generation one more than the task's.
     If all of them would not fit in one frame (as transaction `seq`), as
     many as fit, in that order. Call it after the reap has been applied: an
     expired task that became ready again is then eligible. A plan without
@@ -372,7 +371,9 @@ def plan_lease(
     if not _checked:
         validate_reserve_args(worker, now, lease_seconds, limit)
         check_int(seq, "seq", 1)
-    deadline = now + lease_seconds
+    # Capped, not refused: reserve(now=MAX_INT) must be accepted so that it
+    # can reap every lease ever granted (a lease granted that late is due).
+    deadline = min(now + lease_seconds, MAX_INT)
     tasks = state.tasks
     planned: list[Op] = [
         {

@@ -7,31 +7,159 @@ memory with the same `apply` that recovery uses. If anything fails once a
 byte may have reached the disk, or the test hook raises, the queue poisons
 itself: it releases its files and its lock at once, so the directory can be
 reopened and recovered, and every later call raises `QueueClosed`.
+
+What an ordinary process can do to a queue, and what this file does about it:
+
+- The directory is opened once (`StoreDirectory`): a later `chdir` or a
+  repointed symlink changes nothing about where the queue writes.
+- A forked child never writes: `os.register_at_fork` closes every inherited
+  queue in the child (its descriptors closed without unlocking, its lock
+  replaced, since another thread may have held it at the fork), and the
+  hook wrapper stops a call that a fork inside the hook would continue.
+- No call can deadlock on the queue's own lock. User code (a `put_many`
+  iterable, a mapping, a lease token's attributes) runs before the lock is
+  taken; a call made from inside another call in the same thread (from the
+  hook, or from a signal handler) is `ReentrantCall`, except `close()`,
+  which closes the queue at once for every later call and leaves the
+  release of the files to the interrupted call as it returns. An
+  interrupted call that has not written yet then fails with `QueueClosed`.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from walqueue.engine import ops
-from walqueue.engine.compaction import compact, compaction_threshold
+from walqueue.engine.compaction import (
+    BackgroundSnapshot,
+    FrozenState,
+    SnapshotSource,
+    check_room,
+    compact,
+    compaction_threshold,
+    publish,
+    seal,
+)
+from walqueue.engine.durability import Durability
 from walqueue.engine.ownership import DirectoryLock
 from walqueue.engine.recovery import recover
 from walqueue.engine.state import apply
-from walqueue.engine.types import Lease, QueueClosed, Task
-from walqueue.engine.wal import no_hook
+from walqueue.engine.types import Lease, QueueClosed, ReentrantCall, Stats, Status, Task, new_lease
+from walqueue.engine.wal import Hook, append_with_phases, no_hook
+from walqueue.format.directory import StoreDirectory, make_directories
 from walqueue.format.frame import encode_body
+from walqueue.format.snapshot import SnapshotInfo
 
 __all__ = ["Queue"]
 
+log = logging.getLogger("walqueue")
+
 DEFAULT_COMPACT_BYTES = 64 * 2**20
+
+#: Every open queue of this process, so that a forked child can close its copies.
+_OPEN_QUEUES: weakref.WeakSet[Queue] = weakref.WeakSet()
+
+
+def _close_inherited_queues() -> None:
+    for queue in list(_OPEN_QUEUES):
+        queue._abandon_in_child()
+
+
+os.register_at_fork(after_in_child=_close_inherited_queues)
+
+
+class _Serialized:
+    """The context of one call: the queue's lock, held by exactly one call at a time.
+
+    An `RLock` with a depth count rather than a plain lock: a signal handler
+    (or the hook) that calls the queue from inside a call of the same thread
+    must find out that it did, instead of waiting for itself. A handler that
+    runs between taking the lock and counting the call sees depth 0 and may
+    close the queue at once; the call then finds the queue closed before it
+    does anything.
+    """
+
+    __slots__ = ("_queue", "_mutex")
+
+    def __init__(self, queue: Queue) -> None:
+        self._queue = queue
+        # The lock this guard takes, kept here: a forked child replaces the
+        # queue's lock, and the call under way must release the one it took.
+        self._mutex = queue._mutex
+
+    def __enter__(self) -> None:
+        queue = self._queue
+        if queue._durability.waiting_here():
+            # A signal handler that interrupted this thread's wait for an fsync.
+            raise ReentrantCall(
+                f"a call on the queue of {queue._directory} from a signal handler that interrupted a call on it; "
+                "only close() may be called there"
+            )
+        mutex = self._mutex
+        mutex.acquire()
+        queue._depth += 1
+        if queue._depth > 1:
+            queue._depth -= 1
+            mutex.release()
+            raise ReentrantCall(
+                f"a call on the queue of {queue._directory} from inside another call on it in the same thread "
+                "(from the hook or a signal handler); only close() may be called there"
+            )
+        if queue._closed:
+            queue._depth -= 1
+            mutex.release()
+            queue._raise_closed()
+
+    def __exit__(self, error_type: type[BaseException] | None, *exc: object) -> None:
+        queue = self._queue
+        durability = queue._durability
+        # Everything this call saw (its own transactions included) must be
+        # durable before it answers: the wait is for that fsync, outside the
+        # lock. A call that poisoned the queue answers with its own error.
+        needed = durability.written
+        poisoned = error_type is not None and queue._closed
+        queue._depth -= 1
+        if queue._close_pending:
+            queue._close_pending = False
+            queue._release(drain=True)
+        self._mutex.release()
+        if needed > durability.durable and not poisoned:
+            queue._wait_durable(needed)
 
 
 class Queue:
-    """A durable task queue owning one directory. See SPEC §2 for every rule."""
+    """A durable task queue that owns one directory.
+
+    ``Queue(directory, *, hook=None, sync=True, compact_bytes=64 * 2**20)``
+    opens `directory` (creating it and its parents if missing), takes
+    exclusive ownership of it (an `fcntl.flock` on ``DIR/LOCK``) and
+    recovers it: the state is exactly that of the last committed transaction,
+    after cutting only a torn final write. Every write call returns after its
+    transaction is in the write-ahead log (fsynced with `sync=True`; `False`
+    skips the fsyncs, for tests). `compact_bytes`: compact automatically once
+    the live WAL exceeds ``max(compact_bytes, 2 x the last snapshot)`` bytes;
+    ``None``: only `compact()` compacts. `hook(phase)` is called at every
+    durability step named in `walqueue.PHASES` (for crash tests). Threads may
+    share one queue: its calls are serialized.
+
+    Raises `CorruptStore` (damage, with path, offset and reason),
+    `DirectoryLocked` (another `Queue` owns it), `OSError`, or `TypeError` /
+    `ValueError` for bad arguments. After an I/O error or an exception from
+    the hook, the queue is poisoned: it releases the directory and every call
+    but `close()` raises `QueueClosed`. Use it as a context manager.
+
+    Example::
+
+        with Queue("/var/lib/app/queue") as queue:
+            queue.put("email-1", {"to": "ada@example.org"})
+
+    The disk format is docs/FORMAT.md; every choice is in docs/DECISIONS.md.
+    """
 
     def __init__(
         self,
@@ -40,6 +168,7 @@ class Queue:
         hook: Callable[[str], None] | None = None,
         sync: bool = True,
         compact_bytes: int | None = DEFAULT_COMPACT_BYTES,
+        create: bool = True,
     ) -> None:
         if not isinstance(directory, (str, os.PathLike)):
             raise TypeError(f"directory must be a str or path-like, not {type(directory).__name__}")
@@ -50,48 +179,135 @@ class Queue:
             raise TypeError("hook must be callable or None")
         if type(sync) is not bool:
             raise TypeError("sync must be a bool")
+        if type(create) is not bool:
+            raise TypeError("create must be a bool")
         if compact_bytes is not None:
             if type(compact_bytes) is not int:
                 raise TypeError(f"compact_bytes must be None or an int, not {type(compact_bytes).__name__}")
             if compact_bytes < 1:
                 raise ValueError(f"compact_bytes must be >= 1, not {compact_bytes}")
         self._closed = True  # until fully open, so that __del__/close on failure are harmless
-        self._mutex = threading.Lock()
+        self._close_pending = False
+        self._depth = 0
+        self._mutex = threading.RLock()
+        self._serialized = _Serialized(self)
         self._directory = path
+        self._pid = os.getpid()
         self._sync = sync
         self._compact_bytes = compact_bytes
-        self._hook = hook if hook is not None else no_hook
-        os.makedirs(path, exist_ok=True)
-        self._ownership = DirectoryLock(path)
+        self._user_hook = hook
+        self._hook: Hook = no_hook if hook is None else self._call_hook
+        # Resolved once: the directory is then held by its descriptor.
+        absolute = os.path.abspath(path)
+        if create:
+            make_directories(absolute, sync=sync)
+        store = StoreDirectory.open(absolute)
+        self._store_closer = weakref.finalize(self, store.close)
         try:
-            recovered = recover(path, hook=self._hook, sync=sync)
+            self._ownership = DirectoryLock(store)
+            try:
+                recovered = recover(store, hook=self._hook, sync=sync)
+            except BaseException:
+                self._ownership.release()
+                raise
         except BaseException:
-            self._ownership.release()
+            self._store_closer()
             raise
+        self._store = store
         self._state = recovered.state
         self._current = recovered.current
         self._wal = recovered.wal
+        self._snapshot_size = recovered.snapshot_size
         self._compact_at = compaction_threshold(recovered.snapshot_size, compact_bytes)
+        self._source = SnapshotSource(recovered.state)
+        self._background: BackgroundSnapshot | None = None
+        # Group commit whenever frames are synced and no hook must see each one synced in its phases.
+        self._durability = Durability(recovered.state.last_seq, recovered.wal, grouped=sync and hook is None)
         self._closed = False
+        _OPEN_QUEUES.add(self)
 
     # -- lifecycle -----------------------------------------------------------------
 
     def close(self) -> None:
-        """Release the files and the lock. Idempotent; never raises."""
-        with self._mutex:
-            self._release()
+        """Release the files and the lock. Idempotent; never raises.
 
-    def _release(self) -> None:
+        From inside a call in the same thread (a signal handler, the hook)
+        it closes the queue for every later call at once, and the
+        interrupted call releases the files as it returns.
+        """
+        if os.getpid() != self._pid:
+            return  # a forked child's copy, closed already at the fork
+        with self._mutex:
+            durability = getattr(self, "_durability", None)
+            if self._depth or (durability is not None and durability.waiting_here()):
+                self._closed = True
+                self._close_pending = True
+                return
+            self._release(drain=True)
+
+    def _join_background(self) -> None:
+        """Wait for a background snapshot to end (never while holding the lock: it publishes under it)."""
+        background = getattr(self, "_background", None)
+        if background is not None:
+            background.join()
+
+    def _release(self, *, drain: bool = False) -> None:
+        """Close the files and give up the ownership; with `drain`, first sync what callers wait for."""
         self._closed = True
+        _OPEN_QUEUES.discard(self)
+        background = getattr(self, "_background", None)
+        if background is not None:
+            # Stopped and gone before the ownership is: a new owner must never
+            # meet this thread's files. It never waits blindly for the lock we hold.
+            background.cancel()
+            background.join()
+        durability = getattr(self, "_durability", None)
+        if durability is not None:
+            if drain and not durability.failed:
+                try:
+                    durability.drain()
+                except OSError:
+                    pass  # the waiters get the error; close() itself never raises
+            durability.fail(QueueClosed(f"the queue on {self._directory} was closed before this call was synced"))
         wal = getattr(self, "_wal", None)
         if wal is not None:
             wal.close()
         ownership = getattr(self, "_ownership", None)
         if ownership is not None:
             ownership.release()
+        closer = getattr(self, "_store_closer", None)
+        if closer is not None:
+            closer()
+
+    def _abandon_in_child(self) -> None:
+        """Right after a fork, in the child: close this inherited copy without touching the parent's ownership."""
+        self._closed = True
+        self._close_pending = False
+        self._depth = 0
+        self._mutex = threading.RLock()  # another thread may have held it at the fork
+        self._serialized = _Serialized(self)
+        self._durability.forget_after_fork()
+        self._wal.close()
+        self._ownership.abandon()
+        self._store_closer()
 
     def _poison(self) -> None:
         self._release()
+
+    def _wait_durable(self, needed: int) -> None:
+        """Wait (outside the lock) until transaction `needed` is durable; a failed fsync poisons the queue."""
+        try:
+            self._durability.wait(needed)
+        except OSError:
+            with self._mutex:
+                self._release()
+            raise
+        finally:
+            if self._close_pending:  # close() from a signal handler that interrupted the wait
+                with self._mutex:
+                    if self._close_pending:
+                        self._close_pending = False
+                        self._release(drain=True)
 
     def __enter__(self) -> Queue:
         return self
@@ -99,34 +315,138 @@ class Queue:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _raise_closed(self) -> None:
+        if os.getpid() != self._pid:
+            raise QueueClosed(
+                f"the queue on {self._directory} belongs to process {self._pid}; "
+                "a forked child must open a Queue of its own (once the parent has closed it)"
+            )
+        raise QueueClosed(f"the queue on {self._directory} is closed; open a new one")
+
     def _check_open(self) -> None:
         if self._closed:
-            raise QueueClosed(f"the queue on {self._directory} is closed; open a new one")
+            self._raise_closed()
+
+    def _call_hook(self, phase: str) -> None:
+        """The user's hook, then a check that the hook neither closed the queue nor forked this process.
+
+        A close from inside the hook (or from a signal handler it set off)
+        ends the call here, as a failure: the write stops where the phase
+        says, exactly as a crash there would leave it. A child returning
+        from a fork in the hook would otherwise go on writing through
+        descriptors it shares with its parent.
+        """
+        assert self._user_hook is not None
+        self._user_hook(phase)
+        if os.getpid() != self._pid:
+            raise QueueClosed(f"the hook forked; the child may not continue the write to {self._directory}")
+        if self._close_pending:
+            raise QueueClosed(f"the queue on {self._directory} was closed during the call (at {phase})")
 
     # -- the one write path ---------------------------------------------------------
 
     def _commit(self, plan: ops.Plan) -> None:
-        """Write, sync and apply the transaction a planner made."""
+        """Write, sync and apply the transaction a planner made (its ops and their canonical JSON)."""
+        if self._closed:
+            # Closed by a signal handler or the hook of this very call: nothing is written.
+            self._raise_closed()
         state = self._state
         seq = state.last_seq + 1
         # ValueError for an oversize transaction, before anything is written.
         frame = encode_body(plan.body(seq))
         wal = self._wal
         try:
-            wal.append(frame)
-            apply(state, {"seq": seq, "ops": plan.ops}, _planned=True)
-            if self._compact_at is not None and wal.wal_bytes > self._compact_at:
-                self._compact_now()
+            if self._hook is no_hook:
+                wal.write(frame)  # synced by the fsync the callers share (or never, with sync=False)
+            else:
+                append_with_phases(wal, frame, self._hook)
+            tx_ops = plan.ops
+            source = self._source
+            source.before_change([op["task"] for op in tx_ops], state.tasks)
+            apply(state, {"seq": seq, "ops": tx_ops}, _planned=True)
+            for op in tx_ops:
+                if op["op"] == "put":
+                    source.created(op["task"])
+            self._durability.wrote(seq)
+            if self._compact_at is not None and wal.wal_bytes > self._compact_at and self._background is None:
+                self._compact_automatically()
         except BaseException:
             self._poison()
             raise
 
+    def _compact_automatically(self) -> None:
+        """The size trigger: a snapshot written in the background (in this call, when a hook watches).
+
+        An obstacle in the directory postpones it instead of failing the call.
+        """
+        try:
+            check_room(self._store, self._wal, self._state.last_seq)
+        except FileExistsError as exc:
+            log.warning("automatic compaction postponed: %s", exc)
+            self._postpone_compaction()
+            return
+        if self._hook is not no_hook:
+            # The phases must come in order in the caller's thread: compact here.
+            self._compact_now()
+            return
+        self._durability.drain()
+        seal(self._wal, no_hook)
+        frozen = self._source.freeze(self._state)
+        # The thread gets a descriptor of its own: whatever happens to this
+        # queue's, its writes and its cleanup stay in this very directory.
+        assert self._store.fd is not None
+        directory = StoreDirectory(self._store.path, os.dup(self._store.fd))
+        background = BackgroundSnapshot(
+            directory, frozen, sync=self._sync, lock=self._mutex, finish=self._finish_background
+        )
+        self._background = background
+        background.start()
+
+    def _postpone_compaction(self) -> None:
+        threshold = compaction_threshold(self._snapshot_size, self._compact_bytes)
+        assert threshold is not None  # only the size trigger gets here
+        self._compact_at = self._wal.wal_bytes + threshold
+
+    def _finish_background(self, frozen: FrozenState, info: SnapshotInfo | None, error: BaseException | None) -> None:
+        """Publish a background snapshot (called by its thread, holding the lock unless the queue is closing)."""
+        self._background = None
+        if self._closed or info is None:
+            self._source.thaw(frozen, written=False)
+            if error is not None and not self._closed:
+                log.error(
+                    "background snapshot through sequence %d failed, the WAL keeps everything: %s", frozen.seq, error
+                )
+                self._postpone_compaction()
+            return
+        try:
+            # Something put in the way while the snapshot was written: nothing
+            # is published yet, so the snapshot stays an orphan and nothing is lost.
+            check_room(self._store, self._wal, frozen.seq)
+        except FileExistsError as exc:
+            self._source.thaw(frozen, written=False)
+            log.warning("publishing the background snapshot postponed: %s", exc)
+            self._postpone_compaction()
+            return
+        try:
+            current = publish(self._store, self._wal, frozen, info, hook=no_hook, sync=self._sync)
+        except BaseException as exc:
+            self._source.thaw(frozen, written=False)
+            log.error("publishing the snapshot through sequence %d failed; the queue is closed: %s", frozen.seq, exc)
+            self._poison()
+            return
+        self._source.thaw(frozen, written=True)
+        self._current = current
+        self._snapshot_size = info.size
+        self._compact_at = compaction_threshold(info.size, self._compact_bytes)
+
     def _compact_now(self) -> None:
+        self._durability.drain()  # a segment is sealed, and a sequence snapshotted, only once synced
         current, size = compact(
-            self._directory, self._state, self._wal, self._current, hook=self._hook, sync=self._sync
+            self._store, self._state, self._source, self._wal, self._current, hook=self._hook, sync=self._sync
         )
         self._current = current
         if size is not None:
+            self._snapshot_size = size
             self._compact_at = compaction_threshold(size, self._compact_bytes)
 
     # -- writes --------------------------------------------------------------------
@@ -140,32 +460,68 @@ class Queue:
         available_at: int = 0,
         max_attempts: int = 3,
     ) -> str:
-        """Create a task, or return `task_id` for an identical retry (writing nothing)."""
-        with self._mutex:
-            self._check_open()
-            op = ops.put_op(task_id, payload, key=key, available_at=available_at, max_attempts=max_attempts)
+        """Create a ready task and return `task_id`; an identical retry returns it and writes nothing.
+
+        `key` (default: `task_id`) is the task's permanent idempotency key.
+        `payload` must be a JSON object (a `dict` of plain JSON values);
+        `available_at` (int >= 0) is the earliest `now` a reserve may lease
+        it; `max_attempts` (int >= 1) the number of leases before it dies.
+        A completed or dead task is never resurrected.
+
+        Raises `KeyConflict` (a known key with another task id, payload,
+        `available_at` or `max_attempts`, or a known task id under a new key),
+        `TypeError`/`ValueError` (bad arguments, too large), `QueueClosed`.
+
+        Example: ``queue.put("email-1", {"to": "ada@example.org"}, key="order:1:email")``
+        """
+        self._check_open()
+        # Validation reads only the caller's values: done before the lock is taken.
+        op = ops.put_op(task_id, payload, key=key, available_at=available_at, max_attempts=max_attempts)
+        with self._serialized:
             plan = ops.plan_put(self._state, op)
             if plan is not None:
                 self._commit(plan)
             return task_id
 
     def put_many(self, tasks: Iterable[Mapping[str, Any]]) -> list[str]:
-        """Create every new task in one transaction, or nothing at all."""
-        with self._mutex:
-            self._check_open()
-            if isinstance(tasks, (str, bytes, Mapping)) or not isinstance(tasks, Iterable):
-                raise TypeError("put_many takes an iterable of mappings")
-            put_ops = [ops.put_op_from_mapping(item) for item in tasks]
+        """Create every new task in one transaction, or nothing at all; return the task ids in order.
+
+        Each item is a mapping with `put`'s argument names (`task_id`,
+        `payload`, optional `key`, `available_at`, `max_attempts`). Identical
+        retries are returned without writing; any conflict or bad item raises
+        (`KeyConflict`, `TypeError`, `ValueError`) and nothing is written.
+
+        Example: ``queue.put_many([{"task_id": "a", "payload": {}}, {"task_id": "b", "payload": {}}])``
+        """
+        self._check_open()
+        if isinstance(tasks, (str, bytes, Mapping)) or not isinstance(tasks, Iterable):
+            raise TypeError("put_many takes an iterable of mappings")
+        # The caller's iterable and mappings run their own code: all of it
+        # runs here, before the lock is taken (it may even call this queue).
+        put_ops = [ops.put_op_from_mapping(item) for item in tasks]
+        with self._serialized:
             plan, task_ids = ops.plan_puts(self._state, put_ops)
             if plan.ops:
                 self._commit(plan)
             return task_ids
 
     def reserve(self, worker: str, *, now: int, lease_seconds: int, limit: int = 1) -> list[Lease]:
-        """Expire overdue leases (one transaction), then lease up to `limit` due tasks (another)."""
-        with self._mutex:
-            self._check_open()
-            ops.validate_reserve_args(worker, now, lease_seconds, limit)
+        """Expire overdue leases (one transaction), then lease up to `limit` due tasks (another).
+
+        A leased task whose deadline is ``<= now`` becomes ready again (at its
+        old deadline) or dead when it used up `max_attempts`. Then up to
+        `limit` ready tasks with ``available_at <= now`` are leased to
+        `worker` until ``now + lease_seconds``, in ``(available_at, task_id)``
+        order; each lease increments the task's `attempts` and `generation`.
+        Returns the leases (an empty list when nothing is due).
+
+        Raises `TypeError`/`ValueError` (bad arguments), `QueueClosed`.
+
+        Example: ``leases = queue.reserve("worker-1", now=int(time.time()), lease_seconds=60)``
+        """
+        self._check_open()
+        ops.validate_reserve_args(worker, now, lease_seconds, limit)
+        with self._serialized:
             for reap in ops.plan_reap(self._state, now, self._state.last_seq + 1, _checked=True):
                 self._commit(reap)
             lease = ops.plan_lease(
@@ -177,44 +533,93 @@ class Queue:
             return [self._state.lease_for(op["task"]) for op in lease.ops]
 
     def ack(self, lease: Lease, *, now: int) -> None:
-        """Complete a leased task; `StaleLease` (writing nothing) unless the token still owns it."""
-        with self._mutex:
-            self._check_open()
+        """Complete the leased task (its payload is dropped; it stays as a tombstone).
+
+        Raises `StaleLease`, writing nothing, unless the task is still leased
+        to `lease.worker` with `lease.generation` and ``now < deadline``;
+        `TypeError` if `lease` is not a `Lease`; `QueueClosed`.
+
+        Example: ``queue.ack(lease, now=int(time.time()))``
+        """
+        self._check_open()
+        lease = _exact_token(lease)
+        with self._serialized:
             self._commit(ops.plan_ack(self._state, lease, now))
 
     def release(self, lease: Lease, *, now: int, delay: int = 0) -> None:
-        """Give a leased task back (ready at `now + delay`, or dead once out of attempts)."""
-        with self._mutex:
-            self._check_open()
+        """Give the leased task back: ready at ``now + delay``, or dead once out of attempts.
+
+        Raises `StaleLease` under the same rules as `ack`, writing nothing;
+        `TypeError`/`ValueError` for a bad `delay` (int >= 0); `QueueClosed`.
+
+        Example: ``queue.release(lease, now=int(time.time()), delay=30)``
+        """
+        self._check_open()
+        lease = _exact_token(lease)
+        with self._serialized:
             self._commit(ops.plan_release(self._state, lease, now, delay))
 
     def compact(self) -> None:
-        """Write a snapshot of the state, publish it, and delete the WAL it covers."""
-        with self._mutex:
-            self._check_open()
-            try:
-                self._compact_now()
-            except BaseException:
-                self._poison()
-                raise
+        """Write a snapshot of the state, publish it, and delete the WAL it covers.
+
+        A background snapshot under way is waited for first. Something in
+        the way of a file compaction must create (a directory named like the
+        next snapshot, for example) is `FileExistsError` naming it, before
+        anything is written; the queue stays usable. Any other failure
+        (`OSError`) poisons the queue; `QueueClosed` once closed. The steps
+        and their crash safety: docs/FORMAT.md.
+        """
+        self._check_open()
+        while True:
+            self._join_background()
+            with self._serialized:
+                if self._background is not None:
+                    continue  # another call started one meanwhile: wait for it too
+                check_room(self._store, self._wal, self._state.last_seq)
+                try:
+                    self._compact_now()
+                except BaseException:
+                    self._poison()
+                    raise
+                return
 
     # -- reads (never write) ---------------------------------------------------------
 
     def get(self, task_id: str) -> Task | None:
-        with self._mutex:
-            self._check_open()
-            if not isinstance(task_id, str):
-                raise TypeError(f"task_id must be a str, not {type(task_id).__name__}")
+        """The task `task_id` as a `Task`, or ``None`` if no such id was ever stored. Writes nothing.
+
+        Raises `TypeError` if `task_id` is not a `str`, `QueueClosed`.
+
+        Example: ``queue.get("email-1").status  # "ready"``
+        """
+        self._check_open()
+        if not isinstance(task_id, str):
+            raise TypeError(f"task_id must be a str, not {type(task_id).__name__}")
+        with self._serialized:
             return self._state.get_task(task_id)
 
-    def tasks(self, status: str | None = None) -> list[Task]:
-        with self._mutex:
-            self._check_open()
+    def tasks(self, status: Status | None = None) -> list[Task]:
+        """Every task, or every task with `status`, ordered by task id. Writes nothing.
+
+        `status` is one of ``"ready"``, ``"leased"``, ``"completed"``,
+        ``"dead"`` (typed as `walqueue.Status`), or ``None`` for all; anything
+        else raises `ValueError`. `QueueClosed` once closed.
+
+        Example: ``for task in queue.tasks("dead"): print(task.task_id)``  (the dead letters)
+        """
+        with self._serialized:
             return self._state.list_tasks(status)
 
-    def stats(self) -> dict[str, Any]:
-        with self._mutex:
-            self._check_open()
+    def stats(self) -> Stats:
+        """Counts per status and the log's position, as a `walqueue.Stats` dict. Writes nothing.
+
+        Keys: `counts` (exactly ``ready``, ``leased``, ``completed``,
+        ``dead``), `last_seq`, `snapshot_seq`, `wal_bytes` (live WAL after the
+        snapshot) and `segments` (live WAL segments). Raises `QueueClosed`.
+
+        Example: ``queue.stats()["counts"]["ready"]``
+        """
+        with self._serialized:
             return {
                 "counts": self._state.counts(),
                 "last_seq": self._state.last_seq,
@@ -225,10 +630,17 @@ class Queue:
 
     @property
     def last_seq(self) -> int:
-        with self._mutex:
-            self._check_open()
+        """The sequence number of the last committed transaction (0 when none). Raises `QueueClosed`."""
+        with self._serialized:
             return self._state.last_seq
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"last_seq={self._state.last_seq}"
         return f"<Queue {self._directory!r} {state}>"
+
+
+def _exact_token(lease: Lease) -> Lease:
+    """A subclass's token as a plain `Lease`, read now, before the lock (its attributes may run code)."""
+    if type(lease) is Lease or not isinstance(lease, Lease):
+        return lease
+    return new_lease(lease.task_id, lease.worker, lease.generation, 0, 0, None)

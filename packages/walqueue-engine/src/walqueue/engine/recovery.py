@@ -19,6 +19,7 @@ from typing import Any
 from walqueue.engine.state import InvalidTransaction, State, apply
 from walqueue.engine.wal import Hook, WalWriter, create_segment
 from walqueue.format.current import Current, read_current
+from walqueue.format.directory import StoreDirectory
 from walqueue.format.errors import CorruptStore
 from walqueue.format.frame import SegmentEnd, scan_frames
 from walqueue.format.names import list_directory, wal_name
@@ -38,9 +39,11 @@ class Recovered:
     snapshot_size: int
 
 
-def _load_snapshot(directory: str, current: Current) -> tuple[State, int]:
-    path = os.path.join(directory, current.snapshot)
-    with SnapshotReader(path, expected_size=current.size, expected_sha256=current.sha256) as reader:
+def _load_snapshot(directory: StoreDirectory, current: Current) -> tuple[State, int]:
+    path = directory.file_path(current.snapshot)
+    with SnapshotReader(
+        current.snapshot, expected_size=current.size, expected_sha256=current.sha256, directory=directory
+    ) as reader:
         if reader.seq != current.seq:
             raise CorruptStore(path, 0, f"snapshot holds sequence {reader.seq}, CURRENT says {current.seq}")
         try:
@@ -89,7 +92,7 @@ def _replay_segment(
     return expected_seq
 
 
-def recover(directory: str, *, hook: Hook, sync: bool) -> Recovered:
+def recover(directory: StoreDirectory, *, hook: Hook, sync: bool) -> Recovered:
     """Rebuild the state of `directory` (which the caller owns) and open its WAL for appending."""
     listing = list_directory(directory)
     current = read_current(directory)
@@ -112,16 +115,14 @@ def recover(directory: str, *, hook: Hook, sync: bool) -> Recovered:
     live = [n for n in numbers if n >= first_live]
     if not live:
         if current is not None or numbers:
-            raise CorruptStore(
-                os.path.join(directory, wal_name(first_live)), None, "the first live WAL segment is missing"
-            )
+            raise CorruptStore(directory.file_path(wal_name(first_live)), None, "the first live WAL segment is missing")
         # A new directory: its first segment.
         fd = create_segment(directory, 1, sync=sync)
-        wal = WalWriter(directory, first_live=1, newest=1, fd=fd, newest_size=0, wal_bytes=0, sync=sync, hook=hook)
+        wal = WalWriter(directory, first_live=1, newest=1, fd=fd, newest_size=0, wal_bytes=0, sync=sync)
         return Recovered(state, None, wal, snapshot_size)
     for expected, number in enumerate(live, start=first_live):
         if number != expected:
-            raise CorruptStore(os.path.join(directory, wal_name(expected)), None, "WAL segment is missing")
+            raise CorruptStore(directory.file_path(wal_name(expected)), None, "WAL segment is missing")
 
     snapshot_seq = state.last_seq
     expected_seq: int | None = None
@@ -129,11 +130,14 @@ def recover(directory: str, *, hook: Hook, sync: bool) -> Recovered:
     end = SegmentEnd()
     newest = live[-1]
     for number in live:
-        path = os.path.join(directory, wal_name(number))
+        name = wal_name(number)
+        path = directory.file_path(name)
         end = SegmentEnd()
-        if not os.path.isfile(path):
-            raise CorruptStore(path, None, "a WAL segment name that is not a regular file")
-        with open(path, "rb") as file:
+        try:
+            fd = directory.open_regular(name, "WAL segment")
+        except FileNotFoundError:
+            raise CorruptStore(path, None, "WAL segment is missing") from None
+        with os.fdopen(fd, "rb") as file:
             expected_seq = _replay_segment(
                 state,
                 scan_frames(file, path, allow_torn_tail=number == newest, end=end),
@@ -143,14 +147,14 @@ def recover(directory: str, *, hook: Hook, sync: bool) -> Recovered:
             )
         wal_bytes += end.size if end.torn_offset is None else end.torn_offset
 
-    newest_path = os.path.join(directory, wal_name(newest))
+    newest_path = directory.file_path(wal_name(newest))
     if expected_seq is not None and expected_seq - 1 < snapshot_seq:
         # Frames that stop short of the snapshot: the next append would follow
         # them with snapshot_seq + 1, a gap this very rule would then refuse.
         raise CorruptStore(
             newest_path, None, f"the live WAL ends at sequence {expected_seq - 1}, before the snapshot's {snapshot_seq}"
         )
-    fd = os.open(newest_path, os.O_WRONLY | os.O_CLOEXEC)
+    fd = directory.open_append(wal_name(newest), "WAL segment")
     try:
         if end.torn_offset is not None:
             log.warning(
@@ -161,6 +165,11 @@ def recover(directory: str, *, hook: Hook, sync: bool) -> Recovered:
             if sync:
                 os.fsync(fd)
             hook("recover.truncate.after")
+        elif sync:
+            # What opening recovered is what every read will show: make the
+            # newest segment durable now, in case its last frames were
+            # written by a process that died before its fsync.
+            os.fsync(fd)
         newest_size = end.size if end.torn_offset is None else end.torn_offset
         os.lseek(fd, newest_size, os.SEEK_SET)
     except BaseException:
@@ -174,6 +183,5 @@ def recover(directory: str, *, hook: Hook, sync: bool) -> Recovered:
         newest_size=newest_size,
         wal_bytes=wal_bytes,
         sync=sync,
-        hook=hook,
     )
     return Recovered(state, current, wal, snapshot_size)

@@ -1,4 +1,4 @@
-"""The public value types, error classes and fault-injection phase names.
+"""The public value types, error classes, type aliases and fault-injection phase names.
 
 Everything here is plain data: no I/O, no state. `CorruptStore` and
 `WalQueueError` come from the format layer so that the offline inspector and
@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 from walqueue.format.errors import CorruptStore, WalQueueError
 
@@ -22,12 +22,40 @@ __all__ = [
     "KeyConflict",
     "Lease",
     "QueueClosed",
+    "ReentrantCall",
     "StaleLease",
+    "Stats",
+    "Status",
     "Task",
     "WalQueueError",
 ]
 
-#: Every fault-injection phase, in the order they can occur (SPEC §5).
+#: A task's status, for type checkers: `Queue.tasks("redy")` is a type error
+#: under mypy (and a `ValueError` at run time).
+Status = Literal["ready", "leased", "completed", "dead"]
+
+
+class Stats(TypedDict):
+    """What `Queue.stats()` returns.
+
+    - `counts`: the number of tasks per status, always with exactly the keys
+      ``"ready"``, ``"leased"``, ``"completed"`` and ``"dead"``;
+    - `last_seq`: the sequence of the last committed transaction (0 if none);
+    - `snapshot_seq`: the sequence the published snapshot covers (0 if none);
+    - `wal_bytes`: bytes of live WAL written after that snapshot (0 right
+      after `compact()`);
+    - `segments`: the number of live WAL segments.
+    """
+
+    counts: dict[str, int]
+    last_seq: int
+    snapshot_seq: int
+    wal_bytes: int
+    segments: int
+
+
+#: Every fault-injection phase, in the order they can occur; `Queue(hook=...)` is called with each
+#: at the step its name says; raising `InjectedCrash` there simulates a crash (docs/RELIABILITY.md).
 PHASES: tuple[str, ...] = (
     "wal.append.before",
     "wal.append.partial",
@@ -48,19 +76,47 @@ PHASES: tuple[str, ...] = (
 
 
 class KeyConflict(WalQueueError):
-    """A put reuses a known key with another identity, or a known task id with a new key."""
+    """A put reuses a known key with another identity, or a known task id with a new key.
+
+    The identity of a request is its task id, payload, `available_at` and
+    `max_attempts`; nothing is written when this is raised.
+    """
 
 
 class StaleLease(WalQueueError):
-    """The lease token no longer owns its task (acked, released, expired, or never did)."""
+    """The lease token no longer owns its task (acked, released, expired, re-leased, or never did).
+
+    Also raised when `now` is at or after the lease's deadline. Nothing is
+    written; a later `reserve` hands the task out again if it is still due.
+    """
 
 
 class DirectoryLocked(WalQueueError):
-    """Another `Queue` (in this process or another) owns the directory."""
+    """Another `Queue` (in this process or another) owns the directory.
+
+    Ownership is an `fcntl.flock` on ``DIR/LOCK``; it ends when that queue is
+    closed, garbage-collected or poisoned, or its process exits.
+    """
 
 
 class QueueClosed(WalQueueError):
-    """The queue was closed or poisoned; discard it and open a new one."""
+    """The queue was closed or poisoned; discard it and open a new one.
+
+    A new `Queue` on the same directory recovers everything that was
+    committed before the failure.
+    """
+
+
+class ReentrantCall(WalQueueError, RuntimeError):
+    """A call on a `Queue` from inside another call on it, in the same thread.
+
+    That happens when the test hook, or a signal handler that interrupted a
+    call, calls the queue. The outer call holds the queue's lock and may be
+    halfway through a change, so the inner one can neither wait for it
+    (that would wait for ever) nor see its state; it is refused instead.
+    Only `close()` is allowed there: it closes the queue for every later
+    call, and the interrupted call releases the files when it returns.
+    """
 
 
 class InjectedCrash(Exception):
@@ -81,7 +137,15 @@ def _copy_payload(payload: Any) -> Any:
 
 @dataclass(frozen=True, slots=True)
 class Lease:
-    """A reservation token. Only `task_id`, `worker` and `generation` are trusted."""
+    """A reservation token, as `Queue.reserve` returns it.
+
+    Pass it back to `Queue.ack` or `Queue.release`. Only `task_id`, `worker`
+    and `generation` are trusted: changing `deadline` or `payload` changes
+    nothing durable. `payload` is a copy of the task's payload. To send a
+    lease over a wire, use `to_dict()` and `Lease.from_dict()`.
+
+    Example: ``queue.ack(Lease.from_dict(json.loads(line)), now=110)``
+    """
 
     task_id: str
     worker: str
@@ -91,6 +155,7 @@ class Lease:
     payload: dict[str, Any] = field(compare=True)
 
     def to_dict(self) -> dict[str, Any]:
+        """The lease as a plain JSON object (a copy of the payload), the inverse of `from_dict`."""
         return {
             "task_id": self.task_id,
             "worker": self.worker,
@@ -156,7 +221,14 @@ def new_lease(task_id: str, worker: str, generation: int, deadline: int, attempt
 
 @dataclass(frozen=True, slots=True)
 class Task:
-    """A read-only view of one task. `payload` is a copy; `None` once completed."""
+    """A read-only view of one task, as `Queue.get` and `Queue.tasks` return it.
+
+    `status` is one of ``"ready"``, ``"leased"``, ``"completed"``, ``"dead"``;
+    `payload` is a copy, ``None`` once completed (a completed task is a
+    tombstone that keeps its id and key forever). `worker` and `deadline`
+    are ``None`` unless the task is leased. `attempts` counts the leases so
+    far, `generation` the current lease's number.
+    """
 
     task_id: str
     key: str
@@ -170,6 +242,7 @@ class Task:
     deadline: int | None
 
     def to_dict(self) -> dict[str, Any]:
+        """The task as a plain JSON object with every field (a copy of the payload)."""
         return {
             "task_id": self.task_id,
             "key": self.key,

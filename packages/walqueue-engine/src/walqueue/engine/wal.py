@@ -1,22 +1,31 @@
-"""The WAL writer: appends frames to the newest segment and rotates segments.
+"""The WAL writer: appends frames to the newest segment, syncs them, rotates segments.
 
-A frame is written in two parts so that a crash at `wal.append.partial`
+Writing and syncing are separate calls, as in LevelDB's `log::Writer` and
+etcd's `WAL.Save`: `write` puts bytes at the end of the newest segment and
+returns the end offset, `sync` makes everything written before it durable.
+That seam is what group commit needs: many callers' frames are written one
+after another, and one fsync covers them all (`Queue` decides when).
+
+The fault-injection phases of the log (SPEC §5) are not in the writer: they
+are in `append_with_phases`, the one small wrapper a queue with a hook uses,
+which writes a frame in two parts so that a crash at `wal.append.partial`
 leaves a real torn tail on disk, exactly what a power cut mid-write leaves.
-Every phase of SPEC §5 that concerns the log is reported here and nowhere
-else. Any exception escaping these methods means the file may be in an
-unknown state: the Queue poisons itself.
+Any exception escaping these functions means the file may be in an unknown
+state: the Queue poisons itself.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import weakref
 from collections.abc import Callable
 
-from walqueue.format.fsutil import fsync_directory, write_all, write_rest
+from walqueue.format.directory import StoreDirectory
+from walqueue.format.fsutil import write_rest
 from walqueue.format.names import wal_name
 
-__all__ = ["Hook", "WalWriter", "create_segment", "no_hook"]
+__all__ = ["Hook", "WalWriter", "append_with_phases", "create_segment", "no_hook"]
 
 Hook = Callable[[str], None]
 
@@ -25,13 +34,12 @@ def no_hook(phase: str) -> None:
     """The hook of a queue opened without one: nothing observes the phases."""
 
 
-def create_segment(directory: str, number: int, *, sync: bool) -> int:
+def create_segment(directory: StoreDirectory, number: int, *, sync: bool) -> int:
     """Create an empty segment file (it must not exist) and make its name durable; return a write fd."""
-    path = os.path.join(directory, wal_name(number))
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    fd = directory.create(wal_name(number))
     try:
         if sync:
-            fsync_directory(directory)
+            directory.fsync()
     except BaseException:
         os.close(fd)
         raise
@@ -43,11 +51,12 @@ class WalWriter:
 
     `first_live` is the first segment after the published snapshot;
     `wal_bytes` counts every byte in live segments (SPEC's `stats()`).
+    With `sync=False`, `sync` does nothing: everything else is the same.
     """
 
     def __init__(
         self,
-        directory: str,
+        directory: StoreDirectory,
         *,
         first_live: int,
         newest: int,
@@ -55,7 +64,6 @@ class WalWriter:
         newest_size: int,
         wal_bytes: int,
         sync: bool,
-        hook: Hook,
     ) -> None:
         self.directory = directory
         self.first_live = first_live
@@ -66,55 +74,50 @@ class WalWriter:
         self._adopt(fd)
         self._size = newest_size
         self._sync = sync
-        self._hook = hook
 
     @property
     def segments(self) -> int:
         return self.newest - self.first_live + 1
 
-    def append(self, frame: bytes) -> None:
-        """Write `frame` at the end of the newest segment and (with sync) fsync it."""
-        fd = self._fd
-        assert fd is not None, "append on a closed WAL"
-        hook = self._hook
-        if hook is no_hook:
-            # Nobody can stop the process between two parts of the write, so
-            # one write does; a power cut can tear it just the same.
-            written = os.write(fd, frame)
-            if written != len(frame):
-                write_rest(fd, frame, written)
-            self._size += len(frame)
-            self.wal_bytes += len(frame)
-            if self._sync:
-                os.fsync(fd)
-            return
-        hook("wal.append.before")
-        half = len(frame) // 2
-        view = memoryview(frame)
-        write_all(fd, view[:half])
-        self._size += half
-        self.wal_bytes += half
-        hook("wal.append.partial")
-        write_all(fd, view[half:])
-        self._size += len(frame) - half
-        self.wal_bytes += len(frame) - half
-        hook("wal.append.written")
+    @property
+    def syncs(self) -> bool:
+        """Whether `sync` really fsyncs (the queue's `sync` option)."""
+        return self._sync
+
+    def write(self, data: bytes | memoryview) -> int:
+        """Write `data` at the end of the newest segment (not synced); return the segment's new size."""
+        fd = self.fd()
+        written = os.write(fd, data)
+        if written != len(data):
+            write_rest(fd, data, written)
+        self._size += len(data)
+        self.wal_bytes += len(data)
+        return self._size
+
+    def sync(self) -> None:
+        """Make every byte written to the newest segment so far durable (with `sync=True`)."""
         if self._sync:
-            os.fsync(fd)
-        hook("wal.append.synced")
+            os.fsync(self.fd())
+
+    def fd(self) -> int:
+        """The newest segment's descriptor, read again at every use.
+
+        A hook may have closed the queue (or forked: a child closes what it
+        inherited), and a descriptor number kept from before could by then
+        name another file.
+        """
+        fd = self._fd
+        if fd is None:
+            raise OSError(errno.EBADF, "the WAL is closed")
+        return fd
 
     def rotate(self) -> None:
-        """Seal the newest segment and start the next one (its name made durable)."""
-        fd = self._fd
-        assert fd is not None, "rotate on a closed WAL"
-        self._hook("wal.rotate.before")
-        if self._sync:
-            os.fsync(fd)
+        """Seal the newest segment (synced) and start the next one (its name made durable)."""
+        self.sync()
         self.close()
         self._adopt(create_segment(self.directory, self.newest + 1, sync=self._sync))
         self.newest += 1
         self._size = 0
-        self._hook("wal.rotate.after")
 
     def retire_sealed(self) -> None:
         """Record that a published snapshot covers every sealed segment: only the newest stays live."""
@@ -132,6 +135,25 @@ class WalWriter:
         closer, self._closer, self._fd = self._closer, None, None
         if closer is not None:
             closer()
+
+
+def append_with_phases(wal: WalWriter, frame: bytes, hook: Hook) -> None:
+    """Append and sync `frame`, reporting the four `wal.append.*` phases of SPEC §5 around each step.
+
+    The frame goes out in two writes, its first half before
+    `wal.append.partial`, so that a crash there leaves a torn tail. Without
+    a hook nobody can stop the process between two parts, so the queue
+    writes a frame with one `write` (a power cut tears it just the same).
+    """
+    hook("wal.append.before")
+    half = len(frame) // 2
+    view = memoryview(frame)
+    wal.write(view[:half])
+    hook("wal.append.partial")
+    wal.write(view[half:])
+    hook("wal.append.written")
+    wal.sync()
+    hook("wal.append.synced")
 
 
 def _close_quietly(fd: int) -> None:

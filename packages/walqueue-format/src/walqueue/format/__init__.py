@@ -12,8 +12,12 @@ Reader API for offline tools:
   (`scan_frames`: the same reader yielding `(offset, size, value)` tuples)
 - `list_directory(directory)` -> `DirectoryListing`
 - `transaction_seq(value, path, offset)` for a WAL frame's envelope
+
+`__version__` is the version of all three distributions (they pin each
+other exactly).
 """
 
+from walqueue.format._version import __version__
 from walqueue.format.canonical import canonical_json, canonical_str, parse_json
 from walqueue.format.current import Current, publish_current, read_current, write_current_tmp
 from walqueue.format.errors import CorruptStore, WalQueueError
@@ -48,6 +52,7 @@ from walqueue.format.snapshot import BODY_TARGET_BYTES, SnapshotInfo, SnapshotRe
 from walqueue.format.transaction import OP_NAMES, transaction_seq
 
 __all__ = [
+    "__version__",
     "BODY_TARGET_BYTES",
     "CURRENT_NAME",
     "CURRENT_TMP_NAME",

@@ -12,12 +12,13 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from walqueue.format.directory import StoreDirectory, as_store_directory
 from walqueue.format.errors import CorruptStore
-from walqueue.format.frame import FRAME_OVERHEAD, MAX_FRAME_BYTES, decode_frame, encode_frame
-from walqueue.format.fsutil import fsync_directory, write_all
+from walqueue.format.frame import decode_frame, encode_frame
+from walqueue.format.fsutil import read_all, write_all
 from walqueue.format.names import CURRENT_NAME, CURRENT_TMP_NAME, MAX_NUMBER, parse_snapshot_name
 
-__all__ = ["Current", "publish_current", "read_current", "write_current_tmp"]
+__all__ = ["CURRENT_MAX_BYTES", "Current", "publish_current", "read_current", "write_current_tmp"]
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _FIELDS = frozenset({"current", "snapshot", "seq", "size", "sha256", "wal"})
@@ -71,31 +72,45 @@ def current_from_json(value: Any, path: str | None = None) -> Current:
     return Current(name, value["seq"], value["size"], value["sha256"], value["wal"])
 
 
-def read_current(directory: str | os.PathLike[str]) -> Current | None:
+#: The most bytes a CURRENT file can hold: its one frame carries six short
+#: fields (a 35-character name, a 64-digit hex digest, three numbers), well
+#: under 300 bytes. A larger file is refused before it is read.
+CURRENT_MAX_BYTES = 4096
+
+
+def read_current(directory: StoreDirectory | str | os.PathLike[str]) -> Current | None:
     """Read and validate CURRENT; None when the directory has none.
 
-    CURRENT is one small frame; a file larger than the largest possible frame
-    is refused without reading it whole.
+    CURRENT must be a regular file (a FIFO, a device or a symlink there is
+    `CorruptStore`, and is never opened for reading) of at most
+    `CURRENT_MAX_BYTES`.
     """
-    path = os.path.join(directory, CURRENT_NAME)
+    store = as_store_directory(directory)
+    path = store.file_path(CURRENT_NAME)
     try:
-        with open(path, "rb") as file:
-            size = os.fstat(file.fileno()).st_size
-            if size > MAX_FRAME_BYTES + FRAME_OVERHEAD:
-                raise CorruptStore(path, 0, f"CURRENT is {size} bytes, more than one frame")
-            data = file.read()
+        fd = store.open_regular(CURRENT_NAME, "CURRENT", max_size=CURRENT_MAX_BYTES)
     except FileNotFoundError:
         return None
-    except IsADirectoryError:
-        raise CorruptStore(path, None, "CURRENT is a directory, not a file") from None
+    try:
+        data = read_all(fd, CURRENT_MAX_BYTES)
+    finally:
+        os.close(fd)
     return current_from_json(decode_frame(data, path), path)
 
 
-def write_current_tmp(directory: str | os.PathLike[str], current: Current, *, sync: bool = True) -> None:
-    """Write and fsync CURRENT.tmp (step one of the atomic replacement)."""
-    path = os.path.join(directory, CURRENT_TMP_NAME)
+def write_current_tmp(
+    directory: StoreDirectory | str | os.PathLike[str], current: Current, *, sync: bool = True
+) -> None:
+    """Write and fsync CURRENT.tmp (step one of the atomic replacement).
+
+    A leftover CURRENT.tmp (or a symlink under that name) is removed first,
+    and the file is created afresh with ``O_EXCL``: nothing is ever written
+    through a name that already exists.
+    """
+    store = as_store_directory(directory)
     data = encode_frame(current.to_json())
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    store.clear_obstacle(CURRENT_TMP_NAME)
+    fd = store.create(CURRENT_TMP_NAME)
     try:
         write_all(fd, data)
         if sync:
@@ -104,8 +119,9 @@ def write_current_tmp(directory: str | os.PathLike[str], current: Current, *, sy
         os.close(fd)
 
 
-def publish_current(directory: str | os.PathLike[str], *, sync: bool = True) -> None:
+def publish_current(directory: StoreDirectory | str | os.PathLike[str], *, sync: bool = True) -> None:
     """Rename CURRENT.tmp over CURRENT and fsync the directory (step two)."""
-    os.replace(os.path.join(directory, CURRENT_TMP_NAME), os.path.join(directory, CURRENT_NAME))
+    store = as_store_directory(directory)
+    store.replace(CURRENT_TMP_NAME, CURRENT_NAME)
     if sync:
-        fsync_directory(directory)
+        store.fsync()

@@ -13,7 +13,9 @@ gigabytes.
 from __future__ import annotations
 
 import hashlib
+import heapq
 import os
+import re
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -158,24 +160,46 @@ def find_complete_frame(fd: int, start: int, end: int) -> int | None:
     return None
 
 
-def _length_candidates(data: bytes) -> Iterator[int]:
-    """Offsets in `data` where a length field within the bound could start.
+_ZERO_RUN = re.compile(rb"\x00+")
+_TOP_LENGTH = MAX_FRAME_BYTES.to_bytes(LENGTH_BYTES, "big")
 
-    A length <= MAX_FRAME_BYTES (0x01000000) has a first byte of 0x00, or is
-    exactly 0x01000000; jumping between such bytes with `bytes.find` keeps the
-    scan fast even across megabytes of payload (JSON text holds no NUL byte).
+
+def _length_candidates(data: bytes) -> Iterator[int]:
+    """Offsets in `data` where a length field within the bound could start, in increasing order.
+
+    A length in 1..MAX_FRAME_BYTES (0x01000000) is a zero byte followed by
+    three bytes that are not all zero, or exactly 0x01000000. So inside a
+    run of zero bytes only its last three positions can start one, and only
+    if a non-zero byte follows the run. Runs are found with `bytes.find`
+    and measured by an anchored regular expression, both in C: megabytes
+    of zeros (a zero-filled tail) or of payload text (JSON holds no NUL
+    byte) cost one pass, and Python sees only real candidates.
     """
     last = len(data) - FRAME_OVERHEAD - 1
-    zero = data.find(b"\x00", 0, last + 1)
-    top = data.find(b"\x01\x00\x00\x00", 0, last + LENGTH_BYTES)
-    while zero != -1 or top != -1:
-        if top == -1 or (zero != -1 and zero < top):
-            yield zero
-            zero = data.find(b"\x00", zero + 1, last + 1)
-        else:
-            if top <= last:
-                yield top
-            top = data.find(b"\x01\x00\x00\x00", top + 1, last + LENGTH_BYTES)
+    if last < 0:
+        return iter(())
+    return heapq.merge(_zero_run_candidates(data, last), _top_length_candidates(data, last))
+
+
+def _zero_run_candidates(data: bytes, last: int) -> Iterator[int]:
+    size = len(data)
+    match_run = _ZERO_RUN.match
+    start = data.find(b"\x00", 0, last + 1)
+    while start != -1:
+        run = match_run(data, start)
+        assert run is not None
+        end = run.end()
+        if end == size:
+            return  # no non-zero byte follows: nothing here is a length in 1..MAX_FRAME_BYTES
+        yield from range(max(start, end - (LENGTH_BYTES - 1)), min(end, last + 1))
+        start = data.find(b"\x00", end, last + 1)
+
+
+def _top_length_candidates(data: bytes, last: int) -> Iterator[int]:
+    found = data.find(_TOP_LENGTH, 0, last + LENGTH_BYTES)
+    while found != -1:
+        yield found
+        found = data.find(_TOP_LENGTH, found + 1, last + LENGTH_BYTES)
 
 
 def scan_frames(

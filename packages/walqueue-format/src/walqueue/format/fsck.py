@@ -1,6 +1,6 @@
-"""walqueue-fsck: the offline inspector of a WALQueue directory (SPEC §7).
+"""walqueue-fsck: the offline inspector of a WALQueue directory (README "Inspecting a directory", docs/REPAIR.md).
 
-It checks what opening a directory checks (SPEC §3 and §4), in the same
+It checks what opening a directory checks (docs/FORMAT.md §1-§7), in the same
 order and with the same readers as the engine's recovery, but it only
 reads: it never writes, creates, truncates or locks anything, so it can look
 at a directory that another process owns, or at a copy of a damaged one.
@@ -20,7 +20,7 @@ Every finding names its file and byte offset (``None`` when it concerns a
 whole file) and has a `kind`:
 
 - error: `not-a-directory`, `unreadable`;
-- corrupt: `current`, `snapshot` (size, digest, header, records, footer; with
+- corrupt: `lock` (LOCK is not a regular file), `current`, `snapshot` (size, digest, header, records, footer; with
   replay also an invalid record), `segment-missing`, `frame` (length,
   digest, JSON, an incomplete frame before the newest segment's end),
   `transaction` (the {seq, ops} envelope), `sequence` (a gap or a repeat),
@@ -33,6 +33,16 @@ Opening stops at the first problem; fsck goes on where the rest can still
 be checked on its own (other segments, the files opening ignores), so one
 damaged frame does not hide another. Replay stops at the first problem.
 
+When it finds damage (status `corrupt` or `error`), fsck also surveys the
+directory past it (`walqueue.format.salvage.survey`): every snapshot file
+and every segment frame by frame, whatever CURRENT says, so it can say what
+survives (the intact sequences after the damage), how many transactions a
+salvage would drop, and the likely cause (`causes`: `current-missing`,
+`current-damaged`, `snapshot-damaged`, `segment-lost`, `damaged-frame`,
+`sequence-gap`). `--salvage OUT` writes the longest valid history to a new
+store at OUT (docs/REPAIR.md). On a terminal, long checks show progress on
+stderr.
+
 `check()` returns the report as an object for programs; `main()` is the
 command line. A directory that a live writer is appending to may show its
 in-flight frame as a torn tail: that is what a crash at this instant would
@@ -44,23 +54,31 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import stat
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Protocol
 
+from walqueue.format.cmdline import EX_USAGE, EXIT_INTERRUPTED, UsageParser, interrupted, version_line
 from walqueue.format.current import Current, read_current
+from walqueue.format.directory import StoreDirectory, describe_file_type
 from walqueue.format.errors import CorruptStore
 from walqueue.format.frame import FRAME_OVERHEAD, LENGTH_BYTES, SegmentEnd, read_frames
-from walqueue.format.names import DirectoryListing, list_directory, wal_name
+from walqueue.format.names import CURRENT_NAME, LOCK_NAME, DirectoryListing, list_directory, wal_name
+from walqueue.format.progress import Progress
+from walqueue.format.salvage import SalvageError, Survey, describe_plan, render_salvage, salvage, survey
 from walqueue.format.snapshot import SnapshotReader
 from walqueue.format.transaction import transaction_seq
 
 __all__ = [
     "EXIT_CORRUPT",
+    "EXIT_INTERRUPTED",
+    "EX_USAGE",
     "EXIT_HEALTHY",
     "EXIT_TORN",
     "REPORT_VERSION",
+    "Cause",
     "Finding",
     "LeftoverSummary",
     "ReplaySummary",
@@ -107,6 +125,7 @@ class Finding:
     bytes: int | None = None
 
     def to_json(self) -> dict[str, Any]:
+        """The finding as a JSON object (the `findings` items of `--json`)."""
         return {
             "severity": self.severity,
             "kind": self.kind,
@@ -115,6 +134,18 @@ class Finding:
             "message": self.message,
             "bytes": self.bytes,
         }
+
+
+@dataclass(frozen=True, slots=True)
+class Cause:
+    """The likely cause of the damage fsck found, in words a repairer can act on (docs/REPAIR.md)."""
+
+    kind: str
+    message: str
+
+    def to_json(self) -> dict[str, Any]:
+        """The cause as a JSON object."""
+        return {"kind": self.kind, "message": self.message}
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +159,7 @@ class SnapshotSummary:
     sha256: str
 
     def to_json(self) -> dict[str, Any]:
+        """The snapshot summary as a JSON object."""
         return {"file": self.file, "seq": self.seq, "tasks": self.tasks, "size": self.size, "sha256": self.sha256}
 
 
@@ -145,12 +177,14 @@ class SegmentSummary:
     torn_bytes: int = 0
 
     def saw(self, seq: int) -> None:
+        """Count one verified frame holding transaction `seq`."""
         self.frames += 1
         if self.first_seq is None:
             self.first_seq = seq
         self.last_seq = seq
 
     def to_json(self) -> dict[str, Any]:
+        """The segment summary as a JSON object (the `segments` items of `--json`)."""
         return {
             "file": self.file,
             "number": self.number,
@@ -172,6 +206,7 @@ class LeftoverSummary:
     size: int | None
 
     def to_json(self) -> dict[str, Any]:
+        """The leftover segment as a JSON object."""
         return {"file": self.file, "number": self.number, "size": self.size}
 
 
@@ -190,6 +225,7 @@ class ReplaySummary:
     counts: dict[str, int] | None
 
     def to_json(self) -> dict[str, Any]:
+        """The replay summary as a JSON object."""
         return {"complete": self.complete, "applied": self.applied, "last_seq": self.last_seq, "counts": self.counts}
 
 
@@ -205,15 +241,21 @@ class Report:
     leftover_segments: list[LeftoverSummary] = field(default_factory=list)
     last_seq: int | None = None
     replay: ReplaySummary | None = None
+    #: Only when damage was found: the likely causes, and what survives past the damage.
+    causes: list[Cause] = field(default_factory=list)
+    survey: Survey | None = None
 
     def add(self, severity: str, kind: str, file: str | None, offset: int | None, message: str) -> None:
+        """Record a finding."""
         assert severity in SEVERITIES, severity
         self.findings.append(Finding(severity, kind, file, offset, message))
 
     def add_corrupt(self, kind: str, exc: CorruptStore) -> None:
+        """Record `exc` as a corrupt finding of `kind`."""
         self.add("corrupt", kind, _file_name(exc.path), exc.offset, exc.reason)
 
     def add_unreadable(self, path: str, exc: OSError) -> None:
+        """Record that `path` could not be read."""
         self.add("error", "unreadable", _file_name(path), None, f"cannot read: {exc.strerror or exc}")
 
     @property
@@ -232,6 +274,7 @@ class Report:
 
     @property
     def exit_code(self) -> int:
+        """The exit status of the verdict: 0 healthy, 1 torn, 2 corrupt or error."""
         return _STATUS_EXIT[self.status]
 
     def to_json(self) -> dict[str, Any]:
@@ -248,6 +291,8 @@ class Report:
             "leftover_segments": [s.to_json() for s in self.leftover_segments],
             "last_seq": self.last_seq,
             "replay": None if self.replay is None else self.replay.to_json(),
+            "causes": [c.to_json() for c in self.causes],
+            "survey": None if self.survey is None else self.survey.to_json(),
         }
 
 
@@ -324,7 +369,7 @@ class _Replay:
         return ReplaySummary(complete, self.applied, self.state.last_seq, self.state.counts())
 
 
-# -- sequence continuity (SPEC §4 rule 4, as recovery checks it) ----------------------
+# -- sequence continuity (docs/FORMAT.md §7, as recovery checks it) ----------------------
 
 
 class _Sequencer:
@@ -360,11 +405,14 @@ class _Sequencer:
 # -- the checks, in recovery's order ---------------------------------------------------
 
 
-def check(directory: str | os.PathLike[str], *, replay: bool = False) -> Report:
+def check(directory: str | os.PathLike[str], *, replay: bool = False, progress: Progress | None = None) -> Report:
     """Inspect `directory` without changing anything and return the report.
 
     With `replay`, the engine's state machine applies the snapshot and every
     live transaction too (`ReplayUnavailable` if the engine is missing).
+    When the verdict is `corrupt` or `error`, the report also carries a
+    survey past the damage and the likely causes. `progress`, if given, is
+    advanced by the bytes read.
     """
     engine = _load_engine() if replay else None
     path = os.fspath(directory)
@@ -374,34 +422,173 @@ def check(directory: str | os.PathLike[str], *, replay: bool = False) -> Report:
         report.add("error", "not-a-directory", None, None, f"{path} {what}")
         return report
     try:
-        listing = list_directory(path)
+        store = StoreDirectory.open(path)
     except OSError as exc:
         report.add_unreadable(path, exc)
         return report
+    try:
+        _check_store(report, store, engine, progress)
+    finally:
+        store.close()
+    if progress is not None:
+        progress.finish()
+    if not report.sound:
+        listing = list_directory(store.path) if os.path.isdir(path) else None
+        if listing is not None:
+            _survey_damage(report, path, replay, listing, progress)
+    return report
+
+
+def _check_store(report: Report, store: StoreDirectory, engine: _Engine | None, progress: Progress | None) -> None:
+    """Every check, through the directory's descriptor (as opening reads it: a chdir changes nothing)."""
+    try:
+        listing = list_directory(store)
+    except OSError as exc:
+        report.add_unreadable(store.path, exc)
+        return
+    _check_lock(report, store)
     replayer = None if engine is None else _Replay(engine)
-    current, current_ok = _check_current(report, path)
+    if progress is not None:
+        progress.total = _store_bytes(store, listing)
+    current, current_ok = _check_current(report, store)
     snapshot_seq = 0
     if current is not None:
-        snapshot_seq = _check_snapshot(report, path, current, replayer)
+        snapshot_seq = _check_snapshot(report, store, current, replayer)
+        if progress is not None and report.snapshot is not None:
+            progress.advance(report.snapshot.size)
     elif current_ok and replayer is not None:
         replayer.start_empty()
     _note_other_files(report, listing, current, current_ok)
     if current_ok:
         first_live = 1 if current is None else current.wal
-        live = _live_segments(report, path, listing, current is not None, first_live)
+        live = _live_segments(report, store, listing, current is not None, first_live)
         sequencer = _Sequencer(snapshot_seq)
-        _check_segments(report, path, live, first_live, sequencer, replayer, snapshot_seq)
+        _check_segments(report, store, live, first_live, sequencer, replayer, snapshot_seq, progress)
         _summarize_sequences(report, sequencer, snapshot_seq)
     else:
         report.add(
-            "note", "not-checked", None, None, "WAL segments not checked: without CURRENT their range is unknown"
+            "note",
+            "not-checked",
+            None,
+            None,
+            "WAL segments not checked as opening would: without CURRENT their range is unknown",
         )
     if replayer is not None:
         report.replay = replayer.summary(report.sound)
-    return report
 
 
-def _check_current(report: Report, directory: str) -> tuple[Current | None, bool]:
+def _survey_damage(
+    report: Report, directory: str, replay: bool, listing: DirectoryListing, progress: Progress | None
+) -> None:
+    """Read past the damage: what survives, what a salvage would keep, and the likely causes."""
+    try:
+        found = survey(directory, engine=replay, progress=progress)
+    except OSError:
+        return
+    report.survey = found
+    report.causes = _likely_causes(report, found, listing)
+
+
+def _ranges_text(ranges: list[list[int]]) -> str:
+    return ", ".join(f"{a}" if a == b else f"{a}..{b}" for a, b in ranges) or "none"
+
+
+def _likely_causes(report: Report, found: Survey, listing: DirectoryListing) -> list[Cause]:
+    """Name what most probably happened, from the findings and the survey (docs/REPAIR.md per cause)."""
+    causes: list[Cause] = []
+    bad = [f for f in report.findings if f.severity in ("corrupt", "error")]
+    valid = [s for s in found.snapshots if s.valid]
+    newest = max(valid, key=lambda s: s.seq, default=None)
+    intact = found.intact()
+    numbers = [s.number for s in found.segments]
+    held = f"the segments hold intact seq {_ranges_text(intact)}"
+    snap = "no snapshot file verifies" if newest is None else f"{newest.file} verifies (seq {newest.seq})"
+    current_missing = not found.current_present and (
+        bool(listing.snapshots) or (bool(numbers) and numbers[0] != 1) or (bool(intact) and intact[0][0] != 1)
+    )
+    if current_missing:
+        first = "no WAL segment" if not numbers else wal_name(numbers[0])
+        causes.append(
+            Cause(
+                "current-missing",
+                f"CURRENT is missing, but the store was compacted: {snap}, the WAL starts at {first} and {held}; "
+                "CURRENT was probably deleted or lost",
+            )
+        )
+    elif found.current_present and found.current is None:
+        causes.append(
+            Cause(
+                "current-damaged",
+                f"CURRENT is damaged ({found.current_problem}), probably truncated or overwritten; {snap}; {held}",
+            )
+        )
+    if found.current is not None:
+        named = next((s for s in found.snapshots if s.file == found.current.snapshot), None)
+        problems = [f for f in bad if f.kind == "snapshot"]
+        if problems:
+            reason = problems[0].message if named is None or named.valid else named.reason
+            causes.append(
+                Cause(
+                    "snapshot-damaged",
+                    f"the snapshot CURRENT names, {found.current.snapshot}, is damaged or missing ({reason})",
+                )
+            )
+    if not current_missing:
+        for finding in bad:
+            if finding.kind == "segment-missing":
+                causes.append(
+                    Cause(
+                        "segment-lost",
+                        f"{finding.file} is missing, probably deleted or lost ({finding.message}); "
+                        f"the transactions it held are gone, {held}",
+                    )
+                )
+    newest_segment = numbers[-1] if numbers else None
+    for segment in found.segments:
+        for damage in segment.damage:
+            causes.append(
+                Cause(
+                    "damaged-frame",
+                    f"{damage.bytes} bytes of {damage.file} from byte {damage.offset} hold no readable "
+                    f"transaction ({damage.reason}): a bit flip, an overwrite or a bad disk block",
+                )
+            )
+        if segment.torn is not None and segment.number != newest_segment:
+            causes.append(
+                Cause(
+                    "damaged-frame",
+                    f"{segment.file} ends in an incomplete frame at byte {segment.torn[0]} although a later "
+                    "segment follows: its end was cut or lost",
+                )
+            )
+    if not causes and any(f.kind == "sequence" for f in bad):
+        causes.append(Cause("sequence-gap", f"the WAL's sequences do not follow each other; {held}"))
+    return causes
+
+
+def _store_bytes(directory: StoreDirectory, listing: DirectoryListing) -> int:
+    """The bytes a check reads: the snapshots and segments (an estimate for progress only)."""
+    total = 0
+    for name in [*listing.segments.values(), *listing.snapshots.values()]:
+        size = _file_size(directory, name)
+        total += size or 0
+    return total
+
+
+def _check_lock(report: Report, store: StoreDirectory) -> None:
+    """LOCK, if present, must be a regular file: opening refuses anything else (it cannot lock it)."""
+    try:
+        entry = store.lstat(LOCK_NAME)
+    except OSError as exc:
+        report.add_unreadable(store.file_path(LOCK_NAME), exc)
+        return
+    if entry is not None and not stat.S_ISREG(entry.st_mode):
+        report.add(
+            "corrupt", "lock", LOCK_NAME, None, f"LOCK is {describe_file_type(entry.st_mode)}, not a regular file"
+        )
+
+
+def _check_current(report: Report, directory: StoreDirectory) -> tuple[Current | None, bool]:
     """Read CURRENT; returns it (None if absent) and whether it could be used."""
     try:
         current = read_current(directory)
@@ -409,17 +596,19 @@ def _check_current(report: Report, directory: str) -> tuple[Current | None, bool
         report.add_corrupt("current", exc)
         return None, False
     except OSError as exc:
-        report.add_unreadable(os.path.join(directory, "CURRENT"), exc)
+        report.add_unreadable(directory.file_path(CURRENT_NAME), exc)
         return None, False
     report.current = current
     return current, True
 
 
-def _check_snapshot(report: Report, directory: str, current: Current, replayer: _Replay | None) -> int:
+def _check_snapshot(report: Report, directory: StoreDirectory, current: Current, replayer: _Replay | None) -> int:
     """Verify the snapshot CURRENT names (size, SHA-256, every frame and record); return its sequence."""
-    path = os.path.join(directory, current.snapshot)
+    path = directory.file_path(current.snapshot)
     try:
-        with SnapshotReader(path, expected_size=current.size, expected_sha256=current.sha256) as reader:
+        with SnapshotReader(
+            current.snapshot, expected_size=current.size, expected_sha256=current.sha256, directory=directory
+        ) as reader:
             if reader.seq != current.seq:
                 raise CorruptStore(path, 0, f"snapshot holds sequence {reader.seq}, CURRENT says {current.seq}")
             if replayer is not None:
@@ -450,22 +639,23 @@ def _note_other_files(report: Report, listing: DirectoryListing, current: Curren
         report.add("note", "unknown-file", name, None, "not a WALQueue file: ignored")
 
 
-def _file_size(path: str) -> int | None:
+def _file_size(directory: StoreDirectory, name: str) -> int | None:
     try:
-        return os.stat(path).st_size
+        entry = directory.lstat(name)
     except OSError:
         return None
+    return None if entry is None else entry.st_size
 
 
 def _live_segments(
-    report: Report, directory: str, listing: DirectoryListing, has_current: bool, first_live: int
+    report: Report, directory: StoreDirectory, listing: DirectoryListing, has_current: bool, first_live: int
 ) -> list[int]:
     """Sort segments into leftovers (below `first_live`, not read) and live ones; report gaps."""
     numbers = listing.segment_numbers
     for number in numbers:
         if number < first_live:
             name = listing.segments[number]
-            size = _file_size(os.path.join(directory, name))
+            size = _file_size(directory, name)
             report.leftover_segments.append(LeftoverSummary(name, number, size))
             report.add(
                 "note",
@@ -496,12 +686,13 @@ def _live_segments(
 
 def _check_segments(
     report: Report,
-    directory: str,
+    directory: StoreDirectory,
     live: list[int],
     first_live: int,
     sequencer: _Sequencer,
     replayer: _Replay | None,
     snapshot_seq: int,
+    progress: Progress | None = None,
 ) -> None:
     """Read every live segment in order; only the newest may end in a torn tail."""
     previous = first_live - 1
@@ -510,26 +701,37 @@ def _check_segments(
             sequencer.resync()
         summary = SegmentSummary(wal_name(number), number)
         report.segments.append(summary)
-        path = os.path.join(directory, summary.file)
-        if not _read_segment(report, path, summary, number == live[-1], sequencer, replayer, snapshot_seq):
+        done = 0 if progress is None else progress.done
+        if not _read_segment(
+            report, directory, summary, number == live[-1], sequencer, replayer, snapshot_seq, progress
+        ):
             sequencer.resync()
+        if progress is not None:
+            progress.update(done + (summary.size or 0))
         previous = number
 
 
 def _read_segment(
     report: Report,
-    path: str,
+    directory: StoreDirectory,
     summary: SegmentSummary,
     newest: bool,
     sequencer: _Sequencer,
     replayer: _Replay | None,
     snapshot_seq: int,
+    progress: Progress | None = None,
 ) -> bool:
     """Verify one segment's frames, envelopes and sequences (and replay them); False if it is damaged."""
     end = SegmentEnd()
     stage = "frame"
+    path = directory.file_path(summary.file)
+    done = 0 if progress is None else progress.done
     try:
-        with open(path, "rb") as file:
+        try:
+            fd = directory.open_regular(summary.file, "WAL segment")
+        except FileNotFoundError:
+            raise CorruptStore(path, None, "WAL segment is missing") from None
+        with os.fdopen(fd, "rb") as file:
             for frame in read_frames(file, path, allow_torn_tail=newest, end=end):
                 stage = "transaction"
                 seq = transaction_seq(frame.value, path, frame.offset)
@@ -540,6 +742,8 @@ def _read_segment(
                     stage = "invalid-transaction"
                     replayer.apply(frame.value, seq, path, frame.offset)
                 stage = "frame"
+                if progress is not None:
+                    progress.update(done + frame.offset + frame.size)
             summary.size = end.size
             if end.torn_offset is not None:
                 _report_torn(report, file, summary, end)
@@ -598,21 +802,35 @@ def _summarize_sequences(report: Report, sequencer: _Sequencer, snapshot_seq: in
 
 # -- the command line -----------------------------------------------------------------
 
-_EPILOG = """\
-exit status: 0 healthy (notes allowed), 1 a torn tail that opening would
-truncate, 2 corrupt (opening would raise CorruptStore) or unreadable.
+_EPILOG = f"""\
+exit status:
+  0    healthy (notes allowed); with --salvage: the new store was written
+  1    a torn tail that opening would truncate
+  2    corrupt (opening would raise CorruptStore) or unreadable; with
+       --salvage: nothing was written (OUT not empty, nothing to salvage)
+  {EX_USAGE}   usage error: an unknown option (a typo such as --jsn), a missing
+       or extra argument; never a verdict on the store
+  {EXIT_INTERRUPTED}  interrupted by Ctrl-C
 
 --json prints one JSON object: fsck (report version), directory, status
 (healthy|torn|corrupt|error), exit_code, findings (each: severity
 error|corrupt|torn|note, kind, file, offset, message, bytes), current,
 snapshot, segments (file, number, size, frames, first_seq, last_seq,
 torn_offset, torn_bytes), leftover_segments, last_seq, replay (null, or
-complete, applied, last_seq, counts).
+complete, applied, last_seq, counts), causes (each: kind, message; only
+when damaged) and survey (null when healthy or torn; else snapshots,
+segments with their intact runs and damaged ranges, intact sequences, and
+plan: what a salvage keeps and drops).
+
+--salvage OUT DIRECTORY writes the longest valid history of DIRECTORY to
+the new store OUT (which must not exist or be empty) and never changes
+DIRECTORY; it prints what it kept and exactly what it dropped. See
+docs/REPAIR.md for a procedure per kind of damage.
 """
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = UsageParser(
         prog="walqueue-fsck",
         description="Check a WALQueue directory without changing it.",
         epilog=_EPILOG,
@@ -625,6 +843,12 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also apply every transaction with walqueue-engine's state machine (needs walqueue-engine)",
     )
+    parser.add_argument(
+        "--salvage",
+        metavar="OUT",
+        help="write the longest valid history of DIRECTORY to the new store OUT (DIRECTORY is never changed)",
+    )
+    parser.add_argument("--version", action="version", version=version_line("walqueue-fsck"))
     return parser
 
 
@@ -646,8 +870,23 @@ def render_text(report: Report) -> str:
         if f.offset is not None:
             where += f" at byte {f.offset}"
         lines.append(f"{f.severity.upper():8}{where + ': ' if where else ''}{f.message} [{f.kind}]")
+    for cause in report.causes:
+        lines.append(f"CAUSE   {_show(cause.message)} [{cause.kind}]")
+    lines.extend(_survey_lines(report))
     lines.append(f"result: {report.status} (exit {report.exit_code})")
     return "\n".join(lines)
+
+
+def _survey_lines(report: Report) -> Iterator[str]:
+    found = report.survey
+    if found is None:
+        return
+    verified = [f"{s.file} (seq {s.seq})" for s in found.snapshots if s.valid]
+    yield f"  survives  intact transactions: seq {_ranges_text(found.intact())}"
+    yield f"  survives  snapshots that verify: {', '.join(verified) or 'none'}"
+    if found.plan is not None:
+        for line in describe_plan(found.plan):
+            yield f"  salvage   {line}"
 
 
 def _summary_lines(report: Report) -> Iterator[str]:
@@ -674,17 +913,43 @@ def _summary_lines(report: Report) -> Iterator[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run `walqueue-fsck [--json] [--replay] DIRECTORY`; return the exit status."""
+    """Run `walqueue-fsck [--json] [--replay] [--salvage OUT] DIRECTORY`; return the exit status."""
     args = _parser().parse_args(argv)
     try:
-        report = check(args.directory, replay=args.replay)
+        if args.salvage is not None:
+            return _salvage_main(args.directory, args.salvage, args.json, args.replay)
+        return _check_main(args.directory, args.json, args.replay)
+    except KeyboardInterrupt:
+        return interrupted("walqueue-fsck")
+
+
+def _salvage_main(directory: str, out: str, as_json: bool, replay: bool) -> int:
+    progress = Progress.to_terminal(f"salvaging {_show(directory)}", 0)
+    engine: bool | None = True if replay else None
+    try:
+        result = salvage(directory, out, engine=engine, progress=progress)
+    except (SalvageError, CorruptStore, OSError, RuntimeError) as exc:
+        progress.finish()
+        print(f"walqueue-fsck: salvage: {exc}", file=sys.stderr)
+        return EXIT_CORRUPT
+    if as_json:
+        print(json.dumps(result.to_json(), sort_keys=True))
+    else:
+        print(render_salvage(result))
+    return EXIT_HEALTHY if result.check_status == "healthy" else EXIT_CORRUPT
+
+
+def _check_main(directory: str, as_json: bool, replay: bool) -> int:
+    progress = Progress.to_terminal(f"checking {_show(directory)}", 0)
+    try:
+        report = check(directory, replay=replay, progress=progress)
     except ReplayUnavailable as exc:
         print(f"walqueue-fsck: {exc}", file=sys.stderr)
         return EXIT_CORRUPT
     for finding in report.findings:
         if finding.severity == "error":
             print(f"walqueue-fsck: {finding.message}", file=sys.stderr)
-    if args.json:
+    if as_json:
         print(json.dumps(report.to_json(), sort_keys=True))
     else:
         print(render_text(report))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["fsync_directory", "write_all", "write_rest"]
+__all__ = ["fsync_directory", "read_all", "write_all", "write_rest"]
 
 
 def write_all(fd: int, data: bytes | memoryview) -> None:
@@ -35,9 +35,22 @@ def write_rest(fd: int, data: bytes | memoryview, written: int) -> None:
         view = view[written:]
 
 
+def read_all(fd: int, limit: int) -> bytes:
+    """Read from `fd` until end of file, at most `limit` bytes (a file that grew is cut there)."""
+    chunks = []
+    remaining = limit
+    while remaining > 0:
+        chunk = os.read(fd, min(remaining, 1 << 20))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        remaining -= len(chunk)
+    return b"".join(chunks)
+
+
 def fsync_directory(directory: str | os.PathLike[str]) -> None:
     """Make a directory's entries (creations, renames, deletions) durable."""
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         os.fsync(fd)
     finally:

@@ -11,6 +11,8 @@ import os
 import re
 from dataclasses import dataclass, field
 
+from walqueue.format.directory import StoreDirectory, as_store_directory
+
 __all__ = [
     "CURRENT_NAME",
     "CURRENT_TMP_NAME",
@@ -81,10 +83,10 @@ class DirectoryListing:
         return sorted(self.segments)
 
 
-def list_directory(directory: str | os.PathLike[str]) -> DirectoryListing:
+def list_directory(directory: StoreDirectory | str | os.PathLike[str]) -> DirectoryListing:
     """Classify every entry of `directory` by name (nothing is opened)."""
     listing = DirectoryListing()
-    for name in sorted(os.listdir(directory)):
+    for name in as_store_directory(directory).listdir():
         number = parse_wal_name(name)
         if number is not None:
             listing.segments[number] = name

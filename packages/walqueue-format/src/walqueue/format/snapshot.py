@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from walqueue.format.directory import StoreDirectory
 from walqueue.format.errors import CorruptStore
 from walqueue.format.frame import SegmentEnd, encode_body, encode_frame, read_frames
 from walqueue.format.fsutil import write_all
@@ -55,18 +56,32 @@ def write_snapshot(
     records: Iterable[bytes],
     *,
     on_partial: Callable[[], None] | None = None,
+    on_written: Callable[[], None] | None = None,
+    directory: StoreDirectory | None = None,
+    sync: bool = False,
 ) -> SnapshotInfo:
     """Write the snapshot through `seq` holding `count` records (canonical JSON bytes, in task-id order).
 
-    The file is written but NOT synced: the caller fsyncs it (and the
-    directory) so that it can report the phases in between. `on_partial` is
-    called once, after the header has reached the file, so that a crash there
-    leaves a real partial snapshot. Raises `ValueError` (before finishing the
-    file) if the number of records differs from `count`.
+    With `directory`, `path` is a file name in that directory; otherwise a
+    path. A leftover file (or symlink) of that name is removed first and the
+    snapshot is created afresh with ``O_EXCL``, so nothing is ever written
+    through an existing name. `on_partial` is called once, after the header
+    has reached the file, so that a crash there leaves a real partial
+    snapshot; `on_written` once the whole file is written. With `sync` the
+    file is then fsynced through the very descriptor that wrote it (the
+    caller fsyncs the directory); otherwise it is not synced. Raises
+    `ValueError` (before finishing the file) if the number of records
+    differs from `count`.
     """
+    if directory is None:
+        directory = StoreDirectory.at(os.path.dirname(os.fspath(path)) or os.curdir)
+        name = os.path.basename(os.fspath(path))
+    else:
+        name = os.fspath(path)
     digest = hashlib.sha256()
     size = 0
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    directory.clear_obstacle(name)
+    fd = directory.create(name)
     try:
         pending: list[bytes] = []
         pending_size = 0
@@ -109,19 +124,34 @@ def write_snapshot(
             raise ValueError(f"snapshot header announced {count} records, {written} were given")
         emit(encode_frame({"end": True, "seq": seq, "tasks": count}))
         flush()
+        if on_written is not None:
+            on_written()
+        if sync:
+            os.fsync(fd)
     finally:
         os.close(fd)
     return SnapshotInfo(size, digest.hexdigest())
 
 
 def file_sha256(path: str | os.PathLike[str]) -> tuple[int, str]:
-    """Size and SHA-256 of a whole file, read in chunks."""
+    """Size and SHA-256 of a whole regular file, read in chunks (anything else is `CorruptStore`)."""
+    text = os.fspath(path)
+    directory = StoreDirectory.at(os.path.dirname(text) or os.curdir)
+    fd = directory.open_regular(os.path.basename(text), "the file")
+    try:
+        return _fd_sha256(fd)
+    finally:
+        os.close(fd)
+
+
+def _fd_sha256(fd: int) -> tuple[int, str]:
     digest = hashlib.sha256()
     size = 0
-    with open(path, "rb") as file:
-        while chunk := file.read(1 << 20):
-            digest.update(chunk)
-            size += len(chunk)
+    offset = 0
+    while chunk := os.pread(fd, 1 << 20, offset):
+        digest.update(chunk)
+        size += len(chunk)
+        offset += len(chunk)
     return size, digest.hexdigest()
 
 
@@ -144,21 +174,37 @@ class SnapshotReader:
         *,
         expected_size: int | None = None,
         expected_sha256: str | None = None,
+        directory: StoreDirectory | None = None,
     ) -> None:
-        self.path = os.fspath(path)
+        # With `directory`, `path` is a file name in it; otherwise a path.
+        if directory is None:
+            self.path = os.fspath(path)
+            directory = StoreDirectory.at(os.path.dirname(self.path) or os.curdir)
+            name = os.path.basename(self.path)
+        else:
+            name = os.fspath(path)
+            self.path = directory.file_path(name)
         try:
-            actual_size, actual_sha256 = file_sha256(self.path)
+            fd = directory.open_regular(name, "snapshot")
         except FileNotFoundError:
             raise CorruptStore(self.path, None, "snapshot file is missing") from None
-        except IsADirectoryError:
-            raise CorruptStore(self.path, None, "snapshot is a directory, not a file") from None
-        if expected_size is not None and actual_size != expected_size:
-            raise CorruptStore(self.path, None, f"snapshot is {actual_size} bytes, CURRENT says {expected_size}")
-        if expected_sha256 is not None and actual_sha256 != expected_sha256:
-            raise CorruptStore(self.path, None, "snapshot SHA-256 differs from the one CURRENT records")
+        self._file = os.fdopen(fd, "rb")
+        try:
+            # The size is checked before a byte is read: a snapshot of
+            # another size than CURRENT records is never read at all.
+            on_disk = os.fstat(fd).st_size
+            if expected_size is not None and on_disk != expected_size:
+                raise CorruptStore(self.path, None, f"snapshot is {on_disk} bytes, CURRENT says {expected_size}")
+            actual_size, actual_sha256 = _fd_sha256(fd)
+            if expected_size is not None and actual_size != expected_size:
+                raise CorruptStore(self.path, None, f"snapshot is {actual_size} bytes, CURRENT says {expected_size}")
+            if expected_sha256 is not None and actual_sha256 != expected_sha256:
+                raise CorruptStore(self.path, None, "snapshot SHA-256 differs from the one CURRENT records")
+        except BaseException:
+            self._file.close()
+            raise
         self.size = actual_size
         self.sha256 = actual_sha256
-        self._file = open(self.path, "rb")
         self._frames = read_frames(self._file, self.path, allow_torn_tail=False, end=SegmentEnd())
         try:
             header = next(self._frames, None)

@@ -1,0 +1,157 @@
+"""Group commit: which transactions are durable, and the one fsync that many callers share.
+
+A durable call's frame is written under the queue's lock, and the fsync
+runs outside it, so that while one fsync is under way the next callers can
+write their frames; the next fsync then covers all of them. This is the
+leader/follower scheme of LevelDB's writer queue (`DBImpl::Write`) and of
+PostgreSQL's WAL flush, reduced to what one process needs:
+
+- `wrote(seq)` (under the queue's lock) records that transaction `seq` is
+  in the log, in log order, which is also the order of application.
+- `wait(seq)` (outside the lock) returns once an fsync that started after
+  `seq` was written has finished. The first waiter that finds no fsync
+  under way becomes the leader: it takes everything written so far as its
+  target, syncs, publishes the new durable sequence and wakes the others.
+  A waiter whose sequence the running fsync does not cover waits for it,
+  then leads the next one.
+- A failed fsync is final: every waiter, and every later call, fails (as in
+  LevelDB: after a sync error nothing more is written). The queue poisons
+  itself.
+- `drain()` (under the lock) makes everything written durable before a
+  segment is sealed or the queue closes.
+
+Every call waits this way before it answers, reads included, for the state
+it looked at (docs/DECISIONS.md, "Group commit"): no answer ever shows a
+transaction that a power cut could still take away.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+
+from walqueue.engine.types import QueueClosed
+from walqueue.engine.wal import WalWriter
+
+__all__ = ["Durability"]
+
+
+class Durability:
+    """The written and durable sequences of one queue's log, and the shared fsync.
+
+    Without grouping (no fsync at all, or a hook that must see each frame
+    synced in its own phases), every written transaction counts as durable
+    at once and `wait` never waits.
+    """
+
+    __slots__ = ("written", "durable", "_wal", "_grouped", "_cond", "_syncing", "_failure", "_local")
+
+    def __init__(self, seq: int, wal: WalWriter, *, grouped: bool) -> None:
+        self.written = seq
+        self.durable = seq
+        self._wal = wal
+        self._grouped = grouped
+        self._cond = threading.Condition(threading.Lock())
+        self._syncing = False
+        self._failure: OSError | QueueClosed | None = None
+        self._local = threading.local()
+
+    @property
+    def grouped(self) -> bool:
+        return self._grouped
+
+    def wrote(self, seq: int) -> None:
+        """Transaction `seq` is written (and, ungrouped, synced already). Call under the queue's lock."""
+        self.written = seq
+        if not self._grouped:
+            self.durable = seq
+
+    def waiting_here(self) -> bool:
+        """Whether this thread is inside `wait` (a signal handler that interrupted it runs here too)."""
+        return getattr(self._local, "waiting", False)
+
+    def wait(self, needed: int) -> None:
+        """Return once every transaction up to `needed` is durable; the fsync error if that cannot be."""
+        cond = self._cond
+        self._local.waiting = True
+        try:
+            with cond:
+                while self.durable < needed:
+                    if self._failure is not None:
+                        raise _echo(self._failure)
+                    if self._syncing:
+                        cond.wait()
+                    else:
+                        self._lead()
+        finally:
+            self._local.waiting = False
+
+    def drain(self) -> None:
+        """Make everything written durable now (under the queue's lock, before sealing or closing)."""
+        if not self._grouped:
+            return
+        with self._cond:
+            while self._syncing:
+                self._cond.wait()
+            if self._failure is not None:
+                raise _echo(self._failure)
+            if self.durable < self.written:
+                self._lead()
+
+    def fail(self, error: QueueClosed) -> None:
+        """Nothing more can become durable (the queue was poisoned or closed): every waiter raises `error`."""
+        with self._cond:
+            if self._failure is None:
+                self._failure = error
+            self._cond.notify_all()
+
+    def forget_after_fork(self) -> None:
+        """In a forked child: a fresh condition, since another thread may have held this one at the fork."""
+        self._cond = threading.Condition(threading.Lock())
+        self._syncing = False
+        self._failure = QueueClosed("a forked child's copy of the queue")
+
+    @property
+    def failed(self) -> bool:
+        return self._failure is not None
+
+    def _lead(self) -> None:
+        """Sync everything written so far, outside the condition's lock. Called with it held.
+
+        The durable sequence moves only if nothing failed meanwhile: a queue
+        poisoned during the fsync closes its descriptor, whose number could
+        then name another file by the time this fsync ran.
+        """
+        cond = self._cond
+        self._syncing = True
+        target = self.written
+        try:
+            fd = self._wal.fd()
+            cond.release()
+            try:
+                os.fsync(fd)
+            finally:
+                cond.acquire()
+        except OSError as exc:
+            if self._failure is None:
+                self._failure = exc
+            raise
+        finally:
+            self._syncing = False
+            cond.notify_all()
+        if self._failure is None and target > self.durable:
+            self.durable = target
+
+
+def _echo(failure: OSError | QueueClosed) -> OSError | QueueClosed:
+    """What a waiter raises once nothing more can become durable: a new exception like the first one.
+
+    A failed fsync reaches each waiter as an `OSError` of the same errno
+    (SPEC: an OSError that poisons propagates unwrapped); a queue poisoned
+    or closed under the waiters as `QueueClosed`.
+    """
+    if isinstance(failure, OSError):
+        reason = failure.strerror or str(failure)
+        return OSError(failure.errno or errno.EIO, f"the fsync that covered this call failed: {reason}")
+    return QueueClosed(str(failure))

@@ -1,0 +1,54 @@
+"""What WALQueue's commands share: exit statuses for misuse and Ctrl-C, and their argument parser.
+
+`walqueue-fsck`, `walqueue` (walqueue-cli) and `python -m walqueue` give a
+usage error (an unknown option, a missing argument, a typo such as `--jsn`)
+the exit status `EX_USAGE` (64, from BSD's sysexits.h), so that no usage
+error is ever mistaken for an answer: `walqueue-fsck` uses 2 for "corrupt",
+and a monitoring script must not report a typo as corruption. A command
+stopped by Ctrl-C (SIGINT) exits with `EXIT_INTERRUPTED` (130, the shell's
+128 + SIGINT) after a one-line message, never with a traceback.
+
+Example::
+
+    parser = UsageParser(prog="walqueue-fsck")
+    parser.add_argument("directory")
+    parser.parse_args(["--jsn", "/tmp/q"])   # prints usage and exits 64
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import NoReturn
+
+from walqueue.format._version import __version__
+
+__all__ = ["EXIT_INTERRUPTED", "EX_USAGE", "UsageParser", "interrupted", "version_line"]
+
+#: A command line that cannot be understood (sysexits.h EX_USAGE).
+EX_USAGE = 64
+#: Stopped by Ctrl-C (SIGINT): 128 + 2, as a shell reports it.
+EXIT_INTERRUPTED = 130
+
+
+class UsageParser(argparse.ArgumentParser):
+    """An `argparse.ArgumentParser` whose usage errors exit with `EX_USAGE` (64), not argparse's 2."""
+
+    def error(self, message: str) -> NoReturn:
+        """Print the usage line and `message` on stderr, then exit with `EX_USAGE`."""
+        self.print_usage(sys.stderr)
+        self.exit(EX_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def version_line(prog: str) -> str:
+    """What `PROG --version` prints, e.g. ``walqueue-fsck 0.1.0``."""
+    return f"{prog} {__version__}"
+
+
+def interrupted(prog: str) -> int:
+    """Report a Ctrl-C on stderr in one line and return `EXIT_INTERRUPTED` (for `main` to return)."""
+    try:
+        print(f"{prog}: interrupted", file=sys.stderr)
+    except (OSError, ValueError):
+        pass
+    return EXIT_INTERRUPTED

@@ -1,0 +1,149 @@
+"""Running `walqueue-serve` as a real process for the server tests, always under timeouts.
+
+Socket paths must stay under the 108-byte `sun_path` limit, so they live in
+a short temporary directory, not in pytest's (long) tmp_path.
+"""
+
+from __future__ import annotations
+
+import json
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from test_cli_process import child_environment
+
+START_TIMEOUT = 30.0
+STOP_TIMEOUT = 30.0
+ANSWER_TIMEOUT = 30.0
+
+
+@contextmanager
+def short_directory() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="wq-", dir="/tmp"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+class ServerProcess:
+    """One `python -m walqueue.cli.serve DIR --socket PATH`; `ready` once it printed its line."""
+
+    def __init__(self, directory: Path | str, socket_path: Path | str, *options: str) -> None:
+        self.directory = Path(directory)
+        self.socket_path = str(socket_path)
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "walqueue.cli.serve", str(directory), "--socket", self.socket_path, *options],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=child_environment(),
+        )
+        self.ready_line = ""
+
+    def wait_ready(self) -> ServerProcess:
+        assert self.process.stdout is not None
+        readable, _, _ = select.select([self.process.stdout], [], [], START_TIMEOUT)
+        if not readable:
+            self.kill()
+            raise AssertionError("the server printed no line in time")
+        self.ready_line = self.process.stdout.readline().decode()
+        if not self.ready_line:
+            _, err = self.process.communicate(timeout=STOP_TIMEOUT)
+            raise AssertionError(f"the server exited {self.process.returncode}: {err.decode()}")
+        return self
+
+    def exit_status(self, timeout: float = STOP_TIMEOUT) -> tuple[int, str]:
+        _, err = self.process.communicate(timeout=timeout)
+        return self.process.returncode, err.decode()
+
+    def terminate(self) -> tuple[int, str]:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        return self.exit_status()
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.communicate(timeout=STOP_TIMEOUT)
+
+
+@contextmanager
+def running_server(directory: Path | str, socket_path: Path | str, *options: str) -> Iterator[ServerProcess]:
+    server = ServerProcess(directory, socket_path, *options).wait_ready()
+    try:
+        yield server
+    finally:
+        server.kill()
+
+
+class RawConnection:
+    """A socket speaking the protocol by hand: lines out, answers in, with timeouts."""
+
+    def __init__(self, socket_path: str, timeout: float = ANSWER_TIMEOUT) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(timeout)
+        self.sock.connect(socket_path)
+        self.buffer = b""
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def request(self, request: dict[str, Any]) -> dict[str, Any]:
+        self.send(json.dumps(request).encode() + b"\n")
+        return self.answer()
+
+    def answer_line(self) -> bytes:
+        while b"\n" not in self.buffer:
+            data = self.sock.recv(65536)
+            if not data:
+                raise ConnectionResetError(f"closed with {self.buffer!r} unanswered")
+            self.buffer += data
+        line, _, self.buffer = self.buffer.partition(b"\n")
+        return line
+
+    def answer(self) -> dict[str, Any]:
+        answer: dict[str, Any] = json.loads(self.answer_line())
+        return answer
+
+    def closed_by_server(self) -> bool:
+        try:
+            return self.sock.recv(1) == b""
+        except ConnectionResetError:
+            return True
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def wait_until(predicate: Any, timeout: float = 10.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def serve_command(directory: Path | str, socket_path: Path | str, *options: str) -> Sequence[str]:
+    return [sys.executable, "-m", "walqueue.cli.serve", str(directory), "--socket", str(socket_path), *options]
+
+
+__all__ = [
+    "ANSWER_TIMEOUT",
+    "RawConnection",
+    "ServerProcess",
+    "child_environment",
+    "running_server",
+    "serve_command",
+    "short_directory",
+    "wait_until",
+]
