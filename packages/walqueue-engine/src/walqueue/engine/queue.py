@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from walqueue.engine import ops
+from walqueue.engine.calls import OPEN_QUEUES, Serialized
 from walqueue.engine.compaction import (
     BackgroundSnapshot,
     FrozenState,
@@ -49,7 +50,7 @@ from walqueue.engine.durability import Durability
 from walqueue.engine.ownership import DirectoryLock
 from walqueue.engine.recovery import recover
 from walqueue.engine.state import apply
-from walqueue.engine.types import Lease, QueueClosed, ReentrantCall, Stats, Status, Task, new_lease
+from walqueue.engine.types import Lease, QueueClosed, Stats, Status, Task, new_lease
 from walqueue.engine.wal import Hook, append_with_phases, no_hook
 from walqueue.format.directory import StoreDirectory, make_directories
 from walqueue.format.frame import encode_body
@@ -60,76 +61,6 @@ __all__ = ["Queue"]
 log = logging.getLogger("walqueue")
 
 DEFAULT_COMPACT_BYTES = 64 * 2**20
-
-#: Every open queue of this process, so that a forked child can close its copies.
-_OPEN_QUEUES: weakref.WeakSet[Queue] = weakref.WeakSet()
-
-
-def _close_inherited_queues() -> None:
-    for queue in list(_OPEN_QUEUES):
-        queue._abandon_in_child()
-
-
-os.register_at_fork(after_in_child=_close_inherited_queues)
-
-
-class _Serialized:
-    """The context of one call: the queue's lock, held by exactly one call at a time.
-
-    An `RLock` with a depth count rather than a plain lock: a signal handler
-    (or the hook) that calls the queue from inside a call of the same thread
-    must find out that it did, instead of waiting for itself. A handler that
-    runs between taking the lock and counting the call sees depth 0 and may
-    close the queue at once; the call then finds the queue closed before it
-    does anything.
-    """
-
-    __slots__ = ("_queue", "_mutex")
-
-    def __init__(self, queue: Queue) -> None:
-        self._queue = queue
-        # The lock this guard takes, kept here: a forked child replaces the
-        # queue's lock, and the call under way must release the one it took.
-        self._mutex = queue._mutex
-
-    def __enter__(self) -> None:
-        queue = self._queue
-        if queue._durability.waiting_here():
-            # A signal handler that interrupted this thread's wait for an fsync.
-            raise ReentrantCall(
-                f"a call on the queue of {queue._directory} from a signal handler that interrupted a call on it; "
-                "only close() may be called there"
-            )
-        mutex = self._mutex
-        mutex.acquire()
-        queue._depth += 1
-        if queue._depth > 1:
-            queue._depth -= 1
-            mutex.release()
-            raise ReentrantCall(
-                f"a call on the queue of {queue._directory} from inside another call on it in the same thread "
-                "(from the hook or a signal handler); only close() may be called there"
-            )
-        if queue._closed:
-            queue._depth -= 1
-            mutex.release()
-            queue._raise_closed()
-
-    def __exit__(self, error_type: type[BaseException] | None, *exc: object) -> None:
-        queue = self._queue
-        durability = queue._durability
-        # Everything this call saw (its own transactions included) must be
-        # durable before it answers: the wait is for that fsync, outside the
-        # lock. A call that poisoned the queue answers with its own error.
-        needed = durability.written
-        poisoned = error_type is not None and queue._closed
-        queue._depth -= 1
-        if queue._close_pending:
-            queue._close_pending = False
-            queue._release(drain=True)
-        self._mutex.release()
-        if needed > durability.durable and not poisoned:
-            queue._wait_durable(needed)
 
 
 class Queue:
@@ -190,7 +121,7 @@ class Queue:
         self._close_pending = False
         self._depth = 0
         self._mutex = threading.RLock()
-        self._serialized = _Serialized(self)
+        self._serialized = Serialized(self)
         self._directory = path
         self._pid = os.getpid()
         self._sync = sync
@@ -224,7 +155,7 @@ class Queue:
         # Group commit whenever frames are synced and no hook must see each one synced in its phases.
         self._durability = Durability(recovered.state.last_seq, recovered.wal, grouped=sync and hook is None)
         self._closed = False
-        _OPEN_QUEUES.add(self)
+        OPEN_QUEUES.add(self)
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -254,7 +185,7 @@ class Queue:
     def _release(self, *, drain: bool = False) -> None:
         """Close the files and give up the ownership; with `drain`, first sync what callers wait for."""
         self._closed = True
-        _OPEN_QUEUES.discard(self)
+        OPEN_QUEUES.discard(self)
         background = getattr(self, "_background", None)
         if background is not None:
             # Stopped and gone before the ownership is: a new owner must never
@@ -285,7 +216,7 @@ class Queue:
         self._close_pending = False
         self._depth = 0
         self._mutex = threading.RLock()  # another thread may have held it at the fork
-        self._serialized = _Serialized(self)
+        self._serialized = Serialized(self)
         self._durability.forget_after_fork()
         self._wal.close()
         self._ownership.abandon()

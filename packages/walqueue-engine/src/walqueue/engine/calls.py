@@ -1,0 +1,98 @@
+"""The context of one `Queue` call: its lock, its re-entrancy check, its wait for durability.
+
+Kept apart from `Queue` because these rules concern every call alike and
+must never differ between two of them: exactly one call holds the queue at
+a time; a call made from inside another one in the same thread (the hook, a
+signal handler) is `ReentrantCall` instead of a deadlock; a `close()` made
+there is deferred to the interrupted call; every call waits, outside the
+lock, until the state it saw is durable. A forked child closes every queue
+it inherited (`os.register_at_fork`), so that it never writes through
+descriptors it shares with its parent.
+
+`Serialized` reaches into the `Queue` it guards (`_depth`, `_closed`,
+`_close_pending`, `_durability`, `_release`, `_wait_durable`): the two are
+one unit split in two files, and change together.
+"""
+
+from __future__ import annotations
+
+import os
+import weakref
+from typing import TYPE_CHECKING
+
+from walqueue.engine.types import ReentrantCall
+
+if TYPE_CHECKING:
+    from walqueue.engine.queue import Queue
+
+__all__ = ["OPEN_QUEUES", "Serialized"]
+
+#: Every open queue of this process, so that a forked child can close its copies.
+OPEN_QUEUES: weakref.WeakSet[Queue] = weakref.WeakSet()
+
+
+def _close_inherited_queues() -> None:
+    for queue in list(OPEN_QUEUES):
+        queue._abandon_in_child()
+
+
+os.register_at_fork(after_in_child=_close_inherited_queues)
+
+
+class Serialized:
+    """The context of one call: the queue's lock, held by exactly one call at a time.
+
+    An `RLock` with a depth count rather than a plain lock: a signal handler
+    (or the hook) that calls the queue from inside a call of the same thread
+    must find out that it did, instead of waiting for itself. A handler that
+    runs between taking the lock and counting the call sees depth 0 and may
+    close the queue at once; the call then finds the queue closed before it
+    does anything.
+    """
+
+    __slots__ = ("_queue", "_mutex")
+
+    def __init__(self, queue: Queue) -> None:
+        self._queue = queue
+        # The lock this guard takes, kept here: a forked child replaces the
+        # queue's lock, and the call under way must release the one it took.
+        self._mutex = queue._mutex
+
+    def __enter__(self) -> None:
+        queue = self._queue
+        if queue._durability.waiting_here():
+            # A signal handler that interrupted this thread's wait for an fsync.
+            raise ReentrantCall(
+                f"a call on the queue of {queue._directory} from a signal handler that interrupted a call on it; "
+                "only close() may be called there"
+            )
+        mutex = self._mutex
+        mutex.acquire()
+        queue._depth += 1
+        if queue._depth > 1:
+            queue._depth -= 1
+            mutex.release()
+            raise ReentrantCall(
+                f"a call on the queue of {queue._directory} from inside another call on it in the same thread "
+                "(from the hook or a signal handler); only close() may be called there"
+            )
+        if queue._closed:
+            queue._depth -= 1
+            mutex.release()
+            queue._raise_closed()
+
+    def __exit__(self, error_type: type[BaseException] | None, *exc: object) -> None:
+        queue = self._queue
+        durability = queue._durability
+        # Everything this call saw (its own transactions included) must be
+        # durable before it answers: the wait is for that fsync, outside the
+        # lock. A call that poisoned the queue answers with its own error.
+        needed = durability.written
+        poisoned = error_type is not None and queue._closed
+        queue._depth -= 1
+        if queue._close_pending:
+            queue._close_pending = False
+            queue._release(drain=True)
+        self._mutex.release()
+        if needed > durability.durable and not poisoned:
+            queue._wait_durable(needed)
