@@ -79,12 +79,6 @@ def test_every_public_name_has_a_self_contained_docstring(module: ModuleType) ->
     assert undocumented(module) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Current.to_json, DirectoryListing, SegmentEnd.torn_bytes, SnapshotReader and find_complete_frame "
-    "live in modules the file-opening hardening rewrites (current/names/frame/snapshot.py); their docstrings "
-    "land with it, and this marker goes then",
-)
 def test_every_public_name_of_the_format_layer_has_a_docstring() -> None:
     assert undocumented(walqueue.format) == []
 

@@ -22,6 +22,7 @@ from walqueue.format.current import Current, read_current
 from walqueue.format.directory import StoreDirectory
 from walqueue.format.errors import CorruptStore
 from walqueue.format.frame import SegmentEnd, scan_frames
+from walqueue.format.log_rules import SequenceRule, live_segments
 from walqueue.format.names import list_directory, wal_name
 from walqueue.format.snapshot import SnapshotReader
 from walqueue.format.transaction import transaction_seq
@@ -53,43 +54,30 @@ def _load_snapshot(directory: StoreDirectory, current: Current) -> tuple[State, 
     return state, current.size
 
 
-def _replay_segment(
-    state: State, frames: Iterator[tuple[int, int, Any]], path: str, snapshot_seq: int, expected_seq: int | None
-) -> int | None:
-    """Check and apply one segment's transactions; return the sequence the next one must carry.
+def _replay_segment(state: State, frames: Iterator[tuple[int, int, Any]], path: str, rule: SequenceRule) -> None:
+    """Check and apply one segment's transactions, after the snapshot's sequence.
 
-    `expected_seq` is ``None`` until the first transaction of the live WAL
-    has been seen (it may start at or below the snapshot's sequence). The
-    loop is the inner loop of every open, so it takes `scan_frames` tuples,
-    not `Frame` objects.
+    The loop is the inner loop of every open, so it takes `scan_frames`
+    tuples, not `Frame` objects.
     """
+    snapshot_seq = rule.snapshot_seq
     for offset, _, value in frames:
-        if (
-            expected_seq is not None
-            and expected_seq > snapshot_seq
-            and type(value) is dict
-            and value.get("seq") == expected_seq
-        ):
+        expected = rule.expected
+        if expected is not None and expected > snapshot_seq and type(value) is dict and value.get("seq") == expected:
             # The usual frame: the next transaction, to be applied. `apply`
             # checks its envelope as strictly as `transaction_seq` would
             # (exact keys, an int sequence, a non-empty list of known ops),
             # so it is not checked twice.
-            seq = expected_seq
+            seq = expected
         else:
             seq = transaction_seq(value, path, offset)
-            if expected_seq is None:
-                if seq > snapshot_seq + 1:
-                    raise CorruptStore(path, offset, f"sequence {seq} follows snapshot {snapshot_seq}: a gap")
-            elif seq != expected_seq:
-                raise CorruptStore(path, offset, f"sequence {seq} where {expected_seq} was expected")
-        expected_seq = seq + 1
+        rule.check(seq, path, offset)
         if seq <= snapshot_seq:
             continue
         try:
             apply(state, value, decoded=True)
         except InvalidTransaction as exc:
             raise CorruptStore(path, offset, f"invalid transaction {seq}: {exc}") from None
-    return expected_seq
 
 
 def recover(directory: StoreDirectory, *, hook: Hook, sync: bool) -> Recovered:
@@ -108,24 +96,20 @@ def recover(directory: StoreDirectory, *, hook: Hook, sync: bool) -> Recovered:
     for name in listing.temps:
         log.info("ignoring temporary file %s", name)
 
-    numbers = listing.segment_numbers
-    leftovers = [n for n in numbers if n < first_live]
-    if leftovers:
-        log.info("skipping %d leftover segment(s) below %s", len(leftovers), wal_name(first_live))
-    live = [n for n in numbers if n >= first_live]
-    if not live:
-        if current is not None or numbers:
-            raise CorruptStore(directory.file_path(wal_name(first_live)), None, "the first live WAL segment is missing")
-        # A new directory: its first segment.
+    segments = live_segments(listing.segment_numbers, first_live, has_current=current is not None)
+    if segments.leftovers:
+        log.info("skipping %d leftover segment(s) below %s", len(segments.leftovers), wal_name(first_live))
+    if segments.first_missing:
+        raise CorruptStore(directory.file_path(wal_name(first_live)), None, "the first live WAL segment is missing")
+    if segments.new_store:
         fd = create_segment(directory, 1, sync=sync)
         wal = WalWriter(directory, first_live=1, newest=1, fd=fd, newest_size=0, wal_bytes=0, sync=sync)
         return Recovered(state, None, wal, snapshot_size)
-    for expected, number in enumerate(live, start=first_live):
-        if number != expected:
-            raise CorruptStore(directory.file_path(wal_name(expected)), None, "WAL segment is missing")
+    if segments.missing:
+        raise CorruptStore(directory.file_path(wal_name(segments.missing[0][0])), None, "WAL segment is missing")
+    live = segments.live
 
-    snapshot_seq = state.last_seq
-    expected_seq: int | None = None
+    rule = SequenceRule(state.last_seq)
     wal_bytes = 0
     end = SegmentEnd()
     newest = live[-1]
@@ -138,22 +122,11 @@ def recover(directory: StoreDirectory, *, hook: Hook, sync: bool) -> Recovered:
         except FileNotFoundError:
             raise CorruptStore(path, None, "WAL segment is missing") from None
         with os.fdopen(fd, "rb") as file:
-            expected_seq = _replay_segment(
-                state,
-                scan_frames(file, path, allow_torn_tail=number == newest, end=end),
-                path,
-                snapshot_seq,
-                expected_seq,
-            )
+            _replay_segment(state, scan_frames(file, path, allow_torn_tail=number == newest, end=end), path, rule)
         wal_bytes += end.size if end.torn_offset is None else end.torn_offset
 
     newest_path = directory.file_path(wal_name(newest))
-    if expected_seq is not None and expected_seq - 1 < snapshot_seq:
-        # Frames that stop short of the snapshot: the next append would follow
-        # them with snapshot_seq + 1, a gap this very rule would then refuse.
-        raise CorruptStore(
-            newest_path, None, f"the live WAL ends at sequence {expected_seq - 1}, before the snapshot's {snapshot_seq}"
-        )
+    rule.check_end(newest_path)
     fd = directory.open_append(wal_name(newest), "WAL segment")
     try:
         if end.torn_offset is not None:

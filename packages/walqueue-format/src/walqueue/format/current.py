@@ -35,6 +35,7 @@ class Current:
     wal: int
 
     def to_json(self) -> dict[str, Any]:
+        """The fields as CURRENT's JSON object holds them (what `write_current_tmp` frames, and what reports show)."""
         return {
             "current": 1,
             "snapshot": self.snapshot,

@@ -121,6 +121,7 @@ class SegmentEnd:
 
     @property
     def torn_bytes(self) -> int:
+        """How many bytes a torn tail holds: what opening cuts (0 without one)."""
         return 0 if self.torn_offset is None else self.size - self.torn_offset
 
 
@@ -139,7 +140,7 @@ def _pread_exact(fd: int, size: int, offset: int) -> bytes:
 def find_complete_frame(fd: int, start: int, end: int) -> int | None:
     """Return the offset of the first complete frame with a valid digest in (start, end).
 
-    This is what tells a torn write from a damaged length (SPEC §4.5): an
+    This is what tells a torn write from a damaged length (docs/FORMAT.md §7): an
     apparently incomplete frame is the real end of the log only if nothing
     that parses as a whole frame begins anywhere after its first byte. A torn
     write leaves at most one frame's worth of bytes, so the scan is short for

@@ -52,6 +52,7 @@ leave.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import stat
@@ -65,6 +66,7 @@ from walqueue.format.current import Current, read_current
 from walqueue.format.directory import StoreDirectory, describe_file_type
 from walqueue.format.errors import CorruptStore
 from walqueue.format.frame import FRAME_OVERHEAD, LENGTH_BYTES, SegmentEnd, read_frames
+from walqueue.format.log_rules import SequenceRule, live_segments
 from walqueue.format.names import CURRENT_NAME, LOCK_NAME, DirectoryListing, list_directory, wal_name
 from walqueue.format.progress import Progress
 from walqueue.format.salvage import SalvageError, Survey, describe_plan, render_salvage, salvage, survey
@@ -329,8 +331,9 @@ def _load_engine() -> _Engine:
         raise ReplayUnavailable(f"--replay needs walqueue-engine, which cannot be imported ({exc})") from None
     return _Engine(
         new_state=engine_state.State,
-        from_records=engine_state.State.from_records,
-        apply=engine_state.apply,
+        # Decoded records and transactions, as recovery passes them: both come from the same frame reader.
+        from_records=functools.partial(engine_state.State.from_records, decoded=True),
+        apply=functools.partial(engine_state.apply, decoded=True),
         invalid=engine_state.InvalidTransaction,
     )
 
@@ -367,39 +370,6 @@ class _Replay:
         if self.state is None:
             return ReplaySummary(complete, self.applied, None, None)
         return ReplaySummary(complete, self.applied, self.state.last_seq, self.state.counts())
-
-
-# -- sequence continuity (docs/FORMAT.md §7, as recovery checks it) ----------------------
-
-
-class _Sequencer:
-    """Checks that transactions follow each other exactly as recovery requires.
-
-    The first frame may repeat sequences the snapshot covers (those are
-    skipped) but must not jump past snapshot seq + 1; every later frame is
-    the previous one's seq + 1. After damage the continuity with what came
-    before is unknown, so checking restarts at the next readable frame
-    instead of reporting the same damage twice.
-    """
-
-    def __init__(self, snapshot_seq: int) -> None:
-        self.snapshot_seq = snapshot_seq
-        self.expected: int | None = None
-        self.anchored = True
-        self.last: int | None = None
-
-    def check(self, seq: int, path: str, offset: int) -> None:
-        if self.expected is None:
-            if self.anchored and seq > self.snapshot_seq + 1:
-                raise CorruptStore(path, offset, f"sequence {seq} follows snapshot {self.snapshot_seq}: a gap")
-        elif seq != self.expected:
-            raise CorruptStore(path, offset, f"sequence {seq} where {self.expected} was expected")
-        self.expected = seq + 1
-        self.last = seq
-
-    def resync(self) -> None:
-        self.expected = None
-        self.anchored = False
 
 
 # -- the checks, in recovery's order ---------------------------------------------------
@@ -462,9 +432,9 @@ def _check_store(report: Report, store: StoreDirectory, engine: _Engine | None, 
     if current_ok:
         first_live = 1 if current is None else current.wal
         live = _live_segments(report, store, listing, current is not None, first_live)
-        sequencer = _Sequencer(snapshot_seq)
+        sequencer = SequenceRule(snapshot_seq)
         _check_segments(report, store, live, first_live, sequencer, replayer, snapshot_seq, progress)
-        _summarize_sequences(report, sequencer, snapshot_seq)
+        _summarize_sequences(report, store, sequencer, snapshot_seq)
     else:
         report.add(
             "note",
@@ -651,36 +621,26 @@ def _live_segments(
     report: Report, directory: StoreDirectory, listing: DirectoryListing, has_current: bool, first_live: int
 ) -> list[int]:
     """Sort segments into leftovers (below `first_live`, not read) and live ones; report gaps."""
-    numbers = listing.segment_numbers
-    for number in numbers:
-        if number < first_live:
-            name = listing.segments[number]
-            size = _file_size(directory, name)
-            report.leftover_segments.append(LeftoverSummary(name, number, size))
-            report.add(
-                "note",
-                "leftover-segment",
-                name,
-                None,
-                f"leftover of an interrupted compaction, below the first live segment {first_live}: not read",
-            )
-    live = [n for n in numbers if n >= first_live]
-    if not live:
-        if has_current or numbers:
-            report.add(
-                "corrupt", "segment-missing", wal_name(first_live), None, "the first live WAL segment is missing"
-            )
-        else:
-            report.add("note", "new-store", None, None, "no CURRENT and no WAL segment: opening starts an empty queue")
-        return live
-    expected = first_live
-    for number in live:
-        if number != expected:
-            missing = (
-                wal_name(expected) if number == expected + 1 else f"{wal_name(expected)} .. {wal_name(number - 1)}"
-            )
-            report.add("corrupt", "segment-missing", wal_name(expected), None, f"WAL segment is missing: {missing}")
-        expected = number + 1
+    segments = live_segments(listing.segment_numbers, first_live, has_current=has_current)
+    for number in segments.leftovers:
+        name = listing.segments[number]
+        size = _file_size(directory, name)
+        report.leftover_segments.append(LeftoverSummary(name, number, size))
+        report.add(
+            "note",
+            "leftover-segment",
+            name,
+            None,
+            f"leftover of an interrupted compaction, below the first live segment {first_live}: not read",
+        )
+    if segments.first_missing:
+        report.add("corrupt", "segment-missing", wal_name(first_live), None, "the first live WAL segment is missing")
+    elif segments.new_store:
+        report.add("note", "new-store", None, None, "no CURRENT and no WAL segment: opening starts an empty queue")
+    for first, last in segments.missing:
+        missing = wal_name(first) if first == last else f"{wal_name(first)} .. {wal_name(last)}"
+        report.add("corrupt", "segment-missing", wal_name(first), None, f"WAL segment is missing: {missing}")
+    live = segments.live
     return live
 
 
@@ -689,7 +649,7 @@ def _check_segments(
     directory: StoreDirectory,
     live: list[int],
     first_live: int,
-    sequencer: _Sequencer,
+    sequencer: SequenceRule,
     replayer: _Replay | None,
     snapshot_seq: int,
     progress: Progress | None = None,
@@ -716,7 +676,7 @@ def _read_segment(
     directory: StoreDirectory,
     summary: SegmentSummary,
     newest: bool,
-    sequencer: _Sequencer,
+    sequencer: SequenceRule,
     replayer: _Replay | None,
     snapshot_seq: int,
     progress: Progress | None = None,
@@ -780,7 +740,7 @@ def _report_torn(report: Report, file: BinaryIO, summary: SegmentSummary, end: S
     )
 
 
-def _summarize_sequences(report: Report, sequencer: _Sequencer, snapshot_seq: int) -> None:
+def _summarize_sequences(report: Report, directory: StoreDirectory, sequencer: SequenceRule, snapshot_seq: int) -> None:
     """The last sequence opening would recover; corruption when the log stops short of the snapshot.
 
     A live WAL whose frames all precede the snapshot's sequence cannot be
@@ -789,15 +749,11 @@ def _summarize_sequences(report: Report, sequencer: _Sequencer, snapshot_seq: in
     """
     last = sequencer.last
     report.last_seq = snapshot_seq if last is None else max(last, snapshot_seq)
-    if report.sound and last is not None and last < snapshot_seq and report.segments:
-        report.add(
-            "corrupt",
-            "sequence",
-            report.segments[-1].file,
-            None,
-            f"the live WAL ends at sequence {last}, before the snapshot's {snapshot_seq}: "
-            "the next transaction appended would leave a gap",
-        )
+    if report.sound and report.segments:
+        try:
+            sequencer.check_end(directory.file_path(report.segments[-1].file))
+        except CorruptStore as exc:
+            report.add_corrupt("sequence", exc)
 
 
 # -- the command line -----------------------------------------------------------------

@@ -69,7 +69,7 @@ def parse_snapshot_name(name: str) -> int | None:
 
 @dataclass(slots=True)
 class DirectoryListing:
-    """What a directory holds, sorted into the kinds of SPEC §3's table."""
+    """What a directory holds, sorted by name into the kinds of docs/FORMAT.md §3 (nothing is opened)."""
 
     segments: dict[int, str] = field(default_factory=dict)
     snapshots: dict[int, str] = field(default_factory=dict)
@@ -80,6 +80,7 @@ class DirectoryListing:
 
     @property
     def segment_numbers(self) -> list[int]:
+        """The segments' numbers in ascending order: the order the log is read in."""
         return sorted(self.segments)
 
 

@@ -162,7 +162,7 @@ def _check_counter(value: Any) -> bool:
 class SnapshotReader:
     """Open a snapshot, check its size and digest, read its header; then stream its records.
 
-    Iterating `records()` checks everything SPEC §3 asks of a snapshot: every
+    Iterating `records()` checks everything docs/FORMAT.md §5 asks of a snapshot: every
     frame, header and footer agreeing on sequence and count, exactly that many
     records in strictly increasing task-id order with unique keys, and nothing
     after the footer. Any failure is `CorruptStore` naming the file and offset.
@@ -228,6 +228,7 @@ class SnapshotReader:
         self._consumed = False
 
     def close(self) -> None:
+        """Close the file (the reader is also a context manager, which does it)."""
         self._file.close()
 
     def __enter__(self) -> SnapshotReader:
