@@ -24,6 +24,7 @@ from walqueue.format.errors import CorruptStore
 from walqueue.format.frame import SegmentEnd, scan_frames
 from walqueue.format.log_rules import SequenceRule, live_segments
 from walqueue.format.names import list_directory, wal_name
+from walqueue.format.progress import Progress
 from walqueue.format.snapshot import SnapshotReader
 from walqueue.format.transaction import transaction_seq
 
@@ -54,14 +55,23 @@ def _load_snapshot(directory: StoreDirectory, current: Current) -> tuple[State, 
     return state, current.size
 
 
-def _replay_segment(state: State, frames: Iterator[tuple[int, int, Any]], path: str, rule: SequenceRule) -> None:
+def _replay_segment(
+    state: State,
+    frames: Iterator[tuple[int, int, Any]],
+    path: str,
+    rule: SequenceRule,
+    progress: Progress | None,
+    done_before: int,
+) -> None:
     """Check and apply one segment's transactions, after the snapshot's sequence.
 
     The loop is the inner loop of every open, so it takes `scan_frames`
-    tuples, not `Frame` objects.
+    tuples, not `Frame` objects, and `progress` is None unless it is shown.
     """
     snapshot_seq = rule.snapshot_seq
     for offset, _, value in frames:
+        if progress is not None:
+            progress.update(done_before + offset)
         expected = rule.expected
         if expected is not None and expected > snapshot_seq and type(value) is dict and value.get("seq") == expected:
             # The usual frame: the next transaction, to be applied. `apply`
@@ -78,6 +88,17 @@ def _replay_segment(state: State, frames: Iterator[tuple[int, int, Any]], path: 
             apply(state, value, decoded=True)
         except InvalidTransaction as exc:
             raise CorruptStore(path, offset, f"invalid transaction {seq}: {exc}") from None
+
+
+def _progress(directory: StoreDirectory, current: Current | None, live: list[int]) -> Progress | None:
+    """INFO lines while a large store opens (only when INFO is on for the `walqueue` logger)."""
+    if not log.isEnabledFor(logging.INFO):
+        return None
+    total = 0 if current is None else current.size
+    for number in live:
+        entry = directory.lstat(wal_name(number))
+        total += 0 if entry is None else entry.st_size
+    return Progress.to_log(log, f"opening {directory.path}", total)
 
 
 def recover(directory: StoreDirectory, *, hook: Hook, sync: bool) -> Recovered:
@@ -110,6 +131,9 @@ def recover(directory: StoreDirectory, *, hook: Hook, sync: bool) -> Recovered:
     live = segments.live
 
     rule = SequenceRule(state.last_seq)
+    progress = _progress(directory, current, live)
+    if progress is not None:
+        progress.advance(snapshot_size)
     wal_bytes = 0
     end = SegmentEnd()
     newest = live[-1]
@@ -122,8 +146,11 @@ def recover(directory: StoreDirectory, *, hook: Hook, sync: bool) -> Recovered:
         except FileNotFoundError:
             raise CorruptStore(path, None, "WAL segment is missing") from None
         with os.fdopen(fd, "rb") as file:
-            _replay_segment(state, scan_frames(file, path, allow_torn_tail=number == newest, end=end), path, rule)
+            frames = scan_frames(file, path, allow_torn_tail=number == newest, end=end)
+            _replay_segment(state, frames, path, rule, progress, snapshot_size + wal_bytes)
         wal_bytes += end.size if end.torn_offset is None else end.torn_offset
+    if progress is not None:
+        progress.finish()
 
     newest_path = directory.file_path(wal_name(newest))
     rule.check_end(newest_path)
