@@ -113,7 +113,7 @@ SCALES: dict[str, dict[str, int]] = {
     },
     "default": {
         "h_ops": 480,
-        "h_reps": 3,
+        "h_reps": 5,
         "i_tasks": 100_000,
         "i_rounds": 8,
         "i_min_pairs": 100,
@@ -1496,11 +1496,15 @@ class _Compactions(logging.Handler):
 
 def _i_window(
     queue: Any, prefix: str, pairs: int, until: Callable[[], bool] | None = None
-) -> tuple[list[float], list[float]]:
-    """Latencies of alternating durable puts and reserve+ack cycles: `pairs` of them, then more until `until()`."""
+) -> tuple[list[float], list[float], list[float]]:
+    """Latencies of alternating durable puts and reserve+ack cycles: `pairs` of them, then more until `until()`.
+
+    Also when each pair started (`time.perf_counter`), to place the slowest calls in the compaction's course.
+    """
     put, reserve, ack = queue.put, queue.reserve, queue.ack
     put_seconds: list[float] = []
     cycle_seconds: list[float] = []
+    started: list[float] = []
     give_up = time.perf_counter() + I_WINDOW_LIMIT_SECONDS
     i = 0
     while i < pairs or (until is not None and not until()):
@@ -1512,10 +1516,11 @@ def _i_window(
         t2 = time.perf_counter()
         put_seconds.append(t1 - t0)
         cycle_seconds.append(t2 - t1)
+        started.append(t0)
         i += 1
         if t2 > give_up:
             raise RuntimeError(f"(i) no compaction was published within {I_WINDOW_LIMIT_SECONDS:.0f} s")
-    return put_seconds, cycle_seconds
+    return put_seconds, cycle_seconds, started
 
 
 def _percentile(ordered: list[float], fraction: float) -> float:
@@ -1551,13 +1556,14 @@ def workload_i(ctx: Context) -> dict[str, Any]:
     pairs_per_round: list[int] = []
     snapshot_bytes: list[int] = []
     none_compactions = 0
+    slowest: dict[str, list[list[float]]] = {"put": [], "cycle": []}
     try:
 
         def none_window(rep: int, pairs: int) -> None:
             nonlocal none_compactions
             before = len(watcher.published)
             gc.collect()
-            put_s, cycle_s = _i_window(none_queue, f"n{rep}", pairs)
+            put_s, cycle_s, _ = _i_window(none_queue, f"n{rep}", pairs)
             none_compactions += len(watcher.published) - before
             lat["put"]["none"] += put_s
             lat["cycle"]["none"] += cycle_s
@@ -1571,7 +1577,9 @@ def workload_i(ctx: Context) -> dict[str, Any]:
                 snapshot_seq = queue.stats()["snapshot_seq"]
                 gc.collect()
                 start = time.perf_counter()
-                put_s, cycle_s = _i_window(queue, f"c{rep}", min_pairs, lambda: len(watcher.published) > before)
+                put_s, cycle_s, started = _i_window(
+                    queue, f"c{rep}", min_pairs, lambda: len(watcher.published) > before
+                )
                 published = watcher.published[before:]
                 if queue.stats()["snapshot_seq"] == snapshot_seq:
                     raise RuntimeError("(i) the engine logged a compaction that stats() does not show")
@@ -1579,6 +1587,12 @@ def workload_i(ctx: Context) -> dict[str, Any]:
                 queue.close()
             shutil.rmtree(directory)
             compaction_seconds.extend(at - start for at, _ in published)
+            published_at = published[0][0]
+            for kind, seconds in (("put", put_s), ("cycle", cycle_s)):
+                slowest[kind] += [
+                    [round(seconds[k], 6), rep, round(started[k] - start, 3), round(published_at - started[k], 3)]
+                    for k in sorted(range(len(seconds)), key=seconds.__getitem__)[-5:]
+                ]
             snapshot_bytes.extend(size for _, size in published)
             lat["put"]["compaction"] += put_s
             lat["cycle"]["compaction"] += cycle_s
@@ -1641,6 +1655,10 @@ def workload_i(ctx: Context) -> dict[str, Any]:
             "snapshot_bytes": snapshot_bytes,
             "next_compaction_after_wal_bytes": [2 * size for size in snapshot_bytes],
             "compactions_with_compaction_disabled": none_compactions,
+            "slowest_while_compacting": {
+                "columns": ["seconds", "round", "started after the trigger (s)", "started before the publication (s)"],
+                **{kind: sorted(rows, reverse=True)[:10] for kind, rows in slowest.items()},
+            },
             "window": "alternating durable put and reserve+ack, one thread, until the compaction is published",
         },
         "series": {
