@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """WALQueue against SQLite and the fsync floor: one process, interleaved, ratios per repetition.
 
-    python tools/bench.py                      default scale (about a minute on 2 cores)
+    python tools/bench.py                      default scale (a minute or two on 2 cores)
     python tools/bench.py --scale big          the big figures (several minutes)
     python tools/bench.py --scale tiny         every workload in seconds (the smoke test)
     python tools/bench.py --json out.json      also write every figure as JSON
@@ -13,7 +13,8 @@ Backends (tools/bench_backends.py has the two baselines):
   sqlite    the standard library's sqlite3 implementing the same semantics (WAL journal,
             synchronous=FULL when durable, OFF otherwise).
   floor     one frame per commit (length, canonical JSON, SHA-256) + os.write (+ os.fsync):
-            the least any WAL queue can do.
+            the least any WAL queue can do. In (h), shared by threads under one lock: one
+            writer, one fsync per operation (what a queue without group commit can do).
 In (b) only, three more timed members that store nothing, two writes and syncs per cycle:
   sync_append_fsync       append + fsync, as every append-only log (the floor, walqueue)
   sync_append_fdatasync   append + fdatasync
