@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """WALQueue against SQLite and the fsync floor: one process, interleaved, ratios per repetition.
 
-    python tools/bench.py                      default scale (about a minute on 2 cores)
+    python tools/bench.py                      default scale (a minute or two on 2 cores)
     python tools/bench.py --scale big          the big figures (several minutes)
     python tools/bench.py --scale tiny         every workload in seconds (the smoke test)
     python tools/bench.py --json out.json      also write every figure as JSON
@@ -13,7 +13,8 @@ Backends (tools/bench_backends.py has the two baselines):
   sqlite    the standard library's sqlite3 implementing the same semantics (WAL journal,
             synchronous=FULL when durable, OFF otherwise).
   floor     one frame per commit (length, canonical JSON, SHA-256) + os.write (+ os.fsync):
-            the least any WAL queue can do.
+            the least any WAL queue can do. In (h), shared by threads under one lock: one
+            writer, one fsync per operation (what a queue without group commit can do).
 In (b) only, three more timed members that store nothing, two writes and syncs per cycle:
   sync_append_fsync       append + fsync, as every append-only log (the floor, walqueue)
   sync_append_fdatasync   append + fdatasync
@@ -40,6 +41,8 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import logging
+import math
 import os
 import platform
 import shutil
@@ -47,6 +50,7 @@ import sqlite3
 import statistics
 import sys
 import tempfile
+import threading
 import time
 import tracemalloc
 from collections.abc import Callable
@@ -83,6 +87,11 @@ from bench_backends import _put_row_from_mapping as sqlite_put_row_from_mapping 
 #: 1:20 at every scale; the issue's figure (200,000 / 10,000) is the big run's.
 SCALES: dict[str, dict[str, int]] = {
     "tiny": {
+        "h_ops": 32,
+        "h_reps": 1,
+        "i_tasks": 2_000,
+        "i_rounds": 2,
+        "i_min_pairs": 20,
         "j_ops": 48,
         "j_reps": 1,
         "j_rtt_calls": 50,
@@ -104,6 +113,11 @@ SCALES: dict[str, dict[str, int]] = {
         "k_tail_bytes": 1 << 20,
     },
     "default": {
+        "h_ops": 480,
+        "h_reps": 5,
+        "i_tasks": 100_000,
+        "i_rounds": 8,
+        "i_min_pairs": 100,
         "j_ops": 480,
         "j_reps": 3,
         "j_rtt_calls": 400,
@@ -125,6 +139,11 @@ SCALES: dict[str, dict[str, int]] = {
         "k_tail_bytes": 15 << 20,
     },
     "big": {
+        "h_ops": 1_920,
+        "h_reps": 5,
+        "i_tasks": 1_000_000,
+        "i_rounds": 4,
+        "i_min_pairs": 500,
         "j_ops": 2400,
         "j_reps": 5,
         "j_rtt_calls": 2000,
@@ -1143,12 +1162,8 @@ def _j_round_trips(ctx: Context, calls: int) -> dict[str, Any]:
 
 def plot_j(result: dict[str, Any], path: str) -> str:
     """Bars of (j)'s throughput per configuration (needs matplotlib, a tool-only dependency)."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = _pyplot()
+    if plt is None:
         return f"(j) plot skipped: matplotlib is not installed (pip install matplotlib) for {path}"
     series = result["series"]
     names = [name for name in series["puts"] if series["puts"][name]]
@@ -1172,6 +1187,516 @@ def plot_j(result: dict[str, Any], path: str) -> str:
     figure_.savefig(path, dpi=110)
     plt.close(figure_)
     return f"(j) plot written to {path}"
+
+
+# -- (h) group commit: threads sharing one Queue ------------------------------------------------
+#
+# Durable puts, then reserve+ack cycles, from 1, 2, 4, 8 and 16 threads of this process: for
+# walqueue all of them share ONE `Queue(sync=True)` (group commit lets one fsync cover the
+# frames that several threads wrote while the previous fsync ran); for SQLite each thread has
+# its own connection to one database file (WAL, synchronous=FULL, busy_timeout, as in (j));
+# the floor is one `FloorLog` whose every commit (append + fsync) runs under one lock, so
+# however many threads call it, it is one writer paying one fsync per operation: what a WAL
+# queue without group commit can do at best. Every configuration does the same total number
+# of operations per phase, split evenly over its threads; a phase's time runs from the first
+# thread's start (after a barrier) to the last one's end. Configurations rotate in each
+# repetition, as elsewhere.
+
+H_THREADS = (1, 2, 4, 8, 16)
+H_BACKENDS = ("walqueue", "sqlite", "floor")
+
+
+class _LockedFloor:
+    """The floor shared by threads: each commit (append + fsync) under one lock, one after the other."""
+
+    def __init__(self, floor: FloorLog, lock: threading.Lock) -> None:
+        self._floor = floor
+        self._lock = lock
+
+    def put(self, task_id: str, body: dict[str, Any]) -> str:
+        with self._lock:
+            return self._floor.put(task_id, body)
+
+    def reserve(self, worker: str, *, now: int, lease_seconds: int, limit: int = 1) -> list[Any]:
+        with self._lock:
+            return self._floor.reserve(worker, now=now, lease_seconds=lease_seconds, limit=limit)
+
+    def ack(self, lease: Any, *, now: int) -> None:
+        with self._lock:
+            self._floor.ack(lease, now=now)
+
+
+class _FsyncCounter:
+    """Counts `os.fsync` calls made from Python while installed (the queue's shared fsync and the floor's).
+
+    SQLite syncs in C and is not counted. Installed only around (h)'s timed
+    phases; the wrapper adds a Python call and a lock to each fsync, nothing
+    to the rest.
+    """
+
+    def __init__(self) -> None:
+        self._real = os.fsync
+        self._lock = threading.Lock()
+        self._calls = 0
+
+    def __enter__(self) -> _FsyncCounter:
+        real, lock = self._real, self._lock
+
+        def counting_fsync(fd: int) -> None:
+            with lock:
+                self._calls += 1
+            real(fd)
+
+        os.fsync = counting_fsync
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        os.fsync = self._real
+
+    def take(self) -> int:
+        """fsyncs since the last `take`."""
+        with self._lock:
+            calls, self._calls = self._calls, 0
+        return calls
+
+
+def _h_phase(callers: list[Any], phase: str, prefix: str, total: int) -> tuple[float, float]:
+    """Wall seconds for `total` operations of `phase` ("puts" or "cycles"), split over one thread per caller,
+    and the CPU seconds the caller threads spent meanwhile (`time.thread_time`, theirs alone, summed)."""
+    count = total // len(callers)
+    barrier = threading.Barrier(len(callers))
+    spans: list[tuple[float, float, float] | None] = [None] * len(callers)
+    errors: list[BaseException] = []
+
+    def run(index: int, caller: Any) -> None:
+        items = puts(f"{prefix}t{index}", 0, count) if phase == "puts" else []
+        worker = f"w-{prefix}t{index}"
+        try:
+            barrier.wait()
+            start, cpu = time.perf_counter(), time.thread_time()
+            if phase == "puts":
+                put = caller.put
+                for tid, body in items:
+                    put(tid, body)
+            else:
+                reserve, ack = caller.reserve, caller.ack
+                for _ in range(count):
+                    ack(reserve(worker, now=NOW, lease_seconds=LEASE_SECONDS)[0], now=NOW)
+            spans[index] = (start, time.perf_counter(), time.thread_time() - cpu)
+        except BaseException as error:  # reported by the main thread
+            errors.append(error)
+            barrier.abort()
+
+    threads = [threading.Thread(target=run, args=(i, c), name=f"bench-h-{i}") for i, c in enumerate(callers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+    done = [span for span in spans if span is not None]
+    return max(span[1] for span in done) - min(span[0] for span in done), sum(span[2] for span in done)
+
+
+def workload_h(ctx: Context) -> dict[str, Any]:
+    s = ctx.scale
+    total, reps = s["h_ops"], s["h_reps"]
+    if total % max(H_THREADS):
+        raise SystemExit(f"scale error: (h) ops {total} must split evenly over {max(H_THREADS)} threads")
+    names = [f"{backend}_{n}" for n in H_THREADS for backend in H_BACKENDS]
+    callers: dict[str, list[Any]] = {}
+    closers: list[Any] = []
+    try:
+        for n in H_THREADS:
+            queue = open_backend("walqueue", ctx.dir(f"h-walqueue-{n}"), durable=True)
+            closers.append(queue)
+            callers[f"walqueue_{n}"] = [queue] * n
+            path = str(ctx.dir(f"h-sqlite-{n}") / "queue.sqlite")
+            connections = [_j_open("sqlite", path) for _ in range(n)]
+            closers.extend(connections)
+            callers[f"sqlite_{n}"] = connections
+            floor = open_backend("floor", ctx.dir(f"h-floor-{n}"), durable=True)
+            closers.append(floor)
+            callers[f"floor_{n}"] = [_LockedFloor(floor, threading.Lock())] * n
+        for name in names:
+            first = callers[name][0]
+            target = first._floor if isinstance(first, _LockedFloor) else first
+            fill(target, "hfill", total * reps + 50)  # every cycle of every repetition finds a ready task
+            _warm_puts(target, "warm")
+            _warm_cycles(target)
+        ctx.log(f"(h) {len(names)} stores filled with {total * reps + 50} tasks each")
+        puts_per: dict[str, list[float]] = {name: [] for name in names}
+        cycles_per: dict[str, list[float]] = {name: [] for name in names}
+        fsyncs: dict[str, dict[str, list[float]]] = {"puts": {}, "cycles": {}}
+        cpu_share: dict[str, dict[str, list[float]]] = {"puts": {}, "cycles": {}}
+        with _FsyncCounter() as counter:
+            for rep in range(reps):
+                shift = rep % len(names)
+                for name in names[shift:] + names[:shift]:
+                    for phase, per in (("puts", puts_per), ("cycles", cycles_per)):
+                        gc.collect()
+                        counter.take()
+                        seconds, cpu = _h_phase(callers[name], phase, f"r{rep}", total)
+                        synced = counter.take()
+                        per[name].append(seconds / total)
+                        cpu_share[phase].setdefault(name, []).append(cpu / seconds)
+                        if not name.startswith("sqlite"):
+                            fsyncs[phase].setdefault(name, []).append(synced / total)
+                    ctx.log(
+                        f"(h) rep {rep} {name}: {1 / puts_per[name][-1]:,.0f} puts/s,"
+                        f" {1 / cycles_per[name][-1]:,.0f} cycles/s"
+                    )
+    finally:
+        for backend in closers:
+            backend.close()
+    backends: dict[str, Any] = {}
+    for label, per in (("puts", puts_per), ("cycles", cycles_per)):
+        block = {}
+        for name, samples in per.items():
+            fig = figure(samples, "s/op", better="lower")
+            fig["clock"] = "wall"
+            fig["other_clock"] = dict(summary(samples), clock="wall")
+            block[name] = fig
+        backends[label] = block
+    ratios: dict[str, Any] = {}
+    for label, per in (("puts", puts_per), ("cycles", cycles_per)):
+        ratios[f"{label}_walqueue8_vs_walqueue1"] = figure(
+            speed_ratio(per, "walqueue_8", "walqueue_1"), "x", target=(">=", 4.0)
+        )
+        ratios[f"{label}_walqueue8_vs_sqlite8"] = figure(
+            speed_ratio(per, "walqueue_8", "sqlite_8"), "x", target=(">=", 4.0)
+        )
+        ratios[f"{label}_walqueue8_vs_floor8"] = figure(
+            speed_ratio(per, "walqueue_8", "floor_8"),
+            "x",
+            note="information: against one writer paying one fsync per operation",
+        )
+        ratios[f"{label}_walqueue1_fsyncs_per_op"] = figure(
+            fsyncs[label]["walqueue_1"],
+            "fsyncs/op",
+            better="lower",
+            note="information: os.fsync calls per operation with one thread"
+            + (" (a cycle commits twice)" if label == "cycles" else ""),
+        )
+        ratios[f"{label}_walqueue8_fsyncs_per_op"] = figure(
+            fsyncs[label]["walqueue_8"],
+            "fsyncs/op",
+            better="lower",
+            note="information: os.fsync calls per operation with 8 threads: how many operations one fsync covered",
+        )
+        for n in (1, 8):
+            ratios[f"{label}_walqueue{n}_cpu_share"] = figure(
+                cpu_share[label][f"walqueue_{n}"],
+                "share",
+                better="lower",
+                note=f"information: CPU time of the {n} caller thread(s), summed, over the phase's wall time"
+                " (the interpreter lock lets about 100% run Python at once)",
+            )
+    return {
+        "clock": "wall",
+        "title": f"(h) group commit: {total} durable puts, then {total} reserve+ack, from 1-16 threads",
+        "params": {
+            "ops_per_config": total,
+            "reps": reps,
+            "threads": list(H_THREADS),
+            "walqueue": "all threads share one Queue(sync=True)",
+            "sqlite": f"one connection per thread, WAL, synchronous=FULL, busy_timeout={J_SQLITE_BUSY_MS} ms",
+            "floor": "one FloorLog, each commit (append + fsync) under one lock: one fsync per operation",
+            "fsyncs_per_op": {
+                label: {name: statistics.median(values) for name, values in per.items()}
+                for label, per in fsyncs.items()
+            },
+            "cpu_share": {
+                label: {name: statistics.median(values) for name, values in per.items()}
+                for label, per in cpu_share.items()
+            },
+        },
+        "series": {"puts": puts_per, "cycles": cycles_per},
+        "backends": backends,
+        "ratios": ratios,
+    }
+
+
+def plot_h(result: dict[str, Any], path: str) -> str:
+    """(h)'s throughput against the number of threads, one line per backend (needs matplotlib)."""
+    plt = _pyplot()
+    if plt is None:
+        return f"(h) plot skipped: matplotlib is not installed (pip install matplotlib) for {path}"
+    threads = result["params"]["threads"]
+    figure_, axes = plt.subplots(1, 2, figsize=(10, 4.2))
+    for axis, (label, title) in zip(
+        axes, (("puts", "durable puts"), ("cycles", "durable reserve+ack cycles")), strict=True
+    ):
+        per = result["series"][label]
+        for backend in H_BACKENDS:
+            runs = [per[f"{backend}_{n}"] for n in threads]
+            rates = [1 / statistics.median(samples) for samples in runs]
+            errors = [
+                [r - 1 / max(samples) for r, samples in zip(rates, runs, strict=True)],
+                [1 / min(samples) - r for r, samples in zip(rates, runs, strict=True)],
+            ]
+            axis.errorbar(threads, rates, yerr=errors, marker="o", capsize=3, label=backend)
+        axis.set_xscale("log", base=2)
+        axis.set_xticks(threads, [str(n) for n in threads])
+        axis.set_ylim(bottom=0)
+        axis.set_xlabel("threads")
+        axis.set_ylabel("operations per second (median, min..max)")
+        axis.set_title(title)
+        axis.grid(alpha=0.3)
+        axis.legend()
+    figure_.suptitle("(h) one walqueue.Queue shared by N threads vs SQLite (a connection each) vs the floor")
+    figure_.tight_layout()
+    figure_.savefig(path, dpi=110)
+    plt.close(figure_)
+    return f"(h) plot written to {path}"
+
+
+def _pyplot() -> Any:
+    """matplotlib's pyplot on the Agg backend, or None: a tool-only dependency, imported only to plot."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    return plt
+
+
+# -- (i) latency of durable calls while a large state is compacted in the background -------------
+#
+# Automatic compaction is due once the live WAL exceeds max(compact_bytes, 2 x the last
+# snapshot's size) (compaction.compaction_threshold). Right after a snapshot of a large state,
+# the next one is therefore hundreds of megabytes of WAL away, whatever compact_bytes says:
+# no window of durable single calls can contain several compactions of a million tasks. So
+# each round opens a fresh copy of a store filled without ever compacting (its whole state is
+# live WAL, and no snapshot is published): the first durable call in the round triggers one
+# automatic background snapshot of the whole state, and the window runs until that snapshot
+# is published. Several rounds give several compactions. The rounds' windows are pooled, and
+# set beside windows of the same length on a copy of the same store opened with
+# compact_bytes=None (compaction disabled), each right after its round's compaction window.
+
+#: Far below any template's live WAL, so that the first durable call of a round triggers compaction.
+I_COMPACT_BYTES = 64 * 1024
+#: A window that has not seen its compaction published by then is an error, not a figure.
+I_WINDOW_LIMIT_SECONDS = 900.0
+I_PERCENTILES = (("p50", 0.50), ("p99", 0.99), ("p999", 0.999), ("max", 1.0))
+
+
+class _Compactions(logging.Handler):
+    """When each compaction was published, and its snapshot's size (from the engine's INFO line)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.published: list[tuple[float, int]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.msg.startswith("compacted through sequence"):
+            self.published.append((time.perf_counter(), int(record.args[-1])))  # type: ignore[index]
+
+
+def _i_window(
+    queue: Any, prefix: str, pairs: int, until: Callable[[], bool] | None = None
+) -> tuple[list[float], list[float], list[float]]:
+    """Latencies of alternating durable puts and reserve+ack cycles: `pairs` of them, then more until `until()`.
+
+    Also when each pair started (`time.perf_counter`), to place the slowest calls in the compaction's course.
+    """
+    put, reserve, ack = queue.put, queue.reserve, queue.ack
+    put_seconds: list[float] = []
+    cycle_seconds: list[float] = []
+    started: list[float] = []
+    give_up = time.perf_counter() + I_WINDOW_LIMIT_SECONDS
+    i = 0
+    while i < pairs or (until is not None and not until()):
+        tid, body = task_id(prefix, i), payload(i)
+        t0 = time.perf_counter()
+        put(tid, body)
+        t1 = time.perf_counter()
+        ack(reserve(WORKER, now=NOW, lease_seconds=LEASE_SECONDS)[0], now=NOW)
+        t2 = time.perf_counter()
+        put_seconds.append(t1 - t0)
+        cycle_seconds.append(t2 - t1)
+        started.append(t0)
+        i += 1
+        if t2 > give_up:
+            raise RuntimeError(f"(i) no compaction was published within {I_WINDOW_LIMIT_SECONDS:.0f} s")
+    return put_seconds, cycle_seconds, started
+
+
+def _percentile(ordered: list[float], fraction: float) -> float:
+    """Nearest-rank percentile of sorted samples (fraction 1.0 is the maximum)."""
+    return ordered[max(0, math.ceil(fraction * len(ordered)) - 1)]
+
+
+def workload_i(ctx: Context) -> dict[str, Any]:
+    s = ctx.scale
+    n, rounds, min_pairs = s["i_tasks"], s["i_rounds"], s["i_min_pairs"]
+    template = ctx.dir("i-template") / "q"
+    queue = Queue(template, sync=False, compact_bytes=None)
+    fill(queue, "i", n)
+    queue.close()
+    del queue
+    template_bytes = sum(path.stat().st_size for path in template.iterdir())
+    if template_bytes <= I_COMPACT_BYTES:
+        raise SystemExit(f"scale error: (i) template of {template_bytes} bytes would not trigger compaction")
+    ctx.log(f"(i) template of {n} tasks, {template_bytes:,} bytes of WAL, never compacted")
+
+    none_dir = ctx.dir("i-none") / "q"
+    shutil.copytree(template, none_dir)
+    none_queue = Queue(none_dir, sync=True, compact_bytes=None)
+    _warm_puts(none_queue, "warm")
+    _warm_cycles(none_queue)
+    watcher = _Compactions()
+    logger = logging.getLogger("walqueue")
+    level = logger.level
+    logger.addHandler(watcher)
+    logger.setLevel(logging.INFO)
+    lat: dict[str, dict[str, list[float]]] = {kind: {"compaction": [], "none": []} for kind in ("put", "cycle")}
+    compaction_seconds: list[float] = []
+    pairs_per_round: list[int] = []
+    snapshot_bytes: list[int] = []
+    none_compactions = 0
+    slowest: dict[str, list[list[float]]] = {"put": [], "cycle": []}
+    try:
+
+        def none_window(rep: int, pairs: int) -> None:
+            nonlocal none_compactions
+            before = len(watcher.published)
+            gc.collect()
+            put_s, cycle_s, _ = _i_window(none_queue, f"n{rep}", pairs)
+            none_compactions += len(watcher.published) - before
+            lat["put"]["none"] += put_s
+            lat["cycle"]["none"] += cycle_s
+
+        def compaction_window(rep: int) -> int:
+            directory = ctx.dir(f"i-compaction-{rep}")
+            shutil.copytree(template, directory / "q")
+            queue = Queue(directory / "q", sync=True, compact_bytes=I_COMPACT_BYTES)
+            try:
+                before = len(watcher.published)
+                snapshot_seq = queue.stats()["snapshot_seq"]
+                gc.collect()
+                start = time.perf_counter()
+                put_s, cycle_s, started = _i_window(
+                    queue, f"c{rep}", min_pairs, lambda: len(watcher.published) > before
+                )
+                published = watcher.published[before:]
+                if queue.stats()["snapshot_seq"] == snapshot_seq:
+                    raise RuntimeError("(i) the engine logged a compaction that stats() does not show")
+            finally:
+                queue.close()
+            shutil.rmtree(directory)
+            compaction_seconds.extend(at - start for at, _ in published)
+            published_at = published[0][0]
+            for kind, seconds in (("put", put_s), ("cycle", cycle_s)):
+                slowest[kind] += [
+                    [round(seconds[k], 6), rep, round(started[k] - start, 3), round(published_at - started[k], 3)]
+                    for k in sorted(range(len(seconds)), key=seconds.__getitem__)[-5:]
+                ]
+            snapshot_bytes.extend(size for _, size in published)
+            lat["put"]["compaction"] += put_s
+            lat["cycle"]["compaction"] += cycle_s
+            pairs_per_round.append(len(put_s))
+            ctx.log(f"(i) round {rep}: compaction published after {published[0][0] - start:.2f} s, {len(put_s)} pairs")
+            return len(put_s)
+
+        for rep in range(rounds):
+            # The none window right after, as long: the two modes seconds apart, alike in size.
+            none_window(rep, compaction_window(rep))
+    finally:
+        logger.removeHandler(watcher)
+        logger.setLevel(level)
+        none_queue.close()
+    if none_compactions:
+        raise RuntimeError(f"(i) {none_compactions} compactions with compact_bytes=None")
+    stats: dict[str, dict[str, dict[str, float]]] = {}
+    for kind, modes in lat.items():
+        stats[kind] = {}
+        for mode, samples in modes.items():
+            samples.sort()
+            stats[kind][mode] = {name: _percentile(samples, fraction) for name, fraction in I_PERCENTILES}
+    ratios: dict[str, Any] = {}
+    for kind in ("put", "cycle"):
+        for mode in ("compaction", "none"):
+            for name, _ in I_PERCENTILES:
+                target = ("<=", 0.050) if (kind, mode, name) == ("put", "compaction", "max") else None
+                ratios[f"{kind}_{name}_{mode}"] = figure(
+                    [stats[kind][mode][name]],
+                    "s/op",
+                    target=target,
+                    better="lower",
+                    note="" if target else f"information: {kind} latency, {name}, pooled over the rounds",
+                )
+        ratios[f"{kind}_p99_compaction_over_none"] = figure(
+            [stats[kind]["compaction"]["p99"] / stats[kind]["none"]["p99"]],
+            "x time",
+            target=("<=", 2.0),
+            better="lower",
+        )
+    ratios["compactions"] = figure(
+        [float(len(compaction_seconds))], "compactions", note="information: automatic compactions in the windows"
+    )
+    ratios["compaction_seconds"] = figure(
+        compaction_seconds,
+        "s/compaction",
+        better="lower",
+        note="information: from the call that triggered it to the publication, per round",
+    )
+    return {
+        "clock": "wall",
+        "title": f"(i) latency of durable puts and reserve+ack cycles with {n:,} tasks, compacting or not",
+        "params": {
+            "tasks": n,
+            "rounds": rounds,
+            "min_pairs_per_window": min_pairs,
+            "pairs_per_round": pairs_per_round,
+            "compact_bytes": I_COMPACT_BYTES,
+            "template_wal_bytes": template_bytes,
+            "snapshot_bytes": snapshot_bytes,
+            "next_compaction_after_wal_bytes": [2 * size for size in snapshot_bytes],
+            "compactions_with_compaction_disabled": none_compactions,
+            "slowest_while_compacting": {
+                "columns": ["seconds", "round", "started after the trigger (s)", "started before the publication (s)"],
+                **{kind: sorted(rows, reverse=True)[:10] for kind, rows in slowest.items()},
+            },
+            "window": "alternating durable put and reserve+ack, one thread, until the compaction is published",
+        },
+        "series": {
+            kind: {mode: [round(x, 7) for x in samples] for mode, samples in modes.items()}
+            for kind, modes in lat.items()
+        },
+        "backends": {},
+        "ratios": ratios,
+    }
+
+
+def plot_i(result: dict[str, Any], path: str) -> str:
+    """(i)'s latency distributions, compaction against none, as the share of calls slower than x (needs matplotlib)."""
+    plt = _pyplot()
+    if plt is None:
+        return f"(i) plot skipped: matplotlib is not installed (pip install matplotlib) for {path}"
+    figure_, axes = plt.subplots(1, 2, figsize=(10, 4.2), sharey=True)
+    for axis, (kind, title) in zip(axes, (("put", "durable put"), ("cycle", "durable reserve+ack")), strict=True):
+        for mode, label in (("compaction", "a background compaction per window"), ("none", "compaction disabled")):
+            ordered = sorted(result["series"][kind][mode])
+            count = len(ordered)
+            slower = [(count - i) / count for i in range(count)]
+            axis.step([x * 1e3 for x in ordered], slower, where="post", label=label)
+        if kind == "put":
+            axis.axvline(50, color="grey", linestyle=":", label="target: longest put <= 50 ms")
+        axis.set_xscale("log")
+        axis.set_yscale("log")
+        axis.set_xlabel("latency (ms)")
+        axis.set_title(title)
+        axis.grid(alpha=0.3, which="both")
+        axis.legend(fontsize="small")
+    axes[0].set_ylabel("share of calls at least this slow")
+    figure_.suptitle(f"(i) {result['params']['tasks']:,} tasks: latency while compacting vs with compaction disabled")
+    figure_.tight_layout()
+    figure_.savefig(path, dpi=110)
+    plt.close(figure_)
+    return f"(i) plot written to {path}"
 
 
 # -- (k) a damaged tail opens at the cost of a healthy segment --------------------------------
@@ -1251,6 +1776,8 @@ WORKLOADS: dict[str, Callable[[Context], dict[str, Any]]] = {
     "e": workload_e,
     "f": workload_f,
     "g": workload_g,
+    "h": workload_h,
+    "i": workload_i,
     "k": workload_k,
     "j": workload_j,
 }
@@ -1269,6 +1796,10 @@ def _fmt_value(value: float, unit: str) -> str:
         return f"{value:.2f}x"
     if unit == "share":
         return f"{100 * value:.1f}%"
+    if unit == "fsyncs/op":
+        return f"{value:.2f} fsyncs/op"
+    if unit == "compactions":
+        return f"{value:.0f} compactions"
     if unit in ("tx/s", "tasks/s"):
         return f"{value:,.0f} {unit}"
     if unit == "bytes":
@@ -1417,6 +1948,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the stores after the run")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     parser.add_argument("--markdown", metavar="JSON", help="print the tables of an earlier run's JSON and exit")
+    parser.add_argument(
+        "--plot-h", metavar="PNG", help="draw (h)'s throughput per thread count into PNG (needs matplotlib)"
+    )
+    parser.add_argument("--plot-i", metavar="PNG", help="draw (i)'s latency distributions into PNG (needs matplotlib)")
     parser.add_argument("--plot-j", metavar="PNG", help="draw (j)'s throughput bars into PNG (needs matplotlib)")
     args = parser.parse_args(argv)
     if args.markdown:
@@ -1461,8 +1996,13 @@ def main(argv: list[str] | None = None) -> int:
             result["seconds"] = time.perf_counter() - t0
             results[key] = result
             print_result(result)
-            if key == "j" and args.plot_j:
-                print(plot_j(result, args.plot_j))
+            for letter, plot, png in (
+                ("h", plot_h, args.plot_h),
+                ("i", plot_i, args.plot_i),
+                ("j", plot_j, args.plot_j),
+            ):
+                if key == letter and png:
+                    print(plot(result, png))
             sys.stdout.flush()
     finally:
         if args.keep:

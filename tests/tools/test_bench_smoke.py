@@ -50,6 +50,26 @@ EXPECTED_FIGURES: dict[str, set[str]] = {
     },
     "f": {"walqueue_growth", "sqlite_growth"},
     "g": {"bytes_per_ready_task", "bytes_per_tombstone", "bytes_per_ready_task_after_reopen"},
+    "h": {
+        f"{phase}_{figure}"
+        for phase in ("puts", "cycles")
+        for figure in (
+            "walqueue8_vs_walqueue1",
+            "walqueue8_vs_sqlite8",
+            "walqueue8_vs_floor8",
+            "walqueue1_fsyncs_per_op",
+            "walqueue8_fsyncs_per_op",
+            "walqueue1_cpu_share",
+            "walqueue8_cpu_share",
+        )
+    },
+    "i": {
+        f"{kind}_{stat}_{mode}"
+        for kind in ("put", "cycle")
+        for stat in ("p50", "p99", "p999", "max")
+        for mode in ("compaction", "none")
+    }
+    | {"put_p99_compaction_over_none", "cycle_p99_compaction_over_none", "compactions", "compaction_seconds"},
     "k": {"torn_over_healthy"},
     "j": {
         "puts_serve8_vs_sqlite8",
@@ -75,6 +95,13 @@ EXPECTED_TARGETS = {
     ("f", "walqueue_growth"),
     ("g", "bytes_per_ready_task"),
     ("g", "bytes_per_tombstone"),
+    ("h", "puts_walqueue8_vs_walqueue1"),
+    ("h", "puts_walqueue8_vs_sqlite8"),
+    ("h", "cycles_walqueue8_vs_walqueue1"),
+    ("h", "cycles_walqueue8_vs_sqlite8"),
+    ("i", "put_max_compaction"),
+    ("i", "put_p99_compaction_over_none"),
+    ("i", "cycle_p99_compaction_over_none"),
     ("k", "torn_over_healthy"),
     ("j", "puts_serve8_vs_sqlite8"),
     ("j", "cycles_serve8_vs_sqlite8"),
@@ -161,6 +188,23 @@ def test_every_workload_and_figure_is_reported(tiny_run: tuple[dict[str, Any], s
         assert len(fig["samples"]) == reps, name
         assert fig["target"] is None and fig["met"] is None, name
         assert fig["note"].startswith("information: "), name
+    # (h): every backend at every thread count, for both phases, one sample per repetition.
+    h_reps = report["meta"]["scale_params"]["h_reps"]
+    for phase in ("puts", "cycles"):
+        block = workloads["h"]["backends"][phase]
+        assert set(block) == {f"{b}_{n}" for b in ("walqueue", "sqlite", "floor") for n in (1, 2, 4, 8, 16)}, phase
+        assert all(len(fig["samples"]) == h_reps for fig in block.values()), phase
+        assert set(workloads["h"]["series"][phase]) == set(block), phase
+    # (i): one automatic compaction per round, none with compaction disabled, and both
+    # modes' windows of the same length (the latencies the plot draws are in the JSON).
+    i_result = workloads["i"]
+    rounds = report["meta"]["scale_params"]["i_rounds"]
+    assert i_result["ratios"]["compactions"]["median"] == rounds
+    assert len(i_result["ratios"]["compaction_seconds"]["samples"]) == rounds
+    assert i_result["params"]["compactions_with_compaction_disabled"] == 0
+    for kind in ("put", "cycle"):
+        series = i_result["series"][kind]
+        assert len(series["compaction"]) == len(series["none"]) == sum(i_result["params"]["pairs_per_round"]), kind
     # Whether SQLite's WAL grew (appends) or was overwritten in place while (b) was timed.
     growth = workloads["b"]["params"]["sqlite_wal_growth_per_commit"]
     assert isinstance(growth, float) and math.isfinite(growth) and growth >= 0
