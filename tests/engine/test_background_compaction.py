@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -192,3 +193,51 @@ def test_with_a_hook_automatic_compaction_runs_in_the_call_with_every_phase(qdir
     assert [p for p in phases if threading.current_thread().name] == phases
     assert queue.stats()["snapshot_seq"] > 0
     queue.close()
+
+
+def test_the_covered_files_are_deleted_after_the_lock_is_released(qdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    queue = Queue(qdir, sync=False, compact_bytes=20_000)
+    held: list[bool] = []
+    original = compaction.delete_files
+
+    def delete_files(directory: object, names: list[str], *, sync: bool) -> None:
+        held.append(queue._mutex._is_owned())  # type: ignore[attr-defined]  # noqa: SLF001
+        original(directory, names, sync=sync)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(compaction, "delete_files", delete_files)
+    model = Model()
+    _fill(queue, model, "a", 300)
+    _wait_for(lambda: queue.stats()["snapshot_seq"] > 0 and not queue._background_running())  # noqa: SLF001
+    assert held and not any(held)
+    live = queue.stats()
+    queue.close()
+    segments = sorted(qdir.glob("wal-*.log"))
+    assert len(segments) == 1  # the sealed segment went, after the publication
+    assert check(qdir, replay=True).exit_code == EXIT_HEALTHY
+    with Queue(qdir, sync=False) as reopened:
+        assert view(reopened) == view(model)
+        assert reopened.stats()["last_seq"] == live["last_seq"]
+
+
+def test_a_signal_handler_closing_the_queue_while_compact_joins_the_snapshot_thread(qdir: Path, gate: Gate) -> None:
+    queue = Queue(qdir, sync=False, compact_bytes=20_000)
+    model = Model()
+    _fill(queue, model, "a", 300)
+    assert gate.reached.wait(30)
+    previous = signal.signal(signal.SIGALRM, lambda signum, frame: queue.close())
+    opener = threading.Timer(0.3, gate.opened.set)
+    opener.start()
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.1)
+        try:
+            queue.compact()  # joins the held thread; the handler's close() comes during the join
+        except QueueClosed:
+            pass
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        opener.join()
+    with pytest.raises(QueueClosed):
+        queue.put("after", {})
+    with Queue(qdir, sync=False) as reopened:  # the close released the directory
+        assert view(reopened) == view(model)

@@ -92,8 +92,33 @@ def _remove_entry(directory: StoreDirectory, name: str) -> bool:
     if stat.S_ISDIR(entry.st_mode):
         log.warning("leaving %s alone: it is a directory, not a file WALQueue wrote", directory.file_path(name))
         return False
-    directory.unlink(name)
+    try:
+        directory.unlink(name)
+    except FileNotFoundError:
+        return False  # removed meanwhile (by a compaction that published after this one)
     return True
+
+
+def covered_files(directory: StoreDirectory, first_live: int, seq: int) -> list[str]:
+    """What a published snapshot of `seq` leaves unreadable: the segments below `first_live`, older snapshots.
+
+    Listed under the queue's lock at publication, deleted after it
+    (`delete_files`): a later compaction's files are never on the list,
+    since its segments are live and its snapshot's sequence is above `seq`.
+    """
+    listing = list_directory(directory)
+    names = [listing.segments[number] for number in listing.segment_numbers if number < first_live]
+    names += [name for snapshot_seq, name in sorted(listing.snapshots.items()) if snapshot_seq < seq]
+    return names
+
+
+def delete_files(directory: StoreDirectory, names: list[str], *, sync: bool) -> None:
+    """Delete what `covered_files` listed, then sync the directory if anything went."""
+    deleted = False
+    for name in names:
+        deleted = _remove_entry(directory, name) or deleted
+    if deleted and sync:
+        directory.fsync()
 
 
 def check_room(directory: StoreDirectory, wal: WalWriter, seq: int) -> None:
@@ -254,9 +279,21 @@ def write_frozen_snapshot(
 
 
 def publish(
-    directory: StoreDirectory, wal: WalWriter, frozen: FrozenState, info: SnapshotInfo, *, hook: Hook, sync: bool
+    directory: StoreDirectory,
+    wal: WalWriter,
+    frozen: FrozenState,
+    info: SnapshotInfo,
+    *,
+    hook: Hook,
+    sync: bool,
+    delete: bool = True,
 ) -> Current:
-    """Publish the snapshot through CURRENT (the commit point), then delete what it covers."""
+    """Publish the snapshot through CURRENT (the commit point), then delete what it covers.
+
+    `delete=False` leaves the deletions to the caller (`covered_files`,
+    `delete_files`): the background snapshot deletes after releasing the
+    queue's lock, since unlinking a large segment takes a while.
+    """
     name = snapshot_name(frozen.seq)
     new_current = Current(snapshot=name, seq=frozen.seq, size=info.size, sha256=info.sha256, wal=wal.newest)
     write_current_tmp(directory, new_current, sync=sync)
@@ -265,9 +302,10 @@ def publish(
     hook("current.published")
     wal.retire_sealed()
     log.info("compacted through sequence %d into %s (%d bytes)", frozen.seq, name, info.size)
-    if _delete_leftovers(directory, wal, name, hook) and sync:
-        directory.fsync()
-    hook("compact.done")
+    if delete:
+        if _delete_leftovers(directory, wal, name, hook) and sync:
+            directory.fsync()
+        hook("compact.done")
     return new_current
 
 
@@ -310,15 +348,22 @@ class BackgroundSnapshot:
 
     Only the writing of the snapshot file, which costs time proportional to
     the whole state, runs in the background; the rotation before it and the
-    publication after it (CURRENT, then the deletions) take the queue's lock
-    like any call, so the order rotate -> snapshot -> CURRENT -> delete and
-    the orphan rules are those of `compact`. The thread pauses every few
-    hundred records so that callers waiting for the interpreter lock run.
+    publication after it (CURRENT) take the queue's lock like any call, so
+    the order rotate -> snapshot -> CURRENT -> delete and the orphan rules
+    are those of `compact`. The files the publication made unreadable are
+    listed under the lock and deleted after it is released: unlinking a
+    large segment takes a while, and nothing reads those files any more.
+    The thread pauses every few hundred records so that callers waiting for
+    the interpreter lock run. The queue keeps the thread until it ends (its
+    deletions included), so that `close()` joins it before the ownership
+    goes.
 
     A failure while writing the snapshot loses nothing (the WAL holds every
     transaction, CURRENT is untouched): it is logged, the partial file
     removed, and the next trigger tries again. A failure while publishing
-    poisons the queue, as in `compact`.
+    poisons the queue, as in `compact`; a failure of the deletions after it
+    only leaves leftovers, which opening skips and the next compaction
+    deletes.
     """
 
     def __init__(
@@ -328,7 +373,7 @@ class BackgroundSnapshot:
         *,
         sync: bool,
         lock: threading.RLock,
-        finish: Callable[[FrozenState, SnapshotInfo | None, BaseException | None], None],
+        finish: Callable[[FrozenState, SnapshotInfo | None, BaseException | None], list[str] | None],
     ) -> None:
         self._directory = directory
         self._frozen = frozen
@@ -385,10 +430,20 @@ class BackgroundSnapshot:
         else:
             try:
                 if not self._cancelled.is_set():
-                    self._finish(self._frozen, info, error)
-                    return
+                    covered = self._finish(self._frozen, info, error)
+                    published = True
+                else:
+                    published = False
             finally:
                 self._lock.release()
+            if published:
+                if covered:
+                    try:
+                        delete_files(directory, covered, sync=self._sync)
+                    except OSError as exc:
+                        # Published already: what is left is leftovers, which opening skips.
+                        log.warning("deleting what the snapshot through %d covers failed: %s", self._frozen.seq, exc)
+                return
         if info is not None:
             _remove_quietly(directory, name)  # cancelled: the queue is closing, nothing publishes it
         self._finish(self._frozen, None, None)

@@ -43,6 +43,7 @@ from walqueue.engine.compaction import (
     check_room,
     compact,
     compaction_threshold,
+    covered_files,
     publish,
     seal,
 )
@@ -120,6 +121,7 @@ class Queue:
         self._closed = True  # until fully open, so that __del__/close on failure are harmless
         self._close_pending = False
         self._depth = 0
+        self._local = threading.local()  # what this thread is doing that a signal handler may interrupt
         self._mutex = threading.RLock()
         self._serialized = Serialized(self)
         self._directory = path
@@ -169,21 +171,55 @@ class Queue:
         if os.getpid() != self._pid:
             return  # a forked child's copy, closed already at the fork
         with self._mutex:
+            local = self._local
+            if getattr(local, "releasing", False):
+                return  # a signal handler interrupted this thread's own release, which goes on
             durability = getattr(self, "_durability", None)
-            if self._depth or (durability is not None and durability.waiting_here()):
+            if (
+                self._depth
+                or getattr(local, "joining", False)
+                or (durability is not None and durability.waiting_here())
+            ):
+                # Interrupted inside a call, a wait for an fsync or a join of the
+                # snapshot thread: joining or waiting again here would wait for
+                # this very thread. The interrupted step releases the files.
                 self._closed = True
                 self._close_pending = True
                 return
             self._release(drain=True)
 
+    def _release_if_pending(self) -> None:
+        """Finish a close() that a signal handler deferred to the step it interrupted."""
+        if self._close_pending:
+            with self._mutex:
+                if self._close_pending:
+                    self._close_pending = False
+                    self._release(drain=True)
+
     def _join_background(self) -> None:
         """Wait for a background snapshot to end (never while holding the lock: it publishes under it)."""
         background = getattr(self, "_background", None)
         if background is not None:
-            background.join()
+            self._local.joining = True
+            try:
+                background.join()
+            finally:
+                self._local.joining = False
+            self._release_if_pending()
 
     def _release(self, *, drain: bool = False) -> None:
         """Close the files and give up the ownership; with `drain`, first sync what callers wait for."""
+        local = getattr(self, "_local", None)
+        if local is None:
+            self._release_files(drain=drain)
+            return
+        local.releasing = True
+        try:
+            self._release_files(drain=drain)
+        finally:
+            local.releasing = False
+
+    def _release_files(self, *, drain: bool) -> None:
         self._closed = True
         OPEN_QUEUES.discard(self)
         background = getattr(self, "_background", None)
@@ -234,11 +270,7 @@ class Queue:
                 self._release()
             raise
         finally:
-            if self._close_pending:  # close() from a signal handler that interrupted the wait
-                with self._mutex:
-                    if self._close_pending:
-                        self._close_pending = False
-                        self._release(drain=True)
+            self._release_if_pending()  # close() from a signal handler that interrupted the wait
 
     def __enter__(self) -> Queue:
         return self
@@ -299,7 +331,7 @@ class Queue:
                 if op["op"] == "put":
                     source.created(op["task"])
             self._durability.wrote(seq)
-            if self._compact_at is not None and wal.wal_bytes > self._compact_at and self._background is None:
+            if self._compact_at is not None and wal.wal_bytes > self._compact_at and not self._background_running():
                 self._compact_automatically()
         except BaseException:
             self._poison()
@@ -338,9 +370,17 @@ class Queue:
         assert threshold is not None  # only the size trigger gets here
         self._compact_at = self._wal.wal_bytes + threshold
 
-    def _finish_background(self, frozen: FrozenState, info: SnapshotInfo | None, error: BaseException | None) -> None:
-        """Publish a background snapshot (called by its thread, holding the lock unless the queue is closing)."""
-        self._background = None
+    def _background_running(self) -> bool:
+        background = self._background
+        return background is not None and background.running
+
+    def _finish_background(
+        self, frozen: FrozenState, info: SnapshotInfo | None, error: BaseException | None
+    ) -> list[str] | None:
+        """Publish a background snapshot; return the files its thread deletes next, after the lock.
+
+        Called by its thread, holding the lock unless the queue is closing.
+        """
         if self._closed or info is None:
             self._source.thaw(frozen, written=False)
             if error is not None and not self._closed:
@@ -348,7 +388,7 @@ class Queue:
                     "background snapshot through sequence %d failed, the WAL keeps everything: %s", frozen.seq, error
                 )
                 self._postpone_compaction()
-            return
+            return None
         try:
             # Something put in the way while the snapshot was written: nothing
             # is published yet, so the snapshot stays an orphan and nothing is lost.
@@ -357,18 +397,20 @@ class Queue:
             self._source.thaw(frozen, written=False)
             log.warning("publishing the background snapshot postponed: %s", exc)
             self._postpone_compaction()
-            return
+            return None
         try:
-            current = publish(self._store, self._wal, frozen, info, hook=no_hook, sync=self._sync)
+            current = publish(self._store, self._wal, frozen, info, hook=no_hook, sync=self._sync, delete=False)
+            covered = covered_files(self._store, self._wal.first_live, frozen.seq)
         except BaseException as exc:
             self._source.thaw(frozen, written=False)
             log.error("publishing the snapshot through sequence %d failed; the queue is closed: %s", frozen.seq, exc)
             self._poison()
-            return
+            return None
         self._source.thaw(frozen, written=True)
         self._current = current
         self._snapshot_size = info.size
         self._compact_at = compaction_threshold(info.size, self._compact_bytes)
+        return covered
 
     def _compact_now(self) -> None:
         self._durability.drain()  # a segment is sealed, and a sequence snapshotted, only once synced
@@ -504,7 +546,7 @@ class Queue:
         while True:
             self._join_background()
             with self._serialized:
-                if self._background is not None:
+                if self._background_running():
                     continue  # another call started one meanwhile: wait for it too
                 check_room(self._store, self._wal, self._state.last_seq)
                 try:

@@ -36,6 +36,11 @@ BODY_TARGET_BYTES = 1 << 20
 _BODY_OPEN = b'{"tasks":['
 _BODY_CLOSE = b"]}"
 _WRITE_BUFFER = 4 << 20
+#: With `sync`, the file is synced every this many bytes while it is written,
+#: not only at the end: on a journaling file system an fsync of the WAL made
+#: meanwhile waits for the dirty data of every file in the same journal
+#: transaction, so a whole snapshot left unsynced would stall it.
+SYNC_STEP_BYTES = 8 << 20
 _HEADER_FIELDS = frozenset({"snapshot", "seq", "tasks"})
 _FOOTER_FIELDS = frozenset({"end", "seq", "tasks"})
 _BODY_FIELDS = frozenset({"tasks"})
@@ -69,7 +74,9 @@ def write_snapshot(
     has reached the file, so that a crash there leaves a real partial
     snapshot; `on_written` once the whole file is written. With `sync` the
     file is then fsynced through the very descriptor that wrote it (the
-    caller fsyncs the directory); otherwise it is not synced. Raises
+    caller fsyncs the directory), and also every `SYNC_STEP_BYTES` on the
+    way (so that fsyncs of other files never wait for the whole snapshot's
+    data); otherwise it is not synced. Raises
     `ValueError` (before finishing the file) if the number of records
     differs from `count`.
     """
@@ -85,6 +92,7 @@ def write_snapshot(
     try:
         pending: list[bytes] = []
         pending_size = 0
+        unsynced = 0
 
         def emit(data: bytes) -> None:
             nonlocal size, pending_size
@@ -96,11 +104,15 @@ def write_snapshot(
                 flush()
 
         def flush() -> None:
-            nonlocal pending_size
+            nonlocal pending_size, unsynced
             if pending:
                 write_all(fd, b"".join(pending))
+                unsynced += pending_size
                 pending.clear()
                 pending_size = 0
+                if sync and unsynced >= SYNC_STEP_BYTES:
+                    os.fdatasync(fd)
+                    unsynced = 0
 
         emit(encode_frame({"snapshot": 1, "seq": seq, "tasks": count}))
         flush()
