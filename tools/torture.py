@@ -1338,18 +1338,35 @@ class FaultInjector:
     call time, so the wrapper sees every one of them. No power is lost in
     this campaign, so a counted fsync that does not fail is skipped: it
     could change nothing that a reopen in this process sees.
+
+    `threads` says whose calls are counted: ``"caller"`` (the thread that
+    armed it: a background snapshot's thread runs alongside and fails no
+    call of the caller), ``"others"`` (every other thread: the background
+    snapshot's, for the background campaign) or ``"all"``. `before`, if set,
+    runs before each counted call with its index and name (the background
+    campaign copies the directory there: a death just before that call);
+    os calls made inside it are neither counted nor faulted. `hold`, if set,
+    makes each counted fsync wait until it is set (so that callers pile up
+    behind it) before it fails or returns.
     """
 
     def __init__(self) -> None:
         self.armed = False
         self.thread = threading.current_thread()
+        self.threads = "caller"
         self.calls: list[str] = []
+        #: The file each counted call acted on (a name, or "" when it is not known).
+        self.targets: list[str] = []
         self.fail_at: int | None = None
         self.error_number = errno.EIO
         self.raised: OSError | None = None
+        self.before: Callable[[int, str], None] | None = None
+        self.hold: threading.Event | None = None
         #: (descriptor, bytes) of every os.write that succeeded while armed.
         self.written: list[tuple[int, bytes]] = []
         self._originals: dict[str, Callable[..., Any]] = {}
+        self._count_lock = threading.Lock()
+        self._inside = threading.local()
 
     def install(self) -> None:
         for name in FAULTABLE:
@@ -1362,26 +1379,53 @@ class FaultInjector:
             setattr(os, name, original)
         self._originals.clear()
 
-    def arm(self, fail_at: int | None, error_number: int = errno.EIO) -> None:
+    def arm(
+        self,
+        fail_at: int | None,
+        error_number: int = errno.EIO,
+        *,
+        threads: str = "caller",
+        before: Callable[[int, str], None] | None = None,
+        hold: threading.Event | None = None,
+    ) -> None:
+        assert threads in ("caller", "others", "all")
         self.thread = threading.current_thread()
+        self.threads = threads
         self.calls = []
+        self.targets = []
         self.written = []
         self.fail_at = fail_at
         self.error_number = error_number
         self.raised = None
+        self.before = before
+        self.hold = hold
         self.armed = True
 
     def disarm(self) -> None:
         self.armed = False
 
+    def _watched(self) -> bool:
+        if not self.armed or getattr(self._inside, "active", False):
+            return False
+        if self.threads == "all":
+            return True
+        return (threading.current_thread() is self.thread) == (self.threads == "caller")
+
     def _wrap(self, name: str, original: Callable[..., Any]) -> Callable[..., Any]:
         def faulty(*args: Any, **kwargs: Any) -> Any:
-            # Only the calling thread's os calls are counted and faulted: a background
-            # snapshot's thread runs alongside, and a fault there fails no call (the
-            # campaign `background` covers those).
-            if self.armed and threading.current_thread() is self.thread:
-                index = len(self.calls)
-                self.calls.append(name)
+            if self._watched():
+                with self._count_lock:
+                    index = len(self.calls)
+                    self.calls.append(name)
+                    self.targets.append(_call_target(name, args))
+                if self.before is not None:
+                    self._inside.active = True
+                    try:
+                        self.before(index, name)
+                    finally:
+                        self._inside.active = False
+                if name == "fsync" and self.hold is not None:
+                    self.hold.wait()
                 if index == self.fail_at:
                     message = f"injected {errno.errorcode[self.error_number]} at os.{name} (call {index})"
                     self.raised = OSError(self.error_number, message)
@@ -1396,6 +1440,21 @@ class FaultInjector:
 
         faulty.__wrapped__ = original  # type: ignore[attr-defined]
         return faulty
+
+
+def _call_target(name: str, args: tuple[Any, ...]) -> str:
+    """The base name of the file an os call acts on (by path argument, or by its descriptor)."""
+    if not args:
+        return ""
+    first = args[0]
+    if isinstance(first, int) and name in ("write", "fsync", "ftruncate"):
+        try:
+            return os.path.basename(os.readlink(f"/proc/self/fd/{first}"))
+        except OSError:
+            return ""
+    if isinstance(first, (str, bytes, os.PathLike)):
+        return os.path.basename(os.fsdecode(first))
+    return ""
 
 
 def transactions_written(written: list[tuple[int, bytes]]) -> int:
