@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import importlib.util
+import os
 import sys
 import threading
 import time
@@ -106,3 +107,55 @@ def test_a_failed_fsync_reaches_every_waiting_thread(torture: ModuleType, tmp_pa
         assert view(reopened) == view(model)
         for n in range(5):
             assert reopened.get(f"durable{n}") is not None
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "engine bug: Durability._lead fsyncs the descriptor it read before releasing its condition; "
+        "when another thread poisons the queue meanwhile (here: its own write fails), the WAL is closed "
+        "under the fsync and the leader gets OSError(EBADF) about a descriptor the queue itself closed, "
+        "instead of QueueClosed (durability._echo: a queue poisoned under the waiters is QueueClosed). "
+        "The background campaign meets it when a background snapshot's publication fails"
+    ),
+)
+def test_a_leader_whose_queue_is_poisoned_during_its_fsync_gets_queue_closed(
+    torture: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    directory = tmp_path / "q"
+    queue = Queue(directory, compact_bytes=None)
+    queue.put("durable", {})
+    real_fsync = os.fsync
+    gate, entered = threading.Event(), threading.Event()
+
+    def held_fsync(fd: int) -> None:
+        entered.set()
+        assert gate.wait(30)
+        real_fsync(fd)
+
+    outcome: list[BaseException | str] = []
+
+    def leader() -> None:
+        try:
+            outcome.append(queue.put("leader", {}))
+        except BaseException as exc:  # noqa: BLE001 - judged below
+            outcome.append(exc)
+
+    monkeypatch.setattr(os, "fsync", held_fsync)
+    thread = threading.Thread(target=leader)
+    thread.start()
+    assert entered.wait(30), "the leader never reached its fsync"
+    injector = torture.FaultInjector()
+    with torture.injected(injector):  # this thread's next write fails: it poisons the queue
+        injector.arm(0, errno.ENOSPC)
+        with pytest.raises(OSError) as caught:
+            queue.put("poisoner", {})
+        assert caught.value is injector.raised
+    gate.set()
+    thread.join(60)
+    assert not thread.is_alive()
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    with Queue(directory, compact_bytes=None) as reopened:
+        assert reopened.get("durable") is not None
+    assert isinstance(outcome[0], QueueClosed), repr(outcome[0])
