@@ -756,14 +756,14 @@ def kill_workload(seed: int, unit: int, epoch: int) -> Workload:
     return Workload(f"kill:{seed}:{unit}:{epoch}", prefix=f"e{epoch}.", now=epoch * 1000)
 
 
-def kill_child(directory: str, seed: int, unit: int, epoch: int) -> int:
+def kill_child(directory: str, seed: int, unit: int, epoch: int, compact_bytes: int | None = KILL_COMPACT_BYTES) -> int:
     """The victim: open the queue, then run the workload, reporting each call before and after it.
 
     Lines go to stdout with one `os.write` each (shorter than PIPE_BUF, so
     never torn); `done` carries a digest of the exact answer.
     """
     out = sys.stdout.fileno()
-    queue = Queue(directory, sync=True, compact_bytes=KILL_COMPACT_BYTES)
+    queue = Queue(directory, sync=True, compact_bytes=compact_bytes)
     os.write(out, b"ready\n")
     workload = kill_workload(seed, unit, epoch)
     for index in range(KILL_CHILD_STEPS):
@@ -772,6 +772,161 @@ def kill_child(directory: str, seed: int, unit: int, epoch: int) -> int:
         answer = outcome(op, queue)
         os.write(out, f"done {index} {text_digest(answer)}\n".encode())
     queue.close()
+    return 0
+
+
+#: Threads per life, cycling over the lives of a store: every other life has one (the begin/done protocol,
+#: which the bounded run counts on), the others 4 and 16 (group commit).
+KILL_THREADS = (1, 4, 1, 16)
+KILL_THREAD_STEPS = 60
+#: compact_bytes of a threaded life: small ones make the background snapshot run while threads write.
+KILL_THREADED_COMPACT_BYTES = (None, 1500, 4000)
+
+
+def kill_life_options(seed: int, unit: int, epoch: int) -> tuple[int, int | None]:
+    """(threads, compact_bytes) of one life; the parent and the child agree on them through the request."""
+    threads = KILL_THREADS[epoch % len(KILL_THREADS)]
+    if threads == 1:
+        return 1, KILL_COMPACT_BYTES
+    return threads, random.Random(f"kill-life:{seed}:{unit}:{epoch}").choice(KILL_THREADED_COMPACT_BYTES)
+
+
+def answer_of(op: Op, target: Any) -> tuple[str, Any]:
+    """`outcome` and the value itself (None for a documented error)."""
+    try:
+        value = perform(op, target)
+    except DOCUMENTED_ERRORS as exc:
+        return "error " + type(exc).__name__, None
+    return "ok " + render(value), value
+
+
+class ThreadOps:
+    """One thread's calls in a threaded kill life: chosen from its seed and its own answers only.
+
+    Another thread's calls change what `reserve`, `tasks()` and `get` see, so
+    nothing here reads the queue: a thread puts its own tasks, reserves as its
+    own worker, and acks or releases only leases it was given. The parent
+    builds the same stream by feeding it the model's answers.
+    """
+
+    def __init__(self, seed: int, unit: int, epoch: int, thread: str) -> None:
+        self.rng = random.Random(f"kill-threads:{seed}:{unit}:{epoch}:{thread}")
+        self.thread = thread
+        self.prefix = f"e{epoch}.{thread}."
+        self.now = epoch * 1000
+        self.next_id = 0
+        self.specs: list[dict[str, Any]] = []
+        self.held: list[Lease] = []
+
+    def _spec(self) -> dict[str, Any]:
+        self.next_id += 1
+        task_id = f"{self.prefix}{self.next_id:03d}"
+        spec: dict[str, Any] = {"task_id": task_id, "payload": {"n": self.next_id, "by": self.thread}}
+        spec["max_attempts"] = self.rng.choice([1, 2, 3])
+        if self.rng.random() < 0.3:
+            spec["key"] = f"k-{task_id}"
+        self.specs.append(spec)
+        return spec
+
+    def next_op(self) -> Op:
+        rng = self.rng
+        self.now += rng.choice([0, 1, 2])
+        kind = rng.choices(
+            ["put", "put_many", "retry", "reserve", "ack", "release", "get", "tasks"], [5, 2, 1, 4, 3, 2, 1, 1]
+        )[0]
+        if kind == "retry" and self.specs:
+            return Op("put", {"spec": dict(rng.choice(self.specs))})
+        if kind == "put_many":
+            return Op("put_many", {"items": [self._spec() for _ in range(rng.randrange(1, 4))]})
+        if kind == "reserve":
+            limit = rng.choice([1, 2, 3])
+            return Op(
+                "reserve",
+                {"worker": self.thread, "now": self.now, "lease_seconds": rng.choice([2, 5, 50]), "limit": limit},
+            )
+        if kind in ("ack", "release") and self.held:
+            lease = self.held.pop(rng.randrange(len(self.held)))
+            if kind == "ack":
+                return Op("ack", {"lease": lease, "now": self.now})
+            return Op("release", {"lease": lease, "now": self.now, "delay": rng.choice([0, 1])})
+        if kind == "get" and self.specs:
+            return Op("get", {"task_id": rng.choice(self.specs)["task_id"]})
+        if kind == "tasks":
+            return Op("tasks", {"status": rng.choice(["leased", "dead", "completed"])})
+        return Op("put", {"spec": self._spec()})
+
+    def feed(self, op: Op, value: Any) -> None:
+        """The answer to the call `next_op` gave last (the queue's in the child, the model's in the parent)."""
+        if op.kind == "reserve" and value:
+            self.held.extend(value)
+
+
+def _forward_wal_frames(out: int) -> None:
+    """In a threaded victim: after each frame the engine writes to a WAL segment, report ``frame SEQ THREAD``.
+
+    The frame is written under the queue's lock, so the lines come in log
+    order, each naming the thread whose call wrote it; a frame written just
+    before the kill may lack its line (the parent then tries the threads
+    whose call was in flight). `os.write` is wrapped, the engine untouched.
+    """
+    original = os.write
+    pending: dict[int, bytearray] = {}
+
+    def write(fd: int, data: Any) -> int:
+        count = original(fd, data)
+        if fd == out:
+            return count
+        try:
+            name = os.path.basename(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:
+            return count
+        if not name.startswith("wal-"):
+            return count
+        buffer = pending.setdefault(fd, bytearray())
+        buffer += bytes(memoryview(data)[:count])
+        while len(buffer) >= 4:
+            (length,) = struct.unpack(">I", buffer[:4])
+            if len(buffer) < 4 + length + 32:
+                break
+            seq = json.loads(bytes(buffer[4 : 4 + length]))["seq"]
+            del buffer[: 4 + length + 32]
+            original(out, f"frame {seq} {threading.current_thread().name}\n".encode())
+        return count
+
+    os.write = write
+
+
+def kill_threads_child(
+    directory: str, seed: int, unit: int, epoch: int, threads: int, compact_bytes: int | None
+) -> int:
+    """The threaded victim: `threads` threads share one Queue (group commit); each reports its acknowledged calls."""
+    out = sys.stdout.fileno()
+    write = os.write
+    _forward_wal_frames(out)
+    queue = Queue(directory, sync=True, compact_bytes=compact_bytes)
+    write(out, b"ready\n")
+    failures: list[str] = []
+
+    def run(name: str) -> None:
+        try:
+            ops = ThreadOps(seed, unit, epoch, name)
+            for index in range(KILL_THREAD_STEPS):
+                op = ops.next_op()
+                text, value = answer_of(op, queue)
+                write(out, f"done {name} {index} {text_digest(text)}\n".encode())
+                ops.feed(op, value)
+        except BaseException:
+            failures.append(traceback.format_exc())
+
+    workers = [threading.Thread(target=run, args=(f"T{n}",), name=f"T{n}") for n in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    queue.close()
+    if failures:
+        sys.stderr.write(failures[0])
+        return 1
     return 0
 
 
@@ -788,12 +943,16 @@ def kill_zygote() -> int:
     """
     out = sys.stdout.fileno()
     while request := sys.stdin.buffer.readline():
-        directory, seed, unit, epoch = request.decode().split()
+        directory, seed, unit, epoch, threads, compact = request.decode().split()
+        compact_bytes = None if compact == "none" else int(compact)
         pid = os.fork()
         if pid == 0:
             code = 1
             try:
-                code = kill_child(directory, int(seed), int(unit), int(epoch))
+                if int(threads) == 1:
+                    code = kill_child(directory, int(seed), int(unit), int(epoch), compact_bytes)
+                else:
+                    code = kill_threads_child(directory, int(seed), int(unit), int(epoch), int(threads), compact_bytes)
             except BaseException:
                 traceback.print_exc()
             finally:
@@ -827,6 +986,9 @@ class ChildLife:
     ready: bool = False
     begun: list[tuple[int, str]] = field(default_factory=list)
     done: dict[int, str] = field(default_factory=dict)
+    #: Threaded lives: each thread's acknowledged calls (index -> digest), and the log's frames (seq, thread).
+    thread_done: dict[str, dict[int, str]] = field(default_factory=dict)
+    frames: list[tuple[int, str]] = field(default_factory=list)
     pid: int | None = None
     returncode: int | None = None
 
@@ -842,9 +1004,12 @@ class Zygote:
         self.errors = errors
         self._buffer = b""
 
-    def spawn(self, directory: Path, seed: int, unit: int, epoch: int) -> ChildLife:
+    def spawn(
+        self, directory: Path, seed: int, unit: int, epoch: int, threads: int = 1, compact_bytes: int | None = None
+    ) -> ChildLife:
         assert self.process.stdin is not None
-        self.process.stdin.write(f"{directory} {seed} {unit} {epoch}\n".encode())
+        compact = "none" if compact_bytes is None else str(compact_bytes)
+        self.process.stdin.write(f"{directory} {seed} {unit} {epoch} {threads} {compact}\n".encode())
         life = ChildLife()
         self.read_until(life, lambda lived: lived.pid is not None)
         return life
@@ -878,8 +1043,13 @@ class Zygote:
             life.returncode = int(rest)
         elif word == "begin":
             life.begun.append((int(first), rest))
+        elif word == "done" and first.startswith("T"):
+            index, digest = rest.split()
+            life.thread_done.setdefault(first, {})[int(index)] = digest
         elif word == "done":
             life.done[int(first)] = rest
+        elif word == "frame":
+            life.frames.append((int(first), rest))
         else:
             raise Abort(f"the victim wrote {line!r}")
 
@@ -933,8 +1103,9 @@ def _kill_unit(seed: int, unit: int, directory: Path, deadline: float, zygote: Z
         for epoch in range(KILLS_PER_UNIT):
             if (unit or epoch >= 5) and time.monotonic() >= deadline:
                 break
-            where = f"--seed {seed} kill unit {unit} epoch {epoch}"
-            life = zygote.spawn(directory, seed, unit, epoch)
+            threads, compact_bytes = kill_life_options(seed, unit, epoch)
+            where = f"--seed {seed} kill unit {unit} epoch {epoch} ({threads} threads, compact_bytes={compact_bytes})"
+            life = zygote.spawn(directory, seed, unit, epoch, threads, compact_bytes)
             if rng.random() < STARTUP_KILL_PROBABILITY:
                 time.sleep(rng.uniform(0.0, 0.02))  # may land while it opens and recovers
             else:
@@ -944,7 +1115,12 @@ def _kill_unit(seed: int, unit: int, directory: Path, deadline: float, zygote: Z
             report.count("kills")
             if life.returncode not in (-signal.SIGKILL, 0):
                 raise Abort(f"{where}: the child died by itself (status {life.returncode}):\n{zygote.stderr_tail()}")
-            model = _check_life(directory, seed, unit, epoch, life, model, report, where)
+            report.count(f"lives with {threads} thread{'s' if threads > 1 else ''}")
+            _count_unpublished_snapshot(directory, report)
+            if threads == 1:
+                model = _check_life(directory, seed, unit, epoch, life, model, report, where)
+            else:
+                model = _check_threaded_life(directory, seed, unit, epoch, threads, life, model, report, where)
     finally:
         remove(directory)
 
@@ -998,6 +1174,189 @@ def _check_life(
         f"{where}: reopened state matches no allowed state (in flight: {flight}): "
         f"{_view_difference(got, view(candidates[-1]))}"
     )
+
+
+def _count_unpublished_snapshot(directory: Path, report: Report) -> None:
+    """Count the kills that left a snapshot CURRENT does not name (a background snapshot was being written)."""
+    if not directory.is_dir():
+        return
+    try:
+        current = read_current(directory)
+    except Exception:  # noqa: BLE001 - opening will judge it
+        return
+    named = None if current is None else current.snapshot
+    if any(p.name.startswith("snapshot-") and p.name != named for p in directory.iterdir()):
+        report.count("killed with a snapshot unpublished")
+
+
+class _ThreadReplay:
+    """The parent's copy of one thread of a threaded life: its calls, rebuilt from the model's answers."""
+
+    def __init__(self, ops: ThreadOps, done: dict[int, str]) -> None:
+        self.ops = ops
+        self.done = done
+        self.index = 0
+        self._head: Op | None = None
+
+    def head(self) -> Op | None:
+        if self._head is None and self.index < KILL_THREAD_STEPS:
+            self._head = self.ops.next_op()
+        return self._head
+
+    @property
+    def acknowledged(self) -> bool:
+        return self.index in self.done
+
+    def consume(self, value: Any) -> None:
+        assert self._head is not None
+        self.ops.feed(self._head, value)
+        self._head = None
+        self.index += 1
+
+
+def _place_without_writing(replay: _ThreadReplay, model: Model) -> int:
+    """Place the thread's next acknowledged calls that write nothing and answer as reported at `model`'s state."""
+    placed = 0
+    while replay.acknowledged:
+        op = replay.head()
+        assert op is not None
+        digest = replay.done[replay.index]
+        if op.kind in ("put", "put_many"):
+            specs = [op.args["spec"]] if op.kind == "put" else op.args["items"]
+            if any(model.get(spec["task_id"]) is None for spec in specs):
+                return placed  # a new task: this call writes
+            text, value = answer_of(op, model)  # identical retries: nothing changes
+        elif op.kind in ("get", "tasks"):
+            text, value = answer_of(op, model)
+        else:
+            if op.kind == "reserve" and digest != text_digest("ok []"):
+                return placed  # it leased something: it wrote
+            if op.kind in ("ack", "release") and digest == text_digest("ok null"):
+                return placed
+            trial = model.clone()
+            text, value = answer_of(op, trial)
+            if trial.last_seq != model.last_seq:
+                return placed
+        if text_digest(text) != digest:
+            return placed  # not at this state; perhaps at a later one
+        replay.consume(value)
+        placed += 1
+    return placed
+
+
+def _check_threaded_life(
+    directory: Path,
+    seed: int,
+    unit: int,
+    epoch: int,
+    threads: int,
+    life: ChildLife,
+    model: Model,
+    report: Report,
+    where: str,
+) -> Model:
+    """Replay a threaded life in the model in log order; every acknowledged call must be there, answered alike.
+
+    The frames' lines give the log order and each frame's thread. A call
+    that wrote is replayed where its frames are, on the model itself, and
+    must write exactly that many frames; an acknowledged call that wrote
+    nothing (a read, a retry, a stale token, an empty reserve) is placed at
+    the earliest state, between its thread's neighbours, where the model
+    gives its answer. At the end every acknowledged call must be placed and
+    the reopened store must equal the model: nothing lost, nothing applied
+    twice, and the order one that the model can reach.
+    """
+    if not directory.exists():
+        if life.ready or life.frames or life.thread_done or model.last_seq:
+            raise Abort(f"{where}: no directory after a life that had opened it")
+        report.count("killed before creating the directory")
+        return model
+    reopened = open_checked_by_fsck(directory, report, where, sync=True, compact_bytes=KILL_COMPACT_BYTES)
+    try:
+        got = view(reopened)
+    finally:
+        reopened.close()
+    start, end = model.last_seq, got["last_seq"]
+    owners = dict(life.frames)
+    if sorted(owners) != list(range(start + 1, start + 1 + len(owners))):
+        raise Abort(f"{where}: the frames reported are not consecutive from {start + 1}")
+    if owners and max(owners) > end:
+        raise Abort(f"{where}: frame {max(owners)} was written before the kill, the reopened store ends at {end}")
+    log = [owners.get(seq) for seq in range(start + 1, end + 1)]
+    replays = {
+        f"T{n}": _ThreadReplay(ThreadOps(seed, unit, epoch, f"T{n}"), life.thread_done.get(f"T{n}", {}))
+        for n in range(threads)
+    }
+    position = 0
+    while position < len(log):
+        for replay in replays.values():
+            _place_without_writing(replay, model)
+        owner = log[position]
+        if owner is None:
+            break  # the last frames, written just before the kill, without their lines
+        replay = replays.get(owner)
+        op = None if replay is None else replay.head()
+        if replay is None or op is None:
+            raise Abort(f"{where}: frame {start + position + 1} is from {owner}, which has no call left")
+        label = f"{where} {owner} call {replay.index} ({op.describe()}) at frame {start + position + 1}"
+        before = model.clone() if not replay.acknowledged else None
+        text, value = answer_of(op, model)
+        wrote = model.last_seq - (start + position)
+        span = log[position : position + wrote]
+        if wrote == 0:
+            raise Abort(f"{label}: the model writes nothing here")
+        if any(who not in (owner, None) for who in span) or (replay.acknowledged and None in span):
+            raise Abort(f"{label}: the model writes {wrote} frames, the log has {span}")
+        if replay.acknowledged:
+            if text_digest(text) != replay.done[replay.index]:
+                raise Abort(f"{label}: answered differently from the model")
+            report.count("threaded operations done")
+        else:
+            report.count("threaded in flight applied")
+            if len(span) < wrote:  # the log ends inside the call: a reserve, reaped only
+                if op.kind != "reserve" or before is None or len(span) != 1:
+                    raise Abort(f"{label}: {len(span)} of its {wrote} frames in the log")
+                model = reap_only(before, op.args["now"])
+                report.count("threaded in flight reaped only")
+        replay.consume(value)
+        position += wrote
+    if position < len(log):  # frames without lines: the call in flight of one of the threads
+        model = _resolve_unreported_tail(replays, model, got, report, where)
+    for name, replay in replays.items():
+        _place_without_writing(replay, model)
+        if replay.acknowledged:
+            op = replay.head()
+            assert op is not None
+            raise Abort(
+                f"{where}: {name}'s acknowledged call {replay.index} ({op.describe()}) is not in the reopened "
+                "store, or no state the model passed through gives its answer"
+            )
+    if view(model) != got:
+        raise Abort(
+            f"{where}: the reopened store differs from the model's replay: {_view_difference(got, view(model))}"
+        )
+    return model
+
+
+def _resolve_unreported_tail(
+    replays: dict[str, _ThreadReplay], model: Model, got: dict[str, Any], report: Report, where: str
+) -> Model:
+    """The last frames lack their lines: one thread's call in flight wrote them; find which, by the state."""
+    for replay in replays.values():
+        op = replay.head()
+        if op is None or replay.acknowledged:
+            continue
+        trial = model.clone()
+        answer_of(op, trial)
+        candidates = [trial]
+        if op.kind == "reserve":
+            candidates.append(reap_only(model, op.args["now"]))
+        for candidate in candidates:
+            if candidate.last_seq == got["last_seq"] and view(candidate) == got:
+                report.count("threaded in flight applied, unreported")
+                replay.consume(None)
+                return candidate
+    raise Abort(f"{where}: frames up to {got['last_seq']} lack their lines and no call in flight wrote them")
 
 
 def _count_resolution(report: Report, life: ChildLife, in_flight: tuple[Op, Expected] | None, state: Model) -> None:
