@@ -3,7 +3,7 @@
 
     python tools/torture.py [--seed N] [--seconds S] [--campaign NAME ...]
 
-Nine campaigns, each seeded and reproducible, each comparing the real
+Ten campaigns, each seeded and reproducible, each comparing the real
 `walqueue.Queue` (or `walqueue-serve`) with the reference model of `tests/model.py`:
 
 1. ``crash-points``: randomized workloads (every operation, explicit and
@@ -19,7 +19,9 @@ Nine campaigns, each seeded and reproducible, each comparing the real
    each call; the parent SIGKILLs it at random moments (also while it
    recovers), reopens, and requires the model's replay of the done
    operations, with the one in-flight operation applied, not applied, or (a
-   reserve) only reaped.
+   reserve) only reaped. Every other life runs 4 or 16 threads on one
+   queue (group commit, some with background compactions), replayed in
+   the log order of the frames each thread wrote.
 3. ``bytes``: stores with CURRENT, a snapshot, orphans, a leftover segment
    and three live segments are damaged one way at a time (every truncation
    offset, single-bit flips of every file): opening recovers exactly the
@@ -32,6 +34,12 @@ Nine campaigns, each seeded and reproducible, each comparing the real
    (`QueueClosed`, ``close()`` silent), and reopening gives the model's state
    before or after the step (same rule as campaign 1). Opening itself is
    faulted too, with and without a torn tail to cut.
+4b. ``background``: automatic compaction without a hook (its snapshot
+   written by a thread of its own while calls go on): the directory is
+   copied before every os call of that thread (a SIGKILL there) and each
+   copy must reopen to a model state no older than the last answer, and
+   compact without orphans; or the k-th os call of that thread fails
+   (ENOSPC, EIO): nothing answered may be lost.
 5. ``bad-input``: seeded fuzzing of every API call and every CLI line with
    hostile values: only the documented exceptions (or CLI answers), the
    model's answer for every call that succeeds, and not one byte written by
