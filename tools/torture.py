@@ -2160,13 +2160,7 @@ def _background_unit(
             except QueueClosed:
                 answer = None
             except OSError as exc:
-                # A known engine bug (tests/crash/test_group_commit_faults.py, xfail): a leader whose
-                # queue a failed publication poisoned during its fsync gets EBADF, not QueueClosed.
-                # Counted, and judged like QueueClosed: the store must still hold the model's state.
-                if exc.errno != errno.EBADF or not faulting or injector.raised is None:
-                    raise Abort(f"{where}: {exc!r} reached the caller without a fault of its own") from exc
-                report.count("EBADF instead of QueueClosed")
-                answer = None
+                raise Abort(f"{where}: {exc!r} reached the caller without a fault of its own") from exc
             report.count("steps")
             if answer is None:
                 queue, model = _background_poisoned(queue, main, expected, injector, options, report, where)

@@ -110,16 +110,6 @@ def test_a_failed_fsync_reaches_every_waiting_thread(torture: ModuleType, tmp_pa
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "engine bug: Durability._lead fsyncs the descriptor it read before releasing its condition; "
-        "when another thread poisons the queue meanwhile (here: its own write fails), the WAL is closed "
-        "under the fsync and the leader gets OSError(EBADF) about a descriptor the queue itself closed, "
-        "instead of QueueClosed (durability._echo: a queue poisoned under the waiters is QueueClosed). "
-        "The background campaign meets it when a background snapshot's publication fails"
-    ),
-)
 def test_a_leader_whose_queue_is_poisoned_during_its_fsync_gets_queue_closed(
     torture: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

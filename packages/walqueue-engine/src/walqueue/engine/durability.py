@@ -134,8 +134,11 @@ class Durability:
             finally:
                 cond.acquire()
         except OSError as exc:
-            if self._failure is None:
-                self._failure = exc
+            if self._failure is not None:
+                # Poisoned or closed during the fsync, which then met a descriptor
+                # the queue had closed: the poisoning is what happened.
+                raise _echo(self._failure) from None
+            self._failure = exc
             raise
         finally:
             self._syncing = False
