@@ -50,16 +50,19 @@ class Serialized:
     does anything.
     """
 
-    __slots__ = ("_queue", "_mutex")
+    __slots__ = ("_queue", "_mutex", "entered")
 
     def __init__(self, queue: Queue) -> None:
         self._queue = queue
+        #: Calls begun so far (unlocked, so only approximately): the background snapshot watches it.
+        self.entered = 0
         # The lock this guard takes, kept here: a forked child replaces the
         # queue's lock, and the call under way must release the one it took.
         self._mutex = queue._mutex
 
     def __enter__(self) -> None:
         queue = self._queue
+        self.entered += 1
         if queue._durability.waiting_here():
             # A signal handler that interrupted this thread's wait for an fsync.
             raise ReentrantCall(

@@ -215,7 +215,7 @@ class FrozenState:
         self._tasks = tasks
         self.new = new
 
-    def record_json(self, pause: Callable[[], None] | None = None, every: int = 256) -> Iterator[bytes]:
+    def record_json(self, pause: Callable[[], None] | None = None, every: int = 16) -> Iterator[bytes]:
         """Each task's snapshot record, in task-id order, as it was at `seq`.
 
         The live record is read first and a pre-image looked up after it: a
@@ -343,6 +343,10 @@ def compact(
     return publish(directory, wal, frozen, info, hook=hook, sync=sync), info.size
 
 
+#: How long the snapshot thread steps aside when calls are being made (see `BackgroundSnapshot._pause`).
+_YIELD_SECONDS = 0.0001
+
+
 class BackgroundSnapshot:
     """A snapshot of a frozen state written by a thread of its own, then published under the queue's lock.
 
@@ -374,7 +378,10 @@ class BackgroundSnapshot:
         sync: bool,
         lock: threading.RLock,
         finish: Callable[[FrozenState, SnapshotInfo | None, BaseException | None], list[str] | None],
+        activity: Callable[[], int] | None = None,
     ) -> None:
+        self._activity = activity
+        self._seen = None if activity is None else activity()
         self._directory = directory
         self._frozen = frozen
         self._sync = sync
@@ -399,8 +406,23 @@ class BackgroundSnapshot:
         return self._thread.is_alive()
 
     def _pause(self) -> None:
+        """Between two runs of records: stop if cancelled, and let the callers have the interpreter.
+
+        `time.sleep(0)` releases the interpreter lock, but this thread
+        usually takes it back before a waiting caller is even scheduled, so
+        a caller would wait for the switch interval. When calls were made
+        since the last pause (`activity` moved), a real sleep, a short one,
+        lets them in; the snapshot then takes longer, but no call waits for it.
+        """
         if self._cancelled.is_set():
             raise _Cancelled
+        activity = self._activity
+        if activity is not None:
+            seen = activity()
+            if seen != self._seen:
+                self._seen = seen
+                time.sleep(_YIELD_SECONDS)
+                return
         time.sleep(0)
 
     def _run(self) -> None:

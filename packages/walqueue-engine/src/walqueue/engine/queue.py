@@ -360,7 +360,12 @@ class Queue:
         assert self._store.fd is not None
         directory = StoreDirectory(self._store.path, os.dup(self._store.fd))
         background = BackgroundSnapshot(
-            directory, frozen, sync=self._sync, lock=self._mutex, finish=self._finish_background
+            directory,
+            frozen,
+            sync=self._sync,
+            lock=self._mutex,
+            finish=self._finish_background,
+            activity=self._calls_made,
         )
         self._background = background
         background.start()
@@ -369,6 +374,10 @@ class Queue:
         threshold = compaction_threshold(self._snapshot_size, self._compact_bytes)
         assert threshold is not None  # only the size trigger gets here
         self._compact_at = self._wal.wal_bytes + threshold
+
+    def _calls_made(self) -> int:
+        """A number that changes with every call (what the snapshot thread watches to step aside)."""
+        return self._serialized.entered
 
     def _background_running(self) -> bool:
         background = self._background
