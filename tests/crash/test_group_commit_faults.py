@@ -10,9 +10,7 @@ reopening must keep everything acknowledged before the failure.
 from __future__ import annotations
 
 import errno
-import importlib.util
 import os
-import sys
 import threading
 import time
 from pathlib import Path
@@ -23,18 +21,7 @@ import pytest
 from model import Model, view, wal_bodies
 from walqueue import Queue, QueueClosed
 
-TORTURE_PATH = Path(__file__).resolve().parents[2] / "tools" / "torture.py"
 WAITERS = 8
-
-
-@pytest.fixture(scope="module")
-def torture() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("torture", TORTURE_PATH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("torture", module)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.timeout(120)

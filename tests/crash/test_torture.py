@@ -11,8 +11,6 @@ setup, so a campaign that silently stopped injecting anything fails too.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
@@ -60,17 +58,6 @@ MINIMUM_COUNTS = {
     "client-kill": {"client kills": 5, "in flight at the kill": 2, "requests completed": 20},
     "hostile-clients": {"socket lines": 140, "refused": 80, "junk connections": 3},
 }
-
-
-@pytest.fixture(scope="module")
-def torture() -> ModuleType:
-    """tools/torture.py as a module (registered in sys.modules, as its dataclasses need)."""
-    spec = importlib.util.spec_from_file_location("torture", TORTURE_PATH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("torture", module)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _exact_promises(torture: ModuleType, campaign: str, counts: dict[str, int]) -> list[str]:
