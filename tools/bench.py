@@ -1050,7 +1050,12 @@ def workload_j(ctx: Context) -> dict[str, Any]:
             target = served.socket_path if served else str(directory / "queue.sqlite")
             if kind == "persist":
                 target = str(directory / "persist-queue")
-                _j_open(kind, target)  # its directory and tables, before 8 processes race to create them
+            if kind != "serve":
+                # Its tables (and SQLite's journal mode) before 8 processes race to create them: a
+                # connection upgrading its lock for CREATE TABLE gets SQLITE_BUSY without a busy wait.
+                opened = _j_open(kind, target)
+                if hasattr(opened, "close"):
+                    opened.close()
             try:
                 puts_seconds, cycles_seconds = _j_run(kind, target, processes, total)
             except Exception as error:  # persist-queue may not survive several processes
