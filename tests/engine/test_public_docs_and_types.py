@@ -107,7 +107,15 @@ def test_help_of_queue_is_self_contained() -> None:
 
 def test_status_and_stats_are_public_types() -> None:
     assert walqueue.Status.__args__ == ("ready", "leased", "completed", "dead")  # type: ignore[attr-defined]
-    assert set(walqueue.Stats.__annotations__) == {"counts", "last_seq", "snapshot_seq", "wal_bytes", "segments"}
+    assert set(walqueue.Stats.__annotations__) == {
+        "counts",
+        "last_seq",
+        "snapshot_seq",
+        "wal_bytes",
+        "segments",
+        "next_available_at",
+        "next_deadline",
+    }
 
 
 # -- mypy --strict on a user's code ------------------------------------------------------------

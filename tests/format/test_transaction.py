@@ -19,8 +19,8 @@ ACK = {"op": "ack", "task": "t", "generation": 1}
 RELEASE = {"op": "release", "task": "t", "generation": 1, "available_at": 5}
 
 
-def test_the_op_names_are_exactly_the_five_of_the_spec() -> None:
-    assert OP_NAMES == {"put", "lease", "expire", "ack", "release"}
+def test_the_op_names_are_exactly_the_eight_of_the_spec_and_issue_16() -> None:
+    assert OP_NAMES == {"put", "lease", "expire", "ack", "release", "extend", "redrive", "cancel"}
 
 
 @pytest.mark.parametrize("op", [PUT, LEASE, EXPIRE, ACK, RELEASE], ids=lambda op: op["op"])
@@ -87,7 +87,14 @@ def test_an_op_name_of_any_json_type_but_string_is_corrupt_not_a_type_error(name
 def test_the_reason_names_the_first_bad_op(ops: list[Any], index: int) -> None:
     with pytest.raises(CorruptStore) as info:
         transaction_seq({"seq": 4, "ops": ops}, None, 0)
-    assert info.value.reason == f"transaction 4 op {index} is not a known op"
+    assert info.value.reason.startswith(f"invalid transaction 4: op {index} is not a known op (")
+
+
+def test_the_reason_names_an_unknown_op_so_an_older_reader_says_what_it_lacks() -> None:
+    """docs/FORMAT.md: a reader without a newer kind refuses it by name."""
+    with pytest.raises(CorruptStore) as info:
+        transaction_seq({"seq": 4, "ops": [PUT, {"op": "rewind", "task": "t"}]}, None, 0)
+    assert info.value.reason == "invalid transaction 4: op 1 is not a known op (op name 'rewind')"
 
 
 def test_an_envelope_with_the_two_fields_in_any_order_is_read() -> None:

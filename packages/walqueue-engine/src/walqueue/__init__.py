@@ -36,6 +36,7 @@ from walqueue.engine.types import (  # noqa: E402
     Status,
     Task,
     WalQueueError,
+    WrongStatus,
 )
 from walqueue.format import __version__  # noqa: E402
 
@@ -55,4 +56,5 @@ __all__ = [
     "Status",
     "Task",
     "WalQueueError",
+    "WrongStatus",
 ]

@@ -97,5 +97,9 @@ class Serialized:
             queue._close_pending = False
             queue._release(drain=True)
         self._mutex.release()
-        if needed > durability.durable and not poisoned:
+        if poisoned:
+            return
+        if needed > durability.durable:
             queue._wait_durable(needed)
+        durability.saw(needed)  # what a `wait` of this thread waits beyond
+        durability.announce()  # holding no lock: wakes the `wait`s of other threads

@@ -23,6 +23,15 @@ PostgreSQL's WAL flush, reduced to what one process needs:
 Every call waits this way before it answers, reads included, for the state
 it looked at (docs/DECISIONS.md, "Group commit"): no answer ever shows a
 transaction that a power cut could still take away.
+
+`Queue.wait` waits here too (`wait_for_commit`), for a transaction that is
+durable, so that a woken thread that reads the queue sees what woke it. A
+committing call announces its transactions on its way out (`announce`),
+holding no other lock; `fail` is the only code that takes the commit
+condition while holding another lock (the queue's), so a `close()` from a
+signal handler that interrupted a waiting thread never takes the queue's
+lock (see `Queue.close`): it only wakes that very thread, through the
+re-entrant condition that thread may hold at that moment.
 """
 
 from __future__ import annotations
@@ -30,6 +39,7 @@ from __future__ import annotations
 import errno
 import os
 import threading
+from collections.abc import Callable
 
 from walqueue.engine.types import QueueClosed
 from walqueue.engine.wal import WalWriter
@@ -45,7 +55,19 @@ class Durability:
     at once and `wait` never waits.
     """
 
-    __slots__ = ("written", "durable", "_wal", "_grouped", "_cond", "_syncing", "_failure", "_local")
+    __slots__ = (
+        "written",
+        "durable",
+        "_wal",
+        "_grouped",
+        "_cond",
+        "_syncing",
+        "_failure",
+        "_local",
+        "_commits",
+        "_watchers",
+        "_announced",
+    )
 
     def __init__(self, seq: int, wal: WalWriter, *, grouped: bool) -> None:
         self.written = seq
@@ -56,6 +78,9 @@ class Durability:
         self._syncing = False
         self._failure: OSError | QueueClosed | None = None
         self._local = threading.local()
+        self._commits = threading.Condition(threading.RLock())
+        self._watchers = 0  # threads in wait_for_commit: only then does a commit notify
+        self._announced = seq
 
     @property
     def grouped(self) -> bool:
@@ -68,8 +93,57 @@ class Durability:
             self.durable = seq
 
     def waiting_here(self) -> bool:
-        """Whether this thread is inside `wait` (a signal handler that interrupted it runs here too)."""
-        return getattr(self._local, "waiting", False)
+        """Whether this thread is inside `wait` or `wait_for_commit` (so is a signal handler that interrupted it)."""
+        return getattr(self._local, "waiting", False) or self.commit_waiting_here()
+
+    def commit_waiting_here(self) -> bool:
+        """Whether this thread is inside `wait_for_commit` (so is a signal handler that interrupted it)."""
+        return getattr(self._local, "commit_waiting", False)
+
+    def saw(self, seq: int) -> None:
+        """The calling thread's call has seen the state through `seq`."""
+        self._local.seen = seq
+
+    def seen(self) -> int:
+        """The last sequence the calling thread's calls have seen (the durable one, if it made none)."""
+        seen: int | None = getattr(self._local, "seen", None)
+        return self.durable if seen is None else seen
+
+    def wait_for_commit(self, after: int, timeout: float, stop: Callable[[], bool]) -> bool:
+        """Block until a transaction later than `after` is durable (True) or `timeout` seconds pass (False).
+
+        Ends early, with `QueueClosed`, once the queue fails or `stop()` (a
+        close deferred by a signal handler) says so.
+        """
+        commits = self._commits
+        self._local.commit_waiting = True
+        try:
+            with commits:
+                self._watchers += 1
+                try:
+                    committed = commits.wait_for(
+                        lambda: self.durable > after or self._failure is not None or stop(), timeout
+                    )
+                finally:
+                    self._watchers -= 1
+                if self._failure is not None or stop():
+                    raise QueueClosed("the queue was closed or poisoned during the wait")
+                if committed:
+                    self._local.seen = self.durable
+                return committed
+        finally:
+            self._local.commit_waiting = False
+
+    def announce(self) -> None:
+        """Wake `wait_for_commit` if a transaction became durable since the last time. Call holding no lock."""
+        if self._watchers and self.durable > self._announced:
+            self.wake()
+
+    def wake(self) -> None:
+        """Wake every `wait_for_commit`, to look at the durable sequence and the failure again."""
+        with self._commits:
+            self._announced = max(self._announced, self.durable)
+            self._commits.notify_all()
 
     def wait(self, needed: int) -> None:
         """Return once every transaction up to `needed` is durable; the fsync error if that cannot be."""
@@ -105,10 +179,13 @@ class Durability:
             if self._failure is None:
                 self._failure = error
             self._cond.notify_all()
+        self.wake()
 
     def forget_after_fork(self) -> None:
         """In a forked child: a fresh condition, since another thread may have held this one at the fork."""
         self._cond = threading.Condition(threading.Lock())
+        self._commits = threading.Condition(threading.RLock())
+        self._watchers = 0
         self._syncing = False
         self._failure = QueueClosed("a forked child's copy of the queue")
 

@@ -24,8 +24,8 @@ from collections.abc import Iterable, Mapping
 from collections.abc import Set as AbstractSet
 
 from walqueue.engine.optable import INT_JSON_MAX, Op
-from walqueue.engine.state import LEASED, OP_KINDS, State, identity_digest
-from walqueue.engine.types import KeyConflict, Lease, StaleLease
+from walqueue.engine.state import DEAD, LEASED, OP_KINDS, READY, State, identity_digest
+from walqueue.engine.types import KeyConflict, Lease, StaleLease, WrongStatus
 from walqueue.engine.validate import (
     FITTING_PAYLOAD_BYTES,
     MAX_FRAME_BYTES,
@@ -41,10 +41,13 @@ __all__ = [
     "Op",
     "Plan",
     "plan_ack",
+    "plan_cancel",
+    "plan_extend",
     "plan_lease",
     "plan_put",
     "plan_puts",
     "plan_reap",
+    "plan_redrive",
     "plan_release",
     "put_op",
     "put_op_from_mapping",
@@ -57,6 +60,9 @@ _LEASE = OP_KINDS["lease"]
 _EXPIRE = OP_KINDS["expire"]
 _ACK = OP_KINDS["ack"]
 _RELEASE = OP_KINDS["release"]
+_EXTEND = OP_KINDS["extend"]
+_REDRIVE = OP_KINDS["redrive"]
+_CANCEL = OP_KINDS["cancel"]
 
 _TX_OPEN = len(b'{"ops":[')
 _TX_MIDDLE = len(b'],"seq":')
@@ -452,3 +458,45 @@ def plan_release(state: State, lease: Lease, now: int, delay: int = 0) -> Plan:
     task_id, generation = _owned_record_generation(state, lease, now)
     op: Op = {"op": "release", "task": task_id, "generation": generation, "available_at": now + delay}
     return Plan([op], [_RELEASE.encode(op)])
+
+
+def plan_extend(state: State, lease: Lease, now: int, lease_seconds: int) -> Plan:
+    """The one extend op of a lease that still owns its task: deadline ``now + lease_seconds``, capped at MAX_INT.
+
+    Capped, not refused, as `plan_lease` caps a new lease's deadline.
+    """
+    lease = _check_lease(lease)
+    now = check_int(now, "now")
+    lease_seconds = check_int(lease_seconds, "lease_seconds", 1)
+    task_id, generation = _owned_record_generation(state, lease, now)
+    op: Op = {"op": "extend", "task": task_id, "generation": generation, "deadline": min(now + lease_seconds, MAX_INT)}
+    return Plan([op], [_EXTEND.encode(op)])
+
+
+def _record_in(state: State, task_id: object, statuses: tuple[str, ...], call: str) -> str:
+    """The stored id of `task_id`, if its task has one of `statuses`; else `WrongStatus`, which writes nothing."""
+    task_id = check_name(task_id, "task_id")
+    record = state.tasks.get(task_id)
+    if record is None:
+        raise WrongStatus(f"{call}: unknown task {task_id!r:.100}")
+    if record.status not in statuses:
+        raise WrongStatus(f"{call}: task {task_id!r:.100} is {record.status}, not {' or '.join(statuses)}")
+    return record.task_id
+
+
+def plan_redrive(state: State, task_id: str, available_at: int, extra_attempts: int = 1) -> Plan:
+    """The one redrive op of a dead task: ready at `available_at`, with `extra_attempts` more attempts."""
+    available_at = check_int(available_at, "available_at")
+    extra_attempts = check_int(extra_attempts, "extra_attempts", 1)
+    stored_id = _record_in(state, task_id, (DEAD,), "redrive")
+    max_attempts = state.tasks[stored_id].max_attempts + extra_attempts
+    if max_attempts > MAX_INT:
+        raise ValueError(f"max_attempts + extra_attempts exceeds {MAX_INT}")
+    op: Op = {"op": "redrive", "task": stored_id, "available_at": available_at, "max_attempts": max_attempts}
+    return Plan([op], [_REDRIVE.encode(op)])
+
+
+def plan_cancel(state: State, task_id: str) -> Plan:
+    """The one cancel op of a ready or leased task (it becomes dead; a holder's token is stale from then on)."""
+    op: Op = {"op": "cancel", "task": _record_in(state, task_id, (READY, LEASED), "cancel")}
+    return Plan([op], [_CANCEL.encode(op)])

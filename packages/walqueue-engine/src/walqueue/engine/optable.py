@@ -78,15 +78,18 @@ class OpKind:
     """One op kind: the declaration (first four fields) and what is derived from it.
 
     `fields` lists every field but ``op`` and ``task``: every op names its
-    task, and `from_status` says which status that task must have (None: the
-    op creates it, so it must not exist yet). `transition` is the state
-    machine's function for this kind (see `state`).
+    task, and `from_status` says which status that task must have, or a
+    tuple of the statuses it may have (a cancel takes a ready or a leased
+    task); None: the op creates it, so it must not exist yet. `transition`
+    is the state machine's function for this kind (see `state`).
     """
 
     name: str
     fields: tuple[tuple[str, Field], ...]
-    from_status: str | None
+    from_status: str | tuple[str, ...] | None
     transition: Callable[..., Any] = field(repr=False)
+    #: The statuses `from_status` allows, as a set (None: the op creates its task).
+    statuses: frozenset[str] | None = field(init=False, repr=False)
     #: The exact key set of an op of this kind.
     keys: frozenset[str] = field(init=False, repr=False)
     #: The op's canonical JSON with a placeholder for each value, keys sorted.
@@ -147,6 +150,10 @@ class OpKind:
             check_lines += [f"if not ({test}):", *(f"    check_int(op[{n!r}], {n!r}, {low})" for n, low in ints)]
         template = b"".join(parts)
         setter = object.__setattr__
+        allowed = self.from_status
+        setter(
+            self, "statuses", None if allowed is None else frozenset((allowed,) if type(allowed) is str else allowed)
+        )
         setter(self, "keys", frozenset(order))
         setter(self, "template", template)
         setter(self, "max_json", None if size is None else size + 1)

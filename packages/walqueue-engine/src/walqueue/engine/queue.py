@@ -170,11 +170,17 @@ class Queue:
         """
         if os.getpid() != self._pid:
             return  # a forked child's copy, closed already at the fork
+        durability = getattr(self, "_durability", None)
+        if durability is not None and durability.commit_waiting_here():
+            # A signal handler that interrupted this thread's `wait`: taking the
+            # lock could deadlock (durability.py); the wait ends and releases.
+            self._closed = self._close_pending = True
+            durability.wake()
+            return
         with self._mutex:
             local = self._local
             if getattr(local, "releasing", False):
                 return  # a signal handler interrupted this thread's own release, which goes on
-            durability = getattr(self, "_durability", None)
             if (
                 self._depth
                 or getattr(local, "joining", False)
@@ -541,6 +547,75 @@ class Queue:
         with self._serialized:
             self._commit(ops.plan_release(self._state, lease, now, delay))
 
+    def extend(self, lease: Lease, *, now: int, lease_seconds: int) -> Lease:
+        """Move the deadline of a lease still held to ``now + lease_seconds`` (capped at 2**63 - 1): a heartbeat.
+
+        Shorter than before is allowed; attempts and generation stay, so the
+        old token stays valid too (its deadline is informational). Returns
+        the token with the new deadline. Raises `StaleLease` under the rules
+        of `ack`, writing nothing; `TypeError`/`ValueError` (`lease_seconds`
+        int >= 1); `QueueClosed`.
+
+        Example: ``lease = queue.extend(lease, now=int(time.time()), lease_seconds=60)``
+        """
+        self._check_open()
+        lease = _exact_token(lease)
+        with self._serialized:
+            self._commit(ops.plan_extend(self._state, lease, now, lease_seconds))
+            return self._state.lease_for(lease.task_id)
+
+    def redrive(self, task_id: str, *, available_at: int, extra_attempts: int = 1) -> None:
+        """Make a dead task ready again at `available_at`, with `extra_attempts` (>= 1) more attempts.
+
+        Attempts and generation keep counting (old tokens stay stale); the
+        task's identity, its original put, does not change. Raises
+        `WrongStatus` (unknown task, or not dead), writing nothing;
+        `TypeError`/`ValueError`; `QueueClosed`.
+
+        Example: ``for task in queue.tasks("dead"): queue.redrive(task.task_id, available_at=now)``
+        """
+        self._check_open()
+        with self._serialized:
+            self._commit(ops.plan_redrive(self._state, task_id, available_at, extra_attempts))
+
+    def cancel(self, task_id: str) -> None:
+        """Make a ready or leased task dead (a holder's token is stale from then on; `redrive` undoes it).
+
+        Raises `WrongStatus` (unknown task, completed or dead already),
+        writing nothing; `TypeError`/`ValueError`; `QueueClosed`.
+
+        Example: ``queue.cancel("email-1")``
+        """
+        self._check_open()
+        with self._serialized:
+            self._commit(ops.plan_cancel(self._state, task_id))
+
+    def wait(self, timeout: float) -> bool:
+        """Block until another thread commits a transaction, or `timeout` seconds pass; return whether one did.
+
+        A commit counts once durable, and once made after this thread's
+        previous call on the queue looked at the state, so that ``reserve``
+        finding nothing, then ``wait``, misses nothing committed in between.
+        Holds no lock while waiting; uses real time for the wait only. A
+        `close()` meanwhile (from any thread, or a signal handler) ends it
+        with `QueueClosed`. Raises `TypeError`/`ValueError` (a number >= 0).
+
+        Example: ``if not queue.reserve("w", now=now, lease_seconds=60): queue.wait(5.0)``
+        """
+        self._check_open()
+        if type(timeout) not in (int, float) or not 0 <= timeout < float("inf"):  # NaN fails both
+            raise (ValueError if type(timeout) in (int, float) else TypeError)(
+                f"timeout must be a finite number of seconds >= 0, not {timeout!r:.80}"
+            )
+        durability = self._durability
+        after = durability.seen()
+        with self._serialized:  # the checks of every call: closed, re-entrant
+            pass
+        try:
+            return durability.wait_for_commit(after, min(timeout, threading.TIMEOUT_MAX), lambda: self._closed)
+        finally:
+            self._release_if_pending()  # close() from a signal handler that interrupted the wait
+
     def compact(self) -> None:
         """Write a snapshot of the state, publish it, and delete the WAL it covers.
 
@@ -597,7 +672,9 @@ class Queue:
 
         Keys: `counts` (exactly ``ready``, ``leased``, ``completed``,
         ``dead``), `last_seq`, `snapshot_seq`, `wal_bytes` (live WAL after the
-        snapshot) and `segments` (live WAL segments). Raises `QueueClosed`.
+        snapshot), `segments` (live WAL segments), `next_available_at` (the
+        smallest `available_at` of a ready task) and `next_deadline` (the
+        earliest lease deadline), each None when there is none. Raises `QueueClosed`.
 
         Example: ``queue.stats()["counts"]["ready"]``
         """
@@ -608,6 +685,8 @@ class Queue:
                 "snapshot_seq": 0 if self._current is None else self._current.seq,
                 "wal_bytes": self._wal.wal_bytes,
                 "segments": self._wal.segments,
+                "next_available_at": self._state.next_available_at(),
+                "next_deadline": self._state.next_deadline(),
             }
 
     @property

@@ -9,7 +9,8 @@ else.
 
 Records are checked completely, including the invariants that the
 transitions keep (``generation == attempts``; a ready task has attempts
-left, a dead one none; a leased or completed one was leased at least once),
+left; a leased or completed one was leased at least once; a dead one may
+have attempts left, since a cancel kills a task whatever its attempts),
 and they must come in strictly increasing task-id order with unique keys, as
 `State.iter_record_json` writes them. Nothing is normalized, so the loaded
 state equals the state that was written.
@@ -124,6 +125,8 @@ class Loaded(NamedTuple):
     ready: list[HeapEntry]
     leases: list[HeapEntry]
     counts: dict[str, int]
+    #: The ids of the dead tasks.
+    dead: set[str]
 
 
 def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
@@ -152,6 +155,7 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
     ready: list[HeapEntry] = []
     leases: list[HeapEntry] = []
     counts = dict.fromkeys(STATUSES, 0)
+    dead: set[str] = set()
     previous: str | None = None
     record: Record
     gc_was_enabled = gc.isenabled()
@@ -220,10 +224,7 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
                 if status is READY:
                     if attempts >= max_attempts:
                         raise ValueError("a ready task has no attempts left")
-                elif status is DEAD:
-                    if attempts < max_attempts:
-                        raise ValueError("a dead task still has attempts left")
-                elif attempts < 1:
+                elif status is not DEAD and attempts < 1:
                     raise ValueError(f"a {status} task was never leased")
                 if status is COMPLETED:
                     record = Tombstone.of(task_id, key, digest, available_at, max_attempts, attempts, generation)
@@ -253,6 +254,8 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
                 raise InvalidTransaction(f"snapshot record {index}: key {key!r:.100} is repeated")
             tasks[task_id] = record
             counts[status] += 1
+            if status is DEAD:
+                dead.add(task_id)
             if status is READY:
                 assert type(record) is TaskRecord
                 record.entry = entry = (available_at, task_id)
@@ -266,7 +269,7 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
             gc.enable()
     heapq.heapify(ready)
     heapq.heapify(leases)
-    return Loaded(tasks, key_owner, ready, leases, counts)
+    return Loaded(tasks, key_owner, ready, leases, counts, dead)
 
 
 def check_snapshot_seq(seq: object) -> int:

@@ -21,6 +21,11 @@ expire     leased    dead if attempts >= max,    available_at = old deadline
 ack        leased    completed                   payload dropped (a tombstone)
 release    leased    dead if attempts >= max,    available_at = A
                      else ready
+extend     leased    leased                      same generation; deadline = D
+redrive    dead      ready                       available_at = A; max_attempts =
+                                                 M > the old one
+cancel     ready or  dead                        worker, deadline cleared
+           leased
 =========  ========  ==========================  ================================
 
 `worker` and `deadline` are set exactly while a task is leased. Anything
@@ -38,7 +43,11 @@ too; tests/engine/test_optable.py fails until the two agree.
 
 Why the indexes: the ready and lease orders are heaps with lazy deletion: a
 heap entry is live only while it is the very tuple its record points at, so
-a transition never searches a heap.
+a transition never searches a heap. The same heaps list the ready and the
+leased tasks, and a set holds the dead ones, so that `list_tasks(status)`
+costs what it returns rather than a walk of every task; completed tasks
+alone have no index (docs/DECISIONS.md, "Reads by status": a set entry
+would cost more than the tombstone's whole memory budget).
 """
 
 from __future__ import annotations
@@ -47,11 +56,11 @@ import heapq
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Protocol
 
+from walqueue.engine.invariants import HEAP_SLACK, check_invariants
 from walqueue.engine.optable import Field, Op, OpKind
 from walqueue.engine.records import (
     COMPLETED,
     DEAD,
-    DIGEST_BYTES,
     LEASED,
     READY,
     STATUSES,
@@ -87,11 +96,6 @@ __all__ = [
     "request_identity",
 ]
 
-# A heap is rebuilt from its live entries once its dead entries outnumber the
-# live ones by this much, so stale entries (of tasks acked or released long
-# before their deadline) cost amortized O(1) and memory stays bounded.
-_HEAP_SLACK = 64
-
 
 class State:
     """All tasks, their key index, the ready and lease orders, and the last sequence.
@@ -101,7 +105,7 @@ class State:
     the default key (the task id itself) costs no memory.
     """
 
-    __slots__ = ("last_seq", "tasks", "_key_owner", "_ready", "_leases", "_counts")
+    __slots__ = ("last_seq", "tasks", "_key_owner", "_ready", "_leases", "_counts", "_dead")
 
     def __init__(self) -> None:
         self.last_seq = 0
@@ -111,6 +115,8 @@ class State:
         self._ready: list[HeapEntry] = []
         self._leases: list[HeapEntry] = []
         self._counts: dict[str, int] = dict.fromkeys(STATUSES, 0)
+        #: The ids of the dead tasks (the ready and leased ones are in their heaps).
+        self._dead: set[str] = set()
 
     # -- reads --------------------------------------------------------------
 
@@ -151,17 +157,43 @@ class State:
         return None if record is None else record.to_task()
 
     def list_tasks(self, status: str | None = None) -> list[Task]:
-        """Every task (or every task with `status`), ordered by task id."""
+        """Every task (or every task with `status`), ordered by task id.
+
+        O(k log k) for the k tasks returned, but for ``"completed"``, which
+        walks every task once some are completed (and costs nothing when none is).
+        """
         if status is not None and (type(status) is not str or status not in STATUSES):
             raise ValueError(f"status must be one of {', '.join(STATUSES)} or None, not {status!r}")
         tasks = self.tasks
-        return [
-            tasks[task_id].to_task() for task_id in sorted(tasks) if status is None or tasks[task_id].status == status
-        ]
+        ids: Iterable[str]
+        if status is None:
+            ids = tasks
+        elif not self._counts[status]:
+            return []
+        elif status == READY or status == LEASED:
+            # A heap holds at most 2k + HEAP_SLACK entries for its k live ones.
+            ids = [
+                entry[1]
+                for entry in (self._ready if status == READY else self._leases)
+                if tasks[entry[1]].entry is entry
+            ]
+        elif status == DEAD:
+            ids = self._dead
+        else:
+            ids = [task_id for task_id, record in tasks.items() if record.status == status]
+        return [tasks[task_id].to_task() for task_id in sorted(ids)]
 
     def counts(self) -> dict[str, int]:
         """The number of tasks per status, always with exactly the four status keys."""
         return dict(self._counts)
+
+    def next_available_at(self) -> int | None:
+        """The smallest `available_at` of a ready task (None: none is ready); amortized O(log n)."""
+        return self._first(self._ready)
+
+    def next_deadline(self) -> int | None:
+        """The earliest deadline of a leased task (None: none is leased); amortized O(log n)."""
+        return self._first(self._leases)
 
     def identity(self, task_id: str) -> bytes:
         """The 32-byte identity digest of the task's original put (`KeyError` if unknown)."""
@@ -198,17 +230,23 @@ class State:
         check_int(now, "now")
         return self._peek(self._leases, now, MAX_INT)
 
+    def _first(self, heap: list[HeapEntry]) -> int | None:
+        """The time of the heap's first live entry, once the stale entries above it are dropped for good."""
+        tasks = self.tasks
+        while heap:
+            entry = heap[0]
+            if tasks[entry[1]].entry is entry:
+                return entry[0]
+            heapq.heappop(heap)
+        return None
+
     def _peek(self, heap: list[HeapEntry], now: int, limit: int) -> list[str]:
         tasks = self.tasks
         # Stale entries at the top are dropped for good; then the usual
         # answer (nothing due, or the one due entry a reserve of one asks
         # for) needs no pop and push back.
-        while heap:
-            entry = heap[0]
-            if tasks[entry[1]].entry is entry:
-                break
-            heapq.heappop(heap)
-        if not heap or heap[0][0] > now:
+        first = self._first(heap)
+        if first is None or first > now:
             return []
         if limit == 1:
             return [heap[0][1]]
@@ -250,6 +288,7 @@ class State:
         state._ready = loaded.ready
         state._leases = loaded.leases
         state._counts = loaded.counts
+        state._dead = loaded.dead
         state.last_seq = seq
         return state
 
@@ -259,15 +298,20 @@ class State:
         """Install the staged (task id, record) pairs, each replacing the task's record, and advance to `seq`."""
         tasks = self.tasks
         counts = self._counts
+        dead = self._dead
         for task_id, record in staged:
             old = tasks.get(task_id)
+            status = record.status
             if old is None:
                 if record.key != task_id:
                     self._key_owner[record.key] = task_id
             else:
                 counts[old.status] -= 1
-            status = record.status
+                if old.status == DEAD:
+                    dead.discard(task_id)
             counts[status] += 1
+            if status == DEAD:
+                dead.add(task_id)
             tasks[task_id] = record
             if status == READY:
                 assert type(record) is TaskRecord
@@ -278,9 +322,9 @@ class State:
                 record.entry = entry = (record.deadline, task_id)
                 heapq.heappush(self._leases, entry)
         self.last_seq = seq
-        if len(self._ready) > 2 * counts[READY] + _HEAP_SLACK:
+        if len(self._ready) > 2 * counts[READY] + HEAP_SLACK:
             self._ready = self._live_entries(self._ready)
-        if len(self._leases) > 2 * counts[LEASED] + _HEAP_SLACK:
+        if len(self._leases) > 2 * counts[LEASED] + HEAP_SLACK:
             self._leases = self._live_entries(self._leases)
 
     def _live_entries(self, heap: list[HeapEntry]) -> list[HeapEntry]:
@@ -293,45 +337,9 @@ class State:
         """Verify every index against the records; `AssertionError` names the first broken one.
 
         O(n): for tests and offline checks (`walqueue-fsck --replay`), never
-        on a live path. Raises explicitly, so that ``python -O`` cannot turn
-        it into a silent no-op.
+        on a live path (invariants.py).
         """
-
-        def require(condition: bool, what: str) -> None:
-            if not condition:
-                raise AssertionError(f"state invariant broken: {what}")
-
-        counts = dict.fromkeys(STATUSES, 0)
-        live_ready = {id(entry) for entry in self._ready}
-        live_leases = {id(entry) for entry in self._leases}
-        for task_id, record in self.tasks.items():
-            require(record.task_id == task_id, f"task {task_id!r} is filed under another id")
-            counts[record.status] += 1
-            require(self.lookup_key(record.key) == task_id, f"key of task {task_id!r} does not lead back to it")
-            leased = record.status == LEASED
-            require((record.worker is not None) == leased, f"worker of {record.status} task {task_id!r}")
-            require((record.deadline is not None) == leased, f"deadline of {record.status} task {task_id!r}")
-            require(
-                (len(record.digest_and_payload) == DIGEST_BYTES) == (record.status == COMPLETED),
-                f"payload of {record.status} task {task_id!r}",
-            )
-            if record.status == READY:
-                require(
-                    record.entry == (record.available_at, task_id) and id(record.entry) in live_ready,
-                    f"ready task {task_id!r} is not in the ready heap",
-                )
-            elif leased:
-                require(
-                    record.entry == (record.deadline, task_id) and id(record.entry) in live_leases,
-                    f"leased task {task_id!r} is not in the lease heap",
-                )
-            else:
-                require(record.entry is None, f"{record.status} task {task_id!r} is still in a heap")
-        require(counts == self._counts, f"counts {self._counts} differ from the records' {counts}")
-        custom_keys = sum(1 for record in self.tasks.values() if record.key != record.task_id)
-        require(len(self._key_owner) == custom_keys, "the key index holds keys of no task")
-        require(len(self._ready) <= 2 * counts[READY] + _HEAP_SLACK, "the ready heap holds too many stale entries")
-        require(len(self._leases) <= 2 * counts[LEASED] + _HEAP_SLACK, "the lease heap holds too many stale entries")
+        check_invariants(self)
 
 
 # -- apply ---------------------------------------------------------------------
@@ -377,20 +385,28 @@ def _describe(value: object) -> str:
     return f"{value!r:.80}"
 
 
-def _unleased(record: Record, available_at: int) -> TaskRecord:
-    """Where expire and release send a leased task: ready again, or dead once its attempts are spent."""
+def _with(
+    record: Record, status: str, available_at: int, max_attempts: int, worker: str | None, deadline: int | None
+) -> TaskRecord:
+    """A not-completed record like `record` (same payload, attempts, generation) but for the fields given."""
     return TaskRecord(
         record.task_id,
         record.key,
-        DEAD if record.attempts >= record.max_attempts else READY,
+        status,
         record.digest_and_payload,
         available_at,
-        record.max_attempts,
+        max_attempts,
         record.attempts,
         record.generation,
-        None,
-        None,
+        worker,
+        deadline,
     )
+
+
+def _unleased(record: Record, available_at: int) -> TaskRecord:
+    """Where expire and release send a leased task: ready again, or dead once its attempts are spent."""
+    status = DEAD if record.attempts >= record.max_attempts else READY
+    return _with(record, status, available_at, record.max_attempts, None, None)
 
 
 def _held(record: Record, op: Op) -> Record:
@@ -467,6 +483,25 @@ def _release(state: State, staging: _Staging, record: Record | None, op: Op) -> 
     return _unleased(_held(record, op), op["available_at"])
 
 
+def _extend(state: State, staging: _Staging, record: Record | None, op: Op) -> Record:
+    assert record is not None
+    _held(record, op)
+    return _with(record, LEASED, record.available_at, record.max_attempts, record.worker, op["deadline"])
+
+
+def _redrive(state: State, staging: _Staging, record: Record | None, op: Op) -> Record:
+    assert record is not None
+    max_attempts = op["max_attempts"]
+    if max_attempts <= record.max_attempts:  # a redrive grants attempts; so a ready task has some left
+        raise _OpError(f"redrive max_attempts must exceed {record.max_attempts}, not {max_attempts}")
+    return _with(record, READY, op["available_at"], max_attempts, None, None)
+
+
+def _cancel(state: State, staging: _Staging, record: Record | None, op: Op) -> Record:
+    assert record is not None
+    return _with(record, DEAD, record.available_at, record.max_attempts, None, None)
+
+
 _Transition = Callable[[State, _Staging, Record | None, Op], Record]
 
 #: The one declaration of every op kind (SPEC §3): name, fields besides ``op`` and ``task``, the
@@ -494,6 +529,9 @@ OP_KINDS: dict[str, OpKind] = {
         OpKind("expire", (("generation", Field.POSITIVE_INT),), LEASED, _expire),
         OpKind("ack", (("generation", Field.POSITIVE_INT),), LEASED, _ack),
         OpKind("release", (("generation", Field.POSITIVE_INT), ("available_at", Field.INT)), LEASED, _release),
+        OpKind("extend", (("generation", Field.POSITIVE_INT), ("deadline", Field.INT)), LEASED, _extend),
+        OpKind("redrive", (("available_at", Field.INT), ("max_attempts", Field.POSITIVE_INT)), DEAD, _redrive),
+        OpKind("cancel", (), (READY, LEASED), _cancel),
     )
 }
 #: op name -> the exact keys of that op (SPEC §3), derived from `OP_KINDS`.
@@ -536,8 +574,9 @@ def _stage(state: State, staging: _Staging, seq: int, index: int, op: object) ->
                 raise _OpError(f"unknown task {task_id!r:.100}")
         if not staging.planned:
             kind.check_fields(op)
-        if record is not None and record.status != kind.from_status:
-            raise _OpError(f"task {record.task_id!r:.100} is {record.status}, not {kind.from_status}")
+        statuses = kind.statuses
+        if record is not None and statuses is not None and record.status not in statuses:
+            raise _OpError(f"task {record.task_id!r:.100} is {record.status}, not {' or '.join(sorted(statuses))}")
         transition: _Transition = kind.transition
         return transition(state, staging, record, op)
     except (_OpError, TypeError, ValueError) as exc:  # a check's TypeError/ValueError names the field

@@ -28,6 +28,7 @@ __all__ = [
     "Status",
     "Task",
     "WalQueueError",
+    "WrongStatus",
 ]
 
 #: A task's status, for type checkers: `Queue.tasks("redy")` is a type error
@@ -44,7 +45,11 @@ class Stats(TypedDict):
     - `snapshot_seq`: the sequence the published snapshot covers (0 if none);
     - `wal_bytes`: bytes of live WAL written after that snapshot (0 right
       after `compact()`);
-    - `segments`: the number of live WAL segments.
+    - `segments`: the number of live WAL segments;
+    - `next_available_at`: the smallest `available_at` of a ready task (None:
+      none is ready), and `next_deadline`: the earliest deadline of a leased
+      task (None: none is leased), so that a worker on its own clock knows
+      when the next `reserve` can find work.
     """
 
     counts: dict[str, int]
@@ -52,6 +57,8 @@ class Stats(TypedDict):
     snapshot_seq: int
     wal_bytes: int
     segments: int
+    next_available_at: int | None
+    next_deadline: int | None
 
 
 #: Every fault-injection phase, in the order they can occur; `Queue(hook=...)` is called with each
@@ -88,6 +95,16 @@ class StaleLease(WalQueueError):
 
     Also raised when `now` is at or after the lease's deadline. Nothing is
     written; a later `reserve` hands the task out again if it is still due.
+    """
+
+
+class WrongStatus(WalQueueError, ValueError):
+    """`redrive` or `cancel` of a task that does not exist or is not in the status the call needs.
+
+    A redrive needs a dead task, a cancel a ready or leased one. Nothing is
+    written. Also a `ValueError`, since it says the argument was wrong for the
+    queue as it is; a distinct class, because unlike a bad argument it can
+    come from a race (another process cancelled, a worker acked first).
     """
 
 
@@ -139,10 +156,12 @@ def _copy_payload(payload: Any) -> Any:
 class Lease:
     """A reservation token, as `Queue.reserve` returns it.
 
-    Pass it back to `Queue.ack` or `Queue.release`. Only `task_id`, `worker`
-    and `generation` are trusted: changing `deadline` or `payload` changes
-    nothing durable. `payload` is a copy of the task's payload. To send a
-    lease over a wire, use `to_dict()` and `Lease.from_dict()`.
+    Pass it back to `Queue.ack`, `Queue.release` or `Queue.extend`. Only
+    `task_id`, `worker` and `generation` are read: `deadline`, `attempts`
+    and `payload` are informational (a copy of what reserve saw), never
+    compared with the durable lease, and may be left out (0, 0 and ``{}``),
+    so a token rebuilt from those three fields alone works as well. To send
+    a lease over a wire, use `to_dict()` and `Lease.from_dict()`.
 
     Example: ``queue.ack(Lease.from_dict(json.loads(line)), now=110)``
     """
@@ -150,9 +169,9 @@ class Lease:
     task_id: str
     worker: str
     generation: int
-    deadline: int
-    attempts: int
-    payload: dict[str, Any] = field(compare=True)
+    deadline: int = 0
+    attempts: int = 0
+    payload: dict[str, Any] = field(default_factory=dict, compare=True)
 
     def to_dict(self) -> dict[str, Any]:
         """The lease as a plain JSON object (a copy of the payload), the inverse of `from_dict`."""
@@ -167,32 +186,39 @@ class Lease:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Lease:
-        """Rebuild a token; missing, unknown or ill-typed keys are a `ValueError`."""
+        """Rebuild a token from `task_id`, `worker` and `generation`, and optionally the informational rest.
+
+        `deadline`, `attempts` (ints) and `payload` (a JSON object) may be
+        missing, and are type-checked when present; a missing required
+        key, an unknown key or an ill-typed value is a `ValueError`.
+        """
         if not isinstance(d, Mapping):
             raise ValueError(f"a lease must be a mapping, not {type(d).__name__}")
-        expected = {"task_id", "worker", "generation", "deadline", "attempts", "payload"}
         keys = set(d.keys())
-        if keys != expected:
-            missing = sorted(expected - keys, key=str)
-            unknown = sorted(repr(k) for k in keys - expected)
+        missing = sorted(_LEASE_REQUIRED - keys)
+        unknown = sorted(repr(k) for k in keys - _LEASE_REQUIRED - _LEASE_OPTIONAL)
+        if missing or unknown:
             raise ValueError(f"bad lease object: missing {missing}, unknown {unknown}")
         for name in ("task_id", "worker"):
             if not isinstance(d[name], str):
                 raise ValueError(f"lease {name} must be a str")
         for name in ("generation", "deadline", "attempts"):
-            value = d[name]
-            if type(value) is not int:
+            if name in d and type(d[name]) is not int:
                 raise ValueError(f"lease {name} must be an int")
-        if not isinstance(d["payload"], dict):
+        if "payload" in d and not isinstance(d["payload"], dict):
             raise ValueError("lease payload must be a JSON object")
         return cls(
             task_id=d["task_id"],
             worker=d["worker"],
             generation=d["generation"],
-            deadline=d["deadline"],
-            attempts=d["attempts"],
-            payload=_copy_payload(d["payload"]),
+            deadline=d.get("deadline", 0),
+            attempts=d.get("attempts", 0),
+            payload=_copy_payload(d["payload"]) if "payload" in d else {},
         )
+
+
+_LEASE_REQUIRED = frozenset({"task_id", "worker", "generation"})
+_LEASE_OPTIONAL = frozenset({"deadline", "attempts", "payload"})
 
 
 _SET_LEASE_FIELDS = tuple(

@@ -21,7 +21,7 @@ __all__ = ["OP_NAMES", "transaction_seq"]
 #: the engine (it must work alone, for `walqueue-fsck`), so the names are
 #: written here again. A new kind goes into both;
 #: tests/engine/test_optable.py fails until they agree.
-OP_NAMES = frozenset({"put", "lease", "expire", "ack", "release"})
+OP_NAMES = frozenset({"put", "lease", "expire", "ack", "release", "extend", "redrive", "cancel"})
 
 
 def transaction_seq(value: Any, path: str | None, offset: int) -> int:
@@ -44,5 +44,13 @@ def transaction_seq(value: Any, path: str | None, offset: int) -> int:
     for op in ops:
         if not isinstance(op, dict) or not isinstance(name := op.get("op"), str) or name not in OP_NAMES:
             index = next(index for index, item in enumerate(ops) if item is op)
-            raise CorruptStore(path, offset, f"transaction {seq} op {index} is not a known op")
+            raise CorruptStore(path, offset, f"invalid transaction {seq}: op {index} is not a known op ({_name(op)})")
     return seq
+
+
+def _name(op: object) -> str:
+    """What a reader that does not know an op can say of it: its name, for a newer writer's new kind."""
+    if not isinstance(op, dict):
+        return f"not an object but {type(op).__name__}"
+    name = op.get("op")
+    return f"op name {name!r:.80}" if isinstance(name, str) else f"op name of type {type(name).__name__}"

@@ -1,0 +1,65 @@
+"""The check that every index of a `State` agrees with its records (`State.check_invariants`).
+
+O(n): for tests and offline checks (`walqueue-fsck --replay`), never on a
+live path. Kept out of state.py, which holds what changes a task; this only
+reads, reaching into the state's private indexes as their one auditor. It
+raises explicitly, so that ``python -O`` cannot turn it into a silent no-op.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from walqueue.engine.records import COMPLETED, DEAD, DIGEST_BYTES, LEASED, READY, STATUSES
+
+if TYPE_CHECKING:
+    from walqueue.engine.state import State
+
+__all__ = ["HEAP_SLACK", "check_invariants"]
+
+#: A heap is rebuilt from its live entries once its dead entries outnumber the
+#: live ones by this much, so stale entries (of tasks acked or released long
+#: before their deadline) cost amortized O(1) and memory stays bounded.
+HEAP_SLACK = 64
+
+
+def check_invariants(state: State) -> None:
+    """Verify every index of `state` against its records; `AssertionError` names the first broken one."""
+
+    def require(condition: bool, what: str) -> None:
+        if not condition:
+            raise AssertionError(f"state invariant broken: {what}")
+
+    counts = dict.fromkeys(STATUSES, 0)
+    live_ready = {id(entry) for entry in state._ready}
+    live_leases = {id(entry) for entry in state._leases}
+    for task_id, record in state.tasks.items():
+        require(record.task_id == task_id, f"task {task_id!r} is filed under another id")
+        counts[record.status] += 1
+        require(state.lookup_key(record.key) == task_id, f"key of task {task_id!r} does not lead back to it")
+        leased = record.status == LEASED
+        require((record.worker is not None) == leased, f"worker of {record.status} task {task_id!r}")
+        require((record.deadline is not None) == leased, f"deadline of {record.status} task {task_id!r}")
+        require(
+            (len(record.digest_and_payload) == DIGEST_BYTES) == (record.status == COMPLETED),
+            f"payload of {record.status} task {task_id!r}",
+        )
+        if record.status == READY:
+            require(
+                record.entry == (record.available_at, task_id) and id(record.entry) in live_ready,
+                f"ready task {task_id!r} is not in the ready heap",
+            )
+        elif leased:
+            require(
+                record.entry == (record.deadline, task_id) and id(record.entry) in live_leases,
+                f"leased task {task_id!r} is not in the lease heap",
+            )
+        else:
+            require(record.entry is None, f"{record.status} task {task_id!r} is still in a heap")
+    require(counts == state._counts, f"counts {state._counts} differ from the records' {counts}")
+    dead = {task_id for task_id, record in state.tasks.items() if record.status == DEAD}
+    require(dead == state._dead, "the set of dead tasks differs from the records")
+    custom_keys = sum(1 for record in state.tasks.values() if record.key != record.task_id)
+    require(len(state._key_owner) == custom_keys, "the key index holds keys of no task")
+    require(len(state._ready) <= 2 * counts[READY] + HEAP_SLACK, "the ready heap holds too many stale entries")
+    require(len(state._leases) <= 2 * counts[LEASED] + HEAP_SLACK, "the lease heap holds too many stale entries")
