@@ -35,17 +35,14 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from walqueue.engine import ops
+from walqueue.engine.autocompact import compact_automatically
 from walqueue.engine.calls import OPEN_QUEUES, Serialized
 from walqueue.engine.compaction import (
     BackgroundSnapshot,
-    FrozenState,
     SnapshotSource,
     check_room,
     compact,
     compaction_threshold,
-    covered_files,
-    publish,
-    seal,
 )
 from walqueue.engine.durability import Durability
 from walqueue.engine.ownership import DirectoryLock
@@ -55,7 +52,6 @@ from walqueue.engine.types import Lease, QueueClosed, Stats, Status, Task, new_l
 from walqueue.engine.wal import Hook, append_with_phases, no_hook
 from walqueue.format.directory import StoreDirectory, make_directories
 from walqueue.format.frame import encode_body
-from walqueue.format.snapshot import SnapshotInfo
 
 __all__ = ["Queue"]
 
@@ -338,48 +334,10 @@ class Queue:
                     source.created(op["task"])
             self._durability.wrote(seq)
             if self._compact_at is not None and wal.wal_bytes > self._compact_at and not self._background_running():
-                self._compact_automatically()
+                compact_automatically(self)
         except BaseException:
             self._poison()
             raise
-
-    def _compact_automatically(self) -> None:
-        """The size trigger: a snapshot written in the background (in this call, when a hook watches).
-
-        An obstacle in the directory postpones it instead of failing the call.
-        """
-        try:
-            check_room(self._store, self._wal, self._state.last_seq)
-        except FileExistsError as exc:
-            log.warning("automatic compaction postponed: %s", exc)
-            self._postpone_compaction()
-            return
-        if self._hook is not no_hook:
-            # The phases must come in order in the caller's thread: compact here.
-            self._compact_now()
-            return
-        self._durability.drain()
-        seal(self._wal, no_hook)
-        frozen = self._source.freeze(self._state)
-        # The thread gets a descriptor of its own: whatever happens to this
-        # queue's, its writes and its cleanup stay in this very directory.
-        assert self._store.fd is not None
-        directory = StoreDirectory(self._store.path, os.dup(self._store.fd))
-        background = BackgroundSnapshot(
-            directory,
-            frozen,
-            sync=self._sync,
-            lock=self._mutex,
-            finish=self._finish_background,
-            activity=self._calls_made,
-        )
-        self._background = background
-        background.start()
-
-    def _postpone_compaction(self) -> None:
-        threshold = compaction_threshold(self._snapshot_size, self._compact_bytes)
-        assert threshold is not None  # only the size trigger gets here
-        self._compact_at = self._wal.wal_bytes + threshold
 
     def _calls_made(self) -> int:
         """A number that changes with every call (what the snapshot thread watches to step aside)."""
@@ -388,44 +346,6 @@ class Queue:
     def _background_running(self) -> bool:
         background = self._background
         return background is not None and background.running
-
-    def _finish_background(
-        self, frozen: FrozenState, info: SnapshotInfo | None, error: BaseException | None
-    ) -> list[str] | None:
-        """Publish a background snapshot; return the files its thread deletes next, after the lock.
-
-        Called by its thread, holding the lock unless the queue is closing.
-        """
-        if self._closed or info is None:
-            self._source.thaw(frozen, written=False)
-            if error is not None and not self._closed:
-                log.error(
-                    "background snapshot through sequence %d failed, the WAL keeps everything: %s", frozen.seq, error
-                )
-                self._postpone_compaction()
-            return None
-        try:
-            # Something put in the way while the snapshot was written: nothing
-            # is published yet, so the snapshot stays an orphan and nothing is lost.
-            check_room(self._store, self._wal, frozen.seq)
-        except FileExistsError as exc:
-            self._source.thaw(frozen, written=False)
-            log.warning("publishing the background snapshot postponed: %s", exc)
-            self._postpone_compaction()
-            return None
-        try:
-            current = publish(self._store, self._wal, frozen, info, hook=no_hook, sync=self._sync, delete=False)
-            covered = covered_files(self._store, self._wal.first_live, frozen.seq)
-        except BaseException as exc:
-            self._source.thaw(frozen, written=False)
-            log.error("publishing the snapshot through sequence %d failed; the queue is closed: %s", frozen.seq, exc)
-            self._poison()
-            return None
-        self._source.thaw(frozen, written=True)
-        self._current = current
-        self._snapshot_size = info.size
-        self._compact_at = compaction_threshold(info.size, self._compact_bytes)
-        return covered
 
     def _compact_now(self) -> None:
         self._durability.drain()  # a segment is sealed, and a sequence snapshotted, only once synced
