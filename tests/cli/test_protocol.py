@@ -205,8 +205,9 @@ def test_stats_and_compact_answer_their_fields() -> None:
 
 
 def test_every_op_of_the_spec_table_is_known() -> None:
-    # SPEC §6's table, plus `wait` (issue #17: the server's long poll).
-    assert set(OPS) == {"put", "put_many", "reserve", "ack", "release", "get", "tasks", "stats", "compact", "wait"}
+    # SPEC §6's table, plus `wait` (issue #17: the server's long poll) and extend, redrive, cancel (#16).
+    spec = {"put", "put_many", "reserve", "ack", "release", "get", "tasks", "stats", "compact"}
+    assert set(OPS) == spec | {"wait", "extend", "redrive", "cancel"}
 
 
 # -- the id ------------------------------------------------------------------------------
