@@ -211,6 +211,7 @@ class FlakyServer:
         self.drop_ops: set[str] = set()
         self.drops_left = 0
         self.executed: list[str] = []
+        self.requests: list[dict[str, Any]] = []  # every request as the server received it
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(path)
         self.listener.listen(16)
@@ -237,8 +238,10 @@ class FlakyServer:
                 for line in reader.feed(data):
                     assert isinstance(line, bytearray)
                     reply = respond(line, self.queue)
-                    op = __import__("json").loads(line)["op"]
+                    request = __import__("json").loads(line)
+                    op = request["op"]
                     self.executed.append(op)
+                    self.requests.append(request)
                     if op in self.drop_ops and self.drops_left > 0:
                         self.drops_left -= 1
                         connection.shutdown(socket.SHUT_RDWR)

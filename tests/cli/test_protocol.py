@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from walqueue import KeyConflict, Lease, QueueClosed, StaleLease, Task
+from walqueue import KeyConflict, Lease, QueueClosed, StaleLease, Task, WrongStatus
 from walqueue.cli.protocol import (
     MAX_DEPTH,
     NO_ID,
@@ -28,6 +28,9 @@ from walqueue.cli.protocol import (
 )
 
 LEASE = Lease(task_id="t1", worker="w", generation=1, deadline=130, attempts=1, payload={"n": 1})
+EXTENDED = Lease(task_id="t1", worker="w", generation=1, deadline=170, attempts=1, payload={"n": 1})
+#: All a lease object needs (#16): the other fields are informational.
+TOKEN = {"task_id": "t1", "worker": "w", "generation": 1}
 TASK = Task(
     task_id="t1",
     key="k1",
@@ -78,6 +81,16 @@ class FakeQueue:
 
     def release(self, lease: Lease, **options: Any) -> None:
         self._record("release", lease, **options)
+
+    def extend(self, lease: Lease, **options: Any) -> Lease:
+        self._record("extend", lease, **options)
+        return EXTENDED
+
+    def redrive(self, task_id: str, **options: Any) -> None:
+        self._record("redrive", task_id, **options)
+
+    def cancel(self, task_id: str) -> None:
+        self._record("cancel", task_id)
 
     def get(self, task_id: str) -> Task | None:
         self._record("get", task_id)
@@ -184,6 +197,55 @@ def test_release_without_delay_leaves_the_default_to_the_queue() -> None:
     assert queue.calls == [("release", (LEASE,), {"now": 110})]
 
 
+def test_extend_passes_lease_now_and_lease_seconds_and_answers_the_new_lease() -> None:
+    queue = FakeQueue()
+    answer = answer_to({"op": "extend", "lease": LEASE.to_dict(), "now": 120, "lease_seconds": 50}, queue)
+    assert answer == {"ok": True, "lease": EXTENDED.to_dict()}
+    assert queue.calls == [("extend", (LEASE,), {"now": 120, "lease_seconds": 50})]
+
+
+def test_redrive_passes_only_the_optional_arguments_that_were_given() -> None:
+    queue = FakeQueue()
+    assert answer_to({"op": "redrive", "task_id": "t1", "available_at": 9}, queue) == {"ok": True}
+    answer_to({"op": "redrive", "task_id": "t1", "available_at": 0, "extra_attempts": 4}, queue)
+    assert queue.calls == [
+        ("redrive", ("t1",), {"available_at": 9}),
+        ("redrive", ("t1",), {"available_at": 0, "extra_attempts": 4}),
+    ]
+
+
+def test_cancel_passes_the_task_id() -> None:
+    queue = FakeQueue()
+    assert answer_to({"op": "cancel", "task_id": "t1", "id": 4}, queue) == {"id": 4, "ok": True}
+    assert queue.calls == [("cancel", ("t1",), {})]
+
+
+@pytest.mark.parametrize(
+    "request_",
+    [
+        {"op": "ack", "lease": TOKEN, "now": 110},
+        {"op": "release", "lease": TOKEN, "now": 110},
+        {"op": "extend", "lease": TOKEN, "now": 110, "lease_seconds": 5},
+    ],
+)
+def test_a_lease_object_of_only_task_id_worker_and_generation_is_enough(request_: dict[str, Any]) -> None:
+    queue = FakeQueue()
+    assert answer_to(request_, queue)["ok"] is True
+    [(_, (lease,), _)] = queue.calls
+    assert lease == Lease(task_id="t1", worker="w", generation=1)
+
+
+@pytest.mark.parametrize(
+    ("extra", "word"), [({"deadline": "130"}, "deadline"), ({"attempts": 1.0}, "attempts"), ({"payload": 3}, "payload")]
+)
+@pytest.mark.parametrize("op", ["ack", "release", "extend"])
+def test_informational_lease_fields_are_type_checked_when_present(op: str, extra: dict[str, Any], word: str) -> None:
+    request = {"op": op, "lease": {**TOKEN, **extra}, "now": 1}
+    if op == "extend":
+        request["lease_seconds"] = 1
+    assert_bad_request(request, "'lease'", word)
+
+
 def test_get_answers_a_task_object_or_null() -> None:
     assert answer_to({"op": "get", "task_id": "t1"}) == {"ok": True, "task": TASK.to_dict()}
     assert answer_to({"op": "get", "task_id": "never"}) == {"ok": True, "task": None}
@@ -205,8 +267,9 @@ def test_stats_and_compact_answer_their_fields() -> None:
 
 
 def test_every_op_of_the_spec_table_is_known() -> None:
-    # SPEC §6's table, plus `wait` (issue #17: the server's long poll).
-    assert set(OPS) == {"put", "put_many", "reserve", "ack", "release", "get", "tasks", "stats", "compact", "wait"}
+    # SPEC §6's table, plus `wait` (issue #17: the server's long poll) and extend, redrive, cancel (#16).
+    spec = {"put", "put_many", "reserve", "ack", "release", "get", "tasks", "stats", "compact"}
+    assert set(OPS) == spec | {"wait", "extend", "redrive", "cancel"}
 
 
 # -- the id ------------------------------------------------------------------------------
@@ -352,6 +415,11 @@ def test_an_argument_of_another_op_is_an_unknown_field() -> None:
         ({"op": "ack", "lease": LEASE.to_dict()}, "'now'"),
         ({"op": "release", "now": 1}, "'lease'"),
         ({"op": "get"}, "'task_id'"),
+        ({"op": "extend", "lease": TOKEN, "now": 1}, "'lease_seconds'"),
+        ({"op": "extend", "now": 1, "lease_seconds": 1}, "'lease'"),
+        ({"op": "redrive", "task_id": "t1"}, "'available_at'"),
+        ({"op": "redrive", "available_at": 1}, "'task_id'"),
+        ({"op": "cancel"}, "'task_id'"),
     ],
 )
 def test_a_missing_argument_is_a_bad_request_naming_it(request_: dict[str, Any], missing: str) -> None:
@@ -370,6 +438,12 @@ def test_a_missing_argument_is_a_bad_request_naming_it(request_: dict[str, Any],
         ({"op": "tasks", "status": "running"}, ("'status'", "'ready'", "'dead'", "string 'running'")),
         ({"op": "tasks", "status": 1}, ("'status'", "integer 1")),
         ({"op": "put_many", "tasks": {"task_id": "a"}}, ("'tasks'", "array", "an object")),
+        ({"op": "cancel", "task_id": 7}, ("'task_id'", "string", "integer 7")),
+        ({"op": "cancel", "task_id": ""}, ("'task_id'", "empty")),
+        ({"op": "redrive", "task_id": None, "available_at": 1}, ("'task_id'", "string", "null")),
+        ({"op": "extend", "lease": "t1", "now": 1, "lease_seconds": 1}, ("'lease'", "string")),
+        ({"op": "cancel", "task_id": "t1", "now": 1}, ("unknown field 'now'",)),
+        ({"op": "redrive", "task_id": "t1", "available_at": 1, "max_attempts": 2}, ("unknown field 'max_attempts'",)),
     ],
 )
 def test_an_ill_typed_argument_is_a_bad_request_saying_what_was_expected(
@@ -388,6 +462,9 @@ def test_an_ill_typed_argument_is_a_bad_request_saying_what_was_expected(
         {"op": "put", "task_id": "a", "payload": {}, "max_attempts": True},
         {"op": "ack", "lease": LEASE.to_dict(), "now": True},
         {"op": "release", "lease": LEASE.to_dict(), "now": 1, "delay": True},
+        {"op": "extend", "lease": TOKEN, "now": 1, "lease_seconds": True},
+        {"op": "redrive", "task_id": "t1", "available_at": False},
+        {"op": "redrive", "task_id": "t1", "available_at": 1, "extra_attempts": True},
     ],
 )
 def test_a_bool_where_an_int_is_expected_is_a_bad_request(request_: dict[str, Any]) -> None:
@@ -408,6 +485,8 @@ def test_a_json_number_with_a_fraction_or_exponent_is_not_an_int(number: str) ->
         ({"op": "release", "lease": LEASE.to_dict(), "now": -1}, "'now'"),
         ({"op": "release", "lease": LEASE.to_dict(), "now": 1, "delay": -1}, "'delay'"),
         ({"op": "put", "task_id": "a", "payload": {}, "available_at": -1}, "'available_at'"),
+        ({"op": "extend", "lease": TOKEN, "now": -1, "lease_seconds": 1}, "'now'"),
+        ({"op": "redrive", "task_id": "t1", "available_at": -1}, "'available_at'"),
     ],
 )
 def test_a_negative_time_is_a_bad_request(request_: dict[str, Any], field: str) -> None:
@@ -420,6 +499,8 @@ def test_a_negative_time_is_a_bad_request(request_: dict[str, Any], field: str) 
         ({"op": "reserve", "worker": "w", "now": 1, "lease_seconds": 0}, "'lease_seconds'"),
         ({"op": "reserve", "worker": "w", "now": 1, "lease_seconds": 1, "limit": 0}, "'limit'"),
         ({"op": "put", "task_id": "a", "payload": {}, "max_attempts": 0}, "'max_attempts'"),
+        ({"op": "extend", "lease": TOKEN, "now": 1, "lease_seconds": 0}, "'lease_seconds'"),
+        ({"op": "redrive", "task_id": "t1", "available_at": 1, "extra_attempts": 0}, "'extra_attempts'"),
     ],
 )
 def test_a_count_below_one_is_a_bad_request(request_: dict[str, Any], field: str) -> None:
@@ -486,6 +567,28 @@ def test_key_conflict_and_stale_lease_keep_their_names_and_the_consumer_goes_on(
     assert reply == Reply({"id": "q", "ok": False, "error": "StaleLease", "message": "StaleLease"})
 
 
+def test_wrong_status_keeps_its_name_although_it_is_a_value_error() -> None:
+    assert issubclass(WrongStatus, ValueError)
+    for request in ({"op": "cancel", "task_id": "t1", "id": 1}, {"op": "redrive", "task_id": "t1", "available_at": 0}):
+        reply = respond(json.dumps(request).encode(), FakeQueue(WrongStatus("cancel: task 't1' is completed")))
+        assert reply.fatal is False
+        assert reply.answer["error"] == "WrongStatus" and reply.answer["message"] == "cancel: task 't1' is completed"
+        assert reply.answer.get("id") == request.get("id")
+
+
+def test_a_subclass_of_a_named_error_is_answered_with_the_documented_name() -> None:
+    class RacedAway(WrongStatus):
+        pass
+
+    reply = respond(b'{"op":"cancel","task_id":"t1"}', FakeQueue(RacedAway("gone")))
+    assert reply.answer == {"ok": False, "error": "WrongStatus", "message": "gone"}
+
+
+def test_stale_lease_of_extend_keeps_its_name() -> None:
+    line = json.dumps({"op": "extend", "lease": TOKEN, "now": 1, "lease_seconds": 1}).encode()
+    assert respond(line, FakeQueue(StaleLease("expired"))).answer["error"] == "StaleLease"
+
+
 @pytest.mark.parametrize(
     "error", [OSError(28, "No space left on device"), QueueClosed("poisoned"), RuntimeError("bug")]
 )
@@ -523,13 +626,14 @@ JSON_VALUES = st.recursive(
 )
 FIELD_NAMES = st.sampled_from(
     ["op", "id", "task_id", "payload", "key", "available_at", "max_attempts", "tasks", "worker", "now"]
-    + ["lease_seconds", "limit", "lease", "delay", "status", "bogus"]
+    + ["lease_seconds", "limit", "lease", "delay", "status", "extra_attempts", "bogus"]
 )
 FIELD_VALUES = (
     JSON_VALUES
     | st.sampled_from(sorted(OPS))
     | st.integers(min_value=-2, max_value=2**64)
     | st.just(LEASE.to_dict())
+    | st.just(TOKEN)
     | st.sampled_from(["ready", "dead", "t1", ""])
     | st.lists(st.fixed_dictionaries({"task_id": st.text(), "payload": st.just({})}), max_size=3)
 )

@@ -19,6 +19,7 @@ from walqueue import CorruptStore, DirectoryLocked, Queue
 from walqueue.cli.protocol import (
     MAX_DEPTH,
     MAX_LINE_BYTES,
+    MAX_WAIT_SECONDS,
     OVERLONG,
     QueueLike,
     discard_line,
@@ -54,10 +55,22 @@ requests:
   reserve   worker, now, lease_seconds, limit?                     leases
   ack       lease (a lease object from reserve), now               -
   release   lease, now, delay?                                     -
+  extend    lease, now, lease_seconds (a heartbeat)                lease (new deadline)
+  redrive   task_id, available_at, extra_attempts? (a dead task)   -
+  cancel    task_id (a ready or leased task becomes dead)          -
   get       task_id                                                task (or null)
   tasks     status? ("ready", "leased", "completed", "dead")       tasks
   stats     -                                                      stats
   compact   -                                                      -
+  wait      timeout (seconds, at most {MAX_WAIT_SECONDS})                       committed
+
+  A lease object needs only "task_id", "worker" and "generation"; "deadline",
+  "attempts" and "payload" may be left out (they are type-checked if sent).
+  stats holds counts, last_seq, snapshot_seq, wal_bytes, segments,
+  next_available_at and next_deadline (null when no task is ready / leased).
+  wait answers committed=true once another client commits a transaction;
+  this consumer is its queue's only client, so here it sleeps the timeout
+  out and answers false (walqueue-serve wakes it for real).
 
   Times and counters are integers in [0, 2**63) (1.0 and true are not
   integers); a payload is a JSON object. Unknown fields, duplicate fields,
@@ -71,9 +84,12 @@ answers:
                  ill-typed argument; nothing was changed
     KeyConflict  the key or task id is taken by another request; nothing changed
     StaleLease   the lease no longer owns its task; nothing changed
+    WrongStatus  redrive of a task that is not dead, cancel of one that is not
+                 ready or leased, or of an unknown task; nothing changed
     Fatal        an I/O error poisoned the queue (or another unexpected failure
                  left its state in doubt); the consumer exits with 1
-  After BadRequest, KeyConflict and StaleLease the consumer reads the next line.
+  After BadRequest, KeyConflict, StaleLease and WrongStatus the consumer reads
+  the next line.
 
 example session (> is stdin, < is stdout; L stands for the lease object
 {{"task_id":"t1","worker":"w","generation":1,"deadline":130,"attempts":1,"payload":{{"n":1}}}}

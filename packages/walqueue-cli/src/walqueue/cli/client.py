@@ -2,25 +2,31 @@
 
 Code moves between `Queue(directory)` and `Client(socket_path)` by changing
 the constructor: the methods, their arguments, their return types (`Lease`,
-`Task`) and their exceptions (`KeyConflict`, `StaleLease`, `QueueClosed`,
-`TypeError`/`ValueError` for bad arguments) are the same. What differs:
+`Task`) and their exceptions (`KeyConflict`, `StaleLease`, `WrongStatus`,
+`QueueClosed`, `TypeError`/`ValueError` for bad arguments) are the same.
+What differs:
 
 - A lost connection. A call whose retry is provably safe reconnects and
   retries, for up to `reconnect_seconds`: `put` and `put_many` (every task
   has an idempotency key, by default its task id, and an identical retry
   changes nothing), the reads (`get`, `tasks`, `stats`, `last_seq`),
   `wait`, and `compact` (which never changes what the queue answers).
-  `reserve`, `ack` and `release` are never retried once their request may
-  have been sent: a connection lost during one raises `ConnectionError`,
-  and the caller cannot know whether it happened. (A connection that is
-  found closed before anything is sent is replaced for any call.)
+  `reserve`, `ack`, `release`, `extend`, `redrive` and `cancel` are never
+  retried once their request may have been sent: a connection lost during
+  one raises `ConnectionError`, and the caller cannot know whether it
+  happened (a retried cancel or redrive that had happened would answer
+  `WrongStatus` for a call that succeeded; a retried reserve would lease
+  twice). A connection that is found closed before anything is sent is
+  replaced for any call.
 - `close()` closes the client's connections, not the server's queue; later
   calls raise `QueueClosed`. A `Fatal` answer (the server's queue was
   poisoned) raises `QueueClosed` too.
 - Argument types are checked here (`TypeError`, as `Queue` raises it); the
   server checks the values, and its `BadRequest` is raised as `ValueError`.
-- A lease token travels as `Lease.to_dict()`; one whose fields are
-  ill-typed is a `ValueError` here, where `Queue` would call it stale.
+- A lease token travels as its `task_id`, `worker` and `generation` only
+  (the only fields the queue reads; the payload need not travel back). One
+  whose fields are ill-typed is a `ValueError` here, where `Queue` would
+  call it stale.
 
 One client may be shared between threads: each thread gets its own
 connection (so one thread's long `wait` holds up no other), made on first
@@ -44,7 +50,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from walqueue import KeyConflict, Lease, QueueClosed, StaleLease, Task, WalQueueError
+from walqueue import KeyConflict, Lease, QueueClosed, StaleLease, Task, WalQueueError, WrongStatus
 
 __all__ = ["AsyncClient", "Client", "ServerError"]
 
@@ -108,6 +114,15 @@ def _encode(request: Mapping[str, Any]) -> bytes:
         return (json.dumps(request, allow_nan=False, separators=(",", ":")) + "\n").encode("ascii")
 
 
+#: The error names of the protocol that are raised as the exception `Queue` raises for the same failure.
+_ERRORS: dict[str, type[Exception]] = {
+    "KeyConflict": KeyConflict,
+    "StaleLease": StaleLease,
+    "WrongStatus": WrongStatus,
+    "BadRequest": ValueError,
+}
+
+
 def _result(answer: Any) -> dict[str, Any]:
     """A success answer as it is; a failure as the exception `Queue` would raise."""
     if not isinstance(answer, dict) or "ok" not in answer:
@@ -115,12 +130,8 @@ def _result(answer: Any) -> dict[str, Any]:
     if answer["ok"] is True:
         return answer
     name, message = answer.get("error"), answer.get("message", "")
-    if name == "KeyConflict":
-        raise KeyConflict(message)
-    if name == "StaleLease":
-        raise StaleLease(message)
-    if name == "BadRequest":
-        raise ValueError(message)
+    if isinstance(name, str) and name in _ERRORS:
+        raise _ERRORS[name](message)
     if name == "Fatal":
         raise QueueClosed(f"the server's queue is closed: {message}")
     if name == "TooManyClients":
@@ -189,17 +200,44 @@ def plan_reserve(worker: str, now: int, lease_seconds: int, limit: int) -> _Plan
     return _Plan(request, False, lambda answer: [Lease.from_dict(lease) for lease in answer["leases"]])
 
 
-def plan_ack(lease: Lease, now: int) -> _Plan:
+def _token(lease: Lease) -> dict[str, Any]:
+    """What the server reads of a lease: its owner's three fields (a large payload need not travel back)."""
     _check_type(lease, Lease, "lease")
+    return {"task_id": lease.task_id, "worker": lease.worker, "generation": lease.generation}
+
+
+def plan_ack(lease: Lease, now: int) -> _Plan:
+    token = _token(lease)
     _check_type(now, int, "now")
-    return _Plan({"op": "ack", "lease": lease.to_dict(), "now": now}, False, _nothing)
+    return _Plan({"op": "ack", "lease": token, "now": now}, False, _nothing)
 
 
 def plan_release(lease: Lease, now: int, delay: int) -> _Plan:
-    _check_type(lease, Lease, "lease")
+    token = _token(lease)
     _check_type(now, int, "now")
     _check_type(delay, int, "delay")
-    return _Plan({"op": "release", "lease": lease.to_dict(), "now": now, "delay": delay}, False, _nothing)
+    return _Plan({"op": "release", "lease": token, "now": now, "delay": delay}, False, _nothing)
+
+
+def plan_extend(lease: Lease, now: int, lease_seconds: int) -> _Plan:
+    token = _token(lease)
+    _check_type(now, int, "now")
+    _check_type(lease_seconds, int, "lease_seconds")
+    request = {"op": "extend", "lease": token, "now": now, "lease_seconds": lease_seconds}
+    return _Plan(request, False, lambda answer: Lease.from_dict(answer["lease"]))
+
+
+def plan_redrive(task_id: str, available_at: int, extra_attempts: int) -> _Plan:
+    _check_type(task_id, str, "task_id")
+    _check_type(available_at, int, "available_at")
+    _check_type(extra_attempts, int, "extra_attempts")
+    request = {"op": "redrive", "task_id": task_id, "available_at": available_at, "extra_attempts": extra_attempts}
+    return _Plan(request, False, _nothing)
+
+
+def plan_cancel(task_id: str) -> _Plan:
+    _check_type(task_id, str, "task_id")
+    return _Plan({"op": "cancel", "task_id": task_id}, False, _nothing)
 
 
 def plan_get(task_id: str) -> _Plan:
@@ -228,6 +266,43 @@ def plan_wait(timeout: float) -> _Plan:
     if type(timeout) not in (int, float):
         raise TypeError(f"timeout must be a number, not {type(timeout).__name__}")
     return _Plan({"op": "wait", "timeout": timeout}, True, lambda answer: bool(answer["committed"]), float(timeout))
+
+
+class _Reconnect:
+    """The reconnect rule of both clients for one call: after a failed try, may it try again, and when?
+
+    A request that may have been sent is tried again only for a safe call
+    (`_Plan.retry`); while it cannot have been sent, any call tries again.
+    The pauses double from 20 ms up to 0.5 s, until `seconds` have passed
+    since the first failure.
+    """
+
+    def __init__(self, socket_path: str, seconds: float, plan: _Plan) -> None:
+        self._socket_path = socket_path
+        self._seconds = seconds
+        self._op = plan.request["op"]
+        self._retry = plan.retry
+        self._give_up_at: float | None = None
+        self._pause = 0.02
+
+    def pause(self, error: BaseException, sent: bool) -> float:
+        """Seconds to sleep before the next try; raises `ConnectionError` when there must be none."""
+        if sent and not self._retry:
+            raise ConnectionError(
+                f"the connection to {self._socket_path} was lost during {self._op!r}: "
+                f"it may or may not have happened ({type(error).__name__}: {error})"
+            ) from error
+        now = time.monotonic()
+        if self._give_up_at is None:
+            self._give_up_at = now + self._seconds
+        if now >= self._give_up_at:
+            raise ConnectionError(
+                f"cannot reach walqueue-serve at {self._socket_path} "
+                f"for {self._seconds:g} s ({type(error).__name__}: {error})"
+            ) from error
+        pause = min(self._pause, self._give_up_at - now)
+        self._pause = min(self._pause * 2, 0.5)
+        return pause
 
 
 class _Connection:
@@ -355,11 +430,10 @@ class Client:
         except OSError:
             pass
 
-    def _call(self, request: dict[str, Any], *, retry: bool, extra_seconds: float = 0.0) -> dict[str, Any]:
-        line = _encode(request)
-        timeout = None if self.timeout is None else self.timeout + extra_seconds
-        give_up_at: float | None = None
-        pause = 0.02
+    def _plan(self, plan: _Plan) -> Any:
+        line = _encode(plan.request)
+        timeout = None if self.timeout is None else self.timeout + plan.extra_seconds
+        reconnect = _Reconnect(self.socket_path, self.reconnect_seconds, plan)
         while True:
             sent = False
             try:
@@ -369,30 +443,13 @@ class Client:
             except OSError as error:  # ConnectionError, TimeoutError, FileNotFoundError, ...
                 if sent:
                     self._drop(connection)
-                if sent and not retry:
-                    raise ConnectionError(
-                        f"the connection to {self.socket_path} was lost during {request['op']!r}: "
-                        f"it may or may not have happened ({type(error).__name__}: {error})"
-                    ) from error
-                now = time.monotonic()
-                if give_up_at is None:
-                    give_up_at = now + self.reconnect_seconds
-                if now >= give_up_at:
-                    raise ConnectionError(
-                        f"cannot reach walqueue-serve at {self.socket_path} "
-                        f"for {self.reconnect_seconds:g} s ({type(error).__name__}: {error})"
-                    ) from error
-                time.sleep(min(pause, give_up_at - now))
-                pause = min(pause * 2, 0.5)
+                time.sleep(reconnect.pause(error, sent))
                 continue
             try:
-                return _result(json.loads(raw))
+                return plan.convert(_result(json.loads(raw)))
             except ConnectionError:  # TooManyClients: the server closes this connection
                 self._drop(connection)
                 raise
-
-    def _plan(self, plan: _Plan) -> Any:
-        return plan.convert(self._call(plan.request, retry=plan.retry, extra_seconds=plan.extra_seconds))
 
     # -- the Queue API -------------------------------------------------------
 
@@ -421,6 +478,19 @@ class Client:
 
     def release(self, lease: Lease, *, now: int, delay: int = 0) -> None:
         self._plan(plan_release(lease, now, delay))
+
+    def extend(self, lease: Lease, *, now: int, lease_seconds: int) -> Lease:
+        """`Queue.extend`: a heartbeat; returns the token with the new deadline. Never retried."""
+        result: Lease = self._plan(plan_extend(lease, now, lease_seconds))
+        return result
+
+    def redrive(self, task_id: str, *, available_at: int, extra_attempts: int = 1) -> None:
+        """`Queue.redrive`: a dead task is ready again at `available_at`. Never retried."""
+        self._plan(plan_redrive(task_id, available_at, extra_attempts))
+
+    def cancel(self, task_id: str) -> None:
+        """`Queue.cancel`: a ready or leased task becomes dead. Never retried."""
+        self._plan(plan_cancel(task_id))
 
     def get(self, task_id: str) -> Task | None:
         result: Task | None = self._plan(plan_get(task_id))
@@ -458,7 +528,7 @@ class AsyncClient:
     Concurrent calls each take an idle connection or open one, and give it
     back when answered; the retry rules are `Client`'s. A call cancelled
     while in flight closes its connection (its outcome, like that of a lost
-    connection, is unknown for `reserve`, `ack` and `release`).
+    connection, is unknown for the calls that are never retried).
     `last_seq` is awaitable: ``await client.last_seq``.
     """
 
@@ -507,8 +577,7 @@ class AsyncClient:
     async def _plan(self, plan: _Plan) -> Any:
         line = _encode(plan.request)
         timeout = None if self.timeout is None else self.timeout + plan.extra_seconds
-        give_up_at: float | None = None
-        pause = 0.02
+        reconnect = _Reconnect(self.socket_path, self.reconnect_seconds, plan)
         while True:
             sent = False
             writer: asyncio.StreamWriter | None = None
@@ -523,21 +592,7 @@ class AsyncClient:
                     raise ConnectionResetError("the server closed the connection before answering")
                 healthy = True
             except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as error:
-                if sent and not plan.retry:
-                    raise ConnectionError(
-                        f"the connection to {self.socket_path} was lost during {plan.request['op']!r}: "
-                        f"it may or may not have happened ({type(error).__name__}: {error})"
-                    ) from error
-                now = time.monotonic()
-                if give_up_at is None:
-                    give_up_at = now + self.reconnect_seconds
-                if now >= give_up_at:
-                    raise ConnectionError(
-                        f"cannot reach walqueue-serve at {self.socket_path} "
-                        f"for {self.reconnect_seconds:g} s ({type(error).__name__}: {error})"
-                    ) from error
-                await asyncio.sleep(min(pause, give_up_at - now))
-                pause = min(pause * 2, 0.5)
+                await asyncio.sleep(reconnect.pause(error, sent))
                 continue
             finally:
                 if writer is not None and not healthy:
@@ -576,6 +631,16 @@ class AsyncClient:
 
     async def release(self, lease: Lease, *, now: int, delay: int = 0) -> None:
         await self._plan(plan_release(lease, now, delay))
+
+    async def extend(self, lease: Lease, *, now: int, lease_seconds: int) -> Lease:
+        result: Lease = await self._plan(plan_extend(lease, now, lease_seconds))
+        return result
+
+    async def redrive(self, task_id: str, *, available_at: int, extra_attempts: int = 1) -> None:
+        await self._plan(plan_redrive(task_id, available_at, extra_attempts))
+
+    async def cancel(self, task_id: str) -> None:
+        await self._plan(plan_cancel(task_id))
 
     async def get(self, task_id: str) -> Task | None:
         result: Task | None = await self._plan(plan_get(task_id))

@@ -11,16 +11,17 @@ loop in `__main__` only moves bytes. The rules this module enforces:
 - A request is checked completely before the queue is called: a bad line
   never reaches the queue, so it can never change anything.
 - The queue's own `TypeError`/`ValueError` means "bad argument, nothing
-  written" (SPEC §2), so it is a `BadRequest` too. `KeyConflict` and
-  `StaleLease` keep their names. Any other failure of an operation (an
-  `OSError` poisons the queue) is `Fatal`: the caller must stop.
+  written" (SPEC §2), so it is a `BadRequest` too. `KeyConflict`,
+  `StaleLease` and `WrongStatus` keep their names (`NAMED_ERRORS`). Any
+  other failure of an operation (an `OSError` poisons the queue) is
+  `Fatal`: the caller must stop.
 
 Stricter than `json.loads`, on purpose, because a durable queue should never
 guess: duplicate field names, numbers outside the range of a double (which
 `json.loads` turns into infinity), ``NaN``/``Infinity`` literals and
 nesting deeper than `MAX_DEPTH` levels are all `BadRequest`, and so is a
 line longer than `MAX_LINE_BYTES`, which no front end reads whole
-(`LineReader` discards the rest of it).
+(`walqueue.cli.lines`, re-exported here, discards the rest of it).
 
 The ``wait`` op is answered by the front end's `Waiter`: the server knows
 when another connection commits; a consumer that owns its queue alone has
@@ -38,13 +39,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
-from walqueue import KeyConflict, Lease, StaleLease, Status, Task
-from walqueue.format import MAX_FRAME_BYTES
+from walqueue import KeyConflict, Lease, StaleLease, Status, Task, WrongStatus
+from walqueue.cli.lines import MAX_LINE_BYTES, OVERLONG, LineReader, discard_line, read_bounded_line
 
 __all__ = [
     "MAX_DEPTH",
     "MAX_LINE_BYTES",
     "MAX_WAIT_SECONDS",
+    "NAMED_ERRORS",
     "NO_ID",
     "OPS",
     "BadRequest",
@@ -73,16 +75,6 @@ __all__ = [
 #: answer nests a returned payload a few levels deeper than the request that
 #: stored it; this bound keeps every accepted payload writable in any answer.
 MAX_DEPTH: Final = 256
-
-#: The longest request line (newline excluded) that is read and parsed. A
-#: stored transaction's frame body is at most `MAX_FRAME_BYTES`, and a request
-#: may spell each character of what it stores as a 6-byte ``\\uXXXX`` escape
-#: (the worst ratio: one ASCII byte stored, six sent), so no request that could
-#: be stored is longer than 6 x 16 MiB; 1 MiB more covers the envelope (op,
-#: id, field names, whitespace between tokens). A longer line is refused with
-#: `BadRequest` after reading at most this many bytes of it plus one read's
-#: worth; the rest of it is discarded unread into memory.
-MAX_LINE_BYTES: Final = 6 * MAX_FRAME_BYTES + 2**20
 
 #: The longest ``wait`` a request may ask for (one day), in seconds.
 MAX_WAIT_SECONDS: Final = 86_400
@@ -127,6 +119,12 @@ class QueueLike(Protocol):
     def ack(self, lease: Lease, *, now: int) -> None: ...
 
     def release(self, lease: Lease, *, now: int, delay: int = ...) -> None: ...
+
+    def extend(self, lease: Lease, *, now: int, lease_seconds: int) -> Lease: ...
+
+    def redrive(self, task_id: str, *, available_at: int, extra_attempts: int = ...) -> None: ...
+
+    def cancel(self, task_id: str) -> None: ...
 
     def get(self, task_id: str) -> Task | None: ...
 
@@ -199,6 +197,11 @@ def error_answer(name: str, message: str, request_id: Any = NO_ID) -> dict[str, 
 
 def bad_request_answer(bad: BadRequest) -> dict[str, Any]:
     return error_answer("BadRequest", bad.message, bad.request_id)
+
+
+def overlong_answer(limit: int = MAX_LINE_BYTES) -> dict[str, Any]:
+    """The answer to a line longer than `limit` bytes (it was not read whole, so it has no id)."""
+    return error_answer("BadRequest", f"line longer than {limit} bytes (the rest of it is discarded unread)")
 
 
 def _escape_surrogate(match: re.Match[str]) -> str:
@@ -515,6 +518,22 @@ def _release(queue: QueueLike, arguments: Mapping[str, Any], waiter: Waiter) -> 
     return {}
 
 
+def _extend(queue: QueueLike, arguments: Mapping[str, Any], waiter: Waiter) -> dict[str, Any]:
+    lease = queue.extend(arguments["lease"], now=arguments["now"], lease_seconds=arguments["lease_seconds"])
+    return {"lease": lease.to_dict()}
+
+
+def _redrive(queue: QueueLike, arguments: Mapping[str, Any], waiter: Waiter) -> dict[str, Any]:
+    options = {name: value for name, value in arguments.items() if name != "task_id"}
+    queue.redrive(arguments["task_id"], **options)
+    return {}
+
+
+def _cancel(queue: QueueLike, arguments: Mapping[str, Any], waiter: Waiter) -> dict[str, Any]:
+    queue.cancel(arguments["task_id"])
+    return {}
+
+
 def _get(queue: QueueLike, arguments: Mapping[str, Any], waiter: Waiter) -> dict[str, Any]:
     task = queue.get(arguments["task_id"])
     return {"task": None if task is None else task.to_dict()}
@@ -544,7 +563,8 @@ class _Op:
     invoke: Callable[[QueueLike, Mapping[str, Any], Waiter], dict[str, Any]]
 
 
-#: Every op of SPEC §6 (and ``wait``, of the server's issue), with its arguments and its call.
+#: Every op of SPEC §6, ``wait`` (the server's issue, #17) and ``extend``, ``redrive``, ``cancel``
+#: (#16), with its arguments and its call. A lease object needs only task_id, worker and generation.
 OPS: Final[Mapping[str, _Op]] = {
     "put": _Op(_PUT_FIELDS, _put),
     "put_many": _Op(_Fields({"tasks": _check_put_items}), _put_many),
@@ -557,6 +577,12 @@ OPS: Final[Mapping[str, _Op]] = {
     ),
     "ack": _Op(_Fields({"lease": _check_lease, "now": _check_time}), _ack),
     "release": _Op(_Fields({"lease": _check_lease, "now": _check_time}, {"delay": _check_time}), _release),
+    "extend": _Op(_Fields({"lease": _check_lease, "now": _check_time, "lease_seconds": _check_count}), _extend),
+    "redrive": _Op(
+        _Fields({"task_id": _check_name, "available_at": _check_time}, {"extra_attempts": _check_count}),
+        _redrive,
+    ),
+    "cancel": _Op(_Fields({"task_id": _check_name}), _cancel),
     "get": _Op(_Fields({"task_id": _check_str}), _get),
     "tasks": _Op(_Fields({}, {"status": _check_status}), _tasks),
     "stats": _Op(_Fields({}), _stats),
@@ -586,19 +612,21 @@ def _message(error: BaseException) -> str:
     return str(error) or type(error).__name__
 
 
-def execute(request: Request, queue: QueueLike, waiter: Waiter = no_other_writer) -> Reply:
-    """Call the queue and shape its outcome; never raises an `Exception`.
+#: The queue's errors that are answered under their own name: outcomes a
+#: client acts on, not bad input. Matched before `ValueError`, since
+#: `WrongStatus` is one too (and the others might become one).
+NAMED_ERRORS: Final[tuple[type[Exception], ...]] = (KeyConflict, StaleLease, WrongStatus)
 
-    `KeyConflict` and `StaleLease` are checked before `ValueError` in case
-    the queue's classes ever derive from it: they are answers, not bad input.
-    """
+
+def execute(request: Request, queue: QueueLike, waiter: Waiter = no_other_writer) -> Reply:
+    """Call the queue and shape its outcome; never raises an `Exception`."""
     request_id = request.request_id
     try:
         fields = OPS[request.op].invoke(queue, request.arguments, waiter)
-    except KeyConflict as error:
-        return Reply(error_answer("KeyConflict", _message(error), request_id))
-    except StaleLease as error:
-        return Reply(error_answer("StaleLease", _message(error), request_id))
+    except NAMED_ERRORS as error:
+        # The class's own name, also for a subclass of it (a client matches names, not subclasses).
+        name = next(named.__name__ for named in NAMED_ERRORS if isinstance(error, named))
+        return Reply(error_answer(name, _message(error), request_id))
     except (TypeError, ValueError) as error:
         # SPEC §2: a bad argument is refused before anything is written.
         return Reply(error_answer("BadRequest", _message(error), request_id))
@@ -616,94 +644,3 @@ def respond(line: bytes | bytearray | str, queue: QueueLike, waiter: Waiter = no
     if isinstance(parsed, BadRequest):
         return Reply(bad_request_answer(parsed))
     return execute(parsed, queue, waiter)
-
-
-# ---------------------------------------------------------------------------
-# Lines of bounded length
-
-
-class _Overlong(enum.Enum):
-    OVERLONG = "overlong"
-
-
-#: What `LineReader` and `read_bounded_line` give for a line longer than their limit.
-OVERLONG: Final = _Overlong.OVERLONG
-
-
-def overlong_answer(limit: int = MAX_LINE_BYTES) -> dict[str, Any]:
-    """The answer to a line longer than `limit` bytes (it was not read whole, so it has no id)."""
-    return error_answer("BadRequest", f"line longer than {limit} bytes (the rest of it is discarded unread)")
-
-
-class LineReader:
-    """Splits a byte stream into lines, holding at most `limit` bytes of any one of them.
-
-    `feed` takes the bytes as they arrive and gives back, in order, each
-    complete line (its newline included) and `OVERLONG` for a line that grew
-    past `limit` bytes (newline excluded): that marker comes as soon as the
-    bound is crossed, and the rest of that line, up to its newline, is
-    dropped as it arrives. `end` gives the last, unterminated line at end of
-    input. No I/O: the caller reads and answers (the h2 style).
-    """
-
-    def __init__(self, limit: int = MAX_LINE_BYTES) -> None:
-        self._limit = limit
-        self._buffer = bytearray()
-        self._discarding = False
-
-    @property
-    def pending(self) -> int:
-        """Bytes held of the current, unfinished line."""
-        return len(self._buffer)
-
-    def feed(self, data: bytes) -> list[bytearray | _Overlong]:
-        lines: list[bytearray | _Overlong] = []
-        start = 0
-        while True:
-            newline = data.find(b"\n", start)
-            end = len(data) if newline < 0 else newline
-            if self._discarding:
-                pass
-            elif len(self._buffer) + end - start > self._limit:
-                self._buffer = bytearray()
-                self._discarding = True
-                lines.append(OVERLONG)
-            else:
-                self._buffer += data[start : end + 1]
-            if newline < 0:
-                return lines
-            if not self._discarding:
-                lines.append(self._buffer)
-                self._buffer = bytearray()
-            self._discarding = False
-            start = newline + 1
-
-    def end(self) -> bytearray | None:
-        """The unterminated last line at end of input, if any (an overlong one was already reported)."""
-        line, self._buffer = self._buffer, bytearray()
-        return line if line and not self._discarding else None
-
-
-def read_bounded_line(readline: Callable[[int], bytes], limit: int = MAX_LINE_BYTES) -> bytearray | _Overlong | None:
-    """One line from `readline(size)` (a binary stream's), or `OVERLONG`, or None at end of input.
-
-    Reads at most `limit` + 1 bytes before deciding that a line is too long;
-    `discard_line` then drops the rest of it. The line is kept in one
-    `bytearray` (no joined copy), since a legitimate line may be 97 MiB.
-    """
-    line = bytearray()
-    while len(line) <= limit:
-        chunk = readline(min(2**20, limit + 1 - len(line)))
-        if not chunk:
-            return line if line else None
-        line += chunk
-        if chunk.endswith(b"\n"):
-            return line
-    return OVERLONG
-
-
-def discard_line(readline: Callable[[int], bytes]) -> None:
-    """Drop the rest of a line, up to and including its newline, in bounded chunks."""
-    while chunk := readline(2**20):
-        if chunk.endswith(b"\n"):
-            return

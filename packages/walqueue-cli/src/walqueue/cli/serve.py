@@ -452,7 +452,8 @@ def _argument_parser() -> argparse.ArgumentParser:
         description=(
             "Own a WALQueue directory and serve it to other processes on a Unix domain socket. "
             "Each connection speaks the JSON-lines protocol of `python -m walqueue.cli` "
-            '(see `walqueue --help`), plus {"op": "wait", "timeout": SECONDS}. '
+            "(see `walqueue --help` for every op), and its "
+            '{"op": "wait", "timeout": SECONDS} is woken by the commits of other connections. '
             "Once it accepts connections it prints one line with the socket path. "
             "SIGTERM or SIGINT stops it gracefully."
         ),
