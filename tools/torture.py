@@ -6,7 +6,8 @@
 Ten campaigns, each seeded and reproducible, each comparing the real
 `walqueue.Queue` (or `walqueue-serve`) with the reference model of `tests/model.py`:
 
-1. ``crash-points``: randomized workloads (every operation, explicit and
+1. ``crash-points``: randomized workloads (every operation, the extend,
+   redrive and cancel of issue #16 included, explicit and
    automatic compaction, reaps) are killed with `InjectedCrash` at every
    phase call of every step, on a copy of the directory. Each copy is reopened
    at once (first crashing again at each recovery phase) and must equal the
@@ -876,7 +877,8 @@ class ThreadOps:
 
     Another thread's calls change what `reserve`, `tasks()` and `get` see, so
     nothing here reads the queue: a thread puts its own tasks, reserves as its
-    own worker, and acks or releases only leases it was given. The parent
+    own worker, acks, releases or extends only leases it was given, and
+    redrives or cancels only its own tasks (whoever holds them). The parent
     builds the same stream by feeding it the model's answers.
     """
 
@@ -1515,12 +1517,29 @@ def build_store(seed: int, unit: int, directory: Path, report: Report) -> Store:
     views = {0: view(model)}
     where = f"--seed {seed} bytes unit {unit} (building)"
 
-    def run_ops(count: int) -> None:
+    def lifecycle(index: int) -> Op:
+        """A task that is leased, extended, cancelled and redriven: every issue-16 op, whatever the seed."""
+        if index == 0:
+            return Op("put", {"spec": {**workload.new_spec(), "available_at": 0}})
+        if index == 1:
+            return Op("reserve", {"worker": "w1", "now": workload.now, "lease_seconds": 10, "limit": 1})
+        if index in (2, 3):
+            task = max(model.tasks("leased"), key=lambda t: t.deadline or 0)  # the lease just granted
+            if index == 2:
+                return Op("extend", {"lease": token_for(task), "now": workload.now, "lease_seconds": 20})
+            return Op("cancel", {"task_id": task.task_id})
+        return Op("redrive", {"task_id": model.tasks("dead")[0].task_id, "available_at": workload.now,
+                              "extra_attempts": 1})  # fmt: skip
+
+    def run_ops(count: int, *, with_lifecycle: bool = False) -> None:
         nonlocal model
         with Queue(directory, sync=False, compact_bytes=None) as queue:
-            for index in range(count):
+            for index in range(count + (5 if with_lifecycle else 0)):
                 # A put first, so that every compaction below has something to compact.
-                op = Op("put", {"spec": workload.new_spec()}) if index == 0 else workload.next_op(model)
+                if with_lifecycle and index < 5:
+                    op = lifecycle(index)
+                else:
+                    op = Op("put", {"spec": workload.new_spec()}) if index == 0 else workload.next_op(model)
                 expected = expected_states(model, op)
                 if outcome(op, queue) != expected.answer:
                     raise Abort(f"{where}: {op.describe()} answered differently from the model")
@@ -1541,7 +1560,7 @@ def build_store(seed: int, unit: int, directory: Path, report: Report) -> Store:
             pass
         else:
             raise Abort(f"{where}: compaction never reached {phase}")
-    run_ops(rng.randrange(3, 5))
+    run_ops(rng.randrange(3, 5), with_lifecycle=True)
     return _describe_store(directory, views, model.last_seq)
 
 
