@@ -12,15 +12,19 @@ comparable too:
   (and an empty `put_many`) are none;
 - `reserve` is an optional reap transaction (split only where one frame would
   exceed the 16 MiB bound) followed by an optional lease transaction;
-- a successful `ack`/`release` is one transaction; every failure is none.
+- a successful `ack`/`release`/`extend`/`redrive`/`cancel` is one
+  transaction; every failure is none.
 
 Public API (stable; crash campaigns and the torture harness import it):
 
-- `Model()` with `put`, `put_many`, `reserve`, `ack`, `release`, `get`,
-  `tasks`, `counts()`, `last_seq` (property), `clone()` and `reap(now)` (the
+- `Model()` with `put`, `put_many`, `reserve`, `ack`, `release`, `extend`,
+  `redrive`, `cancel` (issue #16), `get`, `tasks`, `counts()`,
+  `next_available_at()`, `next_deadline()` (the two issue-16 keys of
+  `stats()`), `last_seq` (property), `clone()` and `reap(now)` (the
   reap half of `reserve`, for the state between its two transactions); `compact()` and
   restarts do not change the model. `copy.deepcopy(model)` works as well.
-- `view(queue_or_model)`: a comparable, exact view of the whole state.
+- `view(queue_or_model)`: a comparable, exact view of the whole state
+  (the two "when is work due" keys of `stats()` included).
 - `render(value)`: an exact, comparable text of a call's result (`Task`,
   `Lease`, lists of them, ids, `None`), where `1`, `1.0` and `True` differ.
 - `directory_digest(directory)` and `read_frames(path)`: small helpers for
@@ -36,6 +40,16 @@ unless len(canonical payload) + len(canonical task id) + len(canonical key) +
 8192 <= 16 MiB; a `Lease` whose `task_id`/`worker`/`generation` are ill-typed
 is simply stale. Where a call has several problems the model reports argument
 errors first, then conflicts/staleness.
+
+Issue #16, as the engine implements it: `extend` checks the token's type,
+`now`, then `lease_seconds` (>= 1), then ownership exactly as `ack` does; the
+new deadline is ``min(now + lease_seconds, 2**63 - 1)``. `redrive` checks
+`available_at`, `extra_attempts` (>= 1), then `task_id` (a name), then the
+task's status (`WrongStatus` unless dead), then that the grown
+`max_attempts` stays below 2**63 (`ValueError`). `cancel` checks `task_id`,
+then the status (`WrongStatus` unless ready or leased). A dead task may
+therefore have attempts left (a cancelled one); a redriven one keeps its
+attempts, generation, identity (its original put) and key.
 """
 
 from __future__ import annotations
@@ -51,7 +65,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from walqueue import KeyConflict, Lease, Queue, StaleLease, Task
+from walqueue import KeyConflict, Lease, Queue, StaleLease, Task, WrongStatus
 from walqueue.format.canonical import canonical_json
 
 __all__ = [
@@ -432,6 +446,51 @@ class Model:
         record["worker"] = None
         record["deadline"] = None
 
+    def extend(self, lease: Lease, *, now: int, lease_seconds: int) -> Lease:
+        """Move a held lease's deadline to now + lease_seconds, capped (issue #16 extend); a new token."""
+        self._check_token(lease, now)
+        _check_int(lease_seconds, "lease_seconds", 1)
+        record = self._owner_record(lease, now)
+        self._commit()
+        record["deadline"] = min(now + lease_seconds, _INT_LIMIT - 1)
+        return Lease(
+            task_id=record["task"],
+            worker=record["worker"],
+            generation=record["generation"],
+            deadline=record["deadline"],
+            attempts=record["attempts"],
+            payload=_copy(record["payload"]),
+        )
+
+    def _record_in(self, task_id: object, statuses: tuple[str, ...], call: str) -> dict[str, Any]:
+        task_id = _check_name(task_id, "task_id")
+        record = self._tasks.get(task_id)
+        if record is None:
+            raise WrongStatus(f"{call}: no task {task_id!r}")
+        if record["status"] not in statuses:
+            raise WrongStatus(f"{call}: task {task_id!r} is {record['status']}")
+        return record
+
+    def redrive(self, task_id: str, *, available_at: int, extra_attempts: int = 1) -> None:
+        """A dead task is ready again at `available_at` with `extra_attempts` more attempts (issue #16)."""
+        _check_int(available_at, "available_at", 0)
+        _check_int(extra_attempts, "extra_attempts", 1)
+        record = self._record_in(task_id, ("dead",), "redrive")
+        if record["max_attempts"] + extra_attempts >= _INT_LIMIT:
+            raise ValueError("max_attempts + extra_attempts must be below 2**63")
+        self._commit()
+        record["status"] = "ready"
+        record["available_at"] = available_at
+        record["max_attempts"] += extra_attempts
+
+    def cancel(self, task_id: str) -> None:
+        """A ready or leased task becomes dead, its worker and deadline cleared (issue #16)."""
+        record = self._record_in(task_id, ("ready", "leased"), "cancel")
+        self._commit()
+        record["status"] = "dead"
+        record["worker"] = None
+        record["deadline"] = None
+
     # -- reads ------------------------------------------------------------
 
     def get(self, task_id: str) -> Task | None:
@@ -456,6 +515,16 @@ class Model:
         for record in self._tasks.values():
             counts[record["status"]] += 1
         return counts
+
+    def next_available_at(self) -> int | None:
+        """`stats()["next_available_at"]`: the smallest available_at of a ready task, or None."""
+        times = [r["available_at"] for r in self._tasks.values() if r["status"] == "ready"]
+        return min(times) if times else None
+
+    def next_deadline(self) -> int | None:
+        """`stats()["next_deadline"]`: the earliest deadline of a leased task, or None."""
+        times = [r["deadline"] for r in self._tasks.values() if r["status"] == "leased"]
+        return min(times) if times else None
 
 
 class _BodySize:
@@ -524,11 +593,15 @@ def view(queue_or_model: Queue | Model) -> dict[str, Any]:
     """
     if isinstance(queue_or_model, Model):
         counts = queue_or_model.counts()
+        due = {"next_available_at": queue_or_model.next_available_at(), "next_deadline": queue_or_model.next_deadline()}
     else:
-        counts = queue_or_model.stats()["counts"]
+        stats = queue_or_model.stats()
+        counts = stats["counts"]
+        due = {"next_available_at": stats["next_available_at"], "next_deadline": stats["next_deadline"]}
     return {
         "tasks": [render(task) for task in queue_or_model.tasks()],
         "counts": render(counts),
+        "due": render(due),
         "last_seq": queue_or_model.last_seq,
     }
 

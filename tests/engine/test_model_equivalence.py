@@ -1,14 +1,17 @@
 """The Queue and the reference Model give identical answers to any program.
 
-Random programs of puts, put_manys, reserves, acks, releases (valid and stale
-tokens), reads, bad calls, `compact()` and close/reopen run against
+Random programs of puts, put_manys, reserves, acks, releases, extends (valid
+and stale tokens), redrives and cancels (of tasks in every status, and of
+unknown ones), reads, bad calls, `compact()` and close/reopen run against
 `Queue(sync=False)` with a tiny `compact_bytes` (so automatic compaction
 happens often) and against `tests.model.Model`; every result, every error
-class and, after every step, the whole state (`view`) must be the same.
+class and, after every step, the whole state (`view`, with the
+`next_available_at`/`next_deadline` keys of `stats()`) must be the same.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import random
 import shutil
@@ -22,7 +25,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from model import STATUSES, Model, render, view
-from walqueue import InjectedCrash, KeyConflict, Lease, Queue, StaleLease
+from walqueue import InjectedCrash, KeyConflict, Lease, Queue, StaleLease, WrongStatus
 
 TASK_IDS = ["a", "b", "c", "B", "é", "a1", "a10"]
 KEYS = [None, None, None, "k1", "k2", "a", "b"]
@@ -39,6 +42,18 @@ BAD_CALLS: list[Callable[[Any], Any]] = [
     lambda q: q.reserve("w1", now=0, lease_seconds=1, limit=0),
     lambda q: q.reserve("", now=0, lease_seconds=1),
     lambda q: q.tasks("pending"),
+    lambda q: q.extend("not a lease", now=0, lease_seconds=1),
+    lambda q: q.extend(Lease("a", "w1", 1), now=-1, lease_seconds=1),
+    lambda q: q.extend(Lease("a", "w1", 1), now=0, lease_seconds=0),
+    lambda q: q.extend(Lease("a", "w1", 1), now=0, lease_seconds=True),
+    lambda q: q.redrive("a", available_at=-1),
+    lambda q: q.redrive("a", available_at=0, extra_attempts=0),
+    lambda q: q.redrive("a", available_at=1.0),
+    lambda q: q.redrive("", available_at=0),
+    lambda q: q.redrive(1, available_at=0),
+    lambda q: q.cancel(""),
+    lambda q: q.cancel(None),
+    lambda q: q.cancel("x" * 1025),
 ]
 
 
@@ -46,10 +61,13 @@ def outcome(call: Callable[[], Any]) -> tuple[tuple[str, str], Any]:
     """(("ok", exact result) or ("error", its class), the raw result).
 
     TypeError and ValueError are one class here: which of the two a bad
-    argument raises is tested in test_api_errors.py.
+    argument raises is tested in test_api_errors.py. `WrongStatus`, a
+    ValueError too, is told apart: it depends on the state, not the arguments.
     """
     try:
         value = call()
+    except WrongStatus:
+        return ("error", "WrongStatus"), None
     except (TypeError, ValueError):
         return ("error", "bad-argument"), None
     except (KeyConflict, StaleLease) as exc:
@@ -68,6 +86,8 @@ class Harness:
         self.leases: list[Lease] = []
         self.now = 0
         self.log: list[str] = []
+        #: call name -> how many times it succeeded, so that a seeded run can prove it reached each call.
+        self.succeeded: collections.Counter[str] = collections.Counter()
 
     def close(self) -> None:
         self.queue.close()
@@ -79,6 +99,8 @@ class Harness:
         expected, _ = outcome(lambda: call(self.model))
         got, value = outcome(lambda: call(self.queue))
         assert got == expected, f"{label}: queue gave {got}, model gave {expected}; program: {self.log}"
+        if got[0] == "ok":
+            self.succeeded[label.split("(", 1)[0]] += 1
         return value
 
     def check(self) -> None:
@@ -120,6 +142,39 @@ class Harness:
             self.same(f"ack({lease!r}, now={now})", lambda q: q.ack(lease, now=now))
         else:
             self.same(f"release({lease!r}, now={now}, delay={delay})", lambda q: q.release(lease, now=now, delay=delay))
+
+    def extend(self, index: int, offset: int, forge: str, lease_seconds: int) -> None:
+        """Extend one of the tokens handed out (perhaps forged); a new token joins the others."""
+        if not self.leases:
+            return
+        lease = self.leases[index % len(self.leases)]
+        if forge == "worker":
+            lease = dataclasses.replace(lease, worker=lease.worker + "x")
+        elif forge == "generation":
+            lease = dataclasses.replace(lease, generation=lease.generation + 1)
+        elif forge == "bare":
+            lease = Lease(lease.task_id, lease.worker, lease.generation)  # the three fields alone
+        now = max(0, lease.deadline + offset)
+        extended = self.same(
+            f"extend({lease!r}, now={now}, lease_seconds={lease_seconds})",
+            lambda q: q.extend(lease, now=now, lease_seconds=lease_seconds),
+        )
+        if extended is not None:
+            self.leases.append(extended)
+
+    def redrive(self, task_id: str, available_at: int, extra_attempts: int) -> None:
+        self.same(
+            f"redrive({task_id!r}, available_at={available_at}, extra_attempts={extra_attempts})",
+            lambda q: q.redrive(task_id, available_at=available_at, extra_attempts=extra_attempts),
+        )
+
+    def cancel(self, task_id: str) -> None:
+        self.same(f"cancel({task_id!r})", lambda q: q.cancel(task_id))
+
+    def some_task(self, pick: int, fallback: str, status: str | None) -> str:
+        """A task id of `status` (any task for None) if there is one, else `fallback`: calls that can succeed."""
+        ids = [task.task_id for task in self.model.tasks(status)]
+        return ids[pick % len(ids)] if ids else fallback
 
     def get(self, task_id: str) -> None:
         self.same(f"get({task_id!r})", lambda q: q.get(task_id))
@@ -200,6 +255,35 @@ class QueueVersusModel(RuleBasedStateMachine):
     def finish(self, verb: str, index: int, offset: int, forge: str, delay: int) -> None:
         self.h.finish(verb, index, offset, forge, delay)
 
+    @precondition(lambda self: bool(self.h.leases))
+    @rule(
+        index=st.integers(0, 50),
+        offset=st.integers(-6, 2),
+        forge=st.sampled_from(["none", "none", "none", "bare", "worker", "generation"]),
+        lease_seconds=st.sampled_from([1, 2, 5, 20, 2**63 - 1]),
+    )
+    def extend(self, index: int, offset: int, forge: str, lease_seconds: int) -> None:
+        self.h.extend(index, offset, forge, lease_seconds)
+
+    @rule(
+        pick=st.integers(0, 50),
+        fallback=st.sampled_from(TASK_IDS + ["never"]),
+        dead_only=st.booleans(),
+        available_at=st.integers(0, 30),
+        extra_attempts=st.sampled_from([1, 1, 2, 2**63 - 2]),
+    )
+    def redrive(self, pick: int, fallback: str, dead_only: bool, available_at: int, extra_attempts: int) -> None:
+        task_id = self.h.some_task(pick, fallback, "dead" if dead_only else None)
+        self.h.redrive(task_id, available_at, extra_attempts)
+
+    @rule(
+        pick=st.integers(0, 50),
+        fallback=st.sampled_from(TASK_IDS + ["never"]),
+        status=st.sampled_from(["ready", "leased", None]),
+    )
+    def cancel(self, pick: int, fallback: str, status: str | None) -> None:
+        self.h.cancel(self.h.some_task(pick, fallback, status))
+
     @rule(task_id=st.sampled_from(TASK_IDS + ["never"]))
     def get(self, task_id: str) -> None:
         self.h.get(task_id)
@@ -262,12 +346,24 @@ def random_step(h: Harness, rng: random.Random) -> None:
         h.put_many(items)
     elif roll < 0.55:
         h.reserve(rng.choice(WORKERS), rng.randint(-3, 8), rng.randint(1, 12), rng.randint(1, 4))
-    elif roll < 0.80:
+    elif roll < 0.72:
         forge = rng.choice(["none"] * 6 + ["worker", "generation", "payload"])
         h.finish(rng.choice(["ack", "release"]), rng.randrange(1000), rng.randint(-8, 1), forge, rng.randint(0, 6))
-    elif roll < 0.86:
+    elif roll < 0.78:
+        forge = rng.choice(["none"] * 6 + ["bare", "worker", "generation"])
+        # Mostly one of the newest tokens (the likeliest to be held), before its deadline: a heartbeat.
+        index = -1 - rng.randrange(3) if rng.random() < 0.7 else rng.randrange(1000)
+        h.extend(index, rng.randint(-4, 1), forge, rng.choice([1, 3, 8, 20]))
+    elif roll < 0.81:
+        status = rng.choice(["dead", "dead", "dead", None])
+        task_id = h.some_task(rng.randrange(1000), rng.choice(TASK_IDS + ["never"]), status)
+        h.redrive(task_id, rng.randrange(0, h.now + 10), rng.choice([1, 1, 2]))
+    elif roll < 0.84:
+        status = rng.choice(["ready", "leased", "leased", None])
+        h.cancel(h.some_task(rng.randrange(1000), rng.choice(TASK_IDS + ["never"]), status))
+    elif roll < 0.88:
         h.get(rng.choice(TASK_IDS + [f"t{rng.randrange(40)}", "never"]))
-    elif roll < 0.90:
+    elif roll < 0.91:
         h.tasks(rng.choice([None, *STATUSES]))
     elif roll < 0.94:
         h.bad_call(rng.randrange(len(BAD_CALLS)))
@@ -289,6 +385,8 @@ def test_random_program_gives_identical_answers_and_states(seed: int) -> None:
         h.check()
         stats = h.queue.stats()
         assert stats["counts"] == h.model.counts()
+        # Not vacuous: the issue-16 calls succeeded, not only failed, in every seeded program.
+        assert all(h.succeeded[call] for call in ("extend", "redrive", "cancel")), h.succeeded
     finally:
         h.close()
 
@@ -337,3 +435,42 @@ def test_model_reap_is_the_first_transaction_of_reserve(tmp_path_factory: pytest
     with Queue(qdir, sync=False) as again:
         assert view(again) == view(reaped)
     assert render(model.reserve("w", now=5, lease_seconds=5)) == render(reaped.reserve("w", now=5, lease_seconds=5))
+
+
+def test_the_issue_16_lifecycle_gives_identical_answers_and_states() -> None:
+    """One scripted walk through every rule of #16, so that each is met even if the random programs miss it."""
+    h = Harness(compact_bytes=None)
+    try:
+        h.put("a", {"v": 1}, None, 0, 1)
+        h.put("b", {}, "k1", 4, 2)
+        h.check()  # next_available_at 0
+        h.reserve("w1", 0, 5, 1)  # a, deadline 5
+        token = h.leases[-1]
+        h.extend(-1, -5, "none", 2**63 - 1)  # now 0: capped at the end of time
+        h.extend(-1, -(2**63) + 1, "bare", 3)  # now 0 again: the three fields are enough; shorter is allowed
+        h.check()
+        h.same("extend-at-deadline", lambda q: q.extend(token, now=3, lease_seconds=1))  # StaleLease
+        h.cancel("a")  # leased -> dead, with its attempt used up (1 of 1)
+        h.check()
+        for verb in ("ack", "release"):
+            h.same(f"{verb}-after-cancel", lambda q, verb=verb: getattr(q, verb)(token, now=1))
+        h.same("extend-after-cancel", lambda q: q.extend(token, now=1, lease_seconds=1))
+        h.cancel("a")  # dead already: WrongStatus
+        h.redrive("b", 0, 1)  # ready: WrongStatus
+        h.redrive("never", 0, 1)  # unknown: WrongStatus
+        h.same("redrive-overflow", lambda q: q.redrive("a", available_at=0, extra_attempts=2**63 - 1))
+        h.redrive("a", 7, 2)  # ready at 7, max_attempts 3
+        h.check()
+        h.put("a", {"v": 1}, None, 0, 1)  # the original put: an identical retry
+        h.put("a", {"v": 2}, None, 0, 1)  # KeyConflict
+        h.reserve("w2", 7, 5, 2)  # a (generation 2) and b
+        h.same("stale-across-redrive", lambda q: q.ack(token, now=8))
+        h.cancel("b")  # leased -> dead with attempts left
+        h.check()
+        h.redrive("b", 0, 1)
+        h.reopen()
+        h.check()
+        assert h.succeeded["extend"] == 2 and h.succeeded["redrive"] == 2 and h.succeeded["cancel"] == 2
+        assert h.queue.get("a") is not None and h.queue.get("a").generation == 2  # type: ignore[union-attr]
+    finally:
+        h.close()
