@@ -3695,6 +3695,9 @@ def _kill_one_client(
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         env=child_environment(),
+        # Unbuffered: `readline` below must not read past "ready" into a buffer that
+        # `communicate` (which reads the raw descriptor) never looks at.
+        bufsize=0,
     )
     assert victim.stdout is not None
     ready, _, _ = select.select([victim.stdout], [], [], SERVER_START_TIMEOUT)
