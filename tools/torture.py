@@ -2856,7 +2856,10 @@ _RAW_LINES: tuple[bytes, ...] = (
 
 
 def _cli_request(rng: random.Random, model: Model, foreign: list[Lease], serial: int) -> dict[str, Any]:
-    op = rng.choice(["put", "put", "put_many", "reserve", "ack", "release", "get", "tasks", "stats", "compact"])
+    op = rng.choice(
+        ["put", "put", "put_many", "reserve", "ack", "release", "extend", "redrive", "cancel"]
+        + ["get", "tasks", "stats", "compact"]
+    )
     request: dict[str, Any] = {"op": op}
     if op == "put":
         request.update({"task_id": f"c{serial}", "payload": {"n": serial}})
@@ -2864,10 +2867,22 @@ def _cli_request(rng: random.Random, model: Model, foreign: list[Lease], serial:
         request["tasks"] = [{"task_id": f"c{serial}.{i}", "payload": {}} for i in range(rng.randrange(3))]
     elif op == "reserve":
         request.update({"worker": "w1", "now": 10 + serial, "lease_seconds": rng.choice([1, 100])})
-    elif op in ("ack", "release"):
+    elif op in ("ack", "release", "extend"):
         leased = model.tasks("leased")
         token = token_for(rng.choice(leased)) if leased and rng.random() < 0.7 else rng.choice(foreign)
-        request.update({"lease": token.to_dict(), "now": 10 + serial})
+        lease = token.to_dict()
+        if rng.random() < 0.3:  # only the three fields that identify the holder
+            lease = {name: lease[name] for name in ("task_id", "worker", "generation")}
+        request.update({"lease": lease, "now": 10 + serial})
+        if op == "extend":
+            request["lease_seconds"] = rng.choice([1, 50])
+    elif op in ("redrive", "cancel"):
+        known = [task.task_id for task in model.tasks()]
+        request["task_id"] = rng.choice([*known, "nope"]) if known else "nope"
+        if op == "redrive":
+            request["available_at"] = rng.choice([0, 10 + serial])
+            if rng.random() < 0.5:
+                request["extra_attempts"] = rng.choice([1, 2])
     elif op == "get":
         request["task_id"] = rng.choice(["c1", "b1", "nope"])
     elif op == "tasks" and rng.random() < 0.5:
@@ -2933,7 +2948,7 @@ def _cli_phase(
     shutil.copytree(directory, process_dir)
     lines: list[bytes] = []
     answers: list[dict[str, Any]] = []
-    allowed_errors = {"BadRequest", "KeyConflict", "StaleLease"}
+    allowed_errors = {"BadRequest", "KeyConflict", "StaleLease", "WrongStatus"}
     with Queue(directory, sync=False) as queue:
         for serial in range(CLI_LINES_PER_UNIT):
             line = cli_line(rng, model, foreign, serial)
@@ -3529,9 +3544,7 @@ def _server_kill_unit(
 
     where = f"--seed {seed} server-kill unit {unit}"
     rng = random.Random(f"server-kill:{seed}:{unit}")
-    # The issue-16 calls go over the socket only once `Client` has them (walqueue-cli adds them on its own).
-    missing = {kind: 0 for kind in ISSUE_16_KINDS if not callable(getattr(client_class, kind, None))}
-    workload = Workload(f"server-kill-ops:{seed}:{unit}", prefix="s", weights={"compact": 0, **missing})
+    workload = Workload(f"server-kill-ops:{seed}:{unit}", prefix="s", weights={"compact": 0})
     server = ServedQueue(directory, socket_path)
     clients = [client_class(socket_path, timeout=60, reconnect_seconds=60) for _ in range(SERVER_CLIENTS)]
     stopping = threading.Event()
