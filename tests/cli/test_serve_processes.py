@@ -27,7 +27,7 @@ import pytest
 from servers import ServerProcess, running_server, short_directory
 
 from model import Model, render, view
-from walqueue import KeyConflict, Lease, Queue, StaleLease
+from walqueue import KeyConflict, Lease, Queue, StaleLease, WrongStatus
 from walqueue.cli import Client
 
 pytestmark = pytest.mark.timeout(180)
@@ -55,7 +55,7 @@ def call(target: Any, op: str, args: dict[str, Any]) -> str:
     """Run one recorded call on a Client or a Model; its outcome as exact text."""
     args = dict(args)
     try:
-        if op in ("ack", "release"):
+        if op in ("ack", "release", "extend"):
             args = {**args, "lease": Lease.from_dict(args["lease"])}
         if op == "stats":
             stats = target.counts() if isinstance(target, Model) else target.stats()["counts"]
@@ -69,7 +69,7 @@ def call(target: Any, op: str, args: dict[str, Any]) -> str:
             return "null"
         positional = args.pop("_positional", [])
         return render(getattr(target, op)(*positional, **args))
-    except (KeyConflict, StaleLease, TypeError, ValueError) as error:
+    except (KeyConflict, StaleLease, WrongStatus, TypeError, ValueError) as error:
         return type(error).__name__
 
 
@@ -78,10 +78,12 @@ def mixed_child(socket_path: str, number: int, lock: Any, counter: Any, out: str
     records: list[dict[str, Any]] = []
     leases: list[dict[str, Any]] = []
     puts: list[dict[str, Any]] = []
+    cancelled: list[str] = []
     with Client(socket_path, timeout=60) as client:
         for step in range(MIXED_STEPS):
             kind = rng.choice(["put", "put", "retry", "conflict", "put_many", "reserve", "reserve", "ack", "release",
-                               "stale", "get", "tasks", "stats", "compact", "wait"])  # fmt: skip
+                               "stale", "extend", "redrive", "cancel", "get", "tasks", "stats", "compact",
+                               "wait"])  # fmt: skip
             with lock:
                 counter.value += 1
                 order, now = counter.value, counter.value * 3
@@ -117,6 +119,21 @@ def mixed_child(socket_path: str, number: int, lock: Any, counter: Any, out: str
                         args = {"lease": lease, "now": now}
                         if op == "release":
                             args["delay"] = 1
+                elif kind == "extend" and leases:
+                    op = "extend"
+                    lease = rng.choice(leases)  # three fields suffice; the rest stays behind
+                    args = {"lease": {name: lease[name] for name in ("task_id", "worker", "generation")}, "now": now}
+                    args["lease_seconds"] = rng.choice([3, 500])
+                elif kind in ("redrive", "cancel"):
+                    op = kind
+                    task_id = f"p{rng.randrange(8)}-{rng.randrange(MIXED_STEPS)}"  # any process's put, if made yet
+                    if kind == "redrive" and cancelled and rng.random() < 0.7:
+                        task_id = rng.choice(cancelled)  # dead, unless another process redrove it first
+                    elif kind == "cancel" and puts and rng.random() < 0.7:
+                        task_id = rng.choice(puts)["_positional"][0]  # this process's, if still ready or leased
+                    args = {"_positional": [task_id]}
+                    if kind == "redrive":
+                        args["available_at"] = now
                 elif kind == "get":
                     op, args = (
                         "get",
@@ -127,11 +144,16 @@ def mixed_child(socket_path: str, number: int, lock: Any, counter: Any, out: str
                 elif kind == "wait":
                     op, args = "wait", {"timeout": 0}
                 else:
-                    op, args = kind, {}
+                    op, args = ("stats" if kind == "extend" else kind), {}
                 recorded = json.loads(json.dumps(args))
                 outcome = call(client, op, args)
                 if op == "reserve" and outcome.startswith("["):
                     leases.extend(item["Lease"] for item in json.loads(outcome))
+                if op == "cancel" and outcome == "null":
+                    cancelled.append(args["_positional"][0])
+                if op == "extend" and outcome.startswith("{"):
+                    renewed = json.loads(outcome)["Lease"]  # the same token, its new deadline
+                    leases[:] = [renewed if held["task_id"] == renewed["task_id"] else held for held in leases]
                 records.append({"order": order, "op": op, "args": recorded, "outcome": outcome})
     Path(out).write_text(json.dumps(records))
 
@@ -164,6 +186,10 @@ def test_eight_processes_mixing_every_call_agree_with_the_model(server: ServerPr
         assert record["outcome"] == expected, record
     seen = {record["op"] for record in records}
     assert seen >= {"put", "put_many", "reserve", "ack", "release", "get", "tasks", "stats", "compact", "wait"}
+    assert seen >= {"extend", "redrive", "cancel"}
+    for op in ("extend", "redrive", "cancel"):  # each new call succeeded at least once, and was refused
+        assert any(record["op"] == op and record["outcome"] not in ("StaleLease", "WrongStatus") for record in records)
+    assert any(record["outcome"] == "WrongStatus" for record in records)
     assert any(record["outcome"] == "KeyConflict" for record in records)
     assert any(record["outcome"] == "StaleLease" for record in records)
     assert not any(record["outcome"] in ("TypeError", "ValueError") for record in records)
