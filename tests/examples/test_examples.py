@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from conftest import RunPython
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-SCRIPTS = ("producer.py", "worker.py", "dead_letters.py")
+SCRIPTS = ("producer.py", "worker.py", "dead_letters.py", "heartbeat.py", "redrive.py")
 
 
 def run_example(run_python: RunPython, script: str, directory: Path) -> str:
