@@ -4,9 +4,11 @@
 
 A task becomes `dead` when its attempts reach `max_attempts` and it is
 released, or its lease expires, once more. A dead task keeps its payload and
-stays dead for good: `tasks("dead")` is the dead-letter list, and a put with
-the dead task's id or key never brings it back (task ids and keys are never
-reused). To try again, put a NEW task: here with the id `<old id>~redo` and
+stays dead until `redrive` brings it back (examples/redrive.py does that, under
+its own id): `tasks("dead")` is the dead-letter list, and a put with the dead
+task's id or key never brings it back (task ids and keys are never reused).
+This script shows the other way to try again, put a NEW task, for work that
+should be a fresh task of its own: here with the id `<old id>~redo` and
 the key `redo:<old key>`, both derived from the dead task, so running this
 script twice re-enqueues nothing twice (the second put is an identical
 retry). Every field of the new put comes from the dead task, none from the
