@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from servers import ServerProcess, running_server, short_directory
+from servers import ServerProcess, running_server
 
 from model import Model, render
 from walqueue import KeyConflict, Lease, Queue, QueueClosed, StaleLease, Task
@@ -26,24 +26,6 @@ from walqueue.cli import AsyncClient, Client
 from walqueue.cli.protocol import LineReader, encode_answer, respond
 
 pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture
-def place() -> Iterator[Path]:
-    with short_directory() as path:
-        yield path
-
-
-@pytest.fixture
-def server(place: Path) -> Iterator[ServerProcess]:
-    with running_server(place / "q", place / "s") as running:
-        yield running
-
-
-@pytest.fixture
-def client(server: ServerProcess) -> Iterator[Client]:
-    with Client(server.socket_path, timeout=30, reconnect_seconds=5) as connected:
-        yield connected
 
 
 def exercise(target: Any) -> list[str]:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from servers import ANSWER_TIMEOUT, RawConnection, ServerProcess, child_environment, running_server, short_directory
+from servers import ANSWER_TIMEOUT, RawConnection, ServerProcess, child_environment
 from test_cli_process import Consumer, put
 from test_client import FlakyServer
 
@@ -42,24 +42,6 @@ def consumer(tmp_path: Path) -> Iterator[Consumer]:
     running = Consumer(tmp_path / "q")
     yield running
     running.kill()
-
-
-@pytest.fixture
-def place() -> Iterator[Path]:
-    with short_directory() as path:
-        yield path
-
-
-@pytest.fixture
-def server(place: Path) -> Iterator[ServerProcess]:
-    with running_server(place / "q", place / "s") as running:
-        yield running
-
-
-@pytest.fixture
-def client(server: ServerProcess) -> Iterator[Client]:
-    with Client(server.socket_path, timeout=30, reconnect_seconds=5) as connected:
-        yield connected
 
 
 # -- the consumer process ---------------------------------------------------------------------

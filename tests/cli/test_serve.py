@@ -19,19 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from servers import RawConnection, ServerProcess, child_environment, running_server, serve_command, short_directory
+from servers import RawConnection, ServerProcess, child_environment, running_server, serve_command
 from test_cli_process import BAD_LINES
 
 from walqueue import Queue
 from walqueue.cli.protocol import MAX_LINE_BYTES, respond
 
 pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture
-def place() -> Iterator[Path]:
-    with short_directory() as path:
-        yield path
 
 
 @pytest.fixture

@@ -1,0 +1,32 @@
+"""The fixtures of the server tests: a short directory (a socket path has 108 bytes), a server in it, a client of it.
+
+`test_serve.py` overrides `server` with a short write timeout of its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from servers import ServerProcess, running_server, short_directory
+
+from walqueue.cli import Client
+
+
+@pytest.fixture
+def place() -> Iterator[Path]:
+    with short_directory() as path:
+        yield path
+
+
+@pytest.fixture
+def server(place: Path) -> Iterator[ServerProcess]:
+    with running_server(place / "q", place / "s") as running:
+        yield running
+
+
+@pytest.fixture
+def client(server: ServerProcess) -> Iterator[Client]:
+    with Client(server.socket_path, timeout=30, reconnect_seconds=5) as connected:
+        yield connected
