@@ -75,6 +75,20 @@ def outcome(call: Callable[[], Any]) -> tuple[tuple[str, str], Any]:
     return ("ok", render(value)), value
 
 
+def forged(lease: Lease, forge: str) -> Lease:
+    """`lease` as handed out, or spoiled one way: another worker or generation, an informational
+    change (payload and deadline), or the three owner fields alone."""
+    if forge == "worker":
+        return dataclasses.replace(lease, worker=lease.worker + "x")
+    if forge == "generation":
+        return dataclasses.replace(lease, generation=lease.generation + 1)
+    if forge == "payload":
+        return dataclasses.replace(lease, payload={"forged": 1}, deadline=lease.deadline + 100)
+    if forge == "bare":
+        return Lease(lease.task_id, lease.worker, lease.generation)
+    return lease
+
+
 class Harness:
     """One Queue and one Model driven in lockstep."""
 
@@ -130,13 +144,7 @@ class Harness:
     def finish(self, verb: str, index: int, offset: int, forge: str, delay: int) -> None:
         if not self.leases:
             return
-        lease = self.leases[index % len(self.leases)]
-        if forge == "worker":
-            lease = dataclasses.replace(lease, worker=lease.worker + "x")
-        elif forge == "generation":
-            lease = dataclasses.replace(lease, generation=lease.generation + 1)
-        elif forge == "payload":
-            lease = dataclasses.replace(lease, payload={"forged": 1}, deadline=lease.deadline + 100)
+        lease = forged(self.leases[index % len(self.leases)], forge)
         now = max(0, lease.deadline + offset)
         if verb == "ack":
             self.same(f"ack({lease!r}, now={now})", lambda q: q.ack(lease, now=now))
@@ -147,13 +155,7 @@ class Harness:
         """Extend one of the tokens handed out (perhaps forged); a new token joins the others."""
         if not self.leases:
             return
-        lease = self.leases[index % len(self.leases)]
-        if forge == "worker":
-            lease = dataclasses.replace(lease, worker=lease.worker + "x")
-        elif forge == "generation":
-            lease = dataclasses.replace(lease, generation=lease.generation + 1)
-        elif forge == "bare":
-            lease = Lease(lease.task_id, lease.worker, lease.generation)  # the three fields alone
+        lease = forged(self.leases[index % len(self.leases)], forge)
         now = max(0, lease.deadline + offset)
         extended = self.same(
             f"extend({lease!r}, now={now}, lease_seconds={lease_seconds})",
