@@ -101,5 +101,6 @@ class Serialized:
             return
         if needed > durability.durable:
             queue._wait_durable(needed)
-        durability.saw(needed)  # what a `wait` of this thread waits beyond
-        durability.announce()  # holding no lock: wakes the `wait`s of other threads
+        durability._local.seen = needed  # what a `wait` of this thread waits beyond (`Durability.seen`)
+        if durability._watchers:  # holding no lock: wakes the `wait`s of other threads
+            durability.announce()

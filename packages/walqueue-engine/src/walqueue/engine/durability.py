@@ -100,12 +100,12 @@ class Durability:
         """Whether this thread is inside `wait_for_commit` (so is a signal handler that interrupted it)."""
         return getattr(self._local, "commit_waiting", False)
 
-    def saw(self, seq: int) -> None:
-        """The calling thread's call has seen the state through `seq`."""
-        self._local.seen = seq
-
     def seen(self) -> int:
-        """The last sequence the calling thread's calls have seen (the durable one, if it made none)."""
+        """The last sequence the calling thread's calls have seen (the durable one, if it made none).
+
+        Each call records it as it ends (`Serialized.__exit__`, calls.py,
+        writes ``_local.seen`` inline: it is on the path of every call).
+        """
         seen: int | None = getattr(self._local, "seen", None)
         return self.durable if seen is None else seen
 
