@@ -77,7 +77,7 @@ class Durability:
         self._cond = threading.Condition(threading.Lock())
         self._syncing = False
         self._failure: OSError | QueueClosed | None = None
-        self._local = threading.local()
+        self._local = _ThreadFlags()
         self._commits = threading.Condition(threading.RLock())
         self._watchers = 0  # threads in wait_for_commit: only then does a commit notify
         self._announced = seq
@@ -94,11 +94,12 @@ class Durability:
 
     def waiting_here(self) -> bool:
         """Whether this thread is inside `wait` or `wait_for_commit` (so is a signal handler that interrupted it)."""
-        return getattr(self._local, "waiting", False) or self.commit_waiting_here()
+        local = self._local
+        return local.waiting or local.commit_waiting
 
     def commit_waiting_here(self) -> bool:
         """Whether this thread is inside `wait_for_commit` (so is a signal handler that interrupted it)."""
-        return getattr(self._local, "commit_waiting", False)
+        return self._local.commit_waiting
 
     def seen(self) -> int:
         """The last sequence the calling thread's calls have seen (the durable one, if it made none).
@@ -106,7 +107,7 @@ class Durability:
         Each call records it as it ends (`Serialized.__exit__`, calls.py,
         writes ``_local.seen`` inline: it is on the path of every call).
         """
-        seen: int | None = getattr(self._local, "seen", None)
+        seen = self._local.seen
         return self.durable if seen is None else seen
 
     def wait_for_commit(self, after: int, timeout: float, stop: Callable[[], bool]) -> bool:
@@ -222,6 +223,18 @@ class Durability:
             cond.notify_all()
         if self._failure is None and target > self.durable:
             self.durable = target
+
+
+class _ThreadFlags(threading.local):
+    """What the calling thread is doing here; class attributes are every new thread's defaults.
+
+    Read by every call on its way in (`waiting_here`), so plain attribute
+    reads rather than ``getattr`` with a default.
+    """
+
+    waiting: bool = False
+    commit_waiting: bool = False
+    seen: int | None = None
 
 
 def _echo(failure: OSError | QueueClosed) -> OSError | QueueClosed:

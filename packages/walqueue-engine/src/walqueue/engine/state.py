@@ -242,11 +242,15 @@ class State:
 
     def _peek(self, heap: list[HeapEntry], now: int, limit: int) -> list[str]:
         tasks = self.tasks
-        # Stale entries at the top are dropped for good; then the usual
-        # answer (nothing due, or the one due entry a reserve of one asks
-        # for) needs no pop and push back.
-        first = self._first(heap)
-        if first is None or first > now:
+        # Stale entries at the top are dropped for good (as `_first` does, written
+        # out here: every reserve comes here twice); then the usual answer (nothing
+        # due, or the one due entry a reserve of one asks for) needs no pop and push back.
+        while heap:
+            entry = heap[0]
+            if tasks[entry[1]].entry is entry:
+                break
+            heapq.heappop(heap)
+        if not heap or heap[0][0] > now:
             return []
         if limit == 1:
             return [heap[0][1]]
