@@ -11,9 +11,12 @@ PostgreSQL's WAL flush, reduced to what one process needs:
 - `wait(seq)` (outside the lock) returns once an fsync that started after
   `seq` was written has finished. The first waiter that finds no fsync
   under way becomes the leader: it takes everything written so far as its
-  target, syncs, publishes the new durable sequence and wakes the others.
-  A waiter whose sequence the running fsync does not cover waits for it,
-  then leads the next one.
+  target, syncs, publishes the new durable sequence and wakes the waiters
+  that fsync covered. A waiter whose sequence the running fsync does not
+  cover waits apart, on a second condition; of those, the leader wakes just
+  one, who leads the next fsync, which covers them all (as LevelDB's
+  writer queue signals only its new front). A thread is never woken only
+  to find that it must sleep again.
 - A failed fsync is final: every waiter, and every later call, fails (as in
   LevelDB: after a sync error nothing more is written). The queue poisons
   itself.
@@ -60,7 +63,10 @@ class Durability:
         "durable",
         "_wal",
         "_grouped",
-        "_cond",
+        "_lock",
+        "_covered",
+        "_later",
+        "_target",
         "_syncing",
         "_failure",
         "_local",
@@ -74,7 +80,8 @@ class Durability:
         self.durable = seq
         self._wal = wal
         self._grouped = grouped
-        self._cond = threading.Condition(threading.Lock())
+        self._new_conditions()
+        self._target = seq
         self._syncing = False
         self._failure: OSError | QueueClosed | None = None
         self._local = _ThreadFlags()
@@ -147,18 +154,34 @@ class Durability:
             self._commits.notify_all()
 
     def wait(self, needed: int) -> None:
-        """Return once every transaction up to `needed` is durable; the fsync error if that cannot be."""
-        cond = self._cond
+        """Return once every transaction up to `needed` is durable; the fsync error if that cannot be.
+
+        A waiter that the running fsync covers waits on `_covered`; one whose
+        frame came after that fsync started waits on `_later`. When an fsync
+        ends, its leader wakes every covered waiter and just one of the later
+        ones, who leads the next fsync (which covers all of them): no thread
+        is woken only to find that it must sleep again.
+        """
+        lock = self._lock
         self._local.waiting = True
         try:
-            with cond:
-                while self.durable < needed:
-                    if self._failure is not None:
-                        raise _echo(self._failure)
-                    if self._syncing:
-                        cond.wait()
-                    else:
-                        self._lead()
+            with lock:
+                try:
+                    while self.durable < needed:
+                        if self._failure is not None:
+                            raise _echo(self._failure)
+                        if not self._syncing:
+                            self._lead()
+                        elif needed <= self._target:
+                            self._covered.wait()
+                        else:
+                            self._later.wait()
+                except BaseException:
+                    # This thread may have been the one woken to lead next (a signal
+                    # handler raised in its wait): pass that on, or the others sleep on.
+                    self._covered.notify()
+                    self._later.notify()
+                    raise
         finally:
             self._local.waiting = False
 
@@ -166,9 +189,9 @@ class Durability:
         """Make everything written durable now (under the queue's lock, before sealing or closing)."""
         if not self._grouped:
             return
-        with self._cond:
+        with self._lock:
             while self._syncing:
-                self._cond.wait()
+                self._covered.wait()
             if self._failure is not None:
                 raise _echo(self._failure)
             if self.durable < self.written:
@@ -176,15 +199,16 @@ class Durability:
 
     def fail(self, error: QueueClosed) -> None:
         """Nothing more can become durable (the queue was poisoned or closed): every waiter raises `error`."""
-        with self._cond:
+        with self._lock:
             if self._failure is None:
                 self._failure = error
-            self._cond.notify_all()
+            self._covered.notify_all()
+            self._later.notify_all()
         self.wake()
 
     def forget_after_fork(self) -> None:
         """In a forked child: a fresh condition, since another thread may have held this one at the fork."""
-        self._cond = threading.Condition(threading.Lock())
+        self._new_conditions()
         self._commits = threading.Condition(threading.RLock())
         self._watchers = 0
         self._syncing = False
@@ -194,23 +218,29 @@ class Durability:
     def failed(self) -> bool:
         return self._failure is not None
 
+    def _new_conditions(self) -> None:
+        """The lock and the two conditions of the waiters (anew in a forked child)."""
+        self._lock = threading.Lock()
+        self._covered = threading.Condition(self._lock)
+        self._later = threading.Condition(self._lock)
+
     def _lead(self) -> None:
-        """Sync everything written so far, outside the condition's lock. Called with it held.
+        """Sync everything written so far, outside the lock; then wake whom it concerns. Called with it held.
 
         The durable sequence moves only if nothing failed meanwhile: a queue
         poisoned during the fsync closes its descriptor, whose number could
         then name another file by the time this fsync ran.
         """
-        cond = self._cond
+        lock = self._lock
         self._syncing = True
-        target = self.written
+        target = self._target = self.written
         try:
             fd = self._wal.fd()
-            cond.release()
+            lock.release()
             try:
                 os.fsync(fd)
             finally:
-                cond.acquire()
+                lock.acquire()
         except OSError as exc:
             if self._failure is not None:
                 # Poisoned or closed during the fsync, which then met a descriptor
@@ -220,7 +250,13 @@ class Durability:
             raise
         finally:
             self._syncing = False
-            cond.notify_all()
+            covered, later = self._covered, self._later
+            covered.notify_all()
+            if self._failure is not None:
+                later.notify_all()
+            else:
+                later.notify()  # the next leader; its fsync will cover every later waiter
+            self._covered, self._later = later, covered
         if self._failure is None and target > self.durable:
             self.durable = target
 
