@@ -1,4 +1,5 @@
-"""The fixtures of the server tests: a short directory (a socket path has 108 bytes), a server in it, a client of it.
+"""The fixtures of the server tests: a short directory (a socket path has 108 bytes), a server in it, a client of it,
+and `flaky`: a `FlakyServer` (servers.py) on a real queue, with a client of it.
 
 `test_serve.py` overrides `server` with a short write timeout of its own.
 """
@@ -9,8 +10,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from servers import ServerProcess, running_server, short_directory
+from servers import FlakyServer, ServerProcess, running_server, short_directory
 
+from walqueue import Queue
 from walqueue.cli import Client
 
 
@@ -30,3 +32,14 @@ def server(place: Path) -> Iterator[ServerProcess]:
 def client(server: ServerProcess) -> Iterator[Client]:
     with Client(server.socket_path, timeout=30, reconnect_seconds=5) as connected:
         yield connected
+
+
+@pytest.fixture
+def flaky(place: Path, tmp_path: Path) -> Iterator[tuple[FlakyServer, Client]]:
+    with Queue(tmp_path / "q", sync=False) as queue:
+        server = FlakyServer(str(place / "flaky"), queue)
+        try:
+            with Client(str(place / "flaky"), timeout=30, reconnect_seconds=5) as flaky_client:
+                yield server, flaky_client
+        finally:
+            server.close()

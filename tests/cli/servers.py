@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -21,6 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from test_cli_process import child_environment
+
+from walqueue import Queue
+from walqueue.cli.protocol import LineReader, encode_answer, respond
 
 START_TIMEOUT = 30.0
 STOP_TIMEOUT = 30.0
@@ -139,6 +143,7 @@ def serve_command(directory: Path | str, socket_path: Path | str, *options: str)
 
 __all__ = [
     "ANSWER_TIMEOUT",
+    "FlakyServer",
     "RawConnection",
     "ServerProcess",
     "child_environment",
@@ -147,3 +152,58 @@ __all__ = [
     "short_directory",
     "wait_until",
 ]
+
+
+class FlakyServer:
+    """Runs each request on `queue`, then drops the connection instead of answering when told to."""
+
+    def __init__(self, path: str, queue: Queue) -> None:
+        self.queue = queue
+        self.drop_ops: set[str] = set()
+        self.drops_left = 0
+        self.executed: list[str] = []
+        self.requests: list[dict[str, Any]] = []  # every request as the server received it
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(path)
+        self.listener.listen(16)
+        self.listener.settimeout(0.1)
+        self.stopping = False
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
+
+    def _accept(self) -> None:
+        while not self.stopping:
+            try:
+                connection, _ = self.listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(connection,), daemon=True).start()
+
+    def _serve(self, connection: socket.socket) -> None:
+        reader = LineReader()
+        connection.settimeout(30)
+        with connection:
+            while data := connection.recv(65536):
+                for line in reader.feed(data):
+                    assert isinstance(line, bytearray)
+                    reply = respond(line, self.queue)
+                    request = json.loads(line)
+                    op = request["op"]
+                    self.executed.append(op)
+                    self.requests.append(request)
+                    if op in self.drop_ops and self.drops_left > 0:
+                        self.drops_left -= 1
+                        connection.shutdown(socket.SHUT_RDWR)
+                        return
+                    connection.sendall(encode_answer(reply.answer))
+
+    def drop_next(self, *ops: str, times: int = 1) -> None:
+        self.drop_ops = set(ops)
+        self.drops_left = times
+
+    def close(self) -> None:
+        self.stopping = True
+        self.thread.join(10)
+        self.listener.close()

@@ -249,14 +249,19 @@ BAD_LINES = [
 ]
 
 
-def test_every_bad_request_is_answered_changes_nothing_and_the_consumer_goes_on(consumer: Consumer) -> None:
-    consumer.ask(put("a"))
-    before = consumer.ask({"op": "stats"})["stats"]
-    for line, words in BAD_LINES:
+def answers_bad_requests(consumer: Consumer, lines: list[tuple[bytes, str]]) -> None:
+    """Each line is answered `BadRequest` with a message containing its words."""
+    for line, words in lines:
         consumer.send(line)
         answer = consumer.answer()
         assert answer["ok"] is False and answer["error"] == "BadRequest", (line, answer)
         assert words in answer["message"], (line, answer)
+
+
+def test_every_bad_request_is_answered_changes_nothing_and_the_consumer_goes_on(consumer: Consumer) -> None:
+    consumer.ask(put("a"))
+    before = consumer.ask({"op": "stats"})["stats"]
+    answers_bad_requests(consumer, BAD_LINES)
     assert consumer.ask({"op": "stats"})["stats"] == before
     assert consumer.ask(put("b")) == {"ok": True, "task_id": "b"}
     assert consumer.finish()[0] == 0

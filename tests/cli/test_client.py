@@ -10,20 +10,17 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from servers import ServerProcess, running_server
+from servers import FlakyServer, ServerProcess, running_server
 
 from model import Model, render
 from walqueue import KeyConflict, Lease, Queue, QueueClosed, StaleLease, Task
 from walqueue.cli import AsyncClient, Client
-from walqueue.cli.protocol import LineReader, encode_answer, respond
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -183,72 +180,6 @@ def test_a_forked_child_uses_its_own_connection(client: Client) -> None:
 
 # ---------------------------------------------------------------------------
 # Retries: an in-process server that loses answers on purpose
-
-
-class FlakyServer:
-    """Runs each request on `queue`, then drops the connection instead of answering when told to."""
-
-    def __init__(self, path: str, queue: Queue) -> None:
-        self.queue = queue
-        self.drop_ops: set[str] = set()
-        self.drops_left = 0
-        self.executed: list[str] = []
-        self.requests: list[dict[str, Any]] = []  # every request as the server received it
-        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.listener.bind(path)
-        self.listener.listen(16)
-        self.listener.settimeout(0.1)
-        self.stopping = False
-        self.thread = threading.Thread(target=self._accept, daemon=True)
-        self.thread.start()
-
-    def _accept(self) -> None:
-        while not self.stopping:
-            try:
-                connection, _ = self.listener.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(connection,), daemon=True).start()
-
-    def _serve(self, connection: socket.socket) -> None:
-        reader = LineReader()
-        connection.settimeout(30)
-        with connection:
-            while data := connection.recv(65536):
-                for line in reader.feed(data):
-                    assert isinstance(line, bytearray)
-                    reply = respond(line, self.queue)
-                    request = __import__("json").loads(line)
-                    op = request["op"]
-                    self.executed.append(op)
-                    self.requests.append(request)
-                    if op in self.drop_ops and self.drops_left > 0:
-                        self.drops_left -= 1
-                        connection.shutdown(socket.SHUT_RDWR)
-                        return
-                    connection.sendall(encode_answer(reply.answer))
-
-    def drop_next(self, *ops: str, times: int = 1) -> None:
-        self.drop_ops = set(ops)
-        self.drops_left = times
-
-    def close(self) -> None:
-        self.stopping = True
-        self.thread.join(10)
-        self.listener.close()
-
-
-@pytest.fixture
-def flaky(place: Path, tmp_path: Path) -> Iterator[tuple[FlakyServer, Client]]:
-    with Queue(tmp_path / "q", sync=False) as queue:
-        server = FlakyServer(str(place / "flaky"), queue)
-        try:
-            with Client(str(place / "flaky"), timeout=30, reconnect_seconds=5) as flaky_client:
-                yield server, flaky_client
-        finally:
-            server.close()
 
 
 def test_a_put_whose_answer_was_lost_is_retried_with_its_key_and_applied_once(

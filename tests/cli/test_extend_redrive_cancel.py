@@ -20,9 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from servers import ANSWER_TIMEOUT, RawConnection, ServerProcess, child_environment
-from test_cli_process import Consumer, put
-from test_client import FlakyServer
+from servers import ANSWER_TIMEOUT, FlakyServer, RawConnection, ServerProcess, child_environment
+from test_cli_process import Consumer, answers_bad_requests, put
 
 from model import render
 from walqueue import KeyConflict, Lease, Queue, StaleLease, WrongStatus
@@ -166,11 +165,7 @@ def test_bad_arguments_of_the_new_ops_are_clear_bad_requests_that_write_nothing(
     consumer.ask(put("a", max_attempts=1))
     consumer.ask({"op": "reserve", "worker": "w", "now": 0, "lease_seconds": 10})
     before = consumer.ask({"op": "stats"})["stats"]
-    for line, words in NEW_OP_BAD_LINES:
-        consumer.send(line)
-        answer = consumer.answer()
-        assert answer["ok"] is False and answer["error"] == "BadRequest", (line, answer)
-        assert words in answer["message"], (line, answer)
+    answers_bad_requests(consumer, NEW_OP_BAD_LINES)
     assert consumer.ask({"op": "stats"})["stats"] == before
     assert consumer.ask({"op": "get", "task_id": "a"})["task"]["status"] == "leased"
     assert consumer.finish()[0] == 0
@@ -403,17 +398,6 @@ def test_wait_of_a_client_is_woken_by_another_clients_cancel(server: ServerProce
 
 
 # -- retries: never across a reconnect -----------------------------------------------------------
-
-
-@pytest.fixture
-def flaky(place: Path, tmp_path: Path) -> Iterator[tuple[FlakyServer, Client]]:
-    with Queue(tmp_path / "q", sync=False) as queue:
-        flaky_server = FlakyServer(str(place / "flaky"), queue)
-        try:
-            with Client(str(place / "flaky"), timeout=30, reconnect_seconds=5) as flaky_client:
-                yield flaky_server, flaky_client
-        finally:
-            flaky_server.close()
 
 
 def _lose_the_answer_of(op: str, client: Client | AsyncClient, lease: Lease) -> Any:
