@@ -23,8 +23,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from collections.abc import Set as AbstractSet
 
-from walqueue.engine.optable import INT_JSON_MAX, Op
-from walqueue.engine.state import DEAD, LEASED, OP_KINDS, READY, State, identity_digest
+from walqueue.engine.optable import INT_JSON_MAX, Op, OpKind
+from walqueue.engine.state import LEASED, OP_KINDS, State, identity_digest
 from walqueue.engine.types import KeyConflict, Lease, StaleLease, WrongStatus
 from walqueue.engine.validate import (
     FITTING_PAYLOAD_BYTES,
@@ -473,14 +473,20 @@ def plan_extend(state: State, lease: Lease, now: int, lease_seconds: int) -> Pla
     return Plan([op], [_EXTEND.encode(op)])
 
 
-def _record_in(state: State, task_id: object, statuses: tuple[str, ...], call: str) -> str:
-    """The stored id of `task_id`, if its task has one of `statuses`; else `WrongStatus`, which writes nothing."""
+def _record_in(state: State, task_id: object, kind: OpKind) -> str:
+    """The stored id of `task_id`, if its task has a status `kind` starts from; else `WrongStatus`, writing nothing.
+
+    The statuses are the op table's own (`OpKind.statuses`), which `apply`
+    checks again: a planner restates no rule of the state machine.
+    """
     task_id = check_name(task_id, "task_id")
     record = state.tasks.get(task_id)
     if record is None:
-        raise WrongStatus(f"{call}: unknown task {task_id!r:.100}")
+        raise WrongStatus(f"{kind.name}: unknown task {task_id!r:.100}")
+    statuses = kind.statuses
+    assert statuses is not None  # only kinds that take an existing task come here
     if record.status not in statuses:
-        raise WrongStatus(f"{call}: task {task_id!r:.100} is {record.status}, not {' or '.join(statuses)}")
+        raise WrongStatus(f"{kind.name}: task {task_id!r:.100} is {record.status}, not {' or '.join(sorted(statuses))}")
     return record.task_id
 
 
@@ -488,7 +494,7 @@ def plan_redrive(state: State, task_id: str, available_at: int, extra_attempts: 
     """The one redrive op of a dead task: ready at `available_at`, with `extra_attempts` more attempts."""
     available_at = check_int(available_at, "available_at")
     extra_attempts = check_int(extra_attempts, "extra_attempts", 1)
-    stored_id = _record_in(state, task_id, (DEAD,), "redrive")
+    stored_id = _record_in(state, task_id, _REDRIVE)
     max_attempts = state.tasks[stored_id].max_attempts + extra_attempts
     if max_attempts > MAX_INT:
         raise ValueError(f"max_attempts + extra_attempts exceeds {MAX_INT}")
@@ -498,5 +504,5 @@ def plan_redrive(state: State, task_id: str, available_at: int, extra_attempts: 
 
 def plan_cancel(state: State, task_id: str) -> Plan:
     """The one cancel op of a ready or leased task (it becomes dead; a holder's token is stale from then on)."""
-    op: Op = {"op": "cancel", "task": _record_in(state, task_id, (READY, LEASED), "cancel")}
+    op: Op = {"op": "cancel", "task": _record_in(state, task_id, _CANCEL)}
     return Plan([op], [_CANCEL.encode(op)])
