@@ -67,7 +67,7 @@ def compact_automatically(queue: Queue) -> None:
         sync=queue._sync,
         lock=queue._mutex,
         finish=functools.partial(finish_background, queue),
-        activity=queue._calls_made,
+        activity=lambda: queue._serialized.entered,  # changes with every call: the thread steps aside
     )
     queue._background = background
     background.start()

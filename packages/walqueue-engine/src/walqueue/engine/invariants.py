@@ -10,17 +10,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from walqueue.engine.heaps import overgrown
 from walqueue.engine.records import COMPLETED, DEAD, DIGEST_BYTES, LEASED, READY, STATUSES
 
 if TYPE_CHECKING:
     from walqueue.engine.state import State
 
-__all__ = ["HEAP_SLACK", "check_invariants"]
-
-#: A heap is rebuilt from its live entries once its dead entries outnumber the
-#: live ones by this much, so stale entries (of tasks acked or released long
-#: before their deadline) cost amortized O(1) and memory stays bounded.
-HEAP_SLACK = 64
+__all__ = ["check_invariants"]
 
 
 def check_invariants(state: State) -> None:
@@ -61,5 +57,5 @@ def check_invariants(state: State) -> None:
     require(dead == state._dead, "the set of dead tasks differs from the records")
     custom_keys = sum(1 for record in state.tasks.values() if record.key != record.task_id)
     require(len(state._key_owner) == custom_keys, "the key index holds keys of no task")
-    require(len(state._ready) <= 2 * counts[READY] + HEAP_SLACK, "the ready heap holds too many stale entries")
-    require(len(state._leases) <= 2 * counts[LEASED] + HEAP_SLACK, "the lease heap holds too many stale entries")
+    require(not overgrown(state._ready, counts[READY]), "the ready heap holds too many stale entries")
+    require(not overgrown(state._leases, counts[LEASED]), "the lease heap holds too many stale entries")

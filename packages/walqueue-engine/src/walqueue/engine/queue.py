@@ -48,7 +48,8 @@ from walqueue.engine.durability import Durability
 from walqueue.engine.ownership import DirectoryLock
 from walqueue.engine.recovery import recover
 from walqueue.engine.state import apply
-from walqueue.engine.types import Lease, QueueClosed, Stats, Status, Task, new_lease
+from walqueue.engine.types import Lease, QueueClosed, Stats, Status, Task, plain_lease
+from walqueue.engine.validate import check_queue_options, check_timeout
 from walqueue.engine.wal import Hook, append_with_phases, no_hook
 from walqueue.format.directory import StoreDirectory, make_directories
 from walqueue.format.frame import encode_body
@@ -98,22 +99,7 @@ class Queue:
         compact_bytes: int | None = DEFAULT_COMPACT_BYTES,
         create: bool = True,
     ) -> None:
-        if not isinstance(directory, (str, os.PathLike)):
-            raise TypeError(f"directory must be a str or path-like, not {type(directory).__name__}")
-        path = os.fspath(directory)
-        if not isinstance(path, str):
-            raise TypeError("directory must be a text path")
-        if hook is not None and not callable(hook):
-            raise TypeError("hook must be callable or None")
-        if type(sync) is not bool:
-            raise TypeError("sync must be a bool")
-        if type(create) is not bool:
-            raise TypeError("create must be a bool")
-        if compact_bytes is not None:
-            if type(compact_bytes) is not int:
-                raise TypeError(f"compact_bytes must be None or an int, not {type(compact_bytes).__name__}")
-            if compact_bytes < 1:
-                raise ValueError(f"compact_bytes must be >= 1, not {compact_bytes}")
+        path = check_queue_options(directory, hook, sync, create, compact_bytes)
         self._closed = True  # until fully open, so that __del__/close on failure are harmless
         self._close_pending = False
         self._depth = 0
@@ -185,8 +171,7 @@ class Queue:
                 # Interrupted inside a call, a wait for an fsync or a join of the
                 # snapshot thread: joining or waiting again here would wait for
                 # this very thread. The interrupted step releases the files.
-                self._closed = True
-                self._close_pending = True
+                self._closed = self._close_pending = True
                 return
             self._release(drain=True)
 
@@ -339,10 +324,6 @@ class Queue:
             self._poison()
             raise
 
-    def _calls_made(self) -> int:
-        """A number that changes with every call (what the snapshot thread watches to step aside)."""
-        return self._serialized.entered
-
     def _background_running(self) -> bool:
         background = self._background
         return background is not None and background.running
@@ -450,7 +431,7 @@ class Queue:
         Example: ``queue.ack(lease, now=int(time.time()))``
         """
         self._check_open()
-        lease = _exact_token(lease)
+        lease = plain_lease(lease)
         with self._serialized:
             self._commit(ops.plan_ack(self._state, lease, now))
 
@@ -463,7 +444,7 @@ class Queue:
         Example: ``queue.release(lease, now=int(time.time()), delay=30)``
         """
         self._check_open()
-        lease = _exact_token(lease)
+        lease = plain_lease(lease)
         with self._serialized:
             self._commit(ops.plan_release(self._state, lease, now, delay))
 
@@ -479,7 +460,7 @@ class Queue:
         Example: ``lease = queue.extend(lease, now=int(time.time()), lease_seconds=60)``
         """
         self._check_open()
-        lease = _exact_token(lease)
+        lease = plain_lease(lease)
         with self._serialized:
             self._commit(ops.plan_extend(self._state, lease, now, lease_seconds))
             return self._state.lease_for(lease.task_id)
@@ -523,10 +504,7 @@ class Queue:
         Example: ``if not queue.reserve("w", now=now, lease_seconds=60): queue.wait(5.0)``
         """
         self._check_open()
-        if type(timeout) not in (int, float) or not 0 <= timeout < float("inf"):  # NaN fails both
-            raise (ValueError if type(timeout) in (int, float) else TypeError)(
-                f"timeout must be a finite number of seconds >= 0, not {timeout!r:.80}"
-            )
+        timeout = check_timeout(timeout)
         durability = self._durability
         after = durability.seen()
         with self._serialized:  # the checks of every call: closed, re-entrant
@@ -618,10 +596,3 @@ class Queue:
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"last_seq={self._state.last_seq}"
         return f"<Queue {self._directory!r} {state}>"
-
-
-def _exact_token(lease: Lease) -> Lease:
-    """A subclass's token as a plain `Lease`, read now, before the lock (its attributes may run code)."""
-    if type(lease) is Lease or not isinstance(lease, Lease):
-        return lease
-    return new_lease(lease.task_id, lease.worker, lease.generation, 0, 0, None)

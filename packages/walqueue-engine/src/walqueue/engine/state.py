@@ -41,13 +41,13 @@ WARNING: the format layer cannot import the engine, so its list of op names
 check every frame against) is written out again by hand. Add a kind there
 too; tests/engine/test_optable.py fails until the two agree.
 
-Why the indexes: the ready and lease orders are heaps with lazy deletion: a
-heap entry is live only while it is the very tuple its record points at, so
-a transition never searches a heap. The same heaps list the ready and the
-leased tasks, and a set holds the dead ones, so that `list_tasks(status)`
-costs what it returns rather than a walk of every task; completed tasks
-alone have no index (docs/DECISIONS.md, "Reads by status": a set entry
-would cost more than the tombstone's whole memory budget).
+Why the indexes: the ready and lease orders are heaps with lazy deletion
+(heaps.py), so a transition never searches a heap. The same heaps list the
+ready and the leased tasks, and a set holds the dead ones, so that
+`list_tasks(status)` costs what it returns rather than a walk of every
+task; completed tasks alone have no index (docs/DECISIONS.md, "Reads by
+status": a set entry would cost more than the tombstone's whole memory
+budget).
 """
 
 from __future__ import annotations
@@ -56,7 +56,8 @@ import heapq
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Protocol
 
-from walqueue.engine.invariants import HEAP_SLACK, check_invariants
+from walqueue.engine.heaps import due, first_time, live_ids, pruned
+from walqueue.engine.invariants import check_invariants
 from walqueue.engine.optable import Field, Op, OpKind
 from walqueue.engine.records import (
     COMPLETED,
@@ -171,12 +172,7 @@ class State:
         elif not self._counts[status]:
             return []
         elif status == READY or status == LEASED:
-            # A heap holds at most 2k + HEAP_SLACK entries for its k live ones.
-            ids = [
-                entry[1]
-                for entry in (self._ready if status == READY else self._leases)
-                if tasks[entry[1]].entry is entry
-            ]
+            ids = live_ids(self._ready if status == READY else self._leases, tasks)
         elif status == DEAD:
             ids = self._dead
         else:
@@ -189,11 +185,11 @@ class State:
 
     def next_available_at(self) -> int | None:
         """The smallest `available_at` of a ready task (None: none is ready); amortized O(log n)."""
-        return self._first(self._ready)
+        return first_time(self._ready, self.tasks)
 
     def next_deadline(self) -> int | None:
         """The earliest deadline of a leased task (None: none is leased); amortized O(log n)."""
-        return self._first(self._leases)
+        return first_time(self._leases, self.tasks)
 
     def identity(self, task_id: str) -> bytes:
         """The 32-byte identity digest of the task's original put (`KeyError` if unknown)."""
@@ -218,54 +214,16 @@ class State:
     def peek_ready(self, now: int, limit: int) -> list[str]:
         """Up to `limit` ready task ids with ``available_at <= now``, in (available_at, task id) order.
 
-        Costs O(k log n) for k results: the first entries are popped and
-        pushed back (stale entries met on the way are dropped for good).
+        O(k log n) for k results (heaps.due).
         """
         check_int(now, "now")
         check_int(limit, "limit", 1)
-        return self._peek(self._ready, now, limit)
+        return due(self._ready, self.tasks, now, limit)
 
     def peek_expired(self, now: int) -> list[str]:
         """Every leased task id with ``deadline <= now``, in (deadline, task id) order."""
         check_int(now, "now")
-        return self._peek(self._leases, now, MAX_INT)
-
-    def _first(self, heap: list[HeapEntry]) -> int | None:
-        """The time of the heap's first live entry, once the stale entries above it are dropped for good."""
-        tasks = self.tasks
-        while heap:
-            entry = heap[0]
-            if tasks[entry[1]].entry is entry:
-                return entry[0]
-            heapq.heappop(heap)
-        return None
-
-    def _peek(self, heap: list[HeapEntry], now: int, limit: int) -> list[str]:
-        tasks = self.tasks
-        # Stale entries at the top are dropped for good (as `_first` does, written
-        # out here: every reserve comes here twice); then the usual answer (nothing
-        # due, or the one due entry a reserve of one asks for) needs no pop and push back.
-        while heap:
-            entry = heap[0]
-            if tasks[entry[1]].entry is entry:
-                break
-            heapq.heappop(heap)
-        if not heap or heap[0][0] > now:
-            return []
-        if limit == 1:
-            return [heap[0][1]]
-        live: list[HeapEntry] = []
-        while heap and len(live) < limit:
-            entry = heap[0]
-            if tasks[entry[1]].entry is not entry:
-                heapq.heappop(heap)
-                continue
-            if entry[0] > now:
-                break
-            live.append(heapq.heappop(heap))
-        for entry in live:
-            heapq.heappush(heap, entry)
-        return [entry[1] for entry in live]
+        return due(self._leases, self.tasks, now, MAX_INT)
 
     # -- snapshot support -----------------------------------------------------
 
@@ -326,16 +284,8 @@ class State:
                 record.entry = entry = (record.deadline, task_id)
                 heapq.heappush(self._leases, entry)
         self.last_seq = seq
-        if len(self._ready) > 2 * counts[READY] + HEAP_SLACK:
-            self._ready = self._live_entries(self._ready)
-        if len(self._leases) > 2 * counts[LEASED] + HEAP_SLACK:
-            self._leases = self._live_entries(self._leases)
-
-    def _live_entries(self, heap: list[HeapEntry]) -> list[HeapEntry]:
-        tasks = self.tasks
-        live = [entry for entry in heap if tasks[entry[1]].entry is entry]
-        heapq.heapify(live)
-        return live
+        self._ready = pruned(self._ready, tasks, counts[READY])
+        self._leases = pruned(self._leases, tasks, counts[LEASED])
 
     def check_invariants(self) -> None:
         """Verify every index against the records; `AssertionError` names the first broken one.

@@ -281,3 +281,15 @@ class Task:
             "worker": self.worker,
             "deadline": self.deadline,
         }
+
+
+def plain_lease(lease: Lease) -> Lease:
+    """A subclass's token as a plain `Lease`, read now (before a lock is taken: its attributes may run code).
+
+    Only the three owner fields are copied, as they are all a settling op
+    checks; anything that is not a `Lease` is returned as it is, for the
+    planner to refuse.
+    """
+    if type(lease) is Lease or not isinstance(lease, Lease):
+        return lease
+    return new_lease(lease.task_id, lease.worker, lease.generation, 0, 0, None)

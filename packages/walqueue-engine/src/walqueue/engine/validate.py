@@ -14,6 +14,7 @@ queue promises that what it stores is what it gives back, byte for byte.
 from __future__ import annotations
 
 import math
+import os
 from typing import Any
 
 from walqueue.format.canonical import canonical_json
@@ -31,7 +32,9 @@ __all__ = [
     "check_int",
     "check_name",
     "check_payload",
+    "check_queue_options",
     "check_record_fits",
+    "check_timeout",
 ]
 
 #: Task ids, keys and worker names are at most this many UTF-8 bytes (SPEC §2).
@@ -253,3 +256,35 @@ def check_record_fits(
             f"task too large: payload {len(payload_json)} bytes + names {len(task_json) + len(key_json)} bytes"
             f" + {RECORD_WORST_CASE_EXTRA} bytes of record margin exceed the frame bound of {max_frame_bytes}"
         )
+
+
+def check_queue_options(directory: object, hook: object, sync: object, create: object, compact_bytes: object) -> str:
+    """Check `Queue`'s constructor arguments before anything is opened; return the directory as a str path."""
+    if not isinstance(directory, (str, os.PathLike)):
+        raise TypeError(f"directory must be a str or path-like, not {type(directory).__name__}")
+    path = os.fspath(directory)
+    if not isinstance(path, str):
+        raise TypeError("directory must be a text path")
+    if hook is not None and not callable(hook):
+        raise TypeError("hook must be callable or None")
+    if type(sync) is not bool:
+        raise TypeError("sync must be a bool")
+    if type(create) is not bool:
+        raise TypeError("create must be a bool")
+    if compact_bytes is not None:
+        if type(compact_bytes) is not int:
+            raise TypeError(f"compact_bytes must be None or an int, not {type(compact_bytes).__name__}")
+        if compact_bytes < 1:
+            raise ValueError(f"compact_bytes must be >= 1, not {compact_bytes}")
+    return path
+
+
+def check_timeout(timeout: object) -> float:
+    """Return `timeout` if it is a finite int or float >= 0 (seconds of real time); NaN is refused."""
+    flaw = f"timeout must be a finite number of seconds >= 0, not {timeout!r:.80}"
+    if type(timeout) is not int and type(timeout) is not float:
+        raise TypeError(flaw)
+    assert isinstance(timeout, (int, float))
+    if not 0 <= timeout < math.inf:  # NaN fails both
+        raise ValueError(flaw)
+    return timeout

@@ -1,0 +1,84 @@
+"""The ready and lease orders: heaps of ``(time, task id)`` entries with lazy deletion.
+
+An entry is live only while it is the very tuple its task's record points
+at (``record.entry is entry``), so a transition never searches a heap: it
+gives the record a new entry (or none) and leaves the old one behind, to be
+dropped when it reaches the top or when the heap is rebuilt. Pure, like the
+state that owns the heaps: these functions only read the records, and
+change nothing but the heap they are handed.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Mapping
+
+from walqueue.engine.records import HeapEntry, Record
+
+__all__ = ["HEAP_SLACK", "due", "first_time", "live_ids", "overgrown", "pruned"]
+
+#: A heap is rebuilt from its live entries once its dead entries outnumber the
+#: live ones by this much, so stale entries (of tasks acked or released long
+#: before their deadline) cost amortized O(1) and memory stays bounded.
+HEAP_SLACK = 64
+
+
+def overgrown(heap: list[HeapEntry], live: int) -> bool:
+    """Whether a heap with `live` live entries holds too many stale ones (the bound `pruned` keeps)."""
+    return len(heap) > 2 * live + HEAP_SLACK
+
+
+def pruned(heap: list[HeapEntry], tasks: Mapping[str, Record], live: int) -> list[HeapEntry]:
+    """`heap` itself, or a new heap of its live entries once it is `overgrown`."""
+    if not overgrown(heap, live):
+        return heap
+    rebuilt = [entry for entry in heap if tasks[entry[1]].entry is entry]
+    heapq.heapify(rebuilt)
+    return rebuilt
+
+
+def live_ids(heap: list[HeapEntry], tasks: Mapping[str, Record]) -> list[str]:
+    """The task ids of the live entries, unordered (at most 2k + `HEAP_SLACK` entries for k live ones)."""
+    return [entry[1] for entry in heap if tasks[entry[1]].entry is entry]
+
+
+def first_time(heap: list[HeapEntry], tasks: Mapping[str, Record]) -> int | None:
+    """The time of the first live entry (None: there is none), once the stale entries above it are dropped."""
+    while heap:
+        entry = heap[0]
+        if tasks[entry[1]].entry is entry:
+            return entry[0]
+        heapq.heappop(heap)
+    return None
+
+
+def due(heap: list[HeapEntry], tasks: Mapping[str, Record], now: int, limit: int) -> list[str]:
+    """Up to `limit` task ids of live entries with ``time <= now``, in (time, task id) order.
+
+    O(k log n) for k results: the first entries are popped and pushed back
+    (stale entries met on the way are dropped for good).
+    """
+    # Stale entries at the top are dropped for good (as `first_time` does, written
+    # out here: every reserve comes here twice); then the usual answer (nothing
+    # due, or the one due entry a reserve of one asks for) needs no pop and push back.
+    while heap:
+        entry = heap[0]
+        if tasks[entry[1]].entry is entry:
+            break
+        heapq.heappop(heap)
+    if not heap or heap[0][0] > now:
+        return []
+    if limit == 1:
+        return [heap[0][1]]
+    live: list[HeapEntry] = []
+    while heap and len(live) < limit:
+        entry = heap[0]
+        if tasks[entry[1]].entry is not entry:
+            heapq.heappop(heap)
+            continue
+        if entry[0] > now:
+            break
+        live.append(heapq.heappop(heap))
+    for entry in live:
+        heapq.heappush(heap, entry)
+    return [entry[1] for entry in live]
