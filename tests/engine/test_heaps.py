@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from hypothesis import given
 from hypothesis import strategies as st
 
-from walqueue.engine.heaps import HEAP_SLACK, due, first_time, live_ids, overgrown, pruned
+from walqueue.engine.heaps import HEAP_SLACK, due, first_time, live_ids, pruned
 from walqueue.engine.records import HeapEntry
 
 
@@ -65,13 +65,16 @@ def test_pruned_rebuilds_only_an_overgrown_heap_and_keeps_every_live_entry(entri
     live = _live(heap, tasks)
     for count in (len(live), 0):
         result = pruned(heap, tasks, count)  # type: ignore[arg-type]
-        if overgrown(heap, count):
+        if len(heap) > 2 * count + HEAP_SLACK:
             assert result is not heap and sorted(result) == live
             assert result[0] == live[0]  # a heap again
         else:
             assert result is heap
 
 
-def test_overgrown_is_more_than_twice_the_live_count_plus_the_slack() -> None:
-    assert not overgrown([(0, "x")] * (2 * 5 + HEAP_SLACK), 5)
-    assert overgrown([(0, "x")] * (2 * 5 + HEAP_SLACK + 1), 5)
+def test_the_bound_is_twice_the_live_count_plus_the_slack() -> None:
+    tasks = {"x": _Holder((0, "x"))}
+    at_bound: list[HeapEntry] = [(0, "x")] * (2 * 5 + HEAP_SLACK)
+    assert pruned(at_bound, tasks, 5) is at_bound  # type: ignore[arg-type]
+    over = [*at_bound, (0, "x")]
+    assert pruned(over, tasks, 5) is not over  # type: ignore[arg-type]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from walqueue.engine.heaps import overgrown
+from walqueue.engine.heaps import pruned
 from walqueue.engine.records import COMPLETED, DEAD, DIGEST_BYTES, LEASED, READY, STATUSES
 
 if TYPE_CHECKING:
@@ -57,5 +57,5 @@ def check_invariants(state: State) -> None:
     require(dead == state._dead, "the set of dead tasks differs from the records")
     custom_keys = sum(1 for record in state.tasks.values() if record.key != record.task_id)
     require(len(state._key_owner) == custom_keys, "the key index holds keys of no task")
-    require(not overgrown(state._ready, counts[READY]), "the ready heap holds too many stale entries")
-    require(not overgrown(state._leases, counts[LEASED]), "the lease heap holds too many stale entries")
+    for heap, live, name in ((state._ready, counts[READY], "ready"), (state._leases, counts[LEASED], "lease")):
+        require(pruned(heap, state.tasks, live) is heap, f"the {name} heap holds too many stale entries")
