@@ -57,15 +57,10 @@ def due(heap: list[HeapEntry], tasks: Mapping[str, Record], now: int, limit: int
     O(k log n) for k results: the first entries are popped and pushed back
     (stale entries met on the way are dropped for good).
     """
-    # Stale entries at the top are dropped for good (as `first_time` does, written
-    # out here: every reserve comes here twice); then the usual answer (nothing
-    # due, or the one due entry a reserve of one asks for) needs no pop and push back.
-    while heap:
-        entry = heap[0]
-        if tasks[entry[1]].entry is entry:
-            break
-        heapq.heappop(heap)
-    if not heap or heap[0][0] > now:
+    # Once the stale entries at the top are gone, the usual answer (nothing due,
+    # or the one due entry a reserve of one asks for) needs no pop and push back.
+    first = first_time(heap, tasks)
+    if first is None or first > now:
         return []
     if limit == 1:
         return [heap[0][1]]
