@@ -26,8 +26,10 @@ HEAP_SLACK = 64
 def pruned(heap: list[HeapEntry], tasks: Mapping[str, Record], live: int) -> list[HeapEntry]:
     """`heap` itself, or a new heap of its live entries once it holds more than 2 x `live` + `HEAP_SLACK`.
 
-    The one statement of that bound: the commit calls this after every
-    transaction, and the invariant check asks whether it would rebuild.
+    The statement of that bound: the invariant check asks whether this
+    would rebuild, and the commit calls it when it would (WARNING: the
+    commit restates the test, to save a call per transaction; see
+    `State._commit`).
     """
     if len(heap) <= 2 * live + HEAP_SLACK:
         return heap

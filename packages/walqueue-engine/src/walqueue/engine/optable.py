@@ -145,9 +145,15 @@ class OpKind:
         splice_line = "return template % ({},)".format(", ".join(values))
         check_lines = [f"check_name(op[{n!r}], {n!r})" for n, kind in self.fields if kind is Field.NAME]
         ints = [(n, _MINIMUM[kind]) for n, kind in self.fields if kind in _MINIMUM]
-        if ints:  # one test for all of them; `check_int` names the flaw only once it failed
-            test = " and ".join(f"type(op[{n!r}]) is int and {low} <= op[{n!r}] <= MAX_INT" for n, low in ints)
-            check_lines += [f"if not ({test}):", *(f"    check_int(op[{n!r}], {n!r}, {low})" for n, low in ints)]
+        if ints:  # one test for all of them, each value fetched once; `check_int` names the flaw once it failed
+            check_lines += [f"value{i} = op[{n!r}]" for i, (n, _) in enumerate(ints)]
+            test = " and ".join(
+                f"type(value{i}) is int and {low} <= value{i} <= MAX_INT" for i, (_, low) in enumerate(ints)
+            )
+            check_lines += [
+                f"if not ({test}):",
+                *(f"    check_int(value{i}, {n!r}, {low})" for i, (n, low) in enumerate(ints)),
+            ]
         template = b"".join(parts)
         setter = object.__setattr__
         allowed = self.from_status

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from walqueue.engine.gcpause import paused_gc
 from walqueue.engine.state import InvalidTransaction, State, apply
 from walqueue.engine.wal import Hook, WalWriter, create_segment
 from walqueue.format.current import Current, read_current
@@ -77,11 +78,13 @@ def _replay_segment(
             # The usual frame: the next transaction, to be applied. `apply`
             # checks its envelope as strictly as `transaction_seq` would
             # (exact keys, an int sequence, a non-empty list of known ops),
-            # so it is not checked twice.
+            # so it is not checked twice; nor is its sequence, which is the
+            # one the rule expects (see `SequenceRule`'s WARNING).
             seq = expected
+            rule.expected = seq + 1
         else:
             seq = transaction_seq(value, path, offset)
-        rule.check(seq, path, offset)
+            rule.check(seq, path, offset)
         if seq <= snapshot_seq:
             continue
         try:
@@ -145,7 +148,7 @@ def recover(directory: StoreDirectory, *, hook: Hook, sync: bool) -> Recovered:
             fd = directory.open_regular(name, "WAL segment")
         except FileNotFoundError:
             raise CorruptStore(path, None, "WAL segment is missing") from None
-        with os.fdopen(fd, "rb") as file:
+        with os.fdopen(fd, "rb") as file, paused_gc():
             frames = scan_frames(file, path, allow_torn_tail=number == newest, end=end)
             _replay_segment(state, frames, path, rule, progress, snapshot_size + wal_bytes)
         wal_bytes += end.size if end.torn_offset is None else end.torn_offset

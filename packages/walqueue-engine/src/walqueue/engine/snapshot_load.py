@@ -18,12 +18,12 @@ state equals the state that was written.
 
 from __future__ import annotations
 
-import gc
 import heapq
 from collections.abc import Iterable
 from operator import itemgetter
 from typing import NamedTuple
 
+from walqueue.engine.gcpause import paused_gc
 from walqueue.engine.records import (
     COMPLETED,
     DEAD,
@@ -146,9 +146,7 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
     The cyclic GC is paused while the records are built (and decoded, when
     `records` streams from a reader): a load allocates several tracked
     objects per task and frees none of them, so the collections they would
-    trigger only walk the growing state again and again. The pause is
-    process-wide, for the length of the load, and the GC is re-enabled (if
-    it was enabled) whatever happens.
+    trigger only walk the growing state again and again (`gcpause`).
     """
     tasks: dict[str, Record] = {}
     key_owner: dict[str, str] = {}
@@ -158,9 +156,7 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
     dead: set[str] = set()
     previous: str | None = None
     record: Record
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with paused_gc():
         for index, value in enumerate(records):
             try:
                 if type(value) is not dict:
@@ -264,9 +260,6 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
                 assert type(record) is TaskRecord
                 record.entry = entry = (deadline, task_id)
                 leases.append(entry)
-    finally:
-        if gc_was_enabled:
-            gc.enable()
     heapq.heapify(ready)
     heapq.heapify(leases)
     return Loaded(tasks, key_owner, ready, leases, counts, dead)

@@ -69,11 +69,9 @@ def encode_frame(value: Any) -> bytes:
     return encode_body(canonical_json(value))
 
 
-def _parse_body(body: bytes, path: str | None, offset: int) -> Any:
-    try:
-        return parse_json(body)
-    except ValueError as exc:
-        raise CorruptStore(path, offset, f"frame body is not UTF-8 JSON: {exc}") from None
+def _not_json(path: str | None, offset: int, exc: ValueError) -> CorruptStore:
+    """The error for a frame whose body `parse_json` refused."""
+    return CorruptStore(path, offset, f"frame body is not UTF-8 JSON: {exc}")
 
 
 def decode_frame(data: bytes, path: str | None = None) -> Any:
@@ -94,7 +92,10 @@ def decode_frame(data: bytes, path: str | None = None) -> Any:
     body = data[LENGTH_BYTES : LENGTH_BYTES + length]
     if hashlib.sha256(body).digest() != data[LENGTH_BYTES + length :]:
         raise CorruptStore(path, 0, "frame digest mismatch")
-    return _parse_body(body, path, 0)
+    try:
+        return parse_json(body)
+    except ValueError as exc:
+        raise _not_json(path, 0, exc) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,7 +252,10 @@ def scan_frames(
             body = data[pos + LENGTH_BYTES : body_end]
             if sha256(body).digest() != data[body_end:frame_end]:
                 raise CorruptStore(path, base + pos, "frame digest mismatch")
-            value = _parse_body(body, path, base + pos)
+            try:
+                value = parse_json(body)
+            except ValueError as exc:
+                raise _not_json(path, base + pos, exc) from None
             end.frames += 1
             yield base + pos, frame_end - pos, value
             pos = frame_end

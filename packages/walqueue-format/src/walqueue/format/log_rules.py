@@ -68,17 +68,29 @@ class SequenceRule:
     what came before is unknown: `resync` makes the next frame start a new
     run (fsck uses it so as not to report one damage twice; recovery never
     does, since it stops at the first).
+
+    WARNING: the rule's whole state after an accepted frame is `expected`.
+    A reader that has just seen a frame carry exactly `expected` may set
+    ``rule.expected = seq + 1`` instead of calling `check`, which would
+    accept that frame and do only that (recovery's inner loop does, to save
+    a call per frame). Any state added to `check` must keep that true.
     """
 
-    __slots__ = ("snapshot_seq", "expected", "anchored", "last")
+    __slots__ = ("snapshot_seq", "expected", "anchored", "_last_run_end")
 
     def __init__(self, snapshot_seq: int) -> None:
         self.snapshot_seq = snapshot_seq
         #: The sequence the next frame must carry; None before the first frame (or after a resync).
         self.expected: int | None = None
         self.anchored = True
-        #: The last sequence seen, or None.
-        self.last: int | None = None
+        #: The last sequence seen before the latest `resync` (None: none was).
+        self._last_run_end: int | None = None
+
+    @property
+    def last(self) -> int | None:
+        """The last sequence seen, or None."""
+        expected = self.expected
+        return self._last_run_end if expected is None else expected - 1
 
     def check(self, seq: int, path: str, offset: int) -> None:
         """Accept `seq` as the next frame's sequence, or raise `CorruptStore`."""
@@ -89,10 +101,10 @@ class SequenceRule:
         elif seq != expected:
             raise CorruptStore(path, offset, f"sequence {seq} where {expected} was expected")
         self.expected = seq + 1
-        self.last = seq
 
     def resync(self) -> None:
         """Forget the continuity: the next frame starts a new, unanchored run."""
+        self._last_run_end = self.last
         self.expected = None
         self.anchored = False
 
