@@ -27,7 +27,11 @@ How it is built, and why:
 - Stopping (SIGTERM, SIGINT): close the listener, let each connection finish
   the request it is executing (a `wait` is woken and answers false), drop
   the lines not started, close the queue, remove the socket file (only if
-  it is still the one this server bound), exit 0.
+  it is still the one this server bound), exit 0. `main` points
+  `signal.set_wakeup_fd` at a pipe that the accept loop polls: a signal
+  that lands just before the loop enters `poll` (or on another thread)
+  runs its handler only once the loop wakes, and without that pipe the
+  loop would sleep through it.
 """
 
 from __future__ import annotations
@@ -263,16 +267,28 @@ class Server:
         except (BlockingIOError, OSError):
             pass
 
-    def serve_forever(self) -> int:
+    def serve_forever(self, wakeup: int | None = None) -> int:
+        """Accept until `stop()`; returns the exit status.
+
+        `wakeup` is the read end of the pipe given to `signal.set_wakeup_fd`
+        (non-blocking). It is polled with the listener so that a signal
+        always wakes this loop, and drained: the Python-level handler (which
+        calls `stop()`) runs in this thread before the loop polls again.
+        """
         assert self._listener is not None, "start() first"
         poller = select.poll()
         poller.register(self._listener.fileno(), select.POLLIN)
         poller.register(self._stop_read, select.POLLIN)
+        if wakeup is not None:
+            poller.register(wakeup, select.POLLIN)
         try:
             while not self._stopping.is_set():
                 events = dict(poller.poll())
                 if self._stop_read in events or self._stopping.is_set():
                     break
+                if wakeup is not None and wakeup in events:
+                    _drain(wakeup)
+                    continue
                 try:
                     connection, _ = self._listener.accept()
                 except (BlockingIOError, InterruptedError, ConnectionAbortedError):
@@ -417,6 +433,15 @@ class Server:
         return seq
 
 
+def _drain(fd: int) -> None:
+    """Read a non-blocking pipe until it is empty (or closed)."""
+    try:
+        while os.read(fd, 512):
+            pass
+    except BlockingIOError:
+        pass
+
+
 def _close_quietly(connection: socket.socket) -> None:
     try:
         connection.shutdown(socket.SHUT_RDWR)
@@ -531,8 +556,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         server.close_queue()
         print(f"walqueue-serve: cannot listen on {arguments.socket}: {error}", file=sys.stderr)
         return EXIT_SOCKET
-    print(f"walqueue-serve: listening on {server.socket_path}", flush=True)
-    return server.serve_forever()
+    wakeup_read, wakeup_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    previous_wakeup = signal.set_wakeup_fd(wakeup_write, warn_on_full_buffer=False)
+    try:
+        print(f"walqueue-serve: listening on {server.socket_path}", flush=True)
+        return server.serve_forever(wakeup_read)
+    finally:
+        signal.set_wakeup_fd(previous_wakeup)
+        os.close(wakeup_read)
+        os.close(wakeup_write)
 
 
 if __name__ == "__main__":
