@@ -4,8 +4,8 @@ A signal delivered to a thread other than the main one (or to the main
 thread just before it enters `poll`) runs its C-level handler at once, but
 its Python handler only when the main thread next runs bytecode. Without
 `signal.set_wakeup_fd` the accept loop slept through such a SIGTERM (the
-torture tool's hostile-clients campaign found it, about once in a few
-hundred stops). Sending SIGTERM to a helper thread makes the case
+torture tool's hostile-clients campaign found it: 2 of about 7 loaded
+40-second runs hung at a stop). Sending SIGTERM to a helper thread makes the case
 deterministic.
 """
 
