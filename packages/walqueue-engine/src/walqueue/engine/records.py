@@ -21,6 +21,7 @@ from typing import Any
 
 from walqueue.engine.types import Task
 from walqueue.format.canonical import canonical_json, canonical_str, parse_json
+from walqueue.format.errors import WalQueueError
 
 __all__ = [
     "COMPLETED",
@@ -53,7 +54,7 @@ DIGEST_BYTES = 32
 HeapEntry = tuple[int, str]
 
 
-class InvalidTransaction(ValueError):
+class InvalidTransaction(WalQueueError, ValueError):
     """A transaction (or snapshot record) that the state machine refuses; the state is untouched.
 
     Recovery turns it into `CorruptStore`: a log written by WALQueue never
