@@ -37,7 +37,7 @@ BUDGETS = {
     "bad-input": 10.0,
     "environment": 8.0,
 }
-BUDGETS.update({"server-kill": 4.0, "client-kill": 3.0, "hostile-clients": 3.0})  # walqueue-serve (#17)
+BUDGETS.update({"server-kill": 4.0, "client-kill": 3.0, "hostile-clients": 3.0})  # walqueue-serve
 
 #: Lower bounds on what a bounded run must have done: about a third of what a
 #: loaded two-core machine manages, so they catch a campaign gone idle, not a slow CI.

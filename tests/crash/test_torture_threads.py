@@ -1,4 +1,4 @@
-"""Bounded runs of the torture modes added for group commit and background compaction (issue #15).
+"""Bounded runs of the torture modes added for group commit and background compaction.
 
 `tests/crash/test_torture.py` runs every campaign; this file holds the new
 modes to their own promises: the background campaign died before every kind

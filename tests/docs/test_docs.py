@@ -1,4 +1,4 @@
-"""The docs stay true (issue #18): their commands run, their examples answer as shown, no stale figures.
+"""The docs stay true: their commands run, their examples answer as shown, no stale figures.
 
 - README and docs/*.md quote no line counts or test counts (they went stale
   before; `bash tools/test.sh --co -q` counts the tests when needed);

@@ -88,7 +88,7 @@ EXPECTED_FIGURES: dict[str, set[str]] = {
 }
 if importlib.util.find_spec("persistqueue") is not None:  # (j) compares with persist-queue when it can
     EXPECTED_FIGURES["server_processes"] |= {"puts_serve8_vs_persist_queue8", "cycles_serve8_vs_persist_queue8"}
-#: The issue's targets: (workload, figure).
+#: The targets of docs/PERFORMANCE.md: (workload, figure).
 EXPECTED_TARGETS = {
     ("put_durable", "walqueue_vs_sqlite"),
     ("put_durable", "walqueue_vs_floor"),

@@ -82,7 +82,7 @@ def build_store(seed: int, unit: int, directory: Path, report: Report) -> Store:
     where = f"--seed {seed} bytes unit {unit} (building)"
 
     def lifecycle(index: int) -> Op:
-        """A task that is leased, extended, cancelled and redriven: every issue-16 op, whatever the seed."""
+        """A task that is leased, extended, cancelled and redriven: every lifecycle op, whatever the seed."""
         if index == 0:
             return Op("put", {"spec": {**workload.new_spec(), "available_at": 0}})
         if index == 1:

@@ -86,12 +86,12 @@ def outcome(op: Op, target: Any) -> str:
     return "ok " + render(value)
 
 
-#: The op kinds of issue #16, counted apart in every campaign's report so that a run shows it applied them.
+#: The lease lifecycle op kinds, counted apart in every campaign's report so that a run shows it applied them.
 LIFECYCLE_KINDS = ("extend", "redrive", "cancel")
 
 
 def count_lifecycle_call(report: Report, op: Op, answer: str, what: str) -> None:
-    """Count an issue-16 call that succeeded (`answer` from `outcome`), as "`what` `kind`"."""
+    """Count a lifecycle call that succeeded (`answer` from `outcome`), as "`what` `kind`"."""
     if op.kind in LIFECYCLE_KINDS and answer.startswith("ok "):
         report.count(f"{what} {op.kind}")
 
@@ -123,7 +123,7 @@ class Workload:
 
     KINDS = (
         ("put", "retry", "conflict", "put_many", "reserve", "ack", "release", "stale", "compact", "get", "tasks")
-        + ("extend", "redrive", "cancel")  # issue #16
+        + ("extend", "redrive", "cancel")  # the lease lifecycle
     )
     WEIGHTS = (6, 1, 1, 2, 5, 4, 2, 1, 1, 1, 1) + (3, 2, 1)
 
