@@ -29,7 +29,7 @@ from walqueue.cli.protocol import (
 
 LEASE = Lease(task_id="t1", worker="w", generation=1, deadline=130, attempts=1, payload={"n": 1})
 EXTENDED = Lease(task_id="t1", worker="w", generation=1, deadline=170, attempts=1, payload={"n": 1})
-#: All a lease object needs (#16): the other fields are informational.
+#: All a lease object needs: the other fields are informational.
 TOKEN = {"task_id": "t1", "worker": "w", "generation": 1}
 TASK = Task(
     task_id="t1",
@@ -267,7 +267,7 @@ def test_stats_and_compact_answer_their_fields() -> None:
 
 
 def test_every_op_of_the_spec_table_is_known() -> None:
-    # SPEC §6's table, plus `wait` (issue #17: the server's long poll) and extend, redrive, cancel (#16).
+    # SPEC §6's table, plus `wait` (the server's long poll) and extend, redrive, cancel.
     spec = {"put", "put_many", "reserve", "ack", "release", "get", "tasks", "stats", "compact"}
     assert set(OPS) == spec | {"wait", "extend", "redrive", "cancel"}
 
