@@ -19,9 +19,8 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from walqueue.engine.types import Task
+from walqueue.engine.types import Task, WalQueueError
 from walqueue.format.canonical import canonical_json, canonical_str, parse_json
-from walqueue.format.errors import WalQueueError
 
 __all__ = [
     "COMPLETED",
