@@ -48,10 +48,8 @@ def store_with_snapshot(directory: Path) -> Path:
     return directory
 
 
-@pytest.fixture
-def unreadable_segment(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """Make `wal-...2.log` refuse to open with EACCES, as mode 000 does for a non-root process."""
-    name = wal_name(2)
+def refuse_to_open(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    """Make store file `name` refuse to open with EACCES, as mode 000 does for a non-root process."""
     real = StoreDirectory.open_regular
 
     def open_regular(self: StoreDirectory, entry: str, what: str, *, max_size: int | None = None) -> int:
@@ -60,7 +58,13 @@ def unreadable_segment(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
         return real(self, entry, what, max_size=max_size)
 
     monkeypatch.setattr(StoreDirectory, "open_regular", open_regular)
-    yield name
+
+
+@pytest.fixture
+def unreadable_segment(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """The live segment `wal-...2.log`, which holds the newest puts, cannot be opened."""
+    refuse_to_open(monkeypatch, wal_name(2))
+    yield wal_name(2)
 
 
 def test_fsck_names_an_unreadable_segment_as_unreadable_not_as_a_bit_flip(
@@ -99,6 +103,18 @@ def test_salvage_refuses_when_a_live_segment_cannot_be_read(tmp_path: Path, unre
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()) as stdout:
         assert main(["--salvage", str(out), str(store)]) == EXIT_CORRUPT
     assert "cannot read" in err.getvalue() and "drops no transaction" not in stdout.getvalue()
+
+
+def test_an_unreadable_current_is_unreadable_not_damaged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = store_with_snapshot(tmp_path / "q")
+    refuse_to_open(monkeypatch, "CURRENT")
+    report = check(store)
+    assert [(f.severity, f.kind, f.file) for f in report.findings if f.severity != "note"] == [
+        ("error", "unreadable", "CURRENT")
+    ]
+    assert [c.kind for c in report.causes] == ["unreadable"]
+    with pytest.raises(SalvageError, match="cannot read CURRENT"):
+        salvage(store, tmp_path / "out")
 
 
 def test_a_read_error_in_the_middle_of_a_segment_is_unreadable_too(
