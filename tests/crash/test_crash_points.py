@@ -269,7 +269,7 @@ def test_every_crash_point_recovers_to_a_model_state(tmp_path: Path, seed: int) 
     assert view(final) == view(model)
     final.close()
     assert crash_points > 100
-    # Transactions of each issue-16 kind were crashed at (not only refused calls of those names).
+    # Transactions of each lifecycle kind were crashed at (not only refused calls of those names).
     assert {"extend", "redrive", "cancel", "fail"} <= crashed_writes.keys(), crashed_writes
     assert any(task.last_error is not None for task in model.tasks()), "no last error was ever recorded"
     missing = set(PHASES) - seen_phases

@@ -22,8 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from model import nothing_written, wal_bodies
-from walqueue import Lease, Queue, StaleLease, Task, WrongStatus
-from walqueue.engine.types import LastError
+from walqueue import LastError, Lease, Queue, StaleLease, Task, WrongStatus
 from walqueue.engine.validate import ERROR_MESSAGE_BYTES, ERROR_TYPE_BYTES, MAX_FRAME_BYTES, RECORD_WORST_CASE_EXTRA
 
 BAD_INPUT = {"type": "ValueError", "message": "bad input"}
