@@ -17,7 +17,7 @@ comparable too:
 
 Public API (stable; crash campaigns and the torture harness import it):
 
-- `Model()` with `put`, `put_many`, `reserve`, `ack`, `release`, `extend`,
+- `Model()` with `put`, `put_many`, `reserve`, `ack`, `release`, `fail`, `extend`,
   `redrive`, `cancel` (the lease lifecycle calls), `get`, `tasks`, `counts()`,
   `next_available_at()`, `next_deadline()` (the two lifecycle keys of
   `stats()`), `last_seq` (property), `clone()` and `reap(now)` (the
