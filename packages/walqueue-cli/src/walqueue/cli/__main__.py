@@ -123,7 +123,15 @@ def _argument_parser() -> argparse.ArgumentParser:
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("directory", metavar="DIRECTORY", help="the queue directory (created if missing)")
+    parser.add_argument(
+        "directory", metavar="DIRECTORY", help="the queue directory (created if missing, unless --no-create)"
+    )
+    parser.add_argument(
+        "--no-create",
+        dest="create",
+        action="store_false",
+        help="refuse a missing DIRECTORY (exit 2, nothing created) instead of creating an empty queue",
+    )
     parser.add_argument("--version", action="version", version=version_line("walqueue"))
     return parser
 
@@ -156,7 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the consumer; returns the exit status instead of exiting."""
     arguments = _argument_parser().parse_args(argv)
     try:
-        queue = Queue(arguments.directory, sync=True)
+        queue = Queue(arguments.directory, sync=True, create=arguments.create)
     except KeyboardInterrupt:
         return interrupted("walqueue")
     except (CorruptStore, DirectoryLocked, OSError) as error:
