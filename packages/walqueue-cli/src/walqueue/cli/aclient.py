@@ -15,20 +15,18 @@ as it is; its answer, when it comes, is dropped.
 from __future__ import annotations
 
 import asyncio
-import os
 import socket
 from collections import deque
 from collections.abc import Awaitable, Iterable, Mapping
-from typing import Any
+from typing import Any, Unpack
 
 from walqueue import Lease, QueueClosed, Task
 from walqueue.cli import shaping
-from walqueue.cli.exchange import Exchange, Outcome, RetryRule, ServerError
-from walqueue.cli.shaping import OutgoingCall
+from walqueue.cli.exchange import ClientSettings, Exchange, Outcome, ServerError
+from walqueue.cli.shaping import OutgoingCall, PutOptions
 
 __all__ = ["AsyncClient"]
 
-DEFAULT_RECONNECT_SECONDS = 10.0
 _RECV_BYTES = 2**16
 
 
@@ -144,7 +142,7 @@ class _Link:
         return not self.waiting and self.broken is None
 
 
-class AsyncClient:
+class AsyncClient(ClientSettings):
     """`Client` for asyncio: the same methods as coroutines; concurrent calls share one connection.
 
     `last_seq` is awaitable: ``await client.last_seq``. A `wait` counts the
@@ -153,29 +151,15 @@ class AsyncClient:
     made after the caller's previous call.
     """
 
-    def __init__(
-        self,
-        socket_path: str | os.PathLike[str],
-        *,
-        timeout: float | None = 60.0,
-        reconnect_seconds: float = DEFAULT_RECONNECT_SECONDS,
-    ) -> None:
-        self.socket_path = os.fspath(socket_path)
-        self.timeout = timeout
-        self.reconnect_seconds = reconnect_seconds
+    def _setup(self) -> None:
         self._shared: _Link | None = None
         self._idle_waits: list[_Link] = []
-        self._closed = False
 
     async def __aenter__(self) -> AsyncClient:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
 
     async def close(self) -> None:
         """Close every connection; calls in flight raise `QueueClosed`."""
@@ -204,8 +188,8 @@ class AsyncClient:
         return self._shared
 
     async def _submit[T](self, call: OutgoingCall[T]) -> T:
-        rule = RetryRule(self.socket_path, self.reconnect_seconds)
-        timeout = None if self.timeout is None else self.timeout + call.extra_seconds
+        rule = self._retry_rule()
+        timeout = self._call_timeout(call.extra_seconds)
         while True:
             try:
                 link = await self._link(call)
@@ -234,16 +218,8 @@ class AsyncClient:
 
     # -- the Queue API, as coroutines ------------------------------------------------------
 
-    async def put(
-        self,
-        task_id: str,
-        payload: dict[str, Any],
-        *,
-        key: str | None = None,
-        available_at: int = 0,
-        max_attempts: int = 3,
-    ) -> str:
-        return await self._submit(shaping.put(task_id, payload, key, available_at, max_attempts))
+    async def put(self, task_id: str, payload: dict[str, Any], **options: Unpack[PutOptions]) -> str:
+        return await self._submit(shaping.put(task_id, payload, **options))
 
     async def put_many(self, tasks: Iterable[Mapping[str, Any]]) -> list[str]:
         return await self._submit(shaping.put_many(tasks))

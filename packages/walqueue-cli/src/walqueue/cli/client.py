@@ -38,17 +38,16 @@ import threading
 import time
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Unpack
 
 from walqueue import Lease, QueueClosed, Task
 from walqueue.cli import shaping
 from walqueue.cli.aclient import AsyncClient
-from walqueue.cli.exchange import Exchange, Outcome, RetryRule, ServerError
-from walqueue.cli.shaping import OutgoingCall
+from walqueue.cli.exchange import ClientSettings, Exchange, Outcome, RetryRule, ServerError
+from walqueue.cli.shaping import OutgoingCall, PutOptions
 
 __all__ = ["AsyncClient", "Client", "Pipeline", "ServerError"]
 
-DEFAULT_RECONNECT_SECONDS = 10.0
 _RECV_BYTES = 2**16
 
 
@@ -131,38 +130,19 @@ class _Connection:
         self.sock.close()
 
 
-class Client:
-    """`Queue`'s API, served by `walqueue-serve` on the Unix socket `socket_path`.
+class Client(ClientSettings):
+    """`Queue`'s API, served by `walqueue-serve` on the Unix socket `socket_path` (settings: `ClientSettings`)."""
 
-    `timeout`: seconds a call may go without progress once sent (None: no
-    limit; a `wait` gets its own timeout on top). `reconnect_seconds`: how
-    long a call keeps reconnecting after losing its connection.
-    """
-
-    def __init__(
-        self,
-        socket_path: str | os.PathLike[str],
-        *,
-        timeout: float | None = 60.0,
-        reconnect_seconds: float = DEFAULT_RECONNECT_SECONDS,
-    ) -> None:
-        self.socket_path = os.fspath(socket_path)
-        self.timeout = timeout
-        self.reconnect_seconds = reconnect_seconds
+    def _setup(self) -> None:
         self._local = threading.local()
         self._lock = threading.Lock()
         self._all: weakref.WeakSet[_Connection] = weakref.WeakSet()
-        self._closed = False
 
     def __enter__(self) -> Client:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
 
     def close(self) -> None:
         """Close every connection of this client (all threads'); later calls raise `QueueClosed`."""
@@ -217,9 +197,8 @@ class Client:
         """Every call's outcome, in order: sent together, re-sent after a lost connection where that is safe."""
         results: list[Outcome[Any] | None] = [None] * len(calls)
         todo = list(range(len(calls)))
-        rule = RetryRule(self.socket_path, self.reconnect_seconds)
-        extra = max((call.extra_seconds for call in calls), default=0.0)
-        timeout = None if self.timeout is None else self.timeout + extra
+        rule = self._retry_rule()
+        timeout = self._call_timeout(max((call.extra_seconds for call in calls), default=0.0))
         while todo:
             try:
                 connection = self._connection()
@@ -269,16 +248,9 @@ class Client:
 
     # -- the Queue API -------------------------------------------------------------------
 
-    def put(
-        self,
-        task_id: str,
-        payload: dict[str, Any],
-        *,
-        key: str | None = None,
-        available_at: int = 0,
-        max_attempts: int = 3,
-    ) -> str:
-        return self._submit(shaping.put(task_id, payload, key, available_at, max_attempts))
+    def put(self, task_id: str, payload: dict[str, Any], **options: Unpack[PutOptions]) -> str:
+        """`Queue.put`; `options`: `key`, `available_at`, `max_attempts`, with `Queue.put`'s defaults."""
+        return self._submit(shaping.put(task_id, payload, **options))
 
     def put_many(self, tasks: Iterable[Mapping[str, Any]]) -> list[str]:
         return self._submit(shaping.put_many(tasks))

@@ -15,6 +15,7 @@ not to have happened, and may be sent again whatever it is.
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections import deque
 from collections.abc import Mapping
@@ -24,7 +25,9 @@ from typing import Any
 from walqueue import KeyConflict, QueueClosed, StaleLease, WalQueueError, WrongStatus
 from walqueue.cli.shaping import OutgoingCall
 
-__all__ = ["Exchange", "Outcome", "RetryRule", "ServerError", "encode_request"]
+__all__ = ["ClientSettings", "Exchange", "Outcome", "RetryRule", "ServerError", "encode_request"]
+
+DEFAULT_RECONNECT_SECONDS = 10.0
 
 
 class ServerError(WalQueueError):
@@ -135,6 +138,41 @@ class Exchange:
         self._buffer.clear()
         self._scanned = 0
         return calls
+
+
+class ClientSettings:
+    """What both clients are made of: the socket, the timeout of a call, how long to reconnect, closed or not.
+
+    `timeout`: seconds a call may go without progress once sent (None: no
+    limit; a `wait` gets its own timeout on top). `reconnect_seconds`: how
+    long a call keeps reconnecting after losing its connection.
+    """
+
+    def __init__(
+        self,
+        socket_path: str | os.PathLike[str],
+        *,
+        timeout: float | None = 60.0,
+        reconnect_seconds: float = DEFAULT_RECONNECT_SECONDS,
+    ) -> None:
+        self.socket_path = os.fspath(socket_path)
+        self.timeout = timeout
+        self.reconnect_seconds = reconnect_seconds
+        self._closed = False
+        self._setup()
+
+    def _setup(self) -> None:
+        """A client's own state (its connections), made at construction."""
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _retry_rule(self) -> RetryRule:
+        return RetryRule(self.socket_path, self.reconnect_seconds)
+
+    def _call_timeout(self, extra_seconds: float) -> float | None:
+        return None if self.timeout is None else self.timeout + extra_seconds
 
 
 class RetryRule:

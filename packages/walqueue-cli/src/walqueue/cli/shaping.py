@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from walqueue import Lease, StaleLease, Task
 from walqueue.cli.protocol import MAX_WAIT_SECONDS
@@ -28,7 +28,7 @@ from walqueue.engine.records import STATUSES
 from walqueue.engine.types import plain_lease
 from walqueue.engine.validate import check_int, check_name, check_timeout
 
-__all__ = ["OutgoingCall", "RETRY_SAFE"]
+__all__ = ["RETRY_SAFE", "OutgoingCall", "PutOptions"]
 
 #: The calls a client may send again after a lost connection (see the module's docstring).
 RETRY_SAFE = frozenset({"put", "put_many", "get", "tasks", "stats", "compact", "wait"})
@@ -87,8 +87,16 @@ def _token(lease: Lease, now: int) -> dict[str, Any]:
     return {"task_id": task_id, "worker": worker, "generation": generation}
 
 
+class PutOptions(TypedDict, total=False):
+    """`Queue.put`'s keyword arguments, declared once for both clients (defaults: None, 0, 3)."""
+
+    key: str | None
+    available_at: int
+    max_attempts: int
+
+
 def put(
-    task_id: str, payload: dict[str, Any], key: str | None, available_at: int, max_attempts: int
+    task_id: str, payload: dict[str, Any], *, key: str | None = None, available_at: int = 0, max_attempts: int = 3
 ) -> OutgoingCall[str]:
     ops.put_op(task_id, payload, key=key, available_at=available_at, max_attempts=max_attempts)
     request = {
