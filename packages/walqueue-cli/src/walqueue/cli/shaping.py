@@ -26,7 +26,7 @@ from walqueue.cli.protocol import MAX_WAIT_SECONDS
 from walqueue.engine import ops
 from walqueue.engine.records import STATUSES
 from walqueue.engine.types import plain_lease
-from walqueue.engine.validate import check_int, check_name, check_timeout
+from walqueue.engine.validate import MAX_INT, check_int, check_name, check_timeout
 
 __all__ = ["RETRY_SAFE", "OutgoingCall", "PutOptions"]
 
@@ -71,16 +71,20 @@ def _task(answer: dict[str, Any]) -> Task | None:
     return None if answer["task"] is None else Task(**answer["task"])
 
 
-def _token(lease: Lease, now: int) -> dict[str, Any]:
-    """What the server reads of a lease: its owner's three fields; `now` is checked first, as `Queue` does.
+def _lease_token(lease: Lease) -> Lease:
+    """`lease` as the plain token `Queue` reads (`TypeError` for anything that is not a `Lease`)."""
+    token = plain_lease(lease)
+    if not isinstance(token, Lease):
+        raise TypeError(f"lease must be a Lease, not {type(lease).__name__}")
+    return token
+
+
+def _owner(token: Lease) -> dict[str, Any]:
+    """What the server reads of a lease: its owner's three fields, checked last, as `Queue` checks them.
 
     A token whose fields could never match a stored lease is `StaleLease`
     here, exactly as `Queue` answers it (its fields would not survive JSON).
     """
-    token = plain_lease(lease)
-    if not isinstance(token, Lease):
-        raise TypeError(f"lease must be a Lease, not {type(lease).__name__}")
-    check_int(now, "now")
     task_id, worker, generation = token.task_id, token.worker, token.generation
     if type(task_id) is not str or type(worker) is not str or type(generation) is not int:
         raise StaleLease("the lease token's task_id, worker or generation has the wrong type")
@@ -126,19 +130,26 @@ def reserve(worker: str, now: int, lease_seconds: int, limit: int) -> OutgoingCa
 
 
 def ack(lease: Lease, now: int) -> OutgoingCall[None]:
-    return OutgoingCall({"op": "ack", "lease": _token(lease, now), "now": now}, _nothing)
+    token = _lease_token(lease)
+    check_int(now, "now")
+    return OutgoingCall({"op": "ack", "lease": _owner(token), "now": now}, _nothing)
 
 
 def release(lease: Lease, now: int, delay: int) -> OutgoingCall[None]:
-    token = _token(lease, now)
+    token = _lease_token(lease)
+    check_int(now, "now")
     check_int(delay, "delay")
-    return OutgoingCall({"op": "release", "lease": token, "now": now, "delay": delay}, _nothing)
+    if now + delay > MAX_INT:
+        raise ValueError(f"now + delay exceeds {MAX_INT}")
+    return OutgoingCall({"op": "release", "lease": _owner(token), "now": now, "delay": delay}, _nothing)
 
 
 def extend(lease: Lease, now: int, lease_seconds: int) -> OutgoingCall[Lease]:
-    token = _token(lease, now)
+    token = _lease_token(lease)
+    check_int(now, "now")
     check_int(lease_seconds, "lease_seconds", 1)
-    return OutgoingCall({"op": "extend", "lease": token, "now": now, "lease_seconds": lease_seconds}, _lease)
+    request = {"op": "extend", "lease": _owner(token), "now": now, "lease_seconds": lease_seconds}
+    return OutgoingCall(request, _lease)
 
 
 def redrive(task_id: str, available_at: int, extra_attempts: int) -> OutgoingCall[None]:
