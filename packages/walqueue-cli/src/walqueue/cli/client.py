@@ -9,7 +9,7 @@ engine's own rules (`walqueue.cli.shaping`), so a bad one raises what
 - A lost connection. A call is *sent* once its whole line reached the
   server's socket; one that was not is simply sent again on a new
   connection, whatever it is. A sent call whose answer was lost is sent
-  again only if that is provably safe (`shaping.RETRY_SAFE`: `put`,
+  again only if that is provably safe (`CALLS[name].retry`: `put`,
   `put_many`, the reads, `wait`, `compact`), for up to
   `reconnect_seconds`; `reserve`, `ack`, `release`, `extend`, `redrive`
   and `cancel` then raise `ConnectionError` ("it may or may not have
