@@ -36,7 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from walqueue import Queue, QueueClosed
+from walqueue import Queue
 from walqueue.cli.conversation import Conversation
 from walqueue.cli.lines import OVERLONG, RequestLine
 from walqueue.cli.listener import peer_of
@@ -52,6 +52,7 @@ from walqueue.cli.protocol import (
     parse_request,
     success_answer,
 )
+from walqueue.engine.calltable import CALLS
 
 __all__ = ["DEFAULT_TURN_CAP", "Limits", "Loop"]
 
@@ -67,6 +68,8 @@ _RECV_BYTES: Final = 2**18
 _READ: Final = selectors.EVENT_READ
 _WRITE: Final = selectors.EVENT_WRITE
 _LISTENER: Final = "listener"
+#: Whether each call may commit a transaction (else the queue's last sequence cannot have moved).
+_WRITES: Final = {name: call.writes for name, call in CALLS.items()}
 _PIPE: Final = "pipe"
 
 
@@ -113,6 +116,8 @@ class Loop:
         self._parked: set[_Client] = set()
         self._accept_paused_until: float | None = None
         self._numbers = 0
+        #: The queue's last sequence, as of the last request that may have written (the loop is its only writer).
+        self._seq = queue.last_seq
         #: Set when a request's answer was `Fatal`: the queue is poisoned and the server must stop.
         self.fatal = False
 
@@ -211,18 +216,17 @@ class Loop:
         reply = execute(parsed, self._queue)
         if reply.fatal:
             self.fatal = True
-        else:
-            client.talk.seen = self._queue.last_seq  # single thread: exactly the state this request looked at
+            return reply.answer
+        if _WRITES[parsed.op]:
+            self._seq = self._queue.last_seq
+        # This loop is the queue's only writer: `_seq` is exactly the state this request looked at.
+        client.talk.seen = self._seq
         return reply.answer
 
     def _wait(self, client: _Client, timeout: float, request_id: Any) -> dict[str, Any] | None:
         """Answer at once when a commit came after what this connection last saw; else park until one does."""
         talk = client.talk
-        try:
-            last = self._queue.last_seq
-        except QueueClosed as error:
-            self.fatal = True
-            return error_answer("Fatal", f"QueueClosed: {error}", request_id)
+        last = self._seq
         if last > talk.seen:
             talk.seen = last
             return success_answer({"committed": True}, request_id)
@@ -236,10 +240,7 @@ class Loop:
         """Answer the parked waits a (durable) commit or their deadline released. Outside any batch."""
         if not self._parked:
             return
-        try:
-            last = self._queue.last_seq
-        except QueueClosed:
-            return
+        last = self._seq  # durable: every batch has been left (and synced) by now
         now = time.monotonic()
         for client in list(self._parked):
             talk = client.talk
@@ -290,8 +291,7 @@ class Loop:
             _close_quietly(sock)
             return
         self._numbers += 1
-        seen = self._queue.last_seq
-        talk = Conversation(self._numbers, seen, line_limit=self._limits.line_limit)
+        talk = Conversation(self._numbers, self._seq, line_limit=self._limits.line_limit)
         client = _Client(sock, talk, who)
         self._clients[sock.fileno()] = client
         self._update_interest(client)
