@@ -113,6 +113,10 @@ class Loop:
         for pipe in pipes:
             self._selector.register(pipe, _READ, _PIPE)
         self._clients: dict[int, _Client] = {}
+        #: Connections that may have a request to run (in the order they became so): checked each turn.
+        self._candidates: dict[_Client, None] = {}
+        #: Connections whose answers are not all sent: watched for the write timeout.
+        self._stalled: set[_Client] = set()
         self._parked: set[_Client] = set()
         self._accept_paused_until: float | None = None
         self._numbers = 0
@@ -141,18 +145,14 @@ class Loop:
 
     def _timeout(self) -> float | None:
         """How long the next select may sleep: not at all while requests are runnable, else until the next deadline."""
-        deadline: float | None = self._accept_paused_until
+        if self._candidates:
+            return 0.0
+        deadlines = [client.talk.parked_until or 0.0 for client in self._parked]
         write_timeout = self._limits.write_timeout
-        for client in self._clients.values():
-            talk = client.talk
-            if talk.runnable():
-                return 0.0
-            if talk.parked_until is not None and (deadline is None or talk.parked_until < deadline):
-                deadline = talk.parked_until
-            if talk.unsent:
-                stall = client.progress_at + write_timeout
-                if deadline is None or stall < deadline:
-                    deadline = stall
+        deadlines += [client.progress_at + write_timeout for client in self._stalled]
+        if self._accept_paused_until is not None:
+            deadlines.append(self._accept_paused_until)
+        deadline = min(deadlines, default=None)
         return None if deadline is None else max(0.0, deadline - time.monotonic())
 
     def _dispatch(self, key: selectors.SelectorKey, mask: int) -> None:
@@ -170,7 +170,8 @@ class Loop:
 
     def _execute_turn(self) -> None:
         """Every runnable request of this turn in one batch, then the answers (only after its fsync)."""
-        runnable = [client for client in self._clients.values() if client.talk.runnable()]
+        runnable = [client for client in self._candidates if client.talk.runnable()]
+        self._candidates.clear()
         if not runnable:
             return
         staged: list[tuple[_Client, dict[str, Any]]] = []
@@ -199,6 +200,8 @@ class Loop:
             self._deliver(client, answer)
         for client in runnable:
             self._flush(client)
+            if client.sock.fileno() >= 0 and client.talk.runnable():  # its cap was reached: the next turn
+                self._candidates[client] = None
         if self.fatal:
             log.error("the queue is poisoned; stopping")
 
@@ -252,6 +255,7 @@ class Loop:
                 talk.seen = last
             self._parked.discard(client)
             self._deliver(client, success_answer({"committed": committed}, talk.unpark()))
+            self._candidates[client] = None  # requests it pipelined behind the wait
             self._flush(client)
 
     # -- connections -------------------------------------------------------------------
@@ -306,6 +310,8 @@ class Loop:
             self._close(client)
             return
         client.talk.received(data)
+        if client.talk.runnable():
+            self._candidates[client] = None
         self._update_interest(client)
 
     def _deliver(self, client: _Client, answer: dict[str, Any]) -> None:
@@ -328,6 +334,12 @@ class Loop:
             if sent:
                 talk.sent(sent)
                 client.progress_at = time.monotonic()
+                if talk.runnable():  # its answers fell below the bound: its requests may run again
+                    self._candidates[client] = None
+        if talk.unsent:
+            self._stalled.add(client)
+        else:
+            self._stalled.discard(client)
         if talk.finished():
             self._close(client)
         else:
@@ -337,7 +349,7 @@ class Loop:
         """Drop each connection whose answers made no progress for `write_timeout` seconds."""
         timeout = self._limits.write_timeout
         now = time.monotonic()
-        for client in [c for c in self._clients.values() if c.talk.unsent and now - c.progress_at >= timeout]:
+        for client in [c for c in self._stalled if now - c.progress_at >= timeout]:
             log.warning(
                 "client %d read none of its answers for %.0f s (%d bytes unread); disconnecting it",
                 client.talk.number,
@@ -370,6 +382,8 @@ class Loop:
             client.mask = 0
         self._clients.pop(fileno, None)
         self._parked.discard(client)
+        self._stalled.discard(client)
+        self._candidates.pop(client, None)
         _close_quietly(client.sock)
         log.info("client %d disconnected after %d requests", client.talk.number, client.talk.answered)
 
