@@ -109,3 +109,9 @@ def test_the_consumer_answers_a_compaction_obstacle_by_name_and_reads_on(tmp_pat
     assert result.returncode == 0, result.stderr
     first, second = (json.loads(line) for line in result.stdout.splitlines())
     assert first["error"] == "FileExistsError" and second == {"ok": True, "task_id": "a"}
+
+
+def test_python_m_walqueue_lists_the_server_among_the_commands() -> None:
+    result = run([sys.executable, "-m", "walqueue"])
+    assert result.returncode == 0, result.stderr
+    assert b"walqueue-serve" in result.stdout and b"python -m walqueue.cli.serve" in result.stdout
