@@ -373,10 +373,10 @@ def _check_threaded_life(
         owner = log[position]
         if owner is None:
             break  # the last frames, written just before the kill, without their lines
-        replay = replays.get(owner)
-        if replay is None or replay.head() is None:
+        current = replays.get(owner)
+        if current is None or current.head() is None:
             raise Abort(f"{where}: frame {start + position + 1} is from {owner}, which has no call left")
-        model, wrote = _replay_logged_call(replay, owner, log, position, start, model, report, where)
+        model, wrote = _replay_logged_call(current, owner, log, position, start, model, report, where)
         position += wrote
     if position < len(log):  # frames without lines: the call in flight of one of the threads
         model = _resolve_unreported_tail(replays, model, got, report, where)
