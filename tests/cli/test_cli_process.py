@@ -193,6 +193,7 @@ def test_get_answers_a_task_object_or_null(consumer: Consumer) -> None:
             "generation": 0,
             "worker": None,
             "deadline": None,
+            "last_error": None,
         },
     }
     assert consumer.ask({"op": "get", "task_id": "never-stored"}) == {"ok": True, "task": None}

@@ -16,8 +16,8 @@ op         from      to                          also
 =========  ========  ==========================  ================================
 put        (new)     ready                       attempts 0, generation 0
 lease      ready     leased                      G == generation + 1; attempts += 1
-expire     leased    dead if attempts >= max,    available_at = old deadline
-                     else ready
+expire     leased    dead if attempts >= max,    available_at = old deadline;
+                     else ready                  last error LeaseExpired
 ack        leased    completed                   payload dropped (a tombstone)
 release    leased    dead if attempts >= max,    available_at = A
                      else ready
@@ -26,10 +26,16 @@ redrive    dead      ready                       available_at = A; max_attempts 
                                                  M > the old one
 cancel     ready or  dead                        worker, deadline cleared
            leased
+fail       leased    dead                        same generation (fenced)
+error      ready or  (same)                      last error = type, message,
+           leased                                attempts, at
 =========  ========  ==========================  ================================
 
 `worker` and `deadline` are set exactly while a task is leased. Anything
-else is an `InvalidTransaction`, raised before the state is touched.
+else is an `InvalidTransaction`, raised before the state is touched. Every
+transition but ack keeps the task's last error unless it sets one; an
+error op comes just before the release, fail or cancel it explains, in
+the same transaction.
 
 Adding an op kind: one `OpKind` row in `OP_KINDS` (name, fields, from-status,
 transition), its transition function here, a planner in ops.py, and the
@@ -53,30 +59,32 @@ budget).
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
-from walqueue.engine.heaps import HEAP_SLACK, due, first_time, live_ids, pruned
+from walqueue.engine.heaps import HEAP_SLACK, pruned
 from walqueue.engine.invariants import check_invariants
 from walqueue.engine.optable import Field, Op, OpKind
+from walqueue.engine.reads import StateReads
 from walqueue.engine.records import (
     COMPLETED,
     DEAD,
     LEASED,
     READY,
     STATUSES,
+    ErrorFields,
     HeapEntry,
     InvalidTransaction,
     Record,
     TaskRecord,
     Tombstone,
-    decode_payload,
+    check_error_fits,
+    expiry_error,
     identity_digest,
     request_identity,
 )
 from walqueue.engine.snapshot_load import check_snapshot_seq, load_records
-from walqueue.engine.types import Lease, Task, new_lease
-from walqueue.engine.validate import MAX_INT, check_int, check_name, check_payload, check_record_fits
+from walqueue.engine.validate import check_name, check_payload, check_record_fits
 from walqueue.format.canonical import canonical_str
 from walqueue.format.transaction import OP_NAMES
 
@@ -99,7 +107,7 @@ __all__ = [
 ]
 
 
-class State:
+class State(StateReads):
     """All tasks, their key index, the ready and lease orders, and the last sequence.
 
     Mutated only by `apply` (and built by `from_records`, from snapshot_load's pieces); every other method
@@ -120,7 +128,7 @@ class State:
         #: The ids of the dead tasks (the ready and leased ones are in their heaps).
         self._dead: set[str] = set()
 
-    # -- reads --------------------------------------------------------------
+    # -- reads (the rest are StateReads', reads.py) ------------------------------
 
     def __len__(self) -> int:
         return len(self.tasks)
@@ -139,100 +147,6 @@ class State:
         return True
 
     __hash__ = None  # type: ignore[assignment]
-
-    def lookup_key(self, key: str) -> str | None:
-        """The id of the task that owns `key`, or ``None`` if the key is unknown.
-
-        A task whose id equals `key` owns it only if its key is its id too.
-        """
-        owner = self._key_owner.get(key)
-        if owner is not None:
-            return owner
-        record = self.tasks.get(key)
-        if record is not None and record.key == key:
-            return key
-        return None
-
-    def get_task(self, task_id: str) -> Task | None:
-        """A fresh view of the task (its payload decoded anew, so a copy), or ``None``."""
-        record = self.tasks.get(task_id)
-        return None if record is None else record.to_task()
-
-    def list_tasks(self, status: str | None = None) -> list[Task]:
-        """Every task (or every task with `status`), ordered by task id.
-
-        O(k log k) for the k tasks returned, but for ``"completed"``, which
-        walks every task once some are completed (and costs nothing when none is).
-        """
-        if status is not None and (type(status) is not str or status not in STATUSES):
-            raise ValueError(f"status must be one of {', '.join(STATUSES)} or None, not {status!r}")
-        tasks = self.tasks
-        ids: Iterable[str]
-        if status is None:
-            ids = tasks
-        elif not self._counts[status]:
-            return []
-        elif status == READY or status == LEASED:
-            ids = live_ids(self._ready if status == READY else self._leases, tasks)
-        elif status == DEAD:
-            ids = self._dead
-        else:
-            ids = [task_id for task_id, record in tasks.items() if record.status == status]
-        return [tasks[task_id].to_task() for task_id in sorted(ids)]
-
-    def counts(self) -> dict[str, int]:
-        """The number of tasks per status, always with exactly the four status keys."""
-        return dict(self._counts)
-
-    def next_available_at(self) -> int | None:
-        """The smallest `available_at` of a ready task (None: none is ready); amortized O(log n)."""
-        return first_time(self._ready, self.tasks)
-
-    def next_deadline(self) -> int | None:
-        """The earliest deadline of a leased task (None: none is leased); amortized O(log n)."""
-        return first_time(self._leases, self.tasks)
-
-    def identity(self, task_id: str) -> bytes:
-        """The 32-byte identity digest of the task's original put (`KeyError` if unknown)."""
-        return self.tasks[task_id].identity
-
-    def lease_for(self, task_id: str) -> Lease:
-        """The lease token of a leased task (`KeyError` if unknown, `ValueError` if not leased)."""
-        record = self.tasks[task_id]
-        if record.status != LEASED or record.worker is None or record.deadline is None:
-            raise ValueError(f"task {task_id!r} is {record.status}, not leased")
-        return new_lease(
-            record.task_id,
-            record.worker,
-            record.generation,
-            record.deadline,
-            record.attempts,
-            decode_payload(record.digest_and_payload),
-        )
-
-    # -- planner support ------------------------------------------------------
-
-    def peek_ready(self, now: int, limit: int) -> list[str]:
-        """Up to `limit` ready task ids with ``available_at <= now``, in (available_at, task id) order.
-
-        O(k log n) for k results (heaps.due).
-        """
-        check_int(now, "now")
-        check_int(limit, "limit", 1)
-        return due(self._ready, self.tasks, now, limit)
-
-    def peek_expired(self, now: int) -> list[str]:
-        """Every leased task id with ``deadline <= now``, in (deadline, task id) order."""
-        check_int(now, "now")
-        return due(self._leases, self.tasks, now, MAX_INT)
-
-    # -- snapshot support -----------------------------------------------------
-
-    def iter_record_json(self) -> Iterator[bytes]:
-        """Every task's snapshot record as canonical JSON bytes, in task-id order."""
-        tasks = self.tasks
-        for task_id in sorted(tasks):
-            yield tasks[task_id].record_json()
 
     @classmethod
     def from_records(cls, seq: int, records: Iterable[Mapping[str, Any]], *, decoded: bool = False) -> State:
@@ -348,7 +262,13 @@ def _describe(value: object) -> str:
 
 
 def _with(
-    record: Record, status: str, available_at: int, max_attempts: int, worker: str | None, deadline: int | None
+    record: Record,
+    status: str,
+    available_at: int,
+    max_attempts: int,
+    worker: str | None,
+    deadline: int | None,
+    last_error: ErrorFields | None,
 ) -> TaskRecord:
     """A not-completed record like `record` (same payload, attempts, generation) but for the fields given."""
     return TaskRecord(
@@ -362,13 +282,14 @@ def _with(
         record.generation,
         worker,
         deadline,
+        last_error,
     )
 
 
-def _unleased(record: Record, available_at: int) -> TaskRecord:
+def _unleased(record: Record, available_at: int, last_error: ErrorFields | None) -> TaskRecord:
     """Where expire and release send a leased task: ready again, or dead once its attempts are spent."""
     status = DEAD if record.attempts >= record.max_attempts else READY
-    return _with(record, status, available_at, record.max_attempts, None, None)
+    return _with(record, status, available_at, record.max_attempts, None, None, last_error)
 
 
 def _held(record: Record, op: Op) -> Record:
@@ -399,7 +320,7 @@ def _put(state: State, staging: _Staging, record: Record | None, op: Op) -> Reco
         digest = identity_digest(task_json, payload_json, available_at, max_attempts)
     if key in staging.keys or state.lookup_key(key) is not None:
         raise _OpError(f"key {key!r:.100} is already known")
-    return TaskRecord(task_id, key, READY, digest + payload_json, available_at, max_attempts, 0, 0, None, None)
+    return TaskRecord(task_id, key, READY, digest + payload_json, available_at, max_attempts, 0, 0, None, None, None)
 
 
 def _lease(state: State, staging: _Staging, record: Record | None, op: Op) -> Record:
@@ -418,12 +339,13 @@ def _lease(state: State, staging: _Staging, record: Record | None, op: Op) -> Re
         generation,
         op["worker"],
         op["deadline"],
+        record.last_error,
     )
 
 
 def _expire(state: State, staging: _Staging, record: Record | None, op: Op) -> Record:
     assert record is not None and record.deadline is not None  # a leased record always has one
-    return _unleased(_held(record, op), record.deadline)
+    return _unleased(_held(record, op), record.deadline, expiry_error(record))
 
 
 def _ack(state: State, staging: _Staging, record: Record | None, op: Op) -> Record:
@@ -442,13 +364,15 @@ def _ack(state: State, staging: _Staging, record: Record | None, op: Op) -> Reco
 
 def _release(state: State, staging: _Staging, record: Record | None, op: Op) -> Record:
     assert record is not None
-    return _unleased(_held(record, op), op["available_at"])
+    return _unleased(_held(record, op), op["available_at"], record.last_error)
 
 
 def _extend(state: State, staging: _Staging, record: Record | None, op: Op) -> Record:
     assert record is not None
     _held(record, op)
-    return _with(record, LEASED, record.available_at, record.max_attempts, record.worker, op["deadline"])
+    return _with(
+        record, LEASED, record.available_at, record.max_attempts, record.worker, op["deadline"], record.last_error
+    )
 
 
 def _redrive(state: State, staging: _Staging, record: Record | None, op: Op) -> Record:
@@ -456,12 +380,27 @@ def _redrive(state: State, staging: _Staging, record: Record | None, op: Op) -> 
     max_attempts = op["max_attempts"]
     if max_attempts <= record.max_attempts:  # a redrive grants attempts; so a ready task has some left
         raise _OpError(f"redrive max_attempts must exceed {record.max_attempts}, not {max_attempts}")
-    return _with(record, READY, op["available_at"], max_attempts, None, None)
+    return _with(record, READY, op["available_at"], max_attempts, None, None, record.last_error)
 
 
 def _cancel(state: State, staging: _Staging, record: Record | None, op: Op) -> Record:
     assert record is not None
-    return _with(record, DEAD, record.available_at, record.max_attempts, None, None)
+    return _with(record, DEAD, record.available_at, record.max_attempts, None, None, record.last_error)
+
+
+def _fail(state: State, staging: _Staging, record: Record | None, op: Op) -> Record:
+    assert record is not None
+    _held(record, op)
+    return _with(record, DEAD, record.available_at, record.max_attempts, None, None, record.last_error)
+
+
+def _error(state: State, staging: _Staging, record: Record | None, op: Op) -> Record:
+    assert record is not None
+    last_error = (op["type"], op["message"], record.attempts, op["at"])
+    check_error_fits(record, last_error)
+    return _with(
+        record, record.status, record.available_at, record.max_attempts, record.worker, record.deadline, last_error
+    )
 
 
 _Transition = Callable[[State, _Staging, Record | None, Op], Record]
@@ -494,6 +433,13 @@ OP_KINDS: dict[str, OpKind] = {
         OpKind("extend", (("generation", Field.POSITIVE_INT), ("deadline", Field.INT)), LEASED, _extend),
         OpKind("redrive", (("available_at", Field.INT), ("max_attempts", Field.POSITIVE_INT)), DEAD, _redrive),
         OpKind("cancel", (), (READY, LEASED), _cancel),
+        OpKind("fail", (("generation", Field.POSITIVE_INT),), LEASED, _fail),
+        OpKind(
+            "error",
+            (("type", Field.ERROR_TYPE), ("message", Field.ERROR_MESSAGE), ("at", Field.INT)),
+            (READY, LEASED),
+            _error,
+        ),
     )
 }
 if frozenset(OP_KINDS) != OP_NAMES:
