@@ -319,7 +319,7 @@ class _Engine:
 
     new_state: Callable[[], _EngineState]
     from_records: Callable[[int, Iterable[Mapping[str, Any]]], _EngineState]
-    apply: Callable[[Any, Mapping[str, Any]], None]
+    apply: Callable[[Any, Mapping[str, Any]], object]
     invalid: type[Exception]
 
 
