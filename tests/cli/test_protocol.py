@@ -32,7 +32,7 @@ from walqueue.engine.validate import MAX_NAME_BYTES, MAX_PAYLOAD_DEPTH
 
 LEASE = Lease(task_id="t1", worker="w", generation=1, deadline=130, attempts=1, payload={"n": 1})
 EXTENDED = Lease(task_id="t1", worker="w", generation=1, deadline=170, attempts=1, payload={"n": 1})
-#: All a lease object needs (#16): the other fields are informational.
+#: All a lease object needs: the other fields are informational.
 TOKEN = {"task_id": "t1", "worker": "w", "generation": 1}
 TASK = Task(
     task_id="t1",
