@@ -137,7 +137,7 @@ def test_every_quoted_command_runs_and_knows_its_quoted_options(program: str, ru
             assert re.search(rf"(?<![\w-]){re.escape(option)}(?![\w-])", text), f"{doc}: {program} {option}"
 
 
-@pytest.mark.parametrize("program", ["walqueue", "walqueue-fsck"])
+@pytest.mark.parametrize("program", ["walqueue", "walqueue-fsck", "walqueue-serve"])
 def test_the_commands_say_their_version(program: str, run_python: RunPython) -> None:
     from walqueue import __version__
 

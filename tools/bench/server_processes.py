@@ -53,7 +53,7 @@ def open_for_processes(kind: str, target: str) -> Any:
         backend._db.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_MS}")
         return backend
     if kind == "persist":
-        import persistqueue
+        import persistqueue  # type: ignore[import-not-found]  # optional: compared with when installed
 
         return persistqueue.SQLiteAckQueue(target, auto_commit=True, multithreading=True)
     raise ValueError(kind)
