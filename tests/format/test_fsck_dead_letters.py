@@ -59,7 +59,7 @@ def test_replay_lists_the_dead_letters_by_last_error_type_after_the_counts(tmp_p
     lines = out.splitlines()
     counts = lines.index("  counts    ready 1, leased 0, completed 0, dead 4")
     assert lines[counts + 1 : counts + 4] == [
-        '  dead      2 KeyError, e.g. "no handler for \'resize\'"',  # the first by task id
+        "  dead      2 KeyError, e.g. \"no handler for 'resize'\"",  # the first by task id
         '  dead      1 TimeoutError, e.g. "smtp"',
         "  dead      1 without a recorded error",
     ]
@@ -92,7 +92,8 @@ def test_a_released_task_shows_its_error_once_it_dies_and_an_expiry_counts_as_le
         q.reserve("w", now=30, lease_seconds=5)  # reaps x: dead, LeaseExpired
     _, out = run_fsck(tmp_path)
     assert '  dead      1 ValueError, e.g. "bad input"' in out
-    assert '  dead      1 LeaseExpired, e.g. "worker w9 did not ack, release or extend lease 1 by its deadline 25"' in out
+    expired = "worker w9 did not ack, release or extend lease 1 by its deadline 25"
+    assert f'  dead      1 LeaseExpired, e.g. "{expired}"' in out
 
 
 def test_no_dead_letters_no_lines_and_an_empty_grouping(tmp_path: Path) -> None:
