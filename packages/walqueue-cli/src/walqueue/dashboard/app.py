@@ -61,6 +61,7 @@ ACCESS_COOKIE: Final = "walqueue_access"
 _STATIC: Final = {
     "/static/app.js": ("app.js", "text/javascript; charset=utf-8"),
     "/static/style.css": ("style.css", "text/css; charset=utf-8"),
+    "/static/icon.svg": ("icon.svg", "image/svg+xml"),
 }
 
 StartResponse = Callable[..., Any]
@@ -152,6 +153,7 @@ class Dashboard:
             "/": self._page,
             "/static/app.js": self._static,
             "/static/style.css": self._static,
+            "/static/icon.svg": self._static,
             "/metrics": self._metrics,
             "/api/overview": lambda e: self._json(lambda now: api.overview(self.source, self.sampler, now, self.clock()), e),
             "/api/throughput": lambda e: self._json(lambda now: api.throughput(self.sampler, self.clock()), e),
