@@ -1,4 +1,4 @@
-"""The dashboard page in a real browser: Debian's chromium, headless, driven by selenium through the system chromedriver.
+"""The dashboard page in a real browser: Debian's chromium, headless, driven by selenium (system chromedriver).
 
 Selenium is given the chromedriver path, so it never looks one up or
 downloads one. tools/_venv.sh installs chromium and chromium-driver when
@@ -47,8 +47,10 @@ def _find_or_install_browser() -> tuple[str, str]:
         if found is None:
             pytest.fail("running as root, but chromium and chromium-driver could not be installed with apt-get")
     if found is None:
-        pytest.skip("no browser: chromium and chromium-driver are not installed, and only root may install them "
-                    "(run tools/test.sh as root, or apt-get install chromium chromium-driver)")
+        pytest.skip(
+            "no browser: chromium and chromium-driver are not installed, and only root may install them "
+            "(run tools/test.sh as root, or apt-get install chromium chromium-driver)"
+        )
     return found
 
 
@@ -58,8 +60,15 @@ def browser() -> Iterator[Any]:
     os.environ["SE_OFFLINE"] = "true"  # belt and braces: selenium manager must never reach the network
     options = webdriver.ChromeOptions()
     options.binary_location = chromium
-    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                     "--window-size=1280,1400", "--no-first-run", "--disable-extensions"):
+    for argument in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--window-size=1280,1400",
+        "--no-first-run",
+        "--disable-extensions",
+    ):
         options.add_argument(argument)
     driver = webdriver.Chrome(options=options, service=Service(executable_path=driver_path))
     try:
@@ -189,7 +198,7 @@ def test_an_action_works_only_with_the_flag_and_the_token(browser: Any, open_pag
 
 
 def test_a_payload_holding_script_renders_as_text(browser: Any, open_page: Any, queue: Queue) -> None:
-    hostile = "<script>window.pwned = 1</script><img src=x onerror=\"window.pwned = 2\">"
+    hostile = '<script>window.pwned = 1</script><img src=x onerror="window.pwned = 2">'
     kill(queue, "<b>bold</b>", {"html": hostile})
     open_page(Dashboard(queue, actions=True, clock=lambda: NOW))
     row = until(lambda: browser.find_elements(By.CSS_SELECTOR, "#dead tbody tr[data-task]"), "the dead row")[0]

@@ -109,7 +109,9 @@ def test_the_page_and_its_assets_are_served_without_any_external_resource(app: D
         ("/api/actions/explode", "", 404),
     ],
 )
-def test_bad_input_gets_a_4xx_and_the_app_goes_on(app: Dashboard, queue: Queue, path: str, query: str, status: int) -> None:
+def test_bad_input_gets_a_4xx_and_the_app_goes_on(
+    app: Dashboard, queue: Queue, path: str, query: str, status: int
+) -> None:
     queue.put("t", {})
     answer = call(app, path, query=query)
     assert answer.status == status
@@ -136,7 +138,9 @@ def test_an_action_needs_the_servers_token(acting: Dashboard, queue: Queue) -> N
         answer = call(acting, "/api/actions/redrive", method="POST", body=b"task_id=d", headers=form_headers(token))
         assert answer.status == 403
     assert queue.get("d").status == "dead"  # type: ignore[union-attr]
-    answer = call(acting, "/api/actions/redrive", method="POST", body=b"task_id=d", headers=form_headers(acting.action_token))
+    answer = call(
+        acting, "/api/actions/redrive", method="POST", body=b"task_id=d", headers=form_headers(acting.action_token)
+    )
     assert answer.status == 200 and answer.json()["done"] == 1
     task = queue.get("d")
     assert task is not None and task.status == "ready" and task.available_at == NOW
@@ -175,7 +179,9 @@ def test_the_token_may_travel_as_a_form_field_or_in_json(acting: Dashboard, queu
         (b"x" * 70000, "application/x-www-form-urlencoded", 413),
     ],
 )
-def test_a_bad_action_changes_nothing(acting: Dashboard, queue: Queue, body: bytes, content_type: str, status: int) -> None:
+def test_a_bad_action_changes_nothing(
+    acting: Dashboard, queue: Queue, body: bytes, content_type: str, status: int
+) -> None:
     kill(queue, "d")
     before = queue.last_seq
     headers = {"Content-Type": content_type, "X-WALQueue-Token": acting.action_token}
@@ -192,7 +198,10 @@ def test_an_action_by_error_group_applies_to_every_member_and_is_logged(
     group = call(acting, "/api/dead/groups").json()["groups"][0]["group"]
     with caplog.at_level(logging.INFO, logger="walqueue.dashboard"):
         answer = call(
-            acting, "/api/actions/redrive", method="POST", body=f"group={group}".encode(),
+            acting,
+            "/api/actions/redrive",
+            method="POST",
+            body=f"group={group}".encode(),
             headers=form_headers(acting.action_token),
         )
     assert answer.json() == {"ok": True, "action": "redrive", "done": 5, "skipped": 0, "more": False}
@@ -204,7 +213,9 @@ def test_cancel_by_error_group_takes_the_ready_and_leased_members(acting: Dashbo
     queue.put("r", {})
     queue.put("l", {})
     queue.reserve("w", now=NOW, lease_seconds=60, limit=1)
-    answer = call(acting, "/api/actions/cancel", method="POST", body=b"group=none", headers=form_headers(acting.action_token))
+    answer = call(
+        acting, "/api/actions/cancel", method="POST", body=b"group=none", headers=form_headers(acting.action_token)
+    )
     assert answer.json()["done"] == 2
     assert queue.stats()["counts"]["dead"] == 2
 

@@ -146,4 +146,3 @@ def task_lookup(source: Source, environ: Mapping[str, Any], now: int) -> dict[st
     if task is None:
         raise HttpError(404, "no such task")
     return {"task": task_view(task, now)}
-

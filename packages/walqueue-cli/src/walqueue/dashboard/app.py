@@ -155,7 +155,9 @@ class Dashboard:
             "/static/style.css": self._static,
             "/static/icon.svg": self._static,
             "/metrics": self._metrics,
-            "/api/overview": lambda e: self._json(lambda now: api.overview(self.source, self.sampler, now, self.clock()), e),
+            "/api/overview": lambda e: self._json(
+                lambda now: api.overview(self.source, self.sampler, now, self.clock()), e
+            ),
             "/api/throughput": lambda e: self._json(lambda now: api.throughput(self.sampler, self.clock()), e),
             "/api/leases": lambda e: json_response(api.leases_page(self.source, e, int(self.clock()))),
             "/api/dead": lambda e: json_response(api.dead_page(self.source, e, int(self.clock()))),
@@ -203,8 +205,11 @@ class Dashboard:
                 if name == ACCESS_COOKIE:
                     given = value
         if not hmac.compare_digest(given.encode("utf-8", "surrogatepass"), token.encode("utf-8")):
-            raise HttpError(401, "this dashboard needs its access token: visit /login?token=TOKEN once",
-                            [("WWW-Authenticate", 'Bearer realm="walqueue"')])
+            raise HttpError(
+                401,
+                "this dashboard needs its access token: visit /login?token=TOKEN once",
+                [("WWW-Authenticate", 'Bearer realm="walqueue"')],
+            )
 
     def _login(self, environ: Mapping[str, Any]) -> Response:
         fields = parse_query(environ, ("token",))

@@ -107,11 +107,14 @@ def serve_in_thread(
     server = server_class((host, port), _Handler)
     server.set_app(app)
     stopping = threading.Event()
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True,
-                              name="walqueue-dashboard-http")
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True, name="walqueue-dashboard-http"
+    )
     thread.start()
     if sample is not None:
-        threading.Thread(target=_sampling, args=(sample, stopping), daemon=True, name="walqueue-dashboard-sampler").start()
+        threading.Thread(
+            target=_sampling, args=(sample, stopping), daemon=True, name="walqueue-dashboard-sampler"
+        ).start()
     bound_port = server.server_address[1]
     return RunningServer(host, int(bound_port), server, thread, stopping)
 
@@ -125,7 +128,7 @@ def _sampling(sample: Callable[[], None], stopping: threading.Event) -> None:
 
 
 def parse_address(text: str) -> tuple[str, int]:
-    """``HOST:PORT`` or ``[IPV6]:PORT`` (or ``:PORT`` for loopback) as ``(host, port)``; `ValueError` naming the fault."""
+    """``HOST:PORT``, ``[IPV6]:PORT`` or ``:PORT`` (loopback) as ``(host, port)``; `ValueError` naming the fault."""
     host, colon, port_text = text.rpartition(":")
     if not colon or not port_text.isascii() or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
         raise ValueError(f"--http wants HOST:PORT with a port from 0 to 65535, not {text!r}")
@@ -157,14 +160,24 @@ class HttpOptions:
 def add_http_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``--http`` options, for `walqueue-serve` (or any command that serves a dashboard)."""
     group = parser.add_argument_group("dashboard")
-    group.add_argument("--http", metavar="HOST:PORT",
-                       help="serve the dashboard, /metrics and the JSON API here (loopback, e.g. 127.0.0.1:8080)")
-    group.add_argument("--http-allow-remote", action="store_true",
-                       help="allow a non-loopback --http address (then an access token is required)")
-    group.add_argument("--http-token-file", metavar="PATH",
-                       help=f"read the access token from PATH (or set {TOKEN_ENVIRONMENT})")
-    group.add_argument("--http-actions", action="store_true",
-                       help="enable redrive and cancel from the dashboard (POST with the page's token; logged)")
+    group.add_argument(
+        "--http",
+        metavar="HOST:PORT",
+        help="serve the dashboard, /metrics and the JSON API here (loopback, e.g. 127.0.0.1:8080)",
+    )
+    group.add_argument(
+        "--http-allow-remote",
+        action="store_true",
+        help="allow a non-loopback --http address (then an access token is required)",
+    )
+    group.add_argument(
+        "--http-token-file", metavar="PATH", help=f"read the access token from PATH (or set {TOKEN_ENVIRONMENT})"
+    )
+    group.add_argument(
+        "--http-actions",
+        action="store_true",
+        help="enable redrive and cancel from the dashboard (POST with the page's token; logged)",
+    )
 
 
 def http_options(arguments: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> HttpOptions | None:

@@ -74,8 +74,9 @@ class Counters:
     __slots__ = COUNTERS + ("dead_at_open",)
 
     def __init__(self, dead_at_open: int = 0) -> None:
-        for name in COUNTERS:
-            setattr(self, name, 0)
+        self.puts = self.duplicate_puts = self.reserves = self.acks = self.releases = self.expiries = 0
+        self.deaths = self.redrives = self.cancels = self.extends = self.stale_leases = 0
+        self.fsyncs = self.compactions = 0
         self.dead_at_open = dead_at_open
 
     def reading(self, dead_now: int) -> dict[str, int]:
