@@ -103,7 +103,7 @@ def test_the_server_goes_on_after_garbage_on_the_wire(served: RunningServer) -> 
     for garbage in (
         b"\x00\xff garbage\r\n\r\n",
         b"GET /" + b"a" * 70000 + b" HTTP/1.1\r\n\r\n",
-        b"GET / HTTP/9.9\r\n\r\n",
+        b"BREW /api/overview HTTP/1.1\r\nHost: x\r\n\r\n",
     ):
         with socket.create_connection((served.host, served.port), timeout=10) as connection:
             connection.sendall(garbage)
