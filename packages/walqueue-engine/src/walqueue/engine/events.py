@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 __all__ = [
@@ -35,7 +35,9 @@ __all__ = [
     "PUT",
     "REDRIVE",
     "RELEASE",
+    "before",
     "emit",
+    "emit_transaction",
     "enabled",
 ]
 
@@ -67,6 +69,90 @@ def emit(event: str, fields: Mapping[str, Any], *, logger: logging.Logger = EVEN
         raise ValueError(f"unknown event name {event!r}; the names are walqueue.engine.events.EVENTS")
     text = " ".join(f"{name}={value!r}" for name, value in fields.items())
     logger.info("%s %s", event, text, extra={"event": event, "fields": dict(fields)})
+
+
+def before(ops: Sequence[Mapping[str, Any]], tasks: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """What a transaction's ops will take away: each existing task's holder and deadline (read before `apply`)."""
+    held: dict[str, tuple[Any, Any]] = {}
+    for op in ops:
+        record = tasks.get(op["task"])
+        if record is not None:
+            held[op["task"]] = (record.worker, record.deadline)
+    return held
+
+
+def _error(record: Any) -> dict[str, Any] | None:
+    error = getattr(record, "last_error", None)
+    if error is None or isinstance(error, dict):
+        return error
+    to_dict = getattr(error, "to_dict", None)
+    return dict(to_dict()) if callable(to_dict) else {"message": str(error)}
+
+
+def _fields(op: Mapping[str, Any], record: Any, held: tuple[Any, Any]) -> tuple[str, dict[str, Any]] | None:
+    """The event of one applied op and its fields; None for an op kind that is no lifecycle event."""
+    kind = op["op"]
+    task_id = op["task"]
+    worker, deadline = held
+    if kind == "put":
+        return PUT, {
+            "task_id": task_id,
+            "key": record.key,
+            "available_at": record.available_at,
+            "max_attempts": record.max_attempts,
+        }
+    if kind == "lease":
+        return LEASE, {
+            "task_id": task_id,
+            "worker": op["worker"],
+            "generation": op["generation"],
+            "attempt": record.attempts,
+            "deadline": op["deadline"],
+        }
+    if kind == "ack":
+        return ACK, {"task_id": task_id, "worker": worker, "generation": op["generation"]}
+    if kind == "release":
+        fields = {
+            "task_id": task_id,
+            "worker": worker,
+            "generation": op["generation"],
+            "available_at": op["available_at"],
+        }
+        return RELEASE, {**fields, "error": _error(record)}
+    if kind == "expire":
+        return EXPIRY, {"task_id": task_id, "worker": worker, "generation": op["generation"], "deadline": deadline}
+    if kind == "extend":
+        return EXTEND, {"task_id": task_id, "worker": worker, "deadline": op["deadline"]}
+    if kind == "redrive":
+        return REDRIVE, {"task_id": task_id, "available_at": op["available_at"], "max_attempts": op["max_attempts"]}
+    if kind == "cancel":
+        return CANCEL, {"task_id": task_id, "worker": worker}
+    return None
+
+
+def emit_transaction(
+    ops: Sequence[Mapping[str, Any]], held: Mapping[str, tuple[Any, Any]], tasks: Mapping[str, Any], seq: int
+) -> None:
+    """Log the events of one applied transaction, in op order (a release or expiry that killed: then `DEATH`)."""
+    for op in ops:
+        task_id = op["task"]
+        record = tasks[task_id]
+        event = _fields(op, record, held.get(task_id, (None, None)))
+        if event is None:
+            continue
+        name, fields = event
+        emit(name, {**fields, "seq": seq})
+        if op["op"] in ("release", "expire") and record.status == "dead":
+            emit(
+                DEATH,
+                {
+                    "task_id": task_id,
+                    "attempts": record.attempts,
+                    "after": op["op"],
+                    "error": _error(record),
+                    "seq": seq,
+                },
+            )
 
 
 #: The attributes of every `logging.LogRecord`, which a formatter must not mistake for an extra field.
