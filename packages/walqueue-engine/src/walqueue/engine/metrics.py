@@ -33,6 +33,7 @@ __all__ = [
     "Histogram",
     "HistogramReading",
     "MetricsReading",
+    "RequestSeconds",
     "read_metrics",
 ]
 
@@ -115,6 +116,31 @@ class Histogram:
 
     def reading(self) -> HistogramReading:
         return {"bounds": list(self.bounds), "counts": list(self.counts), "sum": self.sum, "count": self.count}
+
+
+class RequestSeconds:
+    """A server's request durations, one histogram per op: `observe` from the request path, `reading` for metrics().
+
+    Only names from `ops` get a histogram of their own (any other, a client's
+    typo say, counts as ``"other"``), so the label stays low-cardinality.
+    Thread-safe without a lock of its own under CPython's GIL only for a
+    single observer thread per op; a server with several threads observes
+    under its own lock or accepts an occasional lost increment (it is a
+    latency figure, not an account).
+    """
+
+    __slots__ = ("_histograms",)
+
+    def __init__(self, ops: Sequence[str], bounds: Sequence[float] = REQUEST_SECONDS_BOUNDS) -> None:
+        self._histograms = {op: Histogram(bounds) for op in (*ops, "other")}
+
+    def observe(self, op: str, seconds: float) -> None:
+        histogram = self._histograms.get(op)
+        (histogram if histogram is not None else self._histograms["other"]).observe(seconds)
+
+    def reading(self) -> dict[str, HistogramReading]:
+        """The ops that were observed at least once."""
+        return {op: histogram.reading() for op, histogram in self._histograms.items() if histogram.count}
 
 
 class MetricsReading(TypedDict):
