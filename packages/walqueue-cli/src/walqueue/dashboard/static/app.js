@@ -186,6 +186,12 @@
     for (const name of SERIES) legend.appendChild(el("span", name, "s-" + name));
   }
 
+  function emptyRow(body, message, columns) {
+    const cell = el("td", message, "muted");
+    cell.colSpan = columns;
+    body.appendChild(el("tr")).appendChild(cell);
+  }
+
   function renderLeases(page, now) {
     const body = document.querySelector("#leases tbody");
     body.replaceChildren();
@@ -199,7 +205,7 @@
       row.appendChild(cell);
       body.appendChild(row);
     }
-    if (!page.tasks.length) body.appendChild(el("tr")).appendChild(el("td", "no leases", "muted"));
+    if (!page.tasks.length) emptyRow(body, "no leases", 6);
     state.leasesNext = page.next_after;
     $("leases-next").disabled = !page.next_after;
   }
@@ -228,6 +234,7 @@
       row.appendChild(cell);
       body.appendChild(row);
     }
+    if (!g.groups.length) emptyRow(body, "no dead letters", 4);
     text("groups-note", g.truncated ? "grouped over the first " + g.scanned + " dead letters" : "");
   }
 
@@ -244,7 +251,7 @@
       row.appendChild(cell);
       body.appendChild(row);
     }
-    if (!page.tasks.length) body.appendChild(el("tr")).appendChild(el("td", "no dead letters", "muted"));
+    if (!page.tasks.length) emptyRow(body, "no dead letters", 5);
     state.deadNext = page.next_after;
     $("dead-next").disabled = !page.next_after;
     text("dead-filter", state.group ? "(one error group)" : "");
