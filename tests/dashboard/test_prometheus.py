@@ -7,11 +7,13 @@ from pathlib import Path
 
 import pytest
 from dashboard_helpers import call
-from prometheus_client.parser import text_string_to_metric_families
 
 from walqueue import Lease, Queue, StaleLease
 from walqueue.dashboard import Dashboard
 from walqueue.dashboard.prometheus import render
+
+parser = pytest.importorskip("prometheus_client.parser", reason="prometheus_client is pinned in requirements-test.txt")
+text_string_to_metric_families = parser.text_string_to_metric_families
 
 _NAME = re.compile(r"walqueue_[a-z][a-z0-9_]*")
 _LABELS = {"status", "op", "le"}
