@@ -55,11 +55,11 @@ def smallest_after(index: Collection[Any], after: str | None, limit: int) -> lis
     return heapq.nsmallest(limit, ids)
 
 
-def collect(tasks: dict[str, Any], ids: list[str], status: str) -> tuple[list[Task], int]:
-    """The tasks of `ids` still in `status` (under the lock), and how many of the ids were looked at."""
+def collect(tasks: dict[str, Any], ids: list[str], status: str) -> list[Task]:
+    """The tasks of `ids` that are still in `status` (called under the lock), in the order of `ids`."""
     found = []
     for task_id in ids:
         record = tasks.get(task_id)
         if record is not None and record.status == status:
             found.append(record.to_task())
-    return found, len(ids)
+    return found
