@@ -18,8 +18,8 @@ comparable too:
 Public API (stable; crash campaigns and the torture harness import it):
 
 - `Model()` with `put`, `put_many`, `reserve`, `ack`, `release`, `extend`,
-  `redrive`, `cancel` (issue #16), `get`, `tasks`, `counts()`,
-  `next_available_at()`, `next_deadline()` (the two issue-16 keys of
+  `redrive`, `cancel` (the lease lifecycle calls), `get`, `tasks`, `counts()`,
+  `next_available_at()`, `next_deadline()` (the two lifecycle keys of
   `stats()`), `last_seq` (property), `clone()` and `reap(now)` (the
   reap half of `reserve`, for the state between its two transactions); `compact()` and
   restarts do not change the model. `copy.deepcopy(model)` works as well.
@@ -41,7 +41,7 @@ unless len(canonical payload) + len(canonical task id) + len(canonical key) +
 is simply stale. Where a call has several problems the model reports argument
 errors first, then conflicts/staleness.
 
-Issue #16, as the engine implements it: `extend` checks the token's type,
+The lease lifecycle calls, as the engine implements them: `extend` checks the token's type,
 `now`, then `lease_seconds` (>= 1), then ownership exactly as `ack` does; the
 new deadline is ``min(now + lease_seconds, 2**63 - 1)``. `redrive` checks
 `available_at`, `extra_attempts` (>= 1), then `task_id` (a name), then the
@@ -447,7 +447,7 @@ class Model:
         record["deadline"] = None
 
     def extend(self, lease: Lease, *, now: int, lease_seconds: int) -> Lease:
-        """Move a held lease's deadline to now + lease_seconds, capped (issue #16 extend); a new token."""
+        """Move a held lease's deadline to now + lease_seconds, capped (extend); a new token."""
         self._check_token(lease, now)
         _check_int(lease_seconds, "lease_seconds", 1)
         record = self._owner_record(lease, now)
@@ -472,7 +472,7 @@ class Model:
         return record
 
     def redrive(self, task_id: str, *, available_at: int, extra_attempts: int = 1) -> None:
-        """A dead task is ready again at `available_at` with `extra_attempts` more attempts (issue #16)."""
+        """A dead task is ready again at `available_at` with `extra_attempts` more attempts (redrive)."""
         _check_int(available_at, "available_at", 0)
         _check_int(extra_attempts, "extra_attempts", 1)
         record = self._record_in(task_id, ("dead",), "redrive")
@@ -484,7 +484,7 @@ class Model:
         record["max_attempts"] += extra_attempts
 
     def cancel(self, task_id: str) -> None:
-        """A ready or leased task becomes dead, its worker and deadline cleared (issue #16)."""
+        """A ready or leased task becomes dead, its worker and deadline cleared (cancel)."""
         record = self._record_in(task_id, ("ready", "leased"), "cancel")
         self._commit()
         record["status"] = "dead"

@@ -256,7 +256,7 @@ def test_every_crash_point_recovers_to_a_model_state(tmp_path: Path, seed: int) 
     assert view(final) == view(model)
     final.close()
     assert crash_points > 100
-    # Transactions of each issue-16 kind were crashed at (not only refused calls of those names).
+    # Transactions of each lifecycle kind were crashed at (not only refused calls of those names).
     assert {"extend", "redrive", "cancel"} <= crashed_writes.keys(), crashed_writes
     missing = set(PHASES) - seen_phases
     assert not missing, f"the workload never reached {sorted(missing)}"

@@ -1,4 +1,4 @@
-"""docs/FORMAT.md's examples of issue #16's ops are what the engine writes.
+"""docs/FORMAT.md's examples of the lifecycle ops (extend, redrive, cancel) are what the engine writes.
 
 The extend frame of §10 is dumped byte for byte, and the cancel and redrive
 transactions after it are quoted as JSON; this test makes the same calls on

@@ -387,7 +387,7 @@ def test_random_program_gives_identical_answers_and_states(seed: int) -> None:
         h.check()
         stats = h.queue.stats()
         assert stats["counts"] == h.model.counts()
-        # Not vacuous: the issue-16 calls succeeded, not only failed, in every seeded program.
+        # Not vacuous: extend, redrive and cancel succeeded, not only failed, in every seeded program.
         assert all(h.succeeded[call] for call in ("extend", "redrive", "cancel")), h.succeeded
     finally:
         h.close()
@@ -439,8 +439,8 @@ def test_model_reap_is_the_first_transaction_of_reserve(tmp_path_factory: pytest
     assert render(model.reserve("w", now=5, lease_seconds=5)) == render(reaped.reserve("w", now=5, lease_seconds=5))
 
 
-def test_the_issue_16_lifecycle_gives_identical_answers_and_states() -> None:
-    """One scripted walk through every rule of #16, so that each is met even if the random programs miss it."""
+def test_the_lease_lifecycle_gives_identical_answers_and_states() -> None:
+    """A scripted walk through every rule of extend, redrive and cancel, met even if the random programs miss it."""
     h = Harness(compact_bytes=None)
     try:
         h.put("a", {"v": 1}, None, 0, 1)

@@ -19,7 +19,7 @@ ACK = {"op": "ack", "task": "t", "generation": 1}
 RELEASE = {"op": "release", "task": "t", "generation": 1, "available_at": 5}
 
 
-def test_the_op_names_are_exactly_the_eight_of_the_spec_and_issue_16() -> None:
+def test_the_op_names_are_exactly_the_eight_of_the_contract_and_the_lifecycle_ops() -> None:
     assert OP_NAMES == {"put", "lease", "expire", "ack", "release", "extend", "redrive", "cancel"}
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from walqueue.engine.types import Task
+from walqueue.engine.types import Task, WalQueueError
 from walqueue.format.canonical import canonical_json, canonical_str, parse_json
 
 __all__ = [
@@ -53,7 +53,7 @@ DIGEST_BYTES = 32
 HeapEntry = tuple[int, str]
 
 
-class InvalidTransaction(ValueError):
+class InvalidTransaction(WalQueueError, ValueError):
     """A transaction (or snapshot record) that the state machine refuses; the state is untouched.
 
     Recovery turns it into `CorruptStore`: a log written by WALQueue never

@@ -36,10 +36,10 @@ transition), its transition function here, a planner in ops.py, and the
 `Queue` method that commits the planner's output. Keys, dispatch, the JSON
 template and the size bound follow from the row (optable.py).
 
-WARNING: the format layer cannot import the engine, so its list of op names
-(`walqueue.format.transaction.OP_NAMES`, which replay and `walqueue-fsck`
-check every frame against) is written out again by hand. Add a kind there
-too; tests/engine/test_optable.py fails until the two agree.
+The format layer owns the list of op names (`walqueue.format.transaction.OP_NAMES`,
+which replay and `walqueue-fsck` check every frame against), since it
+cannot import the engine; this module refuses to import unless `OP_KINDS`
+has exactly those names.
 
 Why the indexes: the ready and lease orders are heaps with lazy deletion
 (heaps.py), so a transition never searches a heap. The same heaps list the
@@ -78,6 +78,7 @@ from walqueue.engine.snapshot_load import check_snapshot_seq, load_records
 from walqueue.engine.types import Lease, Task, new_lease
 from walqueue.engine.validate import MAX_INT, check_int, check_name, check_payload, check_record_fits
 from walqueue.format.canonical import canonical_str
+from walqueue.format.transaction import OP_NAMES
 
 __all__ = [
     "COMPLETED",
@@ -495,6 +496,15 @@ OP_KINDS: dict[str, OpKind] = {
         OpKind("cancel", (), (READY, LEASED), _cancel),
     )
 }
+if frozenset(OP_KINDS) != OP_NAMES:
+    # The format layer owns the list of names every reader of the log accepts
+    # (it cannot import the engine); a kind added here alone would be refused
+    # by replay and by walqueue-fsck. Refuse to run instead.
+    raise ImportError(
+        "the engine's op kinds and walqueue.format.transaction.OP_NAMES differ: "
+        f"{sorted(frozenset(OP_KINDS) ^ OP_NAMES)}; declare the kind in both"
+    )
+
 #: op name -> the exact keys of that op (SPEC §3), derived from `OP_KINDS`.
 OP_KEYS: dict[str, frozenset[str]] = {name: kind.keys for name, kind in OP_KINDS.items()}
 

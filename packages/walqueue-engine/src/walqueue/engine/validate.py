@@ -143,7 +143,8 @@ def check_int(value: object, what: str, minimum: int = 0) -> int:
     if type(value) is not int:
         raise TypeError(f"{what} must be an int, not {type(value).__name__}")
     if value < minimum or value > MAX_INT:
-        raise ValueError(f"{what} must be an int in {minimum}..{MAX_INT}, not {value}")
+        shown = str(value) if -(10**40) < value < 10**40 else f"an int of {value.bit_length()} bits"
+        raise ValueError(f"{what} must be an int >= {minimum} and < 2**63, not {shown}")
     return value
 
 

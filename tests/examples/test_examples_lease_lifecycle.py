@@ -1,4 +1,4 @@
-"""The examples of issue #16 run end to end: heartbeat.py (extend) and redrive.py (redrive, cancel).
+"""The lease lifecycle examples run end to end: heartbeat.py (extend) and redrive.py (redrive, cancel).
 
 Each runs as its own process on a fresh directory, with a timeout; the test
 then opens the directory with `Queue` and checks what the script's
