@@ -232,6 +232,25 @@ def _print_dead(view: dict[str, Any], form: str, out: TextIO) -> None:
         out.write(f"{view['task_id']}\t{view['attempts']}\t{flat}\n")
 
 
+def _read(path: str, op: str, timeout: float) -> Any:
+    """One read call sent as its JSON line (``stats``, ``metrics``), and its answer's field of the same name."""
+    with _connect(path) as sock:
+        sock.settimeout(timeout)
+        try:
+            sock.sendall(json.dumps({"op": op}).encode() + b"\n")
+            line = sock.makefile("rb").readline()
+        except OSError as error:
+            raise _Lost(f"the connection to the server broke: {error}") from None
+    try:
+        answer = json.loads(line)
+    except ValueError:
+        raise _Lost("the server closed the connection before answering") from None
+    if not isinstance(answer, dict) or answer.get("ok") is not True or op not in answer:
+        message = answer.get("message") if isinstance(answer, dict) else None
+        raise _Lost(f"the server refused {op}: {message or answer!r} (a server without it?)")
+    return answer[op]
+
+
 def _verb(arguments: argparse.Namespace) -> int:
     from walqueue.cli.client import Client
 
@@ -241,9 +260,7 @@ def _verb(arguments: argparse.Namespace) -> int:
                 return _change(client, arguments.verb, arguments, sys.stdin)
             if arguments.verb == "dead":
                 return _dead(client, arguments, sys.stdout)
-            calls: Any = client  # metrics(): a call of servers that have it (an older one answers BadRequest)
-            reading = calls.stats() if arguments.verb == "stats" else calls.metrics()
-            print(json.dumps(reading, sort_keys=True))
+            print(json.dumps(_read(arguments.socket, arguments.verb, arguments.timeout), sort_keys=True))
             return EXIT_OK
         except (ConnectionError, TimeoutError, QueueClosed) as error:
             raise _Lost(str(error)) from None

@@ -38,6 +38,7 @@ __all__ = [
     "is_loopback",
     "parse_address",
     "serve_in_thread",
+    "start_dashboard",
 ]
 
 log = logging.getLogger("walqueue.dashboard")
@@ -117,6 +118,20 @@ def serve_in_thread(
         ).start()
     bound_port = server.server_address[1]
     return RunningServer(host, int(bound_port), server, thread, stopping)
+
+
+def start_dashboard(backend: Any, options: HttpOptions) -> RunningServer:
+    """Serve the dashboard of `backend` (a `Queue` or a `Client`) as `options` say, sampling for its chart.
+
+    What ``walqueue-serve --http`` runs beside its socket. Raises `OSError`
+    if the address cannot be bound.
+    """
+    from walqueue.dashboard.app import Dashboard
+
+    app = Dashboard(backend, actions=options.actions, access_token=options.token)
+    running = serve_in_thread(app, options.host, options.port, sample=app.sample)
+    log.info("dashboard on %s (actions %s)", running.url, "enabled" if options.actions else "disabled")
+    return running
 
 
 def _sampling(sample: Callable[[], None], stopping: threading.Event) -> None:

@@ -246,7 +246,6 @@ class FrozenState:
             if pause is not None and not count % every:
                 pause()
 
-
     def _sorted_runs(self, pause: Callable[[], None] | None) -> list[list[str]]:
         """The ids created since the last snapshot as sorted runs of at most `SORT_RUN` ids each.
 
