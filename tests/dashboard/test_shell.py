@@ -105,3 +105,19 @@ def test_an_absent_server_is_exit_2_and_a_usage_error_64(tmp_path: Path, src_pyt
     assert shell(src_pythonpath, "--socket", str(tmp_path / "nobody"), "frobnicate").returncode == 64
     helped = shell(src_pythonpath, "--socket", "x", "--help")
     assert helped.returncode == 0 and "exit status" in helped.stdout
+
+
+def test_the_dashboard_works_over_a_client_of_a_served_queue(served: str) -> None:
+    from dashboard_helpers import call
+
+    from walqueue.dashboard import Dashboard
+
+    with Client(served) as client:
+        kill_through(client, "gone")
+        client.put("waiting", {"<b>": "</script>"})
+        app = Dashboard(client, clock=lambda: NOW)
+        overview = call(app, "/api/overview").json()
+        assert overview["counts"] == {"ready": 1, "leased": 0, "completed": 0, "dead": 1}
+        assert [task["task_id"] for task in call(app, "/api/dead").json()["tasks"]] == ["gone"]
+        assert call(app, "/metrics").status == 200
+        assert call(app, "/api/dead", query="page=99999999").status == 400
