@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
@@ -32,6 +33,10 @@ __all__ = [
 
 #: The most tasks one page holds (an answer's size stays bounded).
 MAX_LIMIT: Final = 500
+#: The tasks read per call when the dashboard scans (grouping, offsets): fewer, larger reads.
+SCAN_CHUNK: Final = 5000
+#: How long a grouping of the dead letters is reused (the page asks every two seconds).
+GROUPS_SECONDS: Final = 10.0
 #: The longest payload excerpt shown, in characters.
 EXCERPT_CHARS: Final = 240
 #: The longest error message shown or grouped on, in characters.
@@ -136,6 +141,7 @@ class Source:
         self.backend = backend
         self._page = getattr(backend, "page", None)
         self._metrics = getattr(backend, "metrics", None)
+        self._groups: tuple[int, float, tuple[list[ErrorGroup], int, bool]] | None = None
 
     @property
     def bounded(self) -> bool:
@@ -177,7 +183,7 @@ class Source:
         tasks = tasks[:limit]
         return Page(tasks, tasks[-1].task_id if more and tasks else None)
 
-    def scan(self, statuses: Sequence[str], budget: int, chunk: int = MAX_LIMIT) -> tuple[list[Task], bool]:
+    def scan(self, statuses: Sequence[str], budget: int, chunk: int = SCAN_CHUNK) -> tuple[list[Task], bool]:
         """Up to `budget` tasks of `statuses` (in id order per status), and whether any were left unread."""
         found: list[Task] = []
         for status in statuses:
@@ -193,7 +199,21 @@ class Source:
         return found, False
 
     def groups(self, budget: int) -> tuple[list[ErrorGroup], int, bool]:
-        """The dead letters grouped by last error over the first `budget` of them: groups, scanned, truncated."""
+        """The dead letters grouped by last error over the first `budget` of them: groups, scanned, truncated.
+
+        Reused for `GROUPS_SECONDS` (on a monotonic clock) while the dead count
+        stays the same: grouping reads up to `budget` tasks, and every open page
+        asks for it every two seconds.
+        """
+        dead_count = self.stats()["counts"]["dead"]
+        cached = self._groups
+        if cached is not None and cached[0] == dead_count and time.monotonic() - cached[1] < GROUPS_SECONDS:
+            return cached[2]
+        result = self._group(budget)
+        self._groups = (dead_count, time.monotonic(), result)
+        return result
+
+    def _group(self, budget: int) -> tuple[list[ErrorGroup], int, bool]:
         dead, truncated = self.scan(("dead",), budget)
         groups: dict[str, ErrorGroup] = {}
         for task in dead:
