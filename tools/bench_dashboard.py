@@ -302,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
             "dead deep page": ("/api/dead", f"limit=50&after=d{dead - 100:07d}"),
             "dead page 200 (offset)": ("/api/dead", "limit=50&page=200"),
             "dead of one group": ("/api/dead", f"limit=50&group={group}"),
-            "dead groups": ("/api/dead/groups", ""),
+            "dead groups (reused)": ("/api/dead/groups", ""),
         }
         figures: dict[str, Any] = {"tasks": arguments.tasks, "dead": dead, "leased": leased, "routes": {}}
         worst_bytes = 0
@@ -312,6 +312,11 @@ def main(argv: list[str] | None = None) -> int:
             worst_bytes = max(worst_bytes, size)
             figures["routes"][name] = {"seconds": seconds, "bytes": size}
             print(f"  {name:24} {seconds * 1000:9.1f} ms {size:9,} bytes")
+        seconds, (status, size) = timed(
+            lambda: call(Dashboard(queue, clock=lambda: NOW), "/api/dead/groups"), arguments.reps
+        )
+        figures["routes"]["dead groups, not reused"] = {"seconds": seconds, "bytes": size}
+        print(f"  {'dead groups, not reused':24} {seconds * 1000:9.1f} ms {size:9,} bytes")
         for status, page_route in (("dead", "dead deep page"), ("leased", "leases deep page")):
             whole, _ = timed(lambda s=status: queue.tasks(s), max(1, arguments.reps // 2))
             page = figures["routes"][page_route]["seconds"]
