@@ -61,6 +61,7 @@ def overview(source: Source, sampler: Sampler, now: int, seen_at: float) -> dict
 
 
 def throughput(sampler: Sampler, seen_at: float) -> dict[str, Any]:
+    """The chart's series: puts, acks, releases and deaths per minute over the last hour."""
     return sampler.throughput(seen_at)
 
 
@@ -138,6 +139,7 @@ def dead_groups(source: Source, environ: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def task_lookup(source: Source, environ: Mapping[str, Any], now: int) -> dict[str, Any]:
+    """One task by id (``?id=``), as the lists show it; 404 when there is no such task."""
     fields = parse_query(environ, ("id",))
     task_id = query_text(fields, "id")
     if task_id is None or len(task_id) > MAX_ID_CHARS:

@@ -87,6 +87,7 @@ class RunningServer:
         return f"http://{host}:{self.port}/"
 
     def stop(self) -> None:
+        """Stop answering, close the listening socket and end the sampler (idempotent)."""
         if not self.stopping.is_set():
             self.stopping.set()
             self.server.shutdown()
@@ -159,6 +160,7 @@ def parse_address(text: str) -> tuple[str, int]:
 
 
 def is_loopback(host: str) -> bool:
+    """Whether `host` (an IP address or ``localhost``) is reachable from this machine only."""
     return host == "localhost" or ipaddress.ip_address(host).is_loopback
 
 

@@ -46,15 +46,25 @@ MESSAGE_CHARS: Final = 500
 class Backend(Protocol):
     """The calls the dashboard needs; `metrics` and `page` are optional (looked up with getattr)."""
 
-    def stats(self) -> Mapping[str, Any]: ...
+    def stats(self) -> Mapping[str, Any]:
+        """`Queue.stats`."""
+        ...
 
-    def get(self, task_id: str) -> Task | None: ...
+    def get(self, task_id: str) -> Task | None:
+        """`Queue.get`."""
+        ...
 
-    def tasks(self, status: Any = ...) -> Sequence[Task]: ...
+    def tasks(self, status: Any = ...) -> Sequence[Task]:
+        """`Queue.tasks` (used only without a bounded `page`)."""
+        ...
 
-    def redrive(self, task_id: str, *, available_at: int, extra_attempts: int = ...) -> None: ...
+    def redrive(self, task_id: str, *, available_at: int, extra_attempts: int = ...) -> None:
+        """`Queue.redrive` (actions only)."""
+        ...
 
-    def cancel(self, task_id: str) -> None: ...
+    def cancel(self, task_id: str) -> None:
+        """`Queue.cancel` (actions only)."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +159,7 @@ class Source:
         return self._page is not None
 
     def stats(self) -> dict[str, Any]:
+        """The backend's `stats()`, as a plain dict."""
         return dict(self.backend.stats())
 
     def metrics(self, now: int) -> dict[str, Any]:

@@ -89,15 +89,19 @@ class HttpError(Exception):
 
 @dataclass(slots=True)
 class Response:
+    """One answer: status, body, content type and extra headers."""
+
     status: int
     body: bytes
     content_type: str
     headers: list[tuple[str, str]] = field(default_factory=list)
 
     def status_line(self) -> str:
+        """``"200 OK"``: the status as WSGI's `start_response` takes it."""
         return f"{self.status} {_REASONS.get(self.status, 'Unknown')}"
 
     def header_list(self) -> list[tuple[str, str]]:
+        """Content type and length, the security headers every answer carries, then this answer's own."""
         return [
             ("Content-Type", self.content_type),
             ("Content-Length", str(len(self.body))),
@@ -113,6 +117,7 @@ def dumps_safe(value: Any) -> str:
 
 
 def json_response(value: Any, status: int = 200) -> Response:
+    """`value` as a JSON answer (markup characters escaped, see `dumps_safe`)."""
     return Response(status, dumps_safe(value).encode("utf-8", "surrogatepass"), "application/json; charset=utf-8")
 
 

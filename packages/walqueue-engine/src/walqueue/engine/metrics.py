@@ -110,11 +110,13 @@ class Histogram:
         self.count = 0
 
     def observe(self, value: float) -> None:
+        """Count `value` in the first bucket whose bound holds it (``value <= bound``)."""
         self.counts[bisect_left(self.bounds, value)] += 1
         self.sum += value
         self.count += 1
 
     def reading(self) -> HistogramReading:
+        """The buckets, sum and count as plain JSON values (a copy)."""
         return {"bounds": list(self.bounds), "counts": list(self.counts), "sum": self.sum, "count": self.count}
 
 
@@ -135,6 +137,7 @@ class RequestSeconds:
         self._histograms = {op: Histogram(bounds) for op in (*ops, "other")}
 
     def observe(self, op: str, seconds: float) -> None:
+        """Count one request of `op` that took `seconds`."""
         histogram = self._histograms.get(op)
         (histogram if histogram is not None else self._histograms["other"]).observe(seconds)
 
