@@ -143,3 +143,22 @@ def test_a_histogram_puts_each_value_in_the_first_bucket_that_holds_it() -> None
     assert histogram.reading() == {"bounds": [1.0, 2.0], "counts": [2, 1, 1], "sum": 6.0, "count": 4}
     with pytest.raises(ValueError):
         Histogram((2.0, 1.0))
+
+
+def test_the_event_stream_is_off_until_turned_on_and_then_writes_json_lines() -> None:
+    import io
+
+    log = logging.getLogger("walqueue.events")
+    assert not log.isEnabledFor(logging.INFO)
+    stream = io.StringIO()
+    handler = events.log_events_to(stream)
+    try:
+        events.emit(events.CANCEL, {"task_id": "t\n<b>", "worker": None})
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(logging.WARNING)
+        log.propagate = True
+    (line,) = stream.getvalue().splitlines()
+    record = json.loads(line)
+    assert record["event"] == "task.cancel" and record["fields"] == {"task_id": "t\n<b>", "worker": None}
+    assert line.isascii()

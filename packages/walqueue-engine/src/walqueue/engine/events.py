@@ -10,9 +10,14 @@ Every event is one `logging` record on the logger ``walqueue.events`` at
 INFO, with the structured fields in ``extra``: ``record.event`` (the name)
 and ``record.fields`` (a dict of plain JSON values, always with
 ``task_id``). The message repeats them as text for a plain formatter.
-`JsonLinesFormatter` writes each record as one JSON object per line. The
-queue checks ``EVENT_LOG.isEnabledFor(INFO)`` once per transaction, so an
-application that does not listen pays one cached lookup per commit.
+`JsonLinesFormatter` writes each record as one JSON object per line.
+
+The stream is opt-in: one record per task transition is far more than an
+application configured at INFO for the rest of ``walqueue`` expects, so
+this module sets ``walqueue.events`` to WARNING unless a level was set on
+it already; `log_events_to` (or ``setLevel(logging.INFO)`` on it) turns it
+on. The queue checks ``EVENT_LOG.isEnabledFor(INFO)`` once per
+transaction, so a queue nobody listens to pays one cached lookup per commit.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import IO, Any, Final
 
 __all__ = [
     "ACK",
@@ -39,10 +44,13 @@ __all__ = [
     "emit",
     "emit_transaction",
     "enabled",
+    "log_events_to",
 ]
 
 #: The logger every lifecycle event is logged on.
 EVENT_LOG: Final = logging.getLogger("walqueue.events")
+if EVENT_LOG.level == logging.NOTSET:
+    EVENT_LOG.setLevel(logging.WARNING)  # opt-in (see above); a level the application set first stays
 
 PUT: Final = "task.put"  # a new task (fields: task_id, key, available_at, max_attempts)
 LEASE: Final = "task.lease"  # leased by a reserve (task_id, worker, generation, attempt, deadline)
@@ -180,3 +188,21 @@ class JsonLinesFormatter(logging.Formatter):
         if record.exc_info:
             line["exception"] = self.formatException(record.exc_info)
         return json.dumps(line, default=repr, ensure_ascii=True, separators=(",", ":"))
+
+
+def log_events_to(stream: IO[str], *, json_lines: bool = True) -> logging.Handler:
+    """Turn the event stream on and write it to `stream`: one JSON object a line, or plain text.
+
+    Returns the handler (remove it from `EVENT_LOG` to stop). Records do not
+    propagate further, so an application's own ``walqueue`` handler does not
+    print them twice.
+
+    Example: ``log_events_to(sys.stderr)``
+    """
+    handler = logging.StreamHandler(stream)
+    if json_lines:
+        handler.setFormatter(JsonLinesFormatter())
+    EVENT_LOG.addHandler(handler)
+    EVENT_LOG.setLevel(logging.INFO)
+    EVENT_LOG.propagate = False
+    return handler
