@@ -18,6 +18,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from walqueue import WalQueueError
+
 __all__ = [
     "MAX_BODY_BYTES",
     "check_access_token",
@@ -77,8 +79,11 @@ def check_access_token(token: str) -> str:
     return token
 
 
-class HttpError(Exception):
-    """An answer with a 4xx/5xx status and a message naming the cause (sent as JSON)."""
+class HttpError(WalQueueError):
+    """An answer with a 4xx/5xx status and a message naming the cause (sent as JSON).
+
+    A `WalQueueError`, as every deliberate refusal of WALQueue is.
+    """
 
     def __init__(self, status: int, message: str, headers: Iterable[tuple[str, str]] = ()) -> None:
         super().__init__(message)
