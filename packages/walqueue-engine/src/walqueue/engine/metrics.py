@@ -167,13 +167,18 @@ def read_metrics(
     histograms: Mapping[str, Histogram],
     stats: Mapping[str, Any],
     now: int | None,
+    dead_now: int,
 ) -> MetricsReading:
-    """Join the counters and histograms with the gauges of a `stats()` reading (taken under the same lock)."""
+    """Join the counters and histograms with the gauges of a `stats()` reading.
+
+    `dead_now` must be read under the same lock hold as the counters: `deaths`
+    is derived from it, and a counter must never go down between two readings.
+    """
     counts: dict[str, int] = dict(stats["counts"])
     first_ready = stats["next_available_at"]
     age = None if now is None or first_ready is None else max(0, now - first_ready)
     return {
-        "counters": counters.reading(counts["dead"]),
+        "counters": counters.reading(dead_now),
         "gauges": {
             "tasks": counts,
             "oldest_ready_age": age,
