@@ -73,8 +73,17 @@ def form_headers(token: str | None) -> dict[str, str]:
     return headers
 
 
-def kill(queue: Queue, task_id: str, payload: dict[str, Any] | None = None) -> None:
-    """Put a task with one attempt, lease it and release it: it is dead (call it before other tasks are due)."""
+def kill(
+    queue: Queue,
+    task_id: str,
+    payload: dict[str, Any] | None = None,
+    error: str = "ValueError",
+    message: str = "bad input",
+) -> None:
+    """Put a task with one attempt, lease it and release it with an error: it is dead, with that last error.
+
+    Call it before other tasks are due (its reserve leases whatever is).
+    """
     queue.put(task_id, payload or {"n": task_id}, max_attempts=1)
     for lease in queue.reserve("killer", now=NOW, lease_seconds=60, limit=100):
-        queue.release(lease, now=NOW)
+        queue.release(lease, now=NOW, error={"type": error, "message": message})

@@ -111,7 +111,7 @@ def test_every_lifecycle_step_is_an_event_with_its_fields(queue: Queue, caplog: 
         queue.put("b", {})
         leases = {lease.task_id: lease for lease in queue.reserve("w1", now=NOW, lease_seconds=10, limit=2)}
         queue.extend(leases["b"], now=NOW, lease_seconds=20)
-        queue.release(leases["a"], now=NOW + 1)
+        queue.release(leases["a"], now=NOW + 1, error={"type": "OSError", "message": "disk <full>"})
         queue.reserve("w2", now=NOW + 100, lease_seconds=10)  # b expires, and is leased again
         queue.redrive("a", available_at=NOW)
         queue.cancel("a")
@@ -119,6 +119,9 @@ def test_every_lifecycle_step_is_an_event_with_its_fields(queue: Queue, caplog: 
         queue.ack(lease, now=NOW + 201)
         with pytest.raises(StaleLease):
             queue.ack(lease, now=NOW + 202)
+        queue.put("c", {})
+        (lease,) = queue.reserve("w4", now=NOW + 300, lease_seconds=10)
+        queue.fail(lease, now=NOW + 301, error={"type": "Permanent", "message": "no handler"})
     steps = [(record.event, record.fields["task_id"]) for record in caplog.records]  # type: ignore[attr-defined]
     assert steps == [
         ("task.put", "a"),
@@ -135,10 +138,17 @@ def test_every_lifecycle_step_is_an_event_with_its_fields(queue: Queue, caplog: 
         ("task.expiry", "b"),
         ("task.lease", "b"),
         ("task.ack", "b"),
+        ("task.put", "c"),
+        ("task.lease", "c"),
+        ("task.death", "c"),
     ]
     fields = {(r.event, r.fields["task_id"]): r.fields for r in caplog.records}  # type: ignore[attr-defined]
     assert fields[("task.ack", "b")]["worker"] == "w3"
     assert fields[("task.death", "a")]["after"] == "release"
+    error = {"type": "OSError", "message": "disk <full>", "attempt": 1, "at": NOW + 1}
+    assert fields[("task.release", "a")]["error"] == error and fields[("task.death", "a")]["error"] == error
+    assert fields[("task.death", "c")]["after"] == "fail"
+    assert fields[("task.death", "c")]["error"]["type"] == "Permanent"
     assert fields[("task.lease", "a")] | {} == {
         "task_id": "a",
         "worker": "w1",

@@ -50,14 +50,17 @@ def test_dead_letters_are_paged_by_cursor_in_id_order(app: Dashboard, queue: Que
 
 
 def test_dead_letters_are_grouped_by_their_last_error(app: Dashboard, queue: Queue) -> None:
-    kill(queue, "a")
-    kill(queue, "b")
+    kill(queue, "a", error="KeyError")
+    kill(queue, "b", error="KeyError")
+    kill(queue, "c", error="TimeoutError")
     groups = call(app, "/api/dead/groups").json()
-    assert sum(group["count"] for group in groups["groups"]) == 2
+    assert [(group["type"], group["count"]) for group in groups["groups"]] == [("KeyError", 2), ("TimeoutError", 1)]
     assert groups["truncated"] is False
+    (task,) = call(app, "/api/dead", query="limit=1").json()["tasks"]
+    assert task["last_error"] == {"type": "KeyError", "message": "bad input", "attempt": 1, "at": NOW}
     group = groups["groups"][0]["group"]
     members = call(app, "/api/dead", query=f"group={group}").json()["tasks"]
-    assert sorted(task["task_id"] for task in members) == ["a", "b"]
+    assert [member["task_id"] for member in members] == ["a", "b"]
     assert call(app, "/api/dead", query="group=0123456789abcdef").json()["tasks"] == []
 
 

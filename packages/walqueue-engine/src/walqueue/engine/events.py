@@ -57,9 +57,11 @@ LEASE: Final = "task.lease"  # leased by a reserve (task_id, worker, generation,
 ACK: Final = "task.ack"  # completed (task_id, worker, generation)
 RELEASE: Final = "task.release"  # given back (task_id, worker, generation, available_at, error?)
 EXPIRY: Final = "task.expiry"  # a lease ran out (task_id, worker, generation, deadline)
-DEATH: Final = "task.death"  # out of attempts after a release or an expiry (task_id, attempts, error?)
+DEATH: Final = (
+    "task.death"  # dead after a release or an expiry out of attempts, or a fail (task_id, attempts, after, error)
+)
 REDRIVE: Final = "task.redrive"  # a dead task made ready again (task_id, available_at, max_attempts)
-CANCEL: Final = "task.cancel"  # a ready or leased task made dead (task_id, worker?)
+CANCEL: Final = "task.cancel"  # a ready or leased task made dead (task_id, worker?, error?)
 EXTEND: Final = "task.extend"  # a heartbeat moved a lease's deadline (task_id, worker, deadline)
 
 #: Every event name, in lifecycle order.
@@ -90,9 +92,12 @@ def before(ops: Sequence[Mapping[str, Any]], tasks: Mapping[str, Any]) -> dict[s
 
 
 def _error(record: Any) -> dict[str, Any] | None:
+    """The record's last error as plain JSON: a stored record holds it as ``(type, message, attempt, at)``."""
     error = getattr(record, "last_error", None)
     if error is None or isinstance(error, dict):
         return error
+    if isinstance(error, tuple) and len(error) == 4:
+        return dict(zip(("type", "message", "attempt", "at"), error, strict=True))
     to_dict = getattr(error, "to_dict", None)
     return dict(to_dict()) if callable(to_dict) else {"message": str(error)}
 
@@ -134,7 +139,9 @@ def _fields(op: Mapping[str, Any], record: Any, held: tuple[Any, Any]) -> tuple[
     if kind == "redrive":
         return REDRIVE, {"task_id": task_id, "available_at": op["available_at"], "max_attempts": op["max_attempts"]}
     if kind == "cancel":
-        return CANCEL, {"task_id": task_id, "worker": worker}
+        return CANCEL, {"task_id": task_id, "worker": worker, "error": _error(record)}
+    if kind == "fail":  # a permanent failure: the task dies at once
+        return DEATH, {"task_id": task_id, "attempts": record.attempts, "after": "fail", "error": _error(record)}
     return None
 
 
