@@ -19,6 +19,7 @@ from . import (
     hostile_clients,
     kill,
     os_faults,
+    pipeline_disconnect,
     server_kill,
 )
 from .harness import Report, quiet_walqueue_logging
@@ -47,6 +48,7 @@ REGISTRY: tuple[Campaign, ...] = (
     Campaign("server-kill", 0.1, server_kill.campaign_server_kill),  # walqueue-serve
     Campaign("client-kill", 0.06, client_kill.campaign_client_kill),
     Campaign("hostile-clients", 0.06, hostile_clients.campaign_hostile_clients),
+    Campaign("pipeline-disconnect", 0.06, pipeline_disconnect.campaign_pipeline_disconnect),
 )
 CAMPAIGNS = tuple(campaign.name for campaign in REGISTRY)
 BUDGET_SHARES = {campaign.name: campaign.share for campaign in REGISTRY}

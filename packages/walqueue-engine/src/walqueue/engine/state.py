@@ -17,8 +17,8 @@ op         from      to                          also
 =========  ========  ==========================  ================================
 put        (new)     ready                       attempts 0, generation 0
 lease      ready     leased                      G == generation + 1; attempts += 1
-expire     leased    dead if attempts >= max,    available_at = old deadline
-                     else ready
+expire     leased    dead if attempts >= max,    available_at = old deadline;
+                     else ready                  last error LeaseExpired
 ack        leased    completed                   payload dropped (a tombstone)
 release    leased    dead if attempts >= max,    available_at = A
                      else ready
@@ -27,10 +27,16 @@ redrive    dead      ready                       available_at = A; max_attempts 
                                                  M > the old one
 cancel     ready or  dead                        worker, deadline cleared
            leased
+fail       leased    dead                        same generation (fenced)
+error      ready or  (same)                      last error = type, message,
+           leased                                attempts, at
 =========  ========  ==========================  ================================
 
 `worker` and `deadline` are set exactly while a task is leased. Anything
-else is an `InvalidTransaction`, raised before the state is touched.
+else is an `InvalidTransaction`, raised before the state is touched. Every
+transition but ack keeps the task's last error unless it sets one; an
+error op comes just before the release, fail or cancel it explains, in
+the same transaction.
 
 Adding an op kind: one `OpKind` row in `OP_KINDS` (name, fields, from-status,
 transition), its transition function in transitions.py, its name in
@@ -367,6 +373,13 @@ OP_KINDS: dict[str, OpKind] = {
             "redrive", (("available_at", Field.INT), ("max_attempts", Field.POSITIVE_INT)), DEAD, transitions.redrive
         ),
         OpKind("cancel", (), (READY, LEASED), transitions.cancel),
+        OpKind("fail", (("generation", Field.POSITIVE_INT),), LEASED, transitions.fail),
+        OpKind(
+            "error",
+            (("type", Field.ERROR_TYPE), ("message", Field.ERROR_MESSAGE), ("at", Field.INT)),
+            (READY, LEASED),
+            transitions.error,
+        ),
     )
 }
 if frozenset(OP_KINDS) != OP_NAMES:

@@ -1,5 +1,9 @@
 """What each op kind does to its task's record: the transitions, and the staging they read.
 
+A task's last error (`ErrorFields`) is kept by every transition but three:
+expire derives `LeaseExpired` from the record, error sets the op's, and ack
+drops it with the payload.
+
 A transition takes the task's current record (None for a kind that creates
 its task) and a valid op of its kind, and returns the record the task will
 have; `state.apply` has checked the op's keys and field values (unless a
@@ -21,9 +25,12 @@ from walqueue.engine.records import (
     DEAD,
     LEASED,
     READY,
+    ErrorFields,
     Record,
     TaskRecord,
     Tombstone,
+    check_error_fits,
+    expiry_error,
     identity_digest,
 )
 from walqueue.engine.types import WalQueueError
@@ -38,8 +45,10 @@ __all__ = [
     "Transition",
     "ack",
     "cancel",
+    "error",
     "expire",
     "extend",
+    "fail",
     "lease",
     "put",
     "redrive",
@@ -87,7 +96,13 @@ NOTHING_STAGED = {(d, p): Staging(d, p) for d in (False, True) for p in (False, 
 
 
 def _with(
-    record: Record, status: str, available_at: int, max_attempts: int, worker: str | None, deadline: int | None
+    record: Record,
+    status: str,
+    available_at: int,
+    max_attempts: int,
+    worker: str | None,
+    deadline: int | None,
+    last_error: ErrorFields | None,
 ) -> TaskRecord:
     """A not-completed record like `record` (same payload, attempts, generation) but for the fields given."""
     return TaskRecord(
@@ -101,13 +116,14 @@ def _with(
         record.generation,
         worker,
         deadline,
+        last_error,
     )
 
 
-def _unleased(record: Record, available_at: int) -> TaskRecord:
+def _unleased(record: Record, available_at: int, last_error: ErrorFields | None) -> TaskRecord:
     """Where expire and release send a leased task: ready again, or dead once its attempts are spent."""
     status = DEAD if record.attempts >= record.max_attempts else READY
-    return _with(record, status, available_at, record.max_attempts, None, None)
+    return _with(record, status, available_at, record.max_attempts, None, None, last_error)
 
 
 def _held(record: Record, op: Op) -> Record:
@@ -138,7 +154,7 @@ def put(state: StateReads, staging: Staging, record: Record | None, op: Op) -> R
         digest = identity_digest(task_json, payload_json, available_at, max_attempts)
     if key in staging.keys or state.lookup_key(key) is not None:
         raise OpError(f"key {key!r:.100} is already known")
-    return TaskRecord(task_id, key, READY, digest + payload_json, available_at, max_attempts, 0, 0, None, None)
+    return TaskRecord(task_id, key, READY, digest + payload_json, available_at, max_attempts, 0, 0, None, None, None)
 
 
 def lease(state: StateReads, staging: Staging, record: Record | None, op: Op) -> Record:
@@ -157,12 +173,13 @@ def lease(state: StateReads, staging: Staging, record: Record | None, op: Op) ->
         generation,
         op["worker"],
         op["deadline"],
+        record.last_error,
     )
 
 
 def expire(state: StateReads, staging: Staging, record: Record | None, op: Op) -> Record:
     assert record is not None and record.deadline is not None  # a leased record always has one
-    return _unleased(_held(record, op), record.deadline)
+    return _unleased(_held(record, op), record.deadline, expiry_error(record))
 
 
 def ack(state: StateReads, staging: Staging, record: Record | None, op: Op) -> Record:
@@ -181,13 +198,15 @@ def ack(state: StateReads, staging: Staging, record: Record | None, op: Op) -> R
 
 def release(state: StateReads, staging: Staging, record: Record | None, op: Op) -> Record:
     assert record is not None
-    return _unleased(_held(record, op), op["available_at"])
+    return _unleased(_held(record, op), op["available_at"], record.last_error)
 
 
 def extend(state: StateReads, staging: Staging, record: Record | None, op: Op) -> Record:
     assert record is not None
     _held(record, op)
-    return _with(record, LEASED, record.available_at, record.max_attempts, record.worker, op["deadline"])
+    return _with(
+        record, LEASED, record.available_at, record.max_attempts, record.worker, op["deadline"], record.last_error
+    )
 
 
 def redrive(state: StateReads, staging: Staging, record: Record | None, op: Op) -> Record:
@@ -195,12 +214,33 @@ def redrive(state: StateReads, staging: Staging, record: Record | None, op: Op) 
     max_attempts = op["max_attempts"]
     if max_attempts <= record.max_attempts:  # a redrive grants attempts; so a ready task has some left
         raise OpError(f"redrive max_attempts must exceed {record.max_attempts}, not {max_attempts}")
-    return _with(record, READY, op["available_at"], max_attempts, None, None)
+    return _with(record, READY, op["available_at"], max_attempts, None, None, record.last_error)
 
 
 def cancel(state: StateReads, staging: Staging, record: Record | None, op: Op) -> Record:
     assert record is not None
-    return _with(record, DEAD, record.available_at, record.max_attempts, None, None)
+    return _with(record, DEAD, record.available_at, record.max_attempts, None, None, record.last_error)
+
+
+def fail(state: StateReads, staging: Staging, record: Record | None, op: Op) -> Record:
+    """A permanent failure: the holder's task is dead at once, whatever its attempts left."""
+    assert record is not None
+    _held(record, op)
+    return _with(record, DEAD, record.available_at, record.max_attempts, None, None, record.last_error)
+
+
+def error(state: StateReads, staging: Staging, record: Record | None, op: Op) -> Record:
+    """The task's last error becomes the op's, with the task's attempts; nothing else changes.
+
+    The writer puts it just before the release, fail or cancel it explains,
+    in the same transaction (the attempt is the record's, so it is not written).
+    """
+    assert record is not None
+    last_error = (op["type"], op["message"], record.attempts, op["at"])
+    check_error_fits(record, last_error)  # a ValueError, named by apply like a field's
+    return _with(
+        record, record.status, record.available_at, record.max_attempts, record.worker, record.deadline, last_error
+    )
 
 
 Transition = Callable[[StateReads, Staging, Record | None, Op], Record]
