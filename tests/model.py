@@ -1,11 +1,11 @@
-"""A deliberately simple reference model of the queue's semantics (SPEC §2).
+"""A deliberately simple reference model of the queue's semantics (CONTRACT §2).
 
 `Model` answers every call the way `walqueue.Queue` must, with plain dicts and
 linear scans, no disk and no cleverness, so that it can be read against the
-SPEC sentence by sentence. Tests run the same program against a `Queue` and a
+contract (docs/CONTRACT.md) sentence by sentence. Tests run the same program against a `Queue` and a
 `Model` and compare results, errors and states.
 
-The model counts transactions exactly as the SPEC does, so `last_seq` is
+The model counts transactions exactly as the contract does, so `last_seq` is
 comparable too:
 
 - a `put`/`put_many` that creates tasks is one transaction; identical retries
@@ -17,7 +17,7 @@ comparable too:
 
 Public API (stable; crash campaigns and the torture harness import it):
 
-- `Model()` with `put`, `put_many`, `reserve`, `ack`, `release`, `extend`,
+- `Model()` with `put`, `put_many`, `reserve`, `ack`, `release`, `fail`, `extend`,
   `redrive`, `cancel` (the lease lifecycle calls), `get`, `tasks`, `counts()`,
   `next_available_at()`, `next_deadline()` (the two lifecycle keys of
   `stats()`), `last_seq` (property), `clone()` and `reap(now)` (the
@@ -30,7 +30,7 @@ Public API (stable; crash campaigns and the torture harness import it):
 - `directory_digest(directory)` and `read_frames(path)`: small helpers for
   tests that look at the bytes a queue wrote.
 
-Decisions the SPEC leaves to the implementation, taken here as the team
+Decisions the contract leaves to the implementation, taken here as the team
 documented them: ints are `int` but never `bool`, with 0 <= x < 2**63
 (outside: `ValueError`, wrong type: `TypeError`); names are non-empty `str`
 of at most 1,024 UTF-8 bytes; payload nesting depth is at most 64 (the
@@ -50,6 +50,20 @@ task's status (`WrongStatus` unless dead), then that the grown
 then the status (`WrongStatus` unless ready or leased). A dead task may
 therefore have attempts left (a cancelled one); a redriven one keeps its
 attempts, generation, identity (its original put) and key.
+
+The last error, as the engine implements it: `release`, `fail` (a
+permanent failure: dead at once, fenced like `ack`) and `cancel` take
+``error={"type": str, "message": str}``, checked before anything else
+(not a mapping: `TypeError`; other keys: `ValueError`; a non-str value:
+`TypeError`; an empty type: `ValueError`); a cancel with an error needs
+`now` (`TypeError`). The type is cut to 256 and the message to 2,048 UTF-8
+bytes, each ending in ``... [cut: N bytes]`` (N: the original size), after
+lone surrogates are written as their ``\\udXXX`` escapes; if the error
+would not fit beside a payload close to the frame bound, to 32 and 200
+bytes. The task's `last_error` is then the type, the message, its attempts
+at that moment and `now`, in the same transaction. An expiry records
+``LeaseExpired`` with the attempt and the old deadline as its time. Every
+transition but ack (which drops it) keeps the last error otherwise.
 """
 
 from __future__ import annotations
@@ -80,7 +94,7 @@ __all__ = [
     "wal_bodies",
 ]
 
-#: The frame bound of SPEC §3 (bytes of one frame body).
+#: The frame bound of CONTRACT §3 (bytes of one frame body).
 MAX_FRAME_BYTES = 16 * 2**20
 #: The statuses, in the order `stats()["counts"]` lists them.
 STATUSES: tuple[str, ...] = ("ready", "leased", "completed", "dead")
@@ -90,6 +104,9 @@ _MAX_NAME_BYTES = 1024
 _MAX_DEPTH = 64
 _MAX_INT_BITS = 14_000  # payload ints: readable again under CPython's default int/str digit limit
 _TASK_MARGIN = 8192
+_RECORD_WITHOUT_ERROR = 6461  # the worst case of a record's other fields (validate.RECORD_WORST_CASE_EXTRA's table)
+_ERROR_BOUNDS = (256, 2048)  # UTF-8 bytes of an error's type and message
+_TIGHT_ERROR_BOUNDS = (32, 200)  # the same, beside a payload that leaves no room for them
 _PUT_FIELDS = frozenset({"task_id", "payload", "key", "available_at", "max_attempts"})
 
 
@@ -158,12 +175,43 @@ def _copy(payload: Any) -> Any:
     return copy.deepcopy(payload)
 
 
+def _check_error(error: object) -> tuple[str, str] | None:
+    if error is None:
+        return None
+    if not isinstance(error, Mapping):
+        raise TypeError("error must be None or a mapping")
+    if set(error) != {"type", "message"}:
+        raise ValueError("error has exactly the keys type and message")
+    if type(error["type"]) is not str or type(error["message"]) is not str:
+        raise TypeError("error type and message are str")
+    if error["type"] == "":
+        raise ValueError("error type is empty")
+    return _escaped(error["type"]), _escaped(error["message"])
+
+
+def _escaped(text: str) -> str:
+    return "".join(f"\\u{ord(c):04x}" if 0xD800 <= ord(c) <= 0xDFFF else c for c in text)
+
+
+def _cut(text: str, limit: int) -> str:
+    size = len(text.encode("utf-8"))
+    if size <= limit:
+        return text
+    marker = f"... [cut: {size} bytes]"
+    kept = ""
+    for char in text:
+        if len((kept + char).encode("utf-8")) + len(marker) > limit:
+            break
+        kept += char
+    return kept + marker
+
+
 # ---------------------------------------------------------------------------
 # The model
 
 
 class Model:
-    """The reference semantics of `walqueue.Queue` (SPEC §2), in memory.
+    """The reference semantics of `walqueue.Queue` (CONTRACT §2), in memory.
 
     State: `_tasks` maps a task id to a record (a plain dict with the fields of
     a snapshot record, `identity` as the canonical bytes of the put), `_keys`
@@ -206,12 +254,12 @@ class Model:
         available_at: int = 0,
         max_attempts: int = 3,
     ) -> str:
-        """Create a task, or return `task_id` for an identical retry (SPEC §2 put)."""
+        """Create a task, or return `task_id` for an identical retry (CONTRACT §2 put)."""
         request = self._request(task_id, payload, key, available_at, max_attempts)
         return self._put_requests([request])[0]
 
     def put_many(self, tasks: Iterable[Mapping[str, Any]]) -> list[str]:
-        """All-or-nothing: one transaction for every new task (SPEC §2 put_many)."""
+        """All-or-nothing: one transaction for every new task (CONTRACT §2 put_many)."""
         if isinstance(tasks, (str, bytes, Mapping)) or not isinstance(tasks, Iterable):
             raise TypeError("put_many takes an iterable of mappings")
         requests = []
@@ -311,12 +359,13 @@ class Model:
                 "generation": 0,
                 "worker": None,
                 "deadline": None,
+                "last_error": None,
             }
             self._keys[r["key"]] = r["task"]
         return ids
 
     def reserve(self, worker: str, *, now: int, lease_seconds: int, limit: int = 1) -> list[Lease]:
-        """Reap expired leases (own transaction), then lease ready tasks (SPEC §2 reserve)."""
+        """Reap expired leases (own transaction), then lease ready tasks (CONTRACT §2 reserve)."""
         _check_name(worker, "worker")
         _check_int(now, "now", 0)
         _check_int(lease_seconds, "lease_seconds", 1)
@@ -399,6 +448,13 @@ class Model:
             old_deadline = record["deadline"]
             record["status"] = "dead" if record["attempts"] >= record["max_attempts"] else "ready"
             record["available_at"] = old_deadline
+            record["last_error"] = {
+                "type": "LeaseExpired",
+                "message": f"worker {_cut(record['worker'], 128)} did not ack, release or extend"
+                f" lease {record['generation']} by its deadline {old_deadline}",
+                "attempt": record["attempts"],
+                "at": old_deadline,
+            }
             record["worker"] = None
             record["deadline"] = None
 
@@ -424,25 +480,50 @@ class Model:
         return record
 
     def ack(self, lease: Lease, *, now: int) -> None:
-        """Complete the leased task; its payload is dropped (SPEC §2 ack)."""
+        """Complete the leased task; its payload is dropped (CONTRACT §2 ack)."""
         self._check_token(lease, now)
         record = self._owner_record(lease, now)
         self._commit()
         record["status"] = "completed"
         record["payload"] = None
+        record["last_error"] = None
         record["worker"] = None
         record["deadline"] = None
 
-    def release(self, lease: Lease, *, now: int, delay: int = 0) -> None:
-        """Give the task back, or bury it when its attempts are spent (SPEC §2 release)."""
+    def _record_error(self, record: dict[str, Any], error: tuple[str, str] | None, now: int) -> None:
+        if error is None:
+            return
+        last_error = {"type": _cut(error[0], 256), "message": _cut(error[1], 2048), "attempt": record["attempts"]}
+        last_error["at"] = now
+        names = len(canonical_json(record["task"])) + len(canonical_json(record["key"]))
+        member = len(b',"last_error":') + len(canonical_json(last_error))
+        if len(canonical_json(record["payload"])) + names + _RECORD_WITHOUT_ERROR + member > MAX_FRAME_BYTES:
+            last_error["type"], last_error["message"] = (_cut(error[0], 32), _cut(error[1], 200))
+        record["last_error"] = last_error
+
+    def release(self, lease: Lease, *, now: int, delay: int = 0, error: Mapping[str, str] | None = None) -> None:
+        """Give the task back, or bury it when its attempts are spent (CONTRACT §2 release)."""
+        checked = _check_error(error)
         self._check_token(lease, now)
         _check_int(delay, "delay", 0)
         if now + delay >= _INT_LIMIT:
             raise ValueError("now + delay must be below 2**63")
         record = self._owner_record(lease, now)
         self._commit()
+        self._record_error(record, checked, now)
         record["status"] = "dead" if record["attempts"] >= record["max_attempts"] else "ready"
         record["available_at"] = now + delay
+        record["worker"] = None
+        record["deadline"] = None
+
+    def fail(self, lease: Lease, *, now: int, error: Mapping[str, str] | None = None) -> None:
+        """A permanent failure: the held task is dead at once, whatever its attempts."""
+        checked = _check_error(error)
+        self._check_token(lease, now)
+        record = self._owner_record(lease, now)
+        self._commit()
+        self._record_error(record, checked, now)
+        record["status"] = "dead"
         record["worker"] = None
         record["deadline"] = None
 
@@ -483,10 +564,16 @@ class Model:
         record["available_at"] = available_at
         record["max_attempts"] += extra_attempts
 
-    def cancel(self, task_id: str) -> None:
-        """A ready or leased task becomes dead, its worker and deadline cleared (cancel)."""
+    def cancel(self, task_id: str, *, error: Mapping[str, str] | None = None, now: int | None = None) -> None:
+        """A ready or leased task becomes dead, its worker and deadline cleared, its reason recorded (cancel)."""
+        checked = _check_error(error)
+        if now is not None:
+            _check_int(now, "now", 0)
+        elif checked is not None:
+            raise TypeError("cancel with an error needs now")
         record = self._record_in(task_id, ("ready", "leased"), "cancel")
         self._commit()
+        self._record_error(record, checked, 0 if now is None else now)
         record["status"] = "dead"
         record["worker"] = None
         record["deadline"] = None
@@ -561,6 +648,7 @@ def _task(record: dict[str, Any]) -> Task:
         generation=record["generation"],
         worker=record["worker"],
         deadline=record["deadline"],
+        last_error=None if record["last_error"] is None else dict(record["last_error"]),
     )
 
 

@@ -1,4 +1,4 @@
-"""The real consumer program (SPEC §6), driven as a co-process through pipes.
+"""The real consumer program (CONTRACT §6), driven as a co-process through pipes.
 
 Every test writes one request and reads its answer before writing the next,
 as a client of `python -m walqueue.cli DIR` would: an answer that is not
@@ -193,6 +193,7 @@ def test_get_answers_a_task_object_or_null(consumer: Consumer) -> None:
             "generation": 0,
             "worker": None,
             "deadline": None,
+            "last_error": None,
         },
     }
     assert consumer.ask({"op": "get", "task_id": "never-stored"}) == {"ok": True, "task": None}

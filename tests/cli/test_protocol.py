@@ -1,4 +1,4 @@
-"""The consumer's protocol (SPEC §6) without a process or a directory.
+"""The consumer's protocol (CONTRACT §6) without a process or a directory.
 
 A small fake queue stands in for `Queue`: it records every call, so each test
 can prove both the answer and that a refused line never reached the queue.
@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from walqueue import KeyConflict, Lease, Queue, QueueClosed, StaleLease, Task, WrongStatus
+from walqueue import KeyConflict, LastError, Lease, Queue, QueueClosed, StaleLease, Task, WrongStatus
 from walqueue.cli.protocol import (
     MAX_DEPTH,
     NO_ID,
@@ -270,7 +270,7 @@ def test_stats_and_compact_answer_their_fields() -> None:
 
 
 def test_every_op_of_the_spec_table_is_known() -> None:
-    # SPEC §6's table, plus `wait` (the server's long poll) and extend, redrive, cancel.
+    # CONTRACT §6's table, plus `wait` (the server's long poll) and extend, redrive, cancel.
     spec = {"put", "put_many", "reserve", "ack", "release", "get", "tasks", "stats", "compact"}
     assert spec | {"wait", "extend", "redrive", "cancel"} <= set(OPS)
     assert set(OPS) == set(CALLS)
@@ -280,12 +280,24 @@ def test_every_op_of_the_spec_table_is_known() -> None:
 EVERY_CALL = [
     {"op": "put", "task_id": "a", "payload": {"n": 1}, "key": "ka", "available_at": 0, "max_attempts": 1},
     {"op": "put_many", "tasks": [{"task_id": "b", "payload": {}}, {"task_id": "c", "payload": {}}]},
-    {"op": "reserve", "worker": "w", "now": 1, "lease_seconds": 10, "limit": 2},
+    {"op": "reserve", "worker": "w", "now": 1, "lease_seconds": 10, "limit": 3},
     {"op": "extend", "lease": {"task_id": "a", "worker": "w", "generation": 1}, "now": 2, "lease_seconds": 5},
     {"op": "ack", "lease": {"task_id": "b", "worker": "w", "generation": 1}, "now": 2},
-    {"op": "release", "lease": {"task_id": "a", "worker": "w", "generation": 1}, "now": 3, "delay": 0},
+    {
+        "op": "fail",
+        "lease": {"task_id": "c", "worker": "w", "generation": 1},
+        "now": 2,
+        "error": {"type": "KeyError", "message": "no handler"},
+    },
+    {
+        "op": "release",
+        "lease": {"task_id": "a", "worker": "w", "generation": 1},
+        "now": 3,
+        "delay": 0,
+        "error": None,
+    },
     {"op": "redrive", "task_id": "a", "available_at": 4, "extra_attempts": 1},
-    {"op": "cancel", "task_id": "c"},
+    {"op": "cancel", "task_id": "a", "error": {"type": "Cancelled", "message": "by ops"}, "now": 5},
     {"op": "get", "task_id": "a"},
     {"op": "tasks", "status": "ready"},
     {"op": "stats"},
@@ -304,7 +316,33 @@ def test_the_protocol_answers_every_call_of_the_table_on_a_real_queue(tmp_path: 
             assert reply.answer["ok"] is True, reply.answer
             field = call.answer.field
             assert set(reply.answer) == {"ok"} | ({field} if field else set())
-        assert queue.get("a") is not None and queue.get("a").status == "ready"  # type: ignore[union-attr]
+        failed, cancelled = queue.get("c"), queue.get("a")
+        assert (
+            failed is not None
+            and failed.status == "dead"
+            and failed.last_error == LastError("KeyError", "no handler", 1, 2)
+        )
+        assert cancelled is not None and cancelled.last_error == LastError("Cancelled", "by ops", 1, 5)
+        task = respond(b'{"op":"get","task_id":"c"}', queue).answer["task"]
+        assert task["last_error"] == {"type": "KeyError", "message": "no handler", "attempt": 1, "at": 2}
+
+
+@pytest.mark.parametrize(
+    ("error", "words"),
+    [
+        ("boom", ("'error'", "an object", "string 'boom'")),
+        ({"type": "E"}, ("'error'", "keys")),
+        ({"type": "", "message": "m"}, ("'error'", "empty")),
+        ({"type": "E", "message": 1}, ("'error'", "str")),
+    ],
+)
+def test_a_bad_error_is_a_bad_request_naming_the_field(error: Any, words: tuple[str, ...]) -> None:
+    for request in (
+        {"op": "release", "lease": TOKEN, "now": 1, "error": error},
+        {"op": "fail", "lease": TOKEN, "now": 1, "error": error},
+        {"op": "cancel", "task_id": "t1", "now": 1, "error": error},
+    ):
+        assert_bad_request(request, *words)
 
 
 def test_a_name_longer_than_the_engines_byte_bound_is_refused_before_the_queue() -> None:
@@ -502,7 +540,8 @@ def test_a_missing_argument_is_a_bad_request_naming_it(request_: dict[str, Any],
         ({"op": "cancel", "task_id": ""}, ("'task_id'", "empty")),
         ({"op": "redrive", "task_id": None, "available_at": 1}, ("'task_id'", "string", "null")),
         ({"op": "extend", "lease": "t1", "now": 1, "lease_seconds": 1}, ("'lease'", "string")),
-        ({"op": "cancel", "task_id": "t1", "now": 1}, ("unknown field 'now'",)),
+        ({"op": "cancel", "task_id": "t1", "delay": 1}, ("unknown field 'delay'",)),
+        ({"op": "cancel", "task_id": "t1", "now": -1}, ("'now'", "0")),
         ({"op": "redrive", "task_id": "t1", "available_at": 1, "max_attempts": 2}, ("unknown field 'max_attempts'",)),
     ],
 )

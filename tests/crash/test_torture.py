@@ -73,7 +73,7 @@ def _exact_promises(campaign: str, counts: dict[str, int]) -> list[str]:
     """Coverage that must be total even in a bounded run; the names of the promises broken."""
     broken = []
     if campaign == "crash-points" and counts.get("phases crashed") != len(PHASES):
-        broken.append("a crash at every phase of SPEC §5")
+        broken.append("a crash at every phase of CONTRACT §5")
     if campaign == "bytes" and counts.get("fsck agreed") != counts.get("variants"):
         broken.append("fsck --replay agreeing with opening on every damaged store")
     if campaign == "bad-input" and counts.get("consumer lines agreed") != counts.get("CLI lines"):

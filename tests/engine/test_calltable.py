@@ -227,8 +227,13 @@ def test_every_answer_kind_comes_back_as_the_queue_returned_it(tmp_path: Path) -
         results["extend"] = queue.extend(lease, now=1, lease_seconds=20)
         results["ack"] = queue.ack(lease, now=2)
         results["release"] = None
+        results["fail"] = None
         results["redrive"] = None
         results["cancel"] = None
+        queue.release(results["reserve"][1], now=3, error={"type": "ValueError", "message": "bad input"})
+        errored = queue.get(results["reserve"][1].task_id)
+    assert errored is not None and errored.last_error is not None
+    assert _answer_round_trip(CALLS["get"], errored) == errored  # its last error a LastError again
     assert set(results) == set(CALLS)
     for name, result in results.items():
         assert _answer_round_trip(CALLS[name], result) == result, name

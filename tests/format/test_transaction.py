@@ -1,4 +1,4 @@
-"""The WAL transaction envelope (SPEC §3): ``{"seq": S, "ops": [op, ...]}``, S >= 1, ops non-empty.
+"""The WAL transaction envelope (CONTRACT §3): ``{"seq": S, "ops": [op, ...]}``, S >= 1, ops non-empty.
 
 The format layer checks the envelope and each op's name; what an op means is
 the engine's state machine's business.
@@ -19,8 +19,8 @@ ACK = {"op": "ack", "task": "t", "generation": 1}
 RELEASE = {"op": "release", "task": "t", "generation": 1, "available_at": 5}
 
 
-def test_the_op_names_are_exactly_the_eight_of_the_contract_and_the_lifecycle_ops() -> None:
-    assert OP_NAMES == {"put", "lease", "expire", "ack", "release", "extend", "redrive", "cancel"}
+def test_the_op_names_are_exactly_the_contracts_the_lifecycle_ops_and_the_last_errors() -> None:
+    assert OP_NAMES == {"put", "lease", "expire", "ack", "release", "extend", "redrive", "cancel", "fail", "error"}
 
 
 @pytest.mark.parametrize("op", [PUT, LEASE, EXPIRE, ACK, RELEASE], ids=lambda op: op["op"])

@@ -46,7 +46,7 @@ def run(ctx: Context) -> dict[str, Any]:
     """Opening a store whose last frame is torn, with megabytes of zeros after its length.
 
     The torn-tail rule must look for a complete frame anywhere after the
-    torn one's start (SPEC §4.5); that scan runs in C over the tail, so the
+    torn one's start (CONTRACT §4.5); that scan runs in C over the tail, so the
     open costs about what reading that many bytes of healthy log costs.
     """
     s = ctx.scale
@@ -56,9 +56,8 @@ def run(ctx: Context) -> dict[str, Any]:
     queue = Queue(healthy_dir, sync=False, compact_bytes=None)
     n = 0
     while queue.stats()["wal_bytes"] < tail_bytes:
-        batch = [{"task_id": task_id("k", n + i), "payload": payload(n + i)} for i in range(FILL_BATCH)]
-        for item in batch:
-            queue.put(item["task_id"], item["payload"])
+        for i in range(n, n + FILL_BATCH):
+            queue.put(task_id("k", i), payload(i))
         n += FILL_BATCH
     healthy_bytes = queue.stats()["wal_bytes"]
     queue.close()

@@ -27,7 +27,7 @@ from typing import Any, Final
 
 from walqueue.engine.records import STATUSES
 from walqueue.engine.types import Lease, Task, WalQueueError, plain_lease
-from walqueue.engine.validate import check_int, check_name, check_payload, check_timeout
+from walqueue.engine.validate import check_error, check_int, check_name, check_payload, check_timeout
 
 __all__ = [
     "ANSWER_KINDS",
@@ -156,6 +156,20 @@ def _encode_lease(value: Any, what: str) -> dict[str, Any]:
     return {"task_id": lease.task_id, "worker": lease.worker, "generation": lease.generation}
 
 
+def _time_or_null(value: Any, what: str) -> int | None:
+    return None if value is None else check_int(value, what, 0)
+
+
+def _error(value: Any, what: str) -> dict[str, str] | None:
+    """An error to record (`validate.check_error`'s rule), as the mapping `Queue` takes; None: no error."""
+    try:
+        checked = check_error(value)
+    except (TypeError, ValueError) as error:
+        raise type(error)(f"{what}: {error}") from None
+    # The storable strings (a lone surrogate as its escape): what the engine records, and what JSON can carry.
+    return None if checked is None else {"type": checked[0], "message": checked[1]}
+
+
 _STATUS_CHOICES: Final = f"null or one of {', '.join(map(repr, STATUSES))}"
 
 
@@ -190,6 +204,20 @@ KINDS: Final[dict[str, Kind]] = {
         Kind("key", "a string or null", frozenset({str, type(None)}), _field(_key), _key),
         Kind("time", "an integer >= 0", _JSON_INT, _field(_time), _time),
         Kind("count", "an integer >= 1", _JSON_INT, _field(_count), _count),
+        Kind(
+            "time_or_null",
+            "an integer >= 0 or null",
+            frozenset({int, type(None)}),
+            _field(_time_or_null),
+            _time_or_null,
+        ),
+        Kind(
+            "error",
+            'null or an object {"type": string, "message": string}',
+            frozenset({dict, type(None)}),
+            _field(_error),
+            _error,
+        ),
         Kind("payload", "a JSON object", _JSON_OBJECT, _field(_payload(True)), _payload(False)),
         Kind("lease", "a lease object", _JSON_OBJECT, _field(_lease), _encode_lease),
         Kind("status", _STATUS_CHOICES, frozenset({str, type(None)}), _field(_status), _status),

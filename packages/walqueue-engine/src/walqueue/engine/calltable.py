@@ -230,6 +230,8 @@ def _encode_put_items(value: Any, label: str) -> list[dict[str, Any]]:
 _PUT_ITEMS: Final = Kind("put_items", "an array of put objects", frozenset({list}), _put_items, _encode_put_items)
 
 _LEASE_SETTLES: Final = (_arg("lease", "lease"), _arg("now", "time", keyword=True))
+#: The error a failure records, ``{"type": ..., "message": ...}`` (optional).
+_ERROR: Final = _arg("error", "error", keyword=True, default=None)
 
 #: Every public call of `Queue`, in the order the documentation lists them.
 CALLS: Final[Mapping[str, Call]] = {
@@ -274,11 +276,19 @@ CALLS: Final[Mapping[str, Call]] = {
         ),
         Call(
             "release",
-            (*_LEASE_SETTLES, _arg("delay", "time", keyword=True, default=0)),
+            (*_LEASE_SETTLES, _arg("delay", "time", keyword=True, default=0), _ERROR),
             _answer(None),
             writes=True,
             retry=False,
-            summary="give a leased task back, ready at now + delay",
+            summary="give a leased task back, ready at now + delay (error: recorded as its last error)",
+        ),
+        Call(
+            "fail",
+            (*_LEASE_SETTLES, _ERROR),
+            _answer(None),
+            writes=True,
+            retry=False,
+            summary="a permanent failure: the leased task is dead at once (error: recorded as its last error)",
         ),
         Call(
             "extend",
@@ -302,11 +312,11 @@ CALLS: Final[Mapping[str, Call]] = {
         ),
         Call(
             "cancel",
-            (_arg("task_id", "name"),),
+            (_arg("task_id", "name"), _ERROR, _arg("now", "time_or_null", keyword=True, default=None)),
             _answer(None),
             writes=True,
             retry=False,
-            summary="a ready or leased task becomes dead",
+            summary="a ready or leased task becomes dead (error, with now: recorded as its last error)",
         ),
         Call(
             "get",
