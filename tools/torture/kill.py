@@ -31,7 +31,7 @@ from model import Model, view
 from walqueue.format.current import read_current
 
 from .checks import open_checked_by_fsck, view_difference
-from .harness import TARGET_OVERTIME, Abort, Report, remove
+from .harness import Abort, Budget, Report, remove
 from .kill_child import (
     CHILD_BOOTSTRAP,
     CHILD_TIMEOUT,
@@ -146,28 +146,17 @@ class Zygote:
 
 def campaign_kill(seed: int, budget: float, report: Report) -> None:
     """SIGKILL a child running a seeded workload at random moments; reopen and compare after each kill."""
-    deadline = time.monotonic() + budget
-    overtime = deadline + budget * TARGET_OVERTIME
+    clock = Budget(budget, report)
     report.counts.update({"kills": 0, "operations done": 0, "in flight": 0})
-
-    def over() -> bool:
-        now = time.monotonic()
-        if now < deadline:
-            return False
-        if now < overtime and report.short_of_targets():
-            if "ran past its budget to reach its targets" not in report.notes:
-                report.notes.append("ran past its budget to reach its targets")
-            return False
-        return True
 
     with tempfile.TemporaryDirectory(prefix="walqueue-kill-") as tmp, tempfile.TemporaryFile() as errors:
         zygote = Zygote(child_environment(), errors)
         try:
             for unit in itertools.count():
-                if unit and over():
+                if unit and clock.over():
                     break
                 try:
-                    _kill_unit(seed, unit, Path(tmp) / f"u{unit}", over, zygote, report)
+                    _kill_unit(seed, unit, Path(tmp) / f"u{unit}", clock.over, zygote, report)
                 except Abort as exc:
                     report.diverge(str(exc))
                     if zygote.process.poll() is not None:

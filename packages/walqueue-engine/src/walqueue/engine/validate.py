@@ -307,6 +307,7 @@ def cut_text(text: str, limit: int) -> str:
     The marker names the original size, so an operator knows the message
     goes on; the prefix ends on a character boundary. Deterministic: the
     planner cuts before writing, and the same text always gives the same bytes.
+    `text` must be encodable (`check_error` escapes lone surrogates first).
     """
     if len(text) * 4 <= limit:  # no character takes more than 4 bytes
         return text
