@@ -271,3 +271,16 @@ def test_a_cancelled_async_call_leaves_the_connection_in_step(server: ServerProc
             assert (await client.get("after")) is not None
 
     asyncio.run(scenario())
+
+
+def test_a_client_refused_by_a_full_server_raises_connection_error_at_once(place: Path) -> None:
+    import time
+
+    with running_server(place / "q", place / "s", "--max-clients", "1") as server:
+        with Client(server.socket_path, timeout=30, reconnect_seconds=30) as first:
+            first.stats()
+            with Client(server.socket_path, timeout=30, reconnect_seconds=30) as second:
+                started = time.monotonic()
+                with pytest.raises(ConnectionError, match="TooManyClients|refused"):
+                    second.stats()
+                assert time.monotonic() - started < 10  # not after reconnecting for 30 s
