@@ -269,8 +269,12 @@ class Client(ClientSettings):
     def ack(self, lease: Lease, *, now: int) -> None:
         return self._submit(shaping.ack(lease, now))
 
-    def release(self, lease: Lease, *, now: int, delay: int = 0) -> None:
-        return self._submit(shaping.release(lease, now, delay))
+    def release(self, lease: Lease, *, now: int, delay: int = 0, error: Mapping[str, str] | None = None) -> None:
+        return self._submit(shaping.release(lease, now, delay, error))
+
+    def fail(self, lease: Lease, *, now: int, error: Mapping[str, str] | None = None) -> None:
+        """`Queue.fail`: the leased task is dead at once (a permanent failure). Never retried once sent."""
+        return self._submit(shaping.fail(lease, now, error))
 
     def extend(self, lease: Lease, *, now: int, lease_seconds: int) -> Lease:
         """`Queue.extend`: a heartbeat; returns the token with the new deadline. Never retried once sent."""
