@@ -89,9 +89,7 @@ def _server_kill_unit(
 
     where = f"--seed {seed} server-kill unit {unit}"
     rng = random.Random(f"server-kill:{seed}:{unit}")
-    # The client takes error= on release and fail, not yet on cancel.
-    errors = ("release", "fail")
-    workload = Workload(f"server-kill-ops:{seed}:{unit}", prefix="s", weights={"compact": 0}, errors=errors)
+    workload = Workload(f"server-kill-ops:{seed}:{unit}", prefix="s", weights={"compact": 0})
     server = ServedQueue(directory, socket_path)
     clients = [client_class(socket_path, timeout=60, reconnect_seconds=60) for _ in range(SERVER_CLIENTS)]
     stopping = threading.Event()
