@@ -24,16 +24,20 @@ from collections.abc import Iterable, Mapping
 from collections.abc import Set as AbstractSet
 
 from walqueue.engine.optable import INT_JSON_MAX, Op, OpKind
+from walqueue.engine.records import check_error_fits
 from walqueue.engine.state import LEASED, OP_KINDS, State, identity_digest
 from walqueue.engine.types import KeyConflict, Lease, StaleLease, WrongStatus
 from walqueue.engine.validate import (
     FITTING_PAYLOAD_BYTES,
     MAX_FRAME_BYTES,
     MAX_INT,
+    TIGHT_ERROR_MESSAGE_BYTES,
+    TIGHT_ERROR_TYPE_BYTES,
     check_int,
     check_name,
     check_payload,
     check_record_fits,
+    cut_text,
 )
 from walqueue.format.canonical import canonical_str
 
@@ -43,6 +47,7 @@ __all__ = [
     "plan_ack",
     "plan_cancel",
     "plan_extend",
+    "plan_fail",
     "plan_lease",
     "plan_put",
     "plan_puts",
@@ -63,6 +68,11 @@ _RELEASE = OP_KINDS["release"]
 _EXTEND = OP_KINDS["extend"]
 _REDRIVE = OP_KINDS["redrive"]
 _CANCEL = OP_KINDS["cancel"]
+_FAIL = OP_KINDS["fail"]
+_ERROR = OP_KINDS["error"]
+
+#: An error as `validate.check_error` returns it: (type, message), cut to the stored bounds.
+Error = tuple[str, str]
 
 _TX_OPEN = len(b'{"ops":[')
 _TX_MIDDLE = len(b'],"seq":')
@@ -448,8 +458,31 @@ def plan_ack(state: State, lease: Lease, now: int) -> Plan:
     return Plan([op], [_ACK.encode(op)])
 
 
-def plan_release(state: State, lease: Lease, now: int, delay: int = 0) -> Plan:
-    """The one release op (ready again at ``now + delay``) of a lease that still owns its task."""
+def _with_error(state: State, op: Op, encoded: bytes, error: Error | None, now: int) -> Plan:
+    """The plan of the settling `op` (its JSON `encoded`), preceded by the error op that records `error` at `now`.
+
+    The error op comes first, while the task still has the status it
+    explains, in the same transaction as `op`. An error that would not fit
+    beside the task's payload (one within a few KiB of the frame bound) is
+    cut further, to the bounds that fit beside any task.
+    """
+    if error is None:
+        return Plan([op], [encoded])
+    error_type, message = error
+    record = state.tasks[op["task"]]
+    try:
+        check_error_fits(record, (error_type, message, record.attempts, now))
+    except ValueError:
+        error_type, message = cut_text(error_type, TIGHT_ERROR_TYPE_BYTES), cut_text(message, TIGHT_ERROR_MESSAGE_BYTES)
+    error_op: Op = {"op": "error", "task": op["task"], "type": error_type, "message": message, "at": now}
+    return Plan([error_op, op], [_ERROR.encode(error_op), encoded])
+
+
+def plan_release(state: State, lease: Lease, now: int, delay: int = 0, error: Error | None = None) -> Plan:
+    """The release op (ready again at ``now + delay``) of a lease that still owns its task, with `error` if any.
+
+    `error` is what `validate.check_error` made of the caller's argument.
+    """
     lease = _check_lease(lease)
     now = check_int(now, "now")
     delay = check_int(delay, "delay")
@@ -457,7 +490,16 @@ def plan_release(state: State, lease: Lease, now: int, delay: int = 0) -> Plan:
         raise ValueError(f"now + delay exceeds {MAX_INT}")
     task_id, generation = _owned_record_generation(state, lease, now)
     op: Op = {"op": "release", "task": task_id, "generation": generation, "available_at": now + delay}
-    return Plan([op], [_RELEASE.encode(op)])
+    return _with_error(state, op, _RELEASE.encode(op), error, now)
+
+
+def plan_fail(state: State, lease: Lease, now: int, error: Error | None = None) -> Plan:
+    """The fail op (dead at once, whatever its attempts) of a lease that still owns its task, with `error` if any."""
+    lease = _check_lease(lease)
+    now = check_int(now, "now")
+    task_id, generation = _owned_record_generation(state, lease, now)
+    op: Op = {"op": "fail", "task": task_id, "generation": generation}
+    return _with_error(state, op, _FAIL.encode(op), error, now)
 
 
 def plan_extend(state: State, lease: Lease, now: int, lease_seconds: int) -> Plan:
@@ -502,7 +544,17 @@ def plan_redrive(state: State, task_id: str, available_at: int, extra_attempts: 
     return Plan([op], [_REDRIVE.encode(op)])
 
 
-def plan_cancel(state: State, task_id: str) -> Plan:
-    """The one cancel op of a ready or leased task (it becomes dead; a holder's token is stale from then on)."""
+def plan_cancel(state: State, task_id: str, error: Error | None = None, now: int | None = None) -> Plan:
+    """The cancel op of a ready or leased task (it becomes dead; a holder's token is stale from then on).
+
+    With `error` (the reason, as `validate.check_error` made it), `now` is
+    required: the time the error records. Without one, `now` is checked if
+    given, and unused.
+    """
+    if now is not None:
+        now = check_int(now, "now")
+    elif error is not None:
+        raise TypeError("cancel with an error needs now, the time the error records")
     op: Op = {"op": "cancel", "task": _record_in(state, task_id, _CANCEL)}
-    return Plan([op], [_CANCEL.encode(op)])
+    assert error is None or now is not None
+    return _with_error(state, op, _CANCEL.encode(op), error, 0 if now is None else now)

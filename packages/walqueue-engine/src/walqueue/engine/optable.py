@@ -20,7 +20,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from walqueue.engine.validate import MAX_INT, NAME_JSON_MAX, check_int, check_name
+from walqueue.engine.validate import (
+    ERROR_MESSAGE_BYTES,
+    ERROR_TYPE_BYTES,
+    MAX_INT,
+    NAME_JSON_MAX,
+    check_error_message,
+    check_error_type,
+    check_int,
+    check_name,
+)
 from walqueue.format.canonical import canonical_str
 
 __all__ = ["INT_JSON_MAX", "Field", "Op", "OpKind"]
@@ -43,6 +52,10 @@ class Field(enum.Enum):
     #: A put's payload: checked by its transition together with the task's names
     #: (the record-fits bound needs all three); planned ops carry it encoded.
     PAYLOAD = "payload"
+    #: An error's type (`check_error_type`): a non-empty str of at most 256 UTF-8 bytes.
+    ERROR_TYPE = "error type"
+    #: An error's message (`check_error_message`): a str of at most 2,048 UTF-8 bytes.
+    ERROR_MESSAGE = "error message"
 
 
 #: The least value of each int kind (`check_int`'s `minimum`).
@@ -54,7 +67,12 @@ _PLACEHOLDER: dict[Field, tuple[bytes, int | None]] = {
     Field.INT: (b"%d", INT_JSON_MAX),
     Field.POSITIVE_INT: (b"%d", INT_JSON_MAX),
     Field.PAYLOAD: (b"%b", None),
+    Field.ERROR_TYPE: (b"%b", 6 * ERROR_TYPE_BYTES + 2),
+    Field.ERROR_MESSAGE: (b"%b", 6 * ERROR_MESSAGE_BYTES + 2),
 }
+
+#: The check of each str kind besides a name, by the name the generated `check_fields` calls it.
+_TEXT_CHECKS: dict[Field, str] = {Field.ERROR_TYPE: "check_error_type", Field.ERROR_MESSAGE: "check_error_message"}
 
 
 def _compile(name: str, parameters: str, source_lines: list[str], namespace: dict[str, Any]) -> Callable[..., Any]:
@@ -140,10 +158,13 @@ class OpKind:
             Field.INT: "op[{!r}]",
             Field.POSITIVE_INT: "op[{!r}]",
             Field.PAYLOAD: "op[{!r}].canonical",
+            Field.ERROR_TYPE: "canonical_str(op[{!r}])",
+            Field.ERROR_MESSAGE: "canonical_str(op[{!r}])",
         }
         encode_line = "return template % ({},)".format(", ".join(spliced[kinds[v]].format(v) for v in values))
         splice_line = "return template % ({},)".format(", ".join(values))
         check_lines = [f"check_name(op[{n!r}], {n!r})" for n, kind in self.fields if kind is Field.NAME]
+        check_lines += [f"{_TEXT_CHECKS[kind]}(op[{n!r}], {n!r})" for n, kind in self.fields if kind in _TEXT_CHECKS]
         ints = [(n, _MINIMUM[kind]) for n, kind in self.fields if kind in _MINIMUM]
         if ints:  # one test for all of them, each value fetched once; `check_int` names the flaw once it failed
             check_lines += [f"value{i} = op[{n!r}]" for i, (n, _) in enumerate(ints)]
@@ -173,6 +194,12 @@ class OpKind:
                 "check_fields",
                 "op",
                 [*check_lines, "return None"],
-                {"check_name": check_name, "check_int": check_int, "MAX_INT": MAX_INT},
+                {
+                    "check_name": check_name,
+                    "check_int": check_int,
+                    "check_error_type": check_error_type,
+                    "check_error_message": check_error_message,
+                    "MAX_INT": MAX_INT,
+                },
             ),
         )

@@ -49,7 +49,7 @@ from walqueue.engine.ownership import DirectoryLock
 from walqueue.engine.recovery import recover
 from walqueue.engine.state import apply
 from walqueue.engine.types import Lease, QueueClosed, Stats, Status, Task, plain_lease
-from walqueue.engine.validate import check_queue_options, check_timeout
+from walqueue.engine.validate import check_error, check_queue_options, check_timeout
 from walqueue.engine.wal import Hook, append_with_phases, no_hook
 from walqueue.format.directory import StoreDirectory, make_directories
 from walqueue.format.frame import encode_body
@@ -435,18 +435,32 @@ class Queue:
         with self._serialized:
             self._commit(ops.plan_ack(self._state, lease, now))
 
-    def release(self, lease: Lease, *, now: int, delay: int = 0) -> None:
+    def release(self, lease: Lease, *, now: int, delay: int = 0, error: Mapping[str, str] | None = None) -> None:
         """Give the leased task back: ready at ``now + delay``, or dead once out of attempts.
 
-        Raises `StaleLease` under the same rules as `ack`, writing nothing;
-        `TypeError`/`ValueError` for a bad `delay` (int >= 0); `QueueClosed`.
+        `error`, ``{"type": ..., "message": ...}``, becomes the task's `last_error` (with the attempt and
+        `now`), in the same transaction. Raises `StaleLease` under the same rules as `ack`, writing
+        nothing; `TypeError`/`ValueError` (a bad `delay` or `error`); `QueueClosed`.
 
-        Example: ``queue.release(lease, now=int(time.time()), delay=30)``
+        Example: ``queue.release(lease, now=now, delay=30, error={"type": "Timeout", "message": "smtp"})``
         """
         self._check_open()
-        lease = plain_lease(lease)
+        lease, checked = plain_lease(lease), check_error(error)
         with self._serialized:
-            self._commit(ops.plan_release(self._state, lease, now, delay))
+            self._commit(ops.plan_release(self._state, lease, now, delay, checked))
+
+    def fail(self, lease: Lease, *, now: int, error: Mapping[str, str] | None = None) -> None:
+        """Make the leased task dead at once, whatever its attempts left: a permanent failure.
+
+        `error` as in `release`. Raises `StaleLease` under the rules of `ack`,
+        writing nothing; `TypeError`/`ValueError`; `QueueClosed`.
+
+        Example: ``queue.fail(lease, now=now, error={"type": "KeyError", "message": "no handler"})``
+        """
+        self._check_open()
+        lease, checked = plain_lease(lease), check_error(error)
+        with self._serialized:
+            self._commit(ops.plan_fail(self._state, lease, now, checked))
 
     def extend(self, lease: Lease, *, now: int, lease_seconds: int) -> Lease:
         """Move the deadline of a lease still held to ``now + lease_seconds`` (capped at 2**63 - 1): a heartbeat.
@@ -479,17 +493,18 @@ class Queue:
         with self._serialized:
             self._commit(ops.plan_redrive(self._state, task_id, available_at, extra_attempts))
 
-    def cancel(self, task_id: str) -> None:
+    def cancel(self, task_id: str, *, error: Mapping[str, str] | None = None, now: int | None = None) -> None:
         """Make a ready or leased task dead (a holder's token is stale from then on; `redrive` undoes it).
 
-        Raises `WrongStatus` (unknown task, completed or dead already),
-        writing nothing; `TypeError`/`ValueError`; `QueueClosed`.
+        `error` (the reason, as in `release`) needs `now`, the time recorded. Raises `WrongStatus`
+        (unknown task, completed or dead already), writing nothing; `TypeError`/`ValueError`; `QueueClosed`.
 
-        Example: ``queue.cancel("email-1")``
+        Example: ``queue.cancel("email-1", error={"type": "Cancelled", "message": "by ops"}, now=now)``
         """
         self._check_open()
+        checked = check_error(error)
         with self._serialized:
-            self._commit(ops.plan_cancel(self._state, task_id))
+            self._commit(ops.plan_cancel(self._state, task_id, checked, now))
 
     def wait(self, timeout: float) -> bool:
         """Block until another thread commits a transaction, or `timeout` seconds pass; return whether one did.

@@ -10,8 +10,10 @@ object whose payload is kept as canonical JSON bytes behind its identity
 digest (one bytes object, no decoded tree), so a million tasks cost little
 memory and a snapshot splices the stored bytes without re-encoding them. A
 completed task is kept forever (its key must keep answering retries), so it
-is packed into one bytes object, a `Tombstone`. Both answer the same ten
-fields; nothing outside this module depends on which shape it holds.
+is packed into one bytes object, a `Tombstone`. Both answer the same eleven
+fields; nothing outside this module depends on which shape it holds. A
+task's last error (`ErrorFields`) is one tuple or None; a completed task has
+none, so a tombstone costs nothing more for it.
 """
 
 from __future__ import annotations
@@ -19,13 +21,15 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from walqueue.engine.types import Task
+from walqueue.engine.types import LastError, Task
+from walqueue.engine.validate import LAST_ERROR_ROOM, check_last_error_fits, cut_text
 from walqueue.format.canonical import canonical_json, canonical_str, parse_json
 
 __all__ = [
     "COMPLETED",
     "DEAD",
     "DIGEST_BYTES",
+    "ErrorFields",
     "LEASED",
     "READY",
     "STATUSES",
@@ -35,7 +39,11 @@ __all__ = [
     "TaskRecord",
     "Tombstone",
     "decode_payload",
+    "check_error_fits",
+    "expiry_error",
     "identity_digest",
+    "last_error_json",
+    "last_error_member_size",
     "request_identity",
 ]
 
@@ -48,6 +56,9 @@ STATUSES: tuple[str, ...] = (READY, LEASED, COMPLETED, DEAD)
 
 #: The size of a put's identity digest (SHA-256), which starts every record's `digest_and_payload`.
 DIGEST_BYTES = 32
+
+#: A task's last error as stored: (type, message, attempt, at), the fields of `LastError` in its order.
+ErrorFields = tuple[str, str, int, int]
 
 #: A ready task's (available_at, task id) or a leased one's (deadline, task id): its place in a heap.
 HeapEntry = tuple[int, str]
@@ -100,7 +111,7 @@ class _RecordView:
     """What every stored task answers, whether it is a full `TaskRecord` or a packed `Tombstone`.
 
     The two shapes exist for memory (a completed task is kept forever, so it
-    must be small), not for meaning: both expose the same ten fields, and
+    must be small), not for meaning: both expose the same eleven fields, and
     everything that reads a task goes through them.
     """
 
@@ -115,6 +126,7 @@ class _RecordView:
     generation: int
     worker: str | None
     deadline: int | None
+    last_error: ErrorFields | None
 
     @property
     def digest_and_payload(self) -> bytes:  # pragma: no cover - both subclasses define it
@@ -133,6 +145,7 @@ class _RecordView:
             self.generation,
             self.worker,
             self.deadline,
+            self.last_error,
         )
 
     @property
@@ -157,14 +170,19 @@ class _RecordView:
             generation=self.generation,
             worker=self.worker,
             deadline=self.deadline,
+            last_error=None if self.last_error is None else LastError(*self.last_error),
         )
 
     def record_json(self) -> bytes:
-        """This task's snapshot record (SPEC §3) as canonical JSON, splicing the stored payload bytes."""
+        """This task's snapshot record (SPEC §3) as canonical JSON, splicing the stored payload bytes.
+
+        A task without a last error has no ``last_error`` key at all, so its
+        record is byte for byte what a version without last errors writes.
+        """
         deadline = self.deadline
         worker = self.worker
         return (
-            b'{"attempts":%d,"available_at":%d,"deadline":%b,"generation":%d,"identity":"%b","key":%b,'
+            b'{"attempts":%d,"available_at":%d,"deadline":%b,"generation":%d,"identity":"%b","key":%b,%b'
             b'"max_attempts":%d,"payload":%b,"status":"%b","task":%b,"worker":%b}'
             % (
                 self.attempts,
@@ -173,6 +191,7 @@ class _RecordView:
                 self.generation,
                 self.digest_and_payload[:DIGEST_BYTES].hex().encode("ascii"),
                 canonical_str(self.key),
+                b"" if self.last_error is None else b'"last_error":%b,' % last_error_json(self.last_error),
                 self.max_attempts,
                 self.payload_json(),
                 self.status.encode("ascii"),
@@ -204,6 +223,7 @@ class TaskRecord(_RecordView):
         "generation",
         "worker",
         "deadline",
+        "last_error",
         "entry",
     )
 
@@ -222,6 +242,7 @@ class TaskRecord(_RecordView):
         generation: int,
         worker: str | None,
         deadline: int | None,
+        last_error: ErrorFields | None,
     ) -> None:
         self.task_id = task_id
         self.key = key
@@ -233,6 +254,7 @@ class TaskRecord(_RecordView):
         self.generation = generation
         self.worker = worker
         self.deadline = deadline
+        self.last_error = last_error
         self.entry = None
 
     def __repr__(self) -> str:
@@ -263,6 +285,7 @@ class Tombstone(_RecordView, bytes):
     status = COMPLETED
     worker = None
     deadline = None
+    last_error = None
     entry = None
 
     @classmethod
@@ -329,3 +352,54 @@ class Tombstone(_RecordView, bytes):
 
 
 Record = TaskRecord | Tombstone
+
+
+def last_error_json(last_error: ErrorFields) -> bytes:
+    """The canonical JSON of a stored last error: ``{"at":N,"attempt":N,"message":M,"type":Y}``."""
+    error_type, message, attempt, at = last_error
+    return b'{"at":%d,"attempt":%d,"message":%b,"type":%b}' % (
+        at,
+        attempt,
+        canonical_str(message),
+        canonical_str(error_type),
+    )
+
+
+def last_error_member_size(last_error: ErrorFields) -> int:
+    """The bytes ``,"last_error":{...}`` adds to a snapshot record (validate.check_last_error_fits measures it)."""
+    return len(b',"last_error":') + len(last_error_json(last_error))
+
+
+def check_error_fits(record: Record, last_error: ErrorFields) -> None:
+    """`ValueError` unless `record` with `last_error` still fits a snapshot frame in any status.
+
+    Only a member longer than `LAST_ERROR_ROOM` (the slack every accepted
+    task has) is measured against the payload and names.
+    """
+    size = last_error_member_size(last_error)
+    if size > LAST_ERROR_ROOM:
+        task_json = canonical_str(record.task_id)
+        key_json = task_json if record.key == record.task_id else canonical_str(record.key)
+        check_last_error_fits(record.payload_json(), task_json, key_json, size)
+
+
+#: The UTF-8 bytes of a worker name that an expiry's message quotes (cut with a marker beyond them).
+EXPIRY_WORKER_BYTES = 128
+
+
+def expiry_error(record: Record) -> ErrorFields:
+    """The last error an expire op records for the leased `record`, derived from the record alone.
+
+    Nothing is written for it: the expire op is what it always was, and
+    replaying it gives the same error, so a reap costs no more bytes. The
+    time is the lease's deadline (the log holds no clock). The worker name
+    is cut to `EXPIRY_WORKER_BYTES`, so that the error fits in any record
+    (validate.LAST_ERROR_ROOM): at most about 1,000 bytes of JSON.
+    """
+    worker, deadline = record.worker, record.deadline
+    assert worker is not None and deadline is not None  # a leased record
+    message = (
+        f"worker {cut_text(worker, EXPIRY_WORKER_BYTES)} did not ack, release or extend"
+        f" lease {record.generation} by its deadline {deadline}"
+    )
+    return ("LeaseExpired", message, record.attempts, deadline)

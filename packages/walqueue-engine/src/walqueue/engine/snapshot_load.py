@@ -31,16 +31,22 @@ from walqueue.engine.records import (
     LEASED,
     READY,
     STATUSES,
+    ErrorFields,
     HeapEntry,
     InvalidTransaction,
     Record,
     TaskRecord,
     Tombstone,
+    last_error_member_size,
 )
 from walqueue.engine.validate import (
     FITTING_PAYLOAD_BYTES,
+    LAST_ERROR_ROOM,
     MAX_INT,
+    check_error_message,
+    check_error_type,
     check_int,
+    check_last_error_fits,
     check_name,
     check_payload,
     check_record_fits,
@@ -63,6 +69,7 @@ RECORD_FIELDS = (
     "worker",
     "deadline",
 )
+#: A record may also hold ``last_error`` (its only optional key), which `_record_fields` does not fetch.
 _RECORD_KEYS = frozenset(RECORD_FIELDS)
 #: Every field of a record, fetched in one C call. A dict of exactly `len(RECORD_FIELDS)` items
 #: that holds all of them has exactly these keys, so the fetch also settles the key set.
@@ -106,6 +113,37 @@ def _counter_flaw(available_at: object, max_attempts: object, attempts: object, 
     if attempts > max_attempts:  # type: ignore[operator]  # all four are checked ints by now
         return ValueError(f"attempts {attempts} exceed max_attempts {max_attempts}")
     raise AssertionError("counters refused without a flaw")  # pragma: no cover - the two tests disagree
+
+
+_LAST_ERROR_KEYS = frozenset({"type", "message", "attempt", "at"})
+#: A record without the ``last_error`` key (it is never written as null: one state, one encoding).
+_ABSENT = object()
+
+
+def _last_error(value: object, status: str, attempts: int, payload_json: bytes, task_id: str, key: str) -> ErrorFields:
+    """A record's ``last_error``, checked as the error op's transition checks it; `TypeError`/`ValueError` if flawed.
+
+    The key is absent when a task has no last error (never null), and a
+    completed task never has one (the ack drops it with the payload).
+    """
+    if status is COMPLETED:
+        raise ValueError("a completed task has no last_error")
+    if type(value) is not dict or value.keys() != _LAST_ERROR_KEYS:
+        raise ValueError(f"last_error must be an object with exactly the keys {sorted(_LAST_ERROR_KEYS)}")
+    attempt = check_int(value["attempt"], "last_error attempt")
+    if attempt > attempts:
+        raise ValueError(f"last_error attempt {attempt} exceeds the task's attempts {attempts}")
+    fields = (
+        check_error_type(value["type"], "last_error type"),
+        check_error_message(value["message"], "last_error message"),
+        attempt,
+        check_int(value["at"], "last_error at"),
+    )
+    size = last_error_member_size(fields)
+    if size > LAST_ERROR_ROOM:
+        task_json = canonical_str(task_id)
+        check_last_error_fits(payload_json, task_json, task_json if key is task_id else canonical_str(key), size)
+    return fields
 
 
 def record_from_dict(value: object, *, decoded: bool = False) -> Record:
@@ -162,8 +200,11 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
                 if type(value) is not dict:
                     raise TypeError(f"a record must be a JSON object, not {type(value).__name__}")
                 try:
+                    stored_error: object = _ABSENT
                     if len(value) != _RECORD_FIELD_COUNT:
-                        raise KeyError
+                        if len(value) != _RECORD_FIELD_COUNT + 1 or "last_error" not in value:
+                            raise KeyError
+                        stored_error = value["last_error"]
                     (
                         task_id,
                         key,
@@ -179,7 +220,8 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
                     ) = _record_fields(value)
                 except KeyError:
                     raise ValueError(
-                        f"record keys must be exactly {sorted(_RECORD_KEYS)}, not {sorted(map(str, value))}"
+                        f"record keys must be exactly {sorted(_RECORD_KEYS)} (and last_error, if any),"
+                        f" not {sorted(map(str, value))}"
                     ) from None
                 check_name(task_id, "task")
                 if type(key) is str and key == task_id:
@@ -222,6 +264,11 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
                         raise ValueError("a ready task has no attempts left")
                 elif status is not DEAD and attempts < 1:
                     raise ValueError(f"a {status} task was never leased")
+                last_error = (
+                    None
+                    if stored_error is _ABSENT
+                    else _last_error(stored_error, status, attempts, payload_json, task_id, key)
+                )
                 if status is COMPLETED:
                     record = Tombstone.of(task_id, key, digest, available_at, max_attempts, attempts, generation)
                 else:
@@ -236,6 +283,7 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
                         generation,
                         worker,
                         deadline,
+                        last_error,
                     )
             except (TypeError, ValueError) as exc:
                 raise InvalidTransaction(f"snapshot record {index}: {exc}") from None

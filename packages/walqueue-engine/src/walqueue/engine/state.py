@@ -16,8 +16,8 @@ op         from      to                          also
 =========  ========  ==========================  ================================
 put        (new)     ready                       attempts 0, generation 0
 lease      ready     leased                      G == generation + 1; attempts += 1
-expire     leased    dead if attempts >= max,    available_at = old deadline
-                     else ready
+expire     leased    dead if attempts >= max,    available_at = old deadline;
+                     else ready                  last error LeaseExpired
 ack        leased    completed                   payload dropped (a tombstone)
 release    leased    dead if attempts >= max,    available_at = A
                      else ready
@@ -26,10 +26,16 @@ redrive    dead      ready                       available_at = A; max_attempts 
                                                  M > the old one
 cancel     ready or  dead                        worker, deadline cleared
            leased
+fail       leased    dead                        same generation (fenced)
+error      ready or  (same)                      last error = type, message,
+           leased                                attempts, at
 =========  ========  ==========================  ================================
 
 `worker` and `deadline` are set exactly while a task is leased. Anything
-else is an `InvalidTransaction`, raised before the state is touched.
+else is an `InvalidTransaction`, raised before the state is touched. Every
+transition but ack keeps the task's last error unless it sets one; an
+error op comes just before the release, fail or cancel it explains, in
+the same transaction.
 
 Adding an op kind: one `OpKind` row in `OP_KINDS` (name, fields, from-status,
 transition), its transition function here, a planner in ops.py, and the
@@ -65,12 +71,15 @@ from walqueue.engine.records import (
     LEASED,
     READY,
     STATUSES,
+    ErrorFields,
     HeapEntry,
     InvalidTransaction,
     Record,
     TaskRecord,
     Tombstone,
+    check_error_fits,
     decode_payload,
+    expiry_error,
     identity_digest,
     request_identity,
 )
@@ -347,7 +356,13 @@ def _describe(value: object) -> str:
 
 
 def _with(
-    record: Record, status: str, available_at: int, max_attempts: int, worker: str | None, deadline: int | None
+    record: Record,
+    status: str,
+    available_at: int,
+    max_attempts: int,
+    worker: str | None,
+    deadline: int | None,
+    last_error: ErrorFields | None,
 ) -> TaskRecord:
     """A not-completed record like `record` (same payload, attempts, generation) but for the fields given."""
     return TaskRecord(
@@ -361,13 +376,14 @@ def _with(
         record.generation,
         worker,
         deadline,
+        last_error,
     )
 
 
-def _unleased(record: Record, available_at: int) -> TaskRecord:
+def _unleased(record: Record, available_at: int, last_error: ErrorFields | None) -> TaskRecord:
     """Where expire and release send a leased task: ready again, or dead once its attempts are spent."""
     status = DEAD if record.attempts >= record.max_attempts else READY
-    return _with(record, status, available_at, record.max_attempts, None, None)
+    return _with(record, status, available_at, record.max_attempts, None, None, last_error)
 
 
 def _held(record: Record, op: Op) -> Record:
@@ -398,7 +414,7 @@ def _put(state: State, staging: _Staging, record: Record | None, op: Op) -> Reco
         digest = identity_digest(task_json, payload_json, available_at, max_attempts)
     if key in staging.keys or state.lookup_key(key) is not None:
         raise _OpError(f"key {key!r:.100} is already known")
-    return TaskRecord(task_id, key, READY, digest + payload_json, available_at, max_attempts, 0, 0, None, None)
+    return TaskRecord(task_id, key, READY, digest + payload_json, available_at, max_attempts, 0, 0, None, None, None)
 
 
 def _lease(state: State, staging: _Staging, record: Record | None, op: Op) -> Record:
@@ -417,12 +433,13 @@ def _lease(state: State, staging: _Staging, record: Record | None, op: Op) -> Re
         generation,
         op["worker"],
         op["deadline"],
+        record.last_error,
     )
 
 
 def _expire(state: State, staging: _Staging, record: Record | None, op: Op) -> Record:
     assert record is not None and record.deadline is not None  # a leased record always has one
-    return _unleased(_held(record, op), record.deadline)
+    return _unleased(_held(record, op), record.deadline, expiry_error(record))
 
 
 def _ack(state: State, staging: _Staging, record: Record | None, op: Op) -> Record:
@@ -441,13 +458,15 @@ def _ack(state: State, staging: _Staging, record: Record | None, op: Op) -> Reco
 
 def _release(state: State, staging: _Staging, record: Record | None, op: Op) -> Record:
     assert record is not None
-    return _unleased(_held(record, op), op["available_at"])
+    return _unleased(_held(record, op), op["available_at"], record.last_error)
 
 
 def _extend(state: State, staging: _Staging, record: Record | None, op: Op) -> Record:
     assert record is not None
     _held(record, op)
-    return _with(record, LEASED, record.available_at, record.max_attempts, record.worker, op["deadline"])
+    return _with(
+        record, LEASED, record.available_at, record.max_attempts, record.worker, op["deadline"], record.last_error
+    )
 
 
 def _redrive(state: State, staging: _Staging, record: Record | None, op: Op) -> Record:
@@ -455,12 +474,27 @@ def _redrive(state: State, staging: _Staging, record: Record | None, op: Op) -> 
     max_attempts = op["max_attempts"]
     if max_attempts <= record.max_attempts:  # a redrive grants attempts; so a ready task has some left
         raise _OpError(f"redrive max_attempts must exceed {record.max_attempts}, not {max_attempts}")
-    return _with(record, READY, op["available_at"], max_attempts, None, None)
+    return _with(record, READY, op["available_at"], max_attempts, None, None, record.last_error)
 
 
 def _cancel(state: State, staging: _Staging, record: Record | None, op: Op) -> Record:
     assert record is not None
-    return _with(record, DEAD, record.available_at, record.max_attempts, None, None)
+    return _with(record, DEAD, record.available_at, record.max_attempts, None, None, record.last_error)
+
+
+def _fail(state: State, staging: _Staging, record: Record | None, op: Op) -> Record:
+    assert record is not None
+    _held(record, op)
+    return _with(record, DEAD, record.available_at, record.max_attempts, None, None, record.last_error)
+
+
+def _error(state: State, staging: _Staging, record: Record | None, op: Op) -> Record:
+    assert record is not None
+    last_error = (op["type"], op["message"], record.attempts, op["at"])
+    check_error_fits(record, last_error)
+    return _with(
+        record, record.status, record.available_at, record.max_attempts, record.worker, record.deadline, last_error
+    )
 
 
 _Transition = Callable[[State, _Staging, Record | None, Op], Record]
@@ -493,6 +527,13 @@ OP_KINDS: dict[str, OpKind] = {
         OpKind("extend", (("generation", Field.POSITIVE_INT), ("deadline", Field.INT)), LEASED, _extend),
         OpKind("redrive", (("available_at", Field.INT), ("max_attempts", Field.POSITIVE_INT)), DEAD, _redrive),
         OpKind("cancel", (), (READY, LEASED), _cancel),
+        OpKind("fail", (("generation", Field.POSITIVE_INT),), LEASED, _fail),
+        OpKind(
+            "error",
+            (("type", Field.ERROR_TYPE), ("message", Field.ERROR_MESSAGE), ("at", Field.INT)),
+            (READY, LEASED),
+            _error,
+        ),
     )
 }
 #: op name -> the exact keys of that op (SPEC §3), derived from `OP_KINDS`.

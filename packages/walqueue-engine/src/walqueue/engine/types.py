@@ -20,6 +20,7 @@ __all__ = [
     "DirectoryLocked",
     "InjectedCrash",
     "KeyConflict",
+    "LastError",
     "Lease",
     "QueueClosed",
     "ReentrantCall",
@@ -246,6 +247,39 @@ def new_lease(task_id: str, worker: str, generation: int, deadline: int, attempt
 
 
 @dataclass(frozen=True, slots=True)
+class LastError:
+    """Why a task last failed: what `release`, `fail` or `cancel` was given, or a lease's expiry.
+
+    `type` and `message` are the error's (each cut, with a marker, to the
+    stored bounds: 256 and 2,048 UTF-8 bytes); `attempt` is the task's
+    attempt count when it failed (the attempt that failed, or 0 for a task
+    cancelled before its first lease); `at` is the `now` of the call that
+    recorded it, or the lease's deadline for an expiry (type
+    ``"LeaseExpired"``). Kept durably until the task completes.
+    """
+
+    type: str
+    message: str
+    attempt: int
+    at: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """The error as a plain JSON object."""
+        return {"type": self.type, "message": self.message, "attempt": self.attempt, "at": self.at}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> LastError:
+        """The inverse of `to_dict`; a missing or unknown key, or an ill-typed value, is a `ValueError`."""
+        if not isinstance(d, Mapping) or set(d.keys()) != {"type", "message", "attempt", "at"}:
+            raise ValueError("a last error is a mapping with exactly the keys type, message, attempt and at")
+        if type(d["type"]) is not str or type(d["message"]) is not str:
+            raise ValueError("a last error's type and message must be str")
+        if type(d["attempt"]) is not int or type(d["at"]) is not int:
+            raise ValueError("a last error's attempt and at must be int")
+        return cls(d["type"], d["message"], d["attempt"], d["at"])
+
+
+@dataclass(frozen=True, slots=True)
 class Task:
     """A read-only view of one task, as `Queue.get` and `Queue.tasks` return it.
 
@@ -253,7 +287,10 @@ class Task:
     `payload` is a copy, ``None`` once completed (a completed task is a
     tombstone that keeps its id and key forever). `worker` and `deadline`
     are ``None`` unless the task is leased. `attempts` counts the leases so
-    far, `generation` the current lease's number.
+    far, `generation` the current lease's number. `last_error` is why it
+    last failed (a `LastError`), or ``None``; a completed task has none.
+    A plain mapping given as `last_error` (as `to_dict` writes it, say read
+    back from JSON) is taken as `LastError.from_dict` of it.
     """
 
     task_id: str
@@ -266,9 +303,15 @@ class Task:
     generation: int
     worker: str | None
     deadline: int | None
+    last_error: LastError | None = None
+
+    def __post_init__(self) -> None:
+        last_error: object = self.last_error  # a mapping too, read back from JSON
+        if last_error is not None and not isinstance(last_error, LastError):
+            object.__setattr__(self, "last_error", LastError.from_dict(last_error))  # type: ignore[arg-type]
 
     def to_dict(self) -> dict[str, Any]:
-        """The task as a plain JSON object with every field (a copy of the payload)."""
+        """The task as a plain JSON object with every field (a copy of the payload; `last_error` as a dict)."""
         return {
             "task_id": self.task_id,
             "key": self.key,
@@ -280,6 +323,7 @@ class Task:
             "generation": self.generation,
             "worker": self.worker,
             "deadline": self.deadline,
+            "last_error": None if self.last_error is None else self.last_error.to_dict(),
         }
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from walqueue.format.canonical import canonical_json
@@ -28,13 +29,24 @@ __all__ = [
     "MAX_PAYLOAD_INT_BITS",
     "NAME_JSON_MAX",
     "FITTING_PAYLOAD_BYTES",
+    "ERROR_MESSAGE_BYTES",
+    "ERROR_TYPE_BYTES",
+    "LAST_ERROR_JSON_MAX",
+    "LAST_ERROR_ROOM",
     "RECORD_WORST_CASE_EXTRA",
+    "TIGHT_ERROR_MESSAGE_BYTES",
+    "TIGHT_ERROR_TYPE_BYTES",
+    "check_error",
+    "check_error_message",
+    "check_error_type",
     "check_int",
+    "check_last_error_fits",
     "check_name",
     "check_payload",
     "check_queue_options",
     "check_record_fits",
     "check_timeout",
+    "cut_text",
 ]
 
 #: Task ids, keys and worker names are at most this many UTF-8 bytes (SPEC §2).
@@ -95,6 +107,31 @@ MAX_PAYLOAD_INT_BITS = 14_000
 #: "op":"put","payload":P,"task":T}],"seq":S}``) has fewer extras (about 160
 #: bytes), and every other op is smaller still.
 RECORD_WORST_CASE_EXTRA = 8192
+
+#: What a task's last error may add to its snapshot record, whatever its
+#: payload: the 1,731 bytes of slack left in `RECORD_WORST_CASE_EXTRA` above
+#: (8192 - 6461). The member is ``,"last_error":{"at":N,"attempt":N,
+#: "message":M,"type":Y}``: 14 + 6 + 11 + 11 + 8 + 1 = 51 bytes of fixed
+#: text, two 19-digit ints (38), and the canonical JSON of M and Y. A last
+#: error whose member is longer must be checked against the task's payload
+#: and names (`check_last_error_fits`).
+LAST_ERROR_ROOM = RECORD_WORST_CASE_EXTRA - 6461
+
+#: An error's message is at most this many UTF-8 bytes (a longer one is cut, with a marker).
+ERROR_MESSAGE_BYTES = 2048
+#: An error's type is at most this many UTF-8 bytes (a longer one is cut, with a marker).
+ERROR_TYPE_BYTES = 256
+
+#: The longest ``,"last_error":{...}`` member (see `LAST_ERROR_ROOM`): every byte of the
+#: message and the type a 6-byte escape.
+LAST_ERROR_JSON_MAX = 89 + 6 * ERROR_MESSAGE_BYTES + 2 + 6 * ERROR_TYPE_BYTES + 2
+
+#: The bounds of a last error that fits in `LAST_ERROR_ROOM` beside any accepted task:
+#: 89 + 6 x 200 + 2 + 6 x 32 + 2 = 1485 <= 1731. A planner cuts an error to these only
+#: when the task's payload leaves no room for the usual bounds (a payload within a few
+#: KiB of the frame bound).
+TIGHT_ERROR_MESSAGE_BYTES = 200
+TIGHT_ERROR_TYPE_BYTES = 32
 
 #: The longest canonical JSON of a checked name: every UTF-8 byte a 6-byte
 #: ``\\uXXXX`` escape (only `"`, `\\` and control characters are escaped at
@@ -255,6 +292,108 @@ def check_record_fits(
         raise ValueError(
             f"task too large: payload {len(payload_json)} bytes + names {len(task_json) + len(key_json)} bytes"
             f" + {RECORD_WORST_CASE_EXTRA} bytes of record margin exceed the frame bound of {max_frame_bytes}"
+        )
+
+
+def cut_text(text: str, limit: int) -> str:
+    """`text` if it has at most `limit` UTF-8 bytes, else its longest prefix that fits with a visible marker.
+
+    The marker names the original size, so an operator knows the message
+    goes on; the prefix ends on a character boundary. Deterministic: the
+    planner cuts before writing, and the same text always gives the same bytes.
+    """
+    if len(text) * 4 <= limit:  # no character takes more than 4 bytes
+        return text
+    data = text.encode("utf-8")
+    if len(data) <= limit:
+        return text
+    marker = f"... [cut: {len(data)} bytes]"
+    return data[: max(limit - len(marker), 0)].decode("utf-8", "ignore") + marker
+
+
+def _storable(text: str) -> str:
+    """`text` with every lone surrogate written as its ``\\udXXX`` escape (UTF-8 cannot encode one)."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+_ERROR_KEYS = frozenset({"type", "message"})
+
+
+def check_error(error: object, *, tight: bool = False) -> tuple[str, str] | None:
+    """The (type, message) of an `error` argument, cut to the stored bounds; None for None.
+
+    An error is None or a mapping with exactly the str keys ``"type"`` and
+    ``"message"`` whose values are exact strs, the type non-empty
+    (`TypeError`/`ValueError` otherwise). What a stored error cannot hold
+    is made storable, not refused, since an error describes a failure that
+    already happened: a type over `ERROR_TYPE_BYTES` or a message over
+    `ERROR_MESSAGE_BYTES` UTF-8 bytes is cut with a marker, and a lone
+    surrogate is written as its escape. `tight`: cut to the bounds that fit
+    beside any task (`TIGHT_ERROR_MESSAGE_BYTES`), for a huge payload.
+    """
+    if error is None:
+        return None
+    if not isinstance(error, Mapping):
+        raise TypeError(f"error must be None or a mapping with keys type and message, not {type(error).__name__}")
+    keys = set(error.keys())
+    if keys != _ERROR_KEYS:
+        raise ValueError(f"error must have exactly the keys message and type, not {sorted(map(repr, keys))}")
+    error_type, message = error["type"], error["message"]
+    if type(error_type) is not str or type(message) is not str:
+        raise TypeError("error type and message must be str")
+    if not error_type:
+        raise ValueError("error type must not be empty")
+    type_bytes, message_bytes = (
+        (TIGHT_ERROR_TYPE_BYTES, TIGHT_ERROR_MESSAGE_BYTES) if tight else (ERROR_TYPE_BYTES, ERROR_MESSAGE_BYTES)
+    )
+    return cut_text(_storable(error_type), type_bytes), cut_text(_storable(message), message_bytes)
+
+
+def _check_text(value: object, what: str, limit: int, minimum: int) -> str:
+    if type(value) is not str:
+        raise TypeError(f"{what} must be a str, not {type(value).__name__}")
+    if len(value) < minimum:
+        raise ValueError(f"{what} must not be empty")
+    if len(value) > limit:
+        raise ValueError(f"{what} is longer than {limit} UTF-8 bytes")
+    if not value.isascii():
+        try:
+            size = len(value.encode("utf-8"))
+        except UnicodeEncodeError:
+            raise ValueError(f"{what} is not encodable as UTF-8 (lone surrogate?)") from None
+        if size > limit:
+            raise ValueError(f"{what} is {size} UTF-8 bytes, more than {limit}")
+    return value
+
+
+def check_error_type(value: object, what: str = "type") -> str:
+    """Return `value` if it is a stored error type: a non-empty str of at most `ERROR_TYPE_BYTES` UTF-8 bytes."""
+    return _check_text(value, what, ERROR_TYPE_BYTES, 1)
+
+
+def check_error_message(value: object, what: str = "message") -> str:
+    """Return `value` if it is a stored error message: a str of at most `ERROR_MESSAGE_BYTES` UTF-8 bytes."""
+    return _check_text(value, what, ERROR_MESSAGE_BYTES, 0)
+
+
+def check_last_error_fits(payload_json: bytes, task_json: bytes, key_json: bytes, last_error_json: int) -> None:
+    """Refuse a last error whose ``,"last_error":{...}`` member of `last_error_json` bytes might not fit its record.
+
+    The record must still fit a frame in any status, as `check_record_fits`
+    promises for the task without it: the member is counted beside the
+    payload and names, against the record's worst case without the slack
+    that `LAST_ERROR_ROOM` is.
+    """
+    size = len(payload_json) + len(task_json) + len(key_json) + RECORD_WORST_CASE_EXTRA - LAST_ERROR_ROOM
+    if size + last_error_json > MAX_FRAME_BYTES:
+        raise ValueError(
+            f"a last error of {last_error_json} bytes does not fit beside the task's {len(payload_json)}-byte payload"
         )
 
 

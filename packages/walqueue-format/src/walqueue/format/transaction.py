@@ -21,7 +21,7 @@ __all__ = ["OP_NAMES", "transaction_seq"]
 #: the engine (it must work alone, for `walqueue-fsck`), so the names are
 #: written here again. A new kind goes into both;
 #: tests/engine/test_optable.py fails until they agree.
-OP_NAMES = frozenset({"put", "lease", "expire", "ack", "release", "extend", "redrive", "cancel"})
+OP_NAMES = frozenset({"put", "lease", "expire", "ack", "release", "extend", "redrive", "cancel", "fail", "error"})
 
 
 def transaction_seq(value: Any, path: str | None, offset: int) -> int:
