@@ -39,7 +39,6 @@ from typing import Any
 
 from walqueue import Lease, Queue, QueueClosed
 from walqueue.worker.clock import MILLISECONDS, Clock, milliseconds, seconds_until
-from walqueue.worker.context import Context, Job
 from walqueue.worker.report import Report, log
 from walqueue.worker.retry import RetryPolicy
 from walqueue.worker.router import Handler
@@ -292,15 +291,7 @@ class Worker:
 
     def _dispatch(self, lease: Lease, now: int) -> None:
         """Hand a fresh lease to an idle executor (called with the reserve lock held)."""
-        timeout_at = None if self.timeout is None else now + self.timeout
-        run = Run(
-            lease=lease,
-            job=Job.from_lease(lease),
-            context=Context(self.clock, timeout_at),
-            started=now,
-            next_beat=now + self.beat_every,
-            timeout_at=timeout_at,
-        )
+        run = Run.start(lease, self.clock, now, self.beat_every, self.timeout)
         self._slots.take()
         self._monitor.add(run)
         self._handoff.put(run)

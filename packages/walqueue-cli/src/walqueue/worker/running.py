@@ -43,6 +43,12 @@ class Run:
     abandoned: bool = False  # timed out: its executor was replaced, and exits when the handler returns
     beats: int = 0
 
+    @classmethod
+    def start(cls, lease: Lease, clock: Clock, now: int, beat_every: int, timeout: int | None) -> Run:
+        """A run of a lease reserved at `now`: first beat after `beat_every`, taken back after `timeout`."""
+        timeout_at = None if timeout is None else now + timeout
+        return cls(lease, Job.from_lease(lease), Context(clock, timeout_at), now, now + beat_every, timeout_at)
+
 
 class Settler:
     """Ends runs: the only code that acks, releases or fails a lease (and then counts and logs the outcome)."""
