@@ -39,7 +39,7 @@ def test_a_running_task_is_extended_every_third_of_its_lease_and_never_between(q
             assert deadline(queue, "report") == clock.now + 3_000
         assert due == started + 1_000 * (len(extends_at) + 1)  # the next beat
     assert extends_at == [1_000 * beat for beat in range(1, 11)]
-    assert run.beats == 10 and not run.context.lease_lost
+    assert run.context.heartbeats == 10 and not run.context.lease_lost
 
 
 def test_a_late_tick_beats_once_and_counts_the_next_beat_from_then(queue: Queue, clock: FakeClock) -> None:
@@ -48,7 +48,7 @@ def test_a_late_tick_beats_once_and_counts_the_next_beat_from_then(queue: Queue,
     [run] = rig.start()
     clock.advance(2_500)  # the beat at 1,000 came late (the process stalled), but before the deadline
     assert rig.monitor.tick(clock.now) == clock.now + 1_000
-    assert run.beats == 1 and deadline(queue, "report") == clock.now + 3_000
+    assert run.context.heartbeats == 1 and deadline(queue, "report") == clock.now + 3_000
 
 
 def test_a_cancelled_task_stops_its_handler_at_the_next_beat_and_is_never_acked(queue: Queue, clock: FakeClock) -> None:
@@ -115,4 +115,4 @@ def test_a_handler_that_finishes_in_time_is_acked_and_never_beaten_again(queue: 
     assert rig.monitor.tick(clock.now) is None
     task = queue.get("quick")
     assert task is not None and task.status == "completed"
-    assert rig.counts()["completed"] == 1 and run.beats == 0
+    assert rig.counts()["completed"] == 1 and run.context.heartbeats == 0

@@ -41,7 +41,7 @@ class Job:
 
 
 class Context:
-    """A running handler's view of its task: `time_left()`, `lost` / `lease_lost`, `check()`, `reason`."""
+    """A running handler's view of its task: `time_left()`, `lost` / `lease_lost`, `check()`, `reason`, `heartbeats`."""
 
     def __init__(self, clock: Clock, deadline: int | None) -> None:
         self._clock = clock
@@ -49,6 +49,7 @@ class Context:
         self._lock = threading.Lock()
         self.lost = threading.Event()  #: set once the task is no longer this handler's (wait on it, or poll)
         self.reason: str | None = None
+        self.heartbeats = 0  #: how many times the worker has extended this task's lease so far
 
     @property
     def lease_lost(self) -> bool:

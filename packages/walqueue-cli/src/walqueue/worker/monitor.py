@@ -122,7 +122,7 @@ class Monitor:
             except OSError as error:  # the server is unreachable: the next beat tries again
                 log.warning("heartbeat of %s not sent (%s); trying again at the next beat", run.job.id, error)
             else:
-                run.beats += 1
+                run.context.heartbeats += 1
 
     def run_forever(
         self, clock: Clock, units_per_second: int, stop: threading.Event, every: Callable[[], None]

@@ -41,7 +41,6 @@ class Run:
     settled: bool = False  # acked, released, failed or lost: nothing more may be sent for this lease
     finished: bool = False  # the handler has returned (or raised)
     abandoned: bool = False  # timed out: its executor was replaced, and exits when the handler returns
-    beats: int = 0
 
     @classmethod
     def start(cls, lease: Lease, clock: Clock, now: int, beat_every: int, timeout: int | None) -> Run:
