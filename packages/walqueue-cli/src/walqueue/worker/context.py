@@ -78,6 +78,11 @@ class Context:
             self.lost.set()
             return True
 
+    def restart_deadline(self, deadline: int | None) -> None:
+        """The handler starts now: `time_left` counts down to `deadline` (None: no timeout)."""
+        with self._lock:
+            self._deadline = deadline
+
     def shorten(self, deadline: int) -> None:
         """Bring the deadline `time_left` counts down to forward to `deadline` (the end of the grace)."""
         with self._lock:

@@ -58,9 +58,17 @@ class Monitor:
     def add(self, run: Run) -> None:
         with self._changed:
             self._runs.add(run)
-            first = run.next_beat if run.timeout_at is None else min(run.next_beat, run.timeout_at)
-            if self._sleeping_until is None or first < self._sleeping_until:
-                self._changed.notify_all()
+            self._wake_if_sooner(run)
+
+    def begun(self, run: Run) -> None:
+        """`run`'s handler started, so its timeout now counts: wake the thread if that is due sooner."""
+        with self._changed:
+            self._wake_if_sooner(run)
+
+    def _wake_if_sooner(self, run: Run) -> None:
+        first = run.next_beat if run.timeout_at is None else min(run.next_beat, run.timeout_at)
+        if self._sleeping_until is None or first < self._sleeping_until:
+            self._changed.notify_all()
 
     def remove(self, run: Run) -> None:
         with self._changed:

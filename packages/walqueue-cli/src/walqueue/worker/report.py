@@ -22,8 +22,9 @@ log = logging.getLogger("walqueue.worker")
 #: The outcomes of one handler run (each has a counter of the same name in `stats()`):
 #: completed: acked; retried: failed, released for a later attempt; dead: failed for good (out of
 #: attempts, `Permanent`, unknown kind); lost: the lease was lost, the result discarded;
-#: timed_out: overran its timeout, lease released; interrupted: released at shutdown.
-OUTCOMES = ("completed", "retried", "dead", "lost", "timed_out", "interrupted")
+#: timed_out: overran its timeout, lease released; interrupted: released at shutdown; returned: a
+#: prefetched lease given back at shutdown before its handler started (not a handler run).
+OUTCOMES = ("completed", "retried", "dead", "lost", "timed_out", "interrupted", "returned")
 _LEVELS = {"completed": logging.INFO, "retried": logging.WARNING, "dead": logging.ERROR}
 _FIELDS = ("event", "task", "attempt", "ms", "delay", "error", "worker")
 
@@ -58,7 +59,7 @@ class Report:
         """Each outcome's counter, `processed` (their sum), `running` (given), `rate` (processed per second so far)."""
         with self._lock:
             counts: dict[str, Any] = dict(self._counts)
-        processed = sum(counts.values())
+        processed = sum(count for name, count in counts.items() if name != "returned")  # handler runs
         elapsed = max(time.monotonic() - self._started, 1e-9)
         return {**counts, "processed": processed, "running": running, "rate": round(processed / elapsed, 1)}
 

@@ -2,8 +2,10 @@
 
 The threads, and why each exists:
 
-- the fetcher reserves tasks, as many as there are idle executors (one
-  `reserve` call for all of them), and hands them out; when nothing is due
+- the fetcher reserves tasks, as many as there is room for (the threads
+  plus a prefetch, one `reserve` call for all of them), sends the acks of
+  the tasks that finished together with that reserve (`pending.py`), and
+  hands the leases out; when nothing is due
   it blocks in the source's `wait` until a commit or the next due time
   (`stats()`'s `next_available_at` and `next_deadline`), at most
   `idle_wait` clock units: an idle worker costs a wake-up per `idle_wait`,
@@ -37,14 +39,15 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from walqueue import Lease, Queue, QueueClosed
+from walqueue import Lease, Queue, QueueClosed, StaleLease
 from walqueue.worker.clock import MILLISECONDS, Clock, milliseconds, seconds_until
+from walqueue.worker.pending import Pending
 from walqueue.worker.report import Report, log
 from walqueue.worker.retry import RetryPolicy
 from walqueue.worker.router import Handler
 from walqueue.worker.running import Run, Settler
 from walqueue.worker.schedule import Periodic, Scheduler
-from walqueue.worker.source import Source
+from walqueue.worker.source import Source, ack_and_reserve
 
 __all__ = ["DEFAULT_GRACE", "DEFAULT_IDLE_WAIT", "DEFAULT_LEASE", "EXIT_HARD_TIMEOUT", "Worker"]
 
@@ -63,32 +66,6 @@ def _default_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-class _Slots:
-    """How many executors are idle; the fetcher reserves no more than that."""
-
-    def __init__(self, count: int) -> None:
-        self._free = count
-        self._changed = threading.Condition()
-
-    def wait_free(self, stopping: threading.Event) -> int:
-        with self._changed:
-            self._changed.wait_for(lambda: self._free > 0 or stopping.is_set())
-            return 0 if stopping.is_set() else self._free
-
-    def take(self) -> None:
-        with self._changed:
-            self._free -= 1
-
-    def give(self) -> None:
-        with self._changed:
-            self._free += 1
-            self._changed.notify_all()
-
-    def wake(self) -> None:
-        with self._changed:
-            self._changed.notify_all()
-
-
 class Worker:
     """Run `handler(job, context)` for each task of `source` until stopped.
 
@@ -99,7 +76,9 @@ class Worker:
     retry policy's delays, `Retry(delay=)`) is in the units of `clock`
     (default: milliseconds since the epoch), of which `units_per_second`
     make a second. `timeout=None`: no timeout. `heartbeat`: the fraction of
-    the lease after which a running task's lease is extended.
+    the lease after which a running task's lease is extended. `prefetch`:
+    leases held beyond one per thread, so that a thread that finishes finds
+    its next task ready (default: as many as threads; 0: none).
 
     Example: ``Worker("/var/lib/app/queue", handle, concurrency=8).run()``
     """
@@ -110,6 +89,7 @@ class Worker:
         handler: Handler,
         *,
         concurrency: int = 1,
+        prefetch: int | None = None,
         lease: int = DEFAULT_LEASE,
         timeout: int | None = None,
         grace: int = DEFAULT_GRACE,
@@ -134,6 +114,9 @@ class Worker:
         ):
             if type(value) is not int or value < low:
                 raise ValueError(f"{what} must be an int >= {low}, not {value!r}")
+        prefetch = concurrency if prefetch is None else prefetch
+        if type(prefetch) is not int or prefetch < 0:
+            raise ValueError(f"prefetch must be an int >= 0, not {prefetch!r}")
         if timeout is not None and (type(timeout) is not int or timeout < 1):
             raise ValueError(f"timeout must be None or an int >= 1 (clock units), not {timeout!r}")
         if not 0 < heartbeat < 1:
@@ -142,6 +125,7 @@ class Worker:
         self.source: Source | None = None if self._directory is not None else source  # type: ignore[assignment]
         self.handler = handler
         self.concurrency = concurrency
+        self.prefetch = prefetch
         self.lease = lease
         self.timeout = timeout
         self.grace = grace
@@ -161,7 +145,7 @@ class Worker:
         self._hurry = threading.Event()  # release at once, no more grace
         self._done = threading.Event()
         self._reserving = threading.Lock()
-        self._slots = _Slots(concurrency)
+        self._pending = Pending(concurrency + prefetch)
         self._handoff: queue_module.SimpleQueue[Run | None] = queue_module.SimpleQueue()
         self._started = False
         self._monitor_stop = threading.Event()
@@ -218,7 +202,7 @@ class Worker:
         if now:
             self._hurry.set()
         self._stop_requested.set()
-        self._slots.wake()
+        self._pending.wake()
         if self._monitor is not None:
             self._monitor.wake()
 
@@ -252,37 +236,75 @@ class Worker:
     # -- the threads -----------------------------------------------------------------------
 
     def _fetcher(self) -> None:
-        assert self.source is not None
+        assert self.source is not None and self._settler is not None
         backoff = _BACKOFF_SECONDS[0]
         while True:
-            free = self._slots.wait_free(self._stopping)
-            if free == 0:
-                return
+            acks, room = self._pending.next_batch(self._stopping)
+            if not acks and room == 0:
+                return  # stopping, and every ack left to this thread is sent
             try:
                 with self._reserving:
                     if self._stopping.is_set():
-                        return
+                        room = 0
                     now = self.clock()
-                    leases = self.source.reserve(self.name, now=now, lease_seconds=self.lease, limit=free)
+                    errors, leases = ack_and_reserve(
+                        self.source,
+                        [run.lease for run in acks],
+                        now=now,
+                        worker=self.name,
+                        lease_seconds=self.lease,
+                        limit=room,
+                    )
                     for lease in leases:
                         self._dispatch(lease, now)
-                if not leases:
-                    self._idle()
-                backoff = _BACKOFF_SECONDS[0]
             except OSError as error:  # the server is away (the client reconnects on its own for a while)
+                self._acks_lost(acks, error)
                 if self._stopping.is_set():
-                    return
+                    continue
                 log.warning("cannot reach the queue (%s); trying again in %.2f s", error, backoff)
                 self._stopping.wait(backoff)
                 backoff = min(backoff * 2, _BACKOFF_SECONDS[1])
+                continue
             except QueueClosed as error:
+                self._acks_lost(acks, error)
                 if not self._stopping.is_set():
                     self._fail_worker(error)
                 return
             except Exception as error:  # a bug: stop rather than spin on it
                 log.exception("the fetcher failed")
+                self._acks_lost(acks, error)
                 self._fail_worker(error)
                 return
+            backoff = _BACKOFF_SECONDS[0]
+            for run, ack_error in zip(acks, errors, strict=True):
+                self._settler.acked(run, ack_error)
+                self._monitor.remove(run)
+            if room and not leases and not self._idle():
+                return
+
+    def _idle(self) -> bool:
+        """Nothing was due: block until a commit or the next due time, at most `idle_wait`; False: stop fetching."""
+        try:
+            self._wait_for_work()
+        except OSError as error:
+            if not self._stopping.is_set():
+                log.warning("cannot reach the queue (%s); trying again in 1 s", error)
+                self._stopping.wait(1.0)
+        except QueueClosed as error:
+            if not self._stopping.is_set():
+                self._fail_worker(error)
+            return False
+        except Exception as error:  # a bug: stop rather than spin on it
+            log.exception("the fetcher failed while idle")
+            self._fail_worker(error)
+            return False
+        return True
+
+    def _acks_lost(self, acks: list[Run], error: BaseException) -> None:
+        assert self._settler is not None
+        for run in acks:
+            self._settler.acked(run, error if isinstance(error, OSError) else ConnectionError(str(error)))
+            self._monitor.remove(run)
 
     def _fail_worker(self, error: BaseException) -> None:
         log.error("worker %s stops: %s: %s", self.name, type(error).__name__, error)
@@ -291,44 +313,64 @@ class Worker:
 
     def _dispatch(self, lease: Lease, now: int) -> None:
         """Hand a fresh lease to an idle executor (called with the reserve lock held)."""
-        run = Run.start(lease, self.clock, now, self.beat_every, self.timeout)
-        self._slots.take()
+        run = Run.start(lease, self.clock, now, self.beat_every, None)  # the timeout counts from `begin`
+        self._pending.take()
         self._monitor.add(run)
         self._handoff.put(run)
 
-    def _idle(self) -> None:
-        """Nothing was due: block until a commit or the next due time, at most `idle_wait`."""
+    def _wait_for_work(self) -> None:
         assert self.source is not None
         stats = self.source.stats()
         dues = [time for time in (stats.get("next_available_at"), stats.get("next_deadline")) if time is not None]
         now = self.clock()
         wake_at = min([now + self.idle_wait, *dues])
-        if wake_at > now and not self._stopping.is_set():
-            self.source.wait(seconds_until(wake_at, now, self.units_per_second))
+        if wake_at > now and not self._stopping.is_set() and self._pending.begin_waiting():
+            try:
+                self.source.wait(seconds_until(wake_at, now, self.units_per_second))
+            finally:
+                self._pending.end_waiting()
 
     def _executor(self) -> None:
+        assert self._settler is not None
         while True:
             run = self._handoff.get()
             if run is None:
                 return
-            if not run.settled:  # a run released at shutdown before it started is not started
-                self._execute(run)
+            queued = self._execute(run)
             with run.lock:
                 run.finished = True
                 replaced = run.abandoned
-            self._monitor.remove(run)
+            if not queued:
+                self._monitor.remove(run)
             if replaced:
                 return  # a new executor took this one's place when its handler timed out
-            self._slots.give()
+            self._pending.give()
 
-    def _execute(self, run: Run) -> None:
-        assert self._settler is not None
+    def _execute(self, run: Run) -> bool:
+        """Run the handler and settle its outcome; True if the ack was left to the fetcher."""
+        assert self._settler is not None and self.source is not None
+        with run.lock:
+            if run.settled:  # given back at shutdown before it started
+                return False
+            run.begin(self.clock(), self.timeout)
+        if self.timeout is not None:
+            self._monitor.begun(run)
         try:
             self.handler(run.job, run.context)
         except BaseException as error:  # noqa: BLE001 - every failure of a handler is the task's, not the worker's
             self._settler.fail(run, error)
+            return False
+        if not self._settler.claim(run):
+            return False
+        if self._pending.queue_ack(run, self._stopping):
+            return True
+        try:
+            self.source.ack(run.lease, now=self.clock())
+        except (StaleLease, OSError) as error:
+            self._settler.acked(run, error)
         else:
-            self._settler.succeed(run)
+            self._settler.acked(run, None)
+        return False
 
     def _on_timeout(self, run: Run) -> None:
         """The monitor took back a timed-out run: free its slot (a new executor), or end the process (hard)."""
@@ -340,7 +382,7 @@ class Worker:
             run.abandoned = True
         if not self._stopping.is_set():
             self._spawn(self._executor, "executor (replacement)")
-        self._slots.give()
+        self._pending.give()
 
     def _exit_hard(self, run: Run) -> None:
         """A hard timeout: release every other running task, then end this process at once."""
@@ -370,6 +412,9 @@ class Worker:
         assert self._settler is not None
         with self._reserving:  # a reserve under way has handed out its leases when this returns
             pass
+        for run in self._monitor.runs():
+            if self._settler.withdraw(run):  # prefetched, never started: given back now, not after the grace
+                self._monitor.remove(run)
         started = self.clock()
         grace_end = started + self.grace
         for run in self._monitor.runs():

@@ -41,12 +41,20 @@ class Run:
     settled: bool = False  # acked, released, failed or lost: nothing more may be sent for this lease
     finished: bool = False  # the handler has returned (or raised)
     abandoned: bool = False  # timed out: its executor was replaced, and exits when the handler returns
+    begun: bool = False  # its handler has started (a prefetched lease waits in the hand-off until then)
 
     @classmethod
     def start(cls, lease: Lease, clock: Clock, now: int, beat_every: int, timeout: int | None) -> Run:
         """A run of a lease reserved at `now`: first beat after `beat_every`, taken back after `timeout`."""
         timeout_at = None if timeout is None else now + timeout
         return cls(lease, Job.from_lease(lease), Context(clock, timeout_at), now, now + beat_every, timeout_at)
+
+    def begin(self, now: int, timeout: int | None) -> None:
+        """The handler starts now (a prefetched lease may have waited): its time and its timeout count from here."""
+        self.begun = True
+        self.started = now
+        self.timeout_at = None if timeout is None else now + timeout
+        self.context.restart_deadline(self.timeout_at)
 
 
 class Settler:
@@ -66,20 +74,37 @@ class Settler:
 
     def succeed(self, run: Run) -> None:
         """The handler returned: ack, unless the run was settled meanwhile (then the result is discarded)."""
+        if not self.claim(run):
+            return
+        try:
+            self.source.ack(run.lease, now=self.clock())
+        except (StaleLease, OSError) as error:
+            self.acked(run, error)
+        else:
+            self.acked(run, None)
+
+    def claim(self, run: Run) -> bool:
+        """Settle a run whose handler returned, for an ack sent now or in the fetcher's next batch.
+
+        False (and the result is discarded) if it was settled meanwhile. A
+        claimed run gets no more heartbeats; its ack follows at once.
+        """
         with run.lock:
             if run.settled:
                 log.debug("result of %s discarded: %s", run.job.id, run.context.reason)
-                return
+                return False
             run.settled = True
-            try:
-                self.source.ack(run.lease, now=self.clock())
-            except StaleLease as error:
-                run.context.lose("lease lost")
-                self._record(run, "lost", f"finished, but the lease was lost before the ack: {error}")
-            except OSError as error:  # the server went away: the ack may or may not have happened
-                self._record(run, "lost", f"the ack's answer was lost ({error}); the task may run again")
-            else:
-                self._record(run, "completed")
+            return True
+
+    def acked(self, run: Run, error: BaseException | None) -> None:
+        """Count and log the ack of a claimed run: done, or `error` (`StaleLease`, a lost answer)."""
+        if error is None:
+            self._record(run, "completed")
+        elif isinstance(error, StaleLease):
+            run.context.lose("lease lost")
+            self._record(run, "lost", f"finished, but the lease was lost before the ack: {error}")
+        else:  # the server went away: the ack may or may not have happened
+            self._record(run, "lost", f"the ack's answer was lost ({error}); the task may run again")
 
     def fail(self, run: Run, error: BaseException) -> None:
         """The handler raised `error`: dead at once (`Permanent`), or released for a retry after a delay."""
@@ -109,6 +134,21 @@ class Settler:
             run.settled = True
             run.context.lose(reason)
             self._release(run, event, delay, error)
+            return True
+
+    def withdraw(self, run: Run) -> bool:
+        """Give back a prefetched lease whose handler never started (at shutdown): released at once, no error."""
+        with run.lock:
+            if run.settled or run.begun:
+                return False
+            run.settled = True
+            run.context.lose("shutdown")
+            try:
+                self.source.release(run.lease, now=self.clock())
+            except (StaleLease, OSError) as error:
+                self._record(run, "lost", f"not started; giving it back failed ({error})")
+            else:
+                self._record(run, "returned", "not started: given back at shutdown")
             return True
 
     def lose(self, run: Run, error: BaseException) -> None:
