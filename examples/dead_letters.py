@@ -14,9 +14,15 @@ script twice re-enqueues nothing twice (the second put is an identical
 retry). Every field of the new put comes from the dead task, none from the
 clock, or the second run would be a `KeyConflict` instead.
 
+Each dead letter says why it died: `task.last_error` holds the type and
+message of the error its worker reported to `release` (or `fail`, or a
+`cancel`'s reason), the attempt that failed and when; a lease that expired
+records `LeaseExpired` at its deadline. It is kept durably, with the task.
+
 On a directory without any task it first makes two dead letters with a fake
-clock: `sync-42` (released twice, `max_attempts=2`) and `sync-43` (its
-worker never came back: the lease expired with `max_attempts=1`). It then
+clock: `sync-42` (released twice with an error, `max_attempts=2`) and
+`sync-43` (its worker never came back: the lease expired with
+`max_attempts=1`). It then
 leaves 2 dead tasks and 2 ready ones. On a directory that has tasks (say,
 after examples/worker.py) it works on the dead letters it finds. Re-enqueued
 tasks that die again are left for a human. Exits 0.
@@ -47,11 +53,13 @@ def make_demo_dead_letters(queue: Queue) -> None:
     queue.put("sync-42", {"account": 42, "action": "sync"}, max_attempts=2)
     queue.put("sync-43", {"account": 43, "action": "sync"}, max_attempts=1)
     leases = {lease.task_id: lease for lease in queue.reserve("w1", now=now, lease_seconds=30, limit=2)}
-    queue.release(leases["sync-42"], now=now + 1, delay=10)  # attempt 1 of 2 failed
+    timeout = {"type": "TimeoutError", "message": "the accounts API did not answer in 10 s"}
+    queue.release(leases["sync-42"], now=now + 1, delay=10, error=timeout)  # attempt 1 of 2 failed
     # sync-43's worker dies: nobody acks or releases it. At t+31 its lease has
     # expired; the reap in this reserve makes it dead (1 attempt of 1).
     [retry] = queue.reserve("w1", now=now + 31, lease_seconds=30)
-    queue.release(retry, now=now + 32, delay=10)  # attempt 2 of 2 failed: dead
+    refused = {"type": "PermissionError", "message": "account 42 is locked"}
+    queue.release(retry, now=now + 32, delay=10, error=refused)  # attempt 2 of 2 failed: dead
 
 
 def main(argv: list[str]) -> int:
@@ -70,6 +78,9 @@ def main(argv: list[str]) -> int:
                 f"  {task.task_id} (key {task.key!r}): {task.attempts} of {task.max_attempts} attempts,"
                 f" last due at {task.available_at}, payload {task.payload}"
             )
+            error = task.last_error
+            if error is not None:
+                print(f"    last error (attempt {error.attempt}, at {error.at}): {error.type}: {error.message}")
 
         redo: list[dict[str, Any]] = []
         for task in dead:

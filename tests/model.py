@@ -18,8 +18,8 @@ comparable too:
 Public API (stable; crash campaigns and the torture harness import it):
 
 - `Model()` with `put`, `put_many`, `reserve`, `ack`, `release`, `extend`,
-  `redrive`, `cancel` (issue #16), `get`, `tasks`, `counts()`,
-  `next_available_at()`, `next_deadline()` (the two issue-16 keys of
+  `redrive`, `cancel` (the lease lifecycle calls), `get`, `tasks`, `counts()`,
+  `next_available_at()`, `next_deadline()` (the two lifecycle keys of
   `stats()`), `last_seq` (property), `clone()` and `reap(now)` (the
   reap half of `reserve`, for the state between its two transactions); `compact()` and
   restarts do not change the model. `copy.deepcopy(model)` works as well.
@@ -41,7 +41,7 @@ unless len(canonical payload) + len(canonical task id) + len(canonical key) +
 is simply stale. Where a call has several problems the model reports argument
 errors first, then conflicts/staleness.
 
-Issue #16, as the engine implements it: `extend` checks the token's type,
+The lease lifecycle calls, as the engine implements them: `extend` checks the token's type,
 `now`, then `lease_seconds` (>= 1), then ownership exactly as `ack` does; the
 new deadline is ``min(now + lease_seconds, 2**63 - 1)``. `redrive` checks
 `available_at`, `extra_attempts` (>= 1), then `task_id` (a name), then the
@@ -50,6 +50,20 @@ task's status (`WrongStatus` unless dead), then that the grown
 then the status (`WrongStatus` unless ready or leased). A dead task may
 therefore have attempts left (a cancelled one); a redriven one keeps its
 attempts, generation, identity (its original put) and key.
+
+The last error, as the engine implements it: `release`, `fail` (a
+permanent failure: dead at once, fenced like `ack`) and `cancel` take
+``error={"type": str, "message": str}``, checked before anything else
+(not a mapping: `TypeError`; other keys: `ValueError`; a non-str value:
+`TypeError`; an empty type: `ValueError`); a cancel with an error needs
+`now` (`TypeError`). The type is cut to 256 and the message to 2,048 UTF-8
+bytes, each ending in ``... [cut: N bytes]`` (N: the original size), after
+lone surrogates are written as their ``\\udXXX`` escapes; if the error
+would not fit beside a payload close to the frame bound, to 32 and 200
+bytes. The task's `last_error` is then the type, the message, its attempts
+at that moment and `now`, in the same transaction. An expiry records
+``LeaseExpired`` with the attempt and the old deadline as its time. Every
+transition but ack (which drops it) keeps the last error otherwise.
 """
 
 from __future__ import annotations
@@ -90,6 +104,9 @@ _MAX_NAME_BYTES = 1024
 _MAX_DEPTH = 64
 _MAX_INT_BITS = 14_000  # payload ints: readable again under CPython's default int/str digit limit
 _TASK_MARGIN = 8192
+_RECORD_WITHOUT_ERROR = 6461  # the worst case of a record's other fields (validate.RECORD_WORST_CASE_EXTRA's table)
+_ERROR_BOUNDS = (256, 2048)  # UTF-8 bytes of an error's type and message
+_TIGHT_ERROR_BOUNDS = (32, 200)  # the same, beside a payload that leaves no room for them
 _PUT_FIELDS = frozenset({"task_id", "payload", "key", "available_at", "max_attempts"})
 
 
@@ -156,6 +173,37 @@ def _check_payload(payload: object) -> dict[str, Any]:
 
 def _copy(payload: Any) -> Any:
     return copy.deepcopy(payload)
+
+
+def _check_error(error: object) -> tuple[str, str] | None:
+    if error is None:
+        return None
+    if not isinstance(error, Mapping):
+        raise TypeError("error must be None or a mapping")
+    if set(error) != {"type", "message"}:
+        raise ValueError("error has exactly the keys type and message")
+    if type(error["type"]) is not str or type(error["message"]) is not str:
+        raise TypeError("error type and message are str")
+    if error["type"] == "":
+        raise ValueError("error type is empty")
+    return _escaped(error["type"]), _escaped(error["message"])
+
+
+def _escaped(text: str) -> str:
+    return "".join(f"\\u{ord(c):04x}" if 0xD800 <= ord(c) <= 0xDFFF else c for c in text)
+
+
+def _cut(text: str, limit: int) -> str:
+    size = len(text.encode("utf-8"))
+    if size <= limit:
+        return text
+    marker = f"... [cut: {size} bytes]"
+    kept = ""
+    for char in text:
+        if len((kept + char).encode("utf-8")) + len(marker) > limit:
+            break
+        kept += char
+    return kept + marker
 
 
 # ---------------------------------------------------------------------------
@@ -311,6 +359,7 @@ class Model:
                 "generation": 0,
                 "worker": None,
                 "deadline": None,
+                "last_error": None,
             }
             self._keys[r["key"]] = r["task"]
         return ids
@@ -399,6 +448,13 @@ class Model:
             old_deadline = record["deadline"]
             record["status"] = "dead" if record["attempts"] >= record["max_attempts"] else "ready"
             record["available_at"] = old_deadline
+            record["last_error"] = {
+                "type": "LeaseExpired",
+                "message": f"worker {_cut(record['worker'], 128)} did not ack, release or extend"
+                f" lease {record['generation']} by its deadline {old_deadline}",
+                "attempt": record["attempts"],
+                "at": old_deadline,
+            }
             record["worker"] = None
             record["deadline"] = None
 
@@ -430,24 +486,49 @@ class Model:
         self._commit()
         record["status"] = "completed"
         record["payload"] = None
+        record["last_error"] = None
         record["worker"] = None
         record["deadline"] = None
 
-    def release(self, lease: Lease, *, now: int, delay: int = 0) -> None:
+    def _record_error(self, record: dict[str, Any], error: tuple[str, str] | None, now: int) -> None:
+        if error is None:
+            return
+        last_error = {"type": _cut(error[0], 256), "message": _cut(error[1], 2048), "attempt": record["attempts"]}
+        last_error["at"] = now
+        names = len(canonical_json(record["task"])) + len(canonical_json(record["key"]))
+        member = len(b',"last_error":') + len(canonical_json(last_error))
+        if len(canonical_json(record["payload"])) + names + _RECORD_WITHOUT_ERROR + member > MAX_FRAME_BYTES:
+            last_error["type"], last_error["message"] = (_cut(error[0], 32), _cut(error[1], 200))
+        record["last_error"] = last_error
+
+    def release(self, lease: Lease, *, now: int, delay: int = 0, error: Mapping[str, str] | None = None) -> None:
         """Give the task back, or bury it when its attempts are spent (SPEC §2 release)."""
+        checked = _check_error(error)
         self._check_token(lease, now)
         _check_int(delay, "delay", 0)
         if now + delay >= _INT_LIMIT:
             raise ValueError("now + delay must be below 2**63")
         record = self._owner_record(lease, now)
         self._commit()
+        self._record_error(record, checked, now)
         record["status"] = "dead" if record["attempts"] >= record["max_attempts"] else "ready"
         record["available_at"] = now + delay
         record["worker"] = None
         record["deadline"] = None
 
+    def fail(self, lease: Lease, *, now: int, error: Mapping[str, str] | None = None) -> None:
+        """A permanent failure: the held task is dead at once, whatever its attempts."""
+        checked = _check_error(error)
+        self._check_token(lease, now)
+        record = self._owner_record(lease, now)
+        self._commit()
+        self._record_error(record, checked, now)
+        record["status"] = "dead"
+        record["worker"] = None
+        record["deadline"] = None
+
     def extend(self, lease: Lease, *, now: int, lease_seconds: int) -> Lease:
-        """Move a held lease's deadline to now + lease_seconds, capped (issue #16 extend); a new token."""
+        """Move a held lease's deadline to now + lease_seconds, capped (extend); a new token."""
         self._check_token(lease, now)
         _check_int(lease_seconds, "lease_seconds", 1)
         record = self._owner_record(lease, now)
@@ -472,7 +553,7 @@ class Model:
         return record
 
     def redrive(self, task_id: str, *, available_at: int, extra_attempts: int = 1) -> None:
-        """A dead task is ready again at `available_at` with `extra_attempts` more attempts (issue #16)."""
+        """A dead task is ready again at `available_at` with `extra_attempts` more attempts (redrive)."""
         _check_int(available_at, "available_at", 0)
         _check_int(extra_attempts, "extra_attempts", 1)
         record = self._record_in(task_id, ("dead",), "redrive")
@@ -483,10 +564,16 @@ class Model:
         record["available_at"] = available_at
         record["max_attempts"] += extra_attempts
 
-    def cancel(self, task_id: str) -> None:
-        """A ready or leased task becomes dead, its worker and deadline cleared (issue #16)."""
+    def cancel(self, task_id: str, *, error: Mapping[str, str] | None = None, now: int | None = None) -> None:
+        """A ready or leased task becomes dead, its worker and deadline cleared, its reason recorded (cancel)."""
+        checked = _check_error(error)
+        if now is not None:
+            _check_int(now, "now", 0)
+        elif checked is not None:
+            raise TypeError("cancel with an error needs now")
         record = self._record_in(task_id, ("ready", "leased"), "cancel")
         self._commit()
+        self._record_error(record, checked, 0 if now is None else now)
         record["status"] = "dead"
         record["worker"] = None
         record["deadline"] = None
@@ -561,6 +648,7 @@ def _task(record: dict[str, Any]) -> Task:
         generation=record["generation"],
         worker=record["worker"],
         deadline=record["deadline"],
+        last_error=None if record["last_error"] is None else dict(record["last_error"]),
     )
 
 

@@ -1,4 +1,4 @@
-"""The consumer's conventions (issue #18): --version, EX_USAGE for usage errors, a clean Ctrl-C."""
+"""The consumer's conventions: --version, EX_USAGE for usage errors, a clean Ctrl-C."""
 
 from __future__ import annotations
 

@@ -193,6 +193,7 @@ def test_get_answers_a_task_object_or_null(consumer: Consumer) -> None:
             "generation": 0,
             "worker": None,
             "deadline": None,
+            "last_error": None,
         },
     }
     assert consumer.ask({"op": "get", "task_id": "never-stored"}) == {"ok": True, "task": None}
@@ -425,7 +426,7 @@ def test_a_missing_directory_argument_is_a_usage_error(tmp_path: Path) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "walqueue.cli"], capture_output=True, env=child_environment(), timeout=ANSWER_TIMEOUT
     )
-    # EX_USAGE (64), issue #18: 2 means "cannot open DIRECTORY", a usage error is not that.
+    # EX_USAGE (64): 2 means "cannot open DIRECTORY", a usage error is not that.
     assert result.returncode == 64 and b"DIRECTORY" in result.stderr and result.stdout == b""
 
 

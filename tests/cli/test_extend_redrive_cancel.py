@@ -1,4 +1,4 @@
-"""Issue #16 through the CLI side: `extend`, `redrive`, `cancel`, `WrongStatus`, three-field leases, stats keys.
+"""The lifecycle calls through the CLI: `extend`, `redrive`, `cancel`, `WrongStatus`, three-field leases, stats keys.
 
 Each call is exercised where a user meets it: the consumer process
 (`python -m walqueue.cli DIR`), a raw connection to `walqueue-serve`, and

@@ -7,13 +7,14 @@ can prove both the answer and that a refused line never reached the queue.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from walqueue import KeyConflict, Lease, QueueClosed, StaleLease, Task, WrongStatus
+from walqueue import KeyConflict, LastError, Lease, Queue, QueueClosed, StaleLease, Task, WrongStatus
 from walqueue.cli.protocol import (
     MAX_DEPTH,
     NO_ID,
@@ -26,10 +27,12 @@ from walqueue.cli.protocol import (
     parse_request,
     respond,
 )
+from walqueue.engine.calltable import CALLS
+from walqueue.engine.validate import MAX_NAME_BYTES, MAX_PAYLOAD_DEPTH
 
 LEASE = Lease(task_id="t1", worker="w", generation=1, deadline=130, attempts=1, payload={"n": 1})
 EXTENDED = Lease(task_id="t1", worker="w", generation=1, deadline=170, attempts=1, payload={"n": 1})
-#: All a lease object needs (#16): the other fields are informational.
+#: All a lease object needs: the other fields are informational.
 TOKEN = {"task_id": "t1", "worker": "w", "generation": 1}
 TASK = Task(
     task_id="t1",
@@ -267,9 +270,86 @@ def test_stats_and_compact_answer_their_fields() -> None:
 
 
 def test_every_op_of_the_spec_table_is_known() -> None:
-    # SPEC §6's table, plus `wait` (issue #17: the server's long poll) and extend, redrive, cancel (#16).
+    # SPEC §6's table, plus `wait` (the server's long poll) and extend, redrive, cancel.
     spec = {"put", "put_many", "reserve", "ack", "release", "get", "tasks", "stats", "compact"}
-    assert set(OPS) == spec | {"wait", "extend", "redrive", "cancel"}
+    assert spec | {"wait", "extend", "redrive", "cancel"} <= set(OPS)
+    assert set(OPS) == set(CALLS)
+
+
+#: One valid request of every call, in an order in which each succeeds on one real queue.
+EVERY_CALL = [
+    {"op": "put", "task_id": "a", "payload": {"n": 1}, "key": "ka", "available_at": 0, "max_attempts": 1},
+    {"op": "put_many", "tasks": [{"task_id": "b", "payload": {}}, {"task_id": "c", "payload": {}}]},
+    {"op": "reserve", "worker": "w", "now": 1, "lease_seconds": 10, "limit": 3},
+    {"op": "extend", "lease": {"task_id": "a", "worker": "w", "generation": 1}, "now": 2, "lease_seconds": 5},
+    {"op": "ack", "lease": {"task_id": "b", "worker": "w", "generation": 1}, "now": 2},
+    {
+        "op": "fail",
+        "lease": {"task_id": "c", "worker": "w", "generation": 1},
+        "now": 2,
+        "error": {"type": "KeyError", "message": "no handler"},
+    },
+    {
+        "op": "release",
+        "lease": {"task_id": "a", "worker": "w", "generation": 1},
+        "now": 3,
+        "delay": 0,
+        "error": None,
+    },
+    {"op": "redrive", "task_id": "a", "available_at": 4, "extra_attempts": 1},
+    {"op": "cancel", "task_id": "a", "error": {"type": "Cancelled", "message": "by ops"}, "now": 5},
+    {"op": "get", "task_id": "a"},
+    {"op": "tasks", "status": "ready"},
+    {"op": "stats"},
+    {"op": "compact"},
+    {"op": "wait", "timeout": 0},
+]
+
+
+def test_the_protocol_answers_every_call_of_the_table_on_a_real_queue(tmp_path: Path) -> None:
+    assert sorted(request["op"] for request in EVERY_CALL) == sorted(CALLS), "a request for every call"
+    with Queue(tmp_path / "q", sync=False) as queue:
+        for request in EVERY_CALL:
+            call = CALLS[request["op"]]
+            assert {arg.name for arg in call.args} == set(request) - {"op"}, "a request with every argument"
+            reply = respond(json.dumps(request).encode(), queue, lambda timeout: False)
+            assert reply.answer["ok"] is True, reply.answer
+            field = call.answer.field
+            assert set(reply.answer) == {"ok"} | ({field} if field else set())
+        failed, cancelled = queue.get("c"), queue.get("a")
+        assert (
+            failed is not None
+            and failed.status == "dead"
+            and failed.last_error == LastError("KeyError", "no handler", 1, 2)
+        )
+        assert cancelled is not None and cancelled.last_error == LastError("Cancelled", "by ops", 1, 5)
+        task = respond(b'{"op":"get","task_id":"c"}', queue).answer["task"]
+        assert task["last_error"] == {"type": "KeyError", "message": "no handler", "attempt": 1, "at": 2}
+
+
+@pytest.mark.parametrize(
+    ("error", "words"),
+    [
+        ("boom", ("'error'", "an object", "string 'boom'")),
+        ({"type": "E"}, ("'error'", "keys")),
+        ({"type": "", "message": "m"}, ("'error'", "empty")),
+        ({"type": "E", "message": 1}, ("'error'", "str")),
+    ],
+)
+def test_a_bad_error_is_a_bad_request_naming_the_field(error: Any, words: tuple[str, ...]) -> None:
+    for request in (
+        {"op": "release", "lease": TOKEN, "now": 1, "error": error},
+        {"op": "fail", "lease": TOKEN, "now": 1, "error": error},
+        {"op": "cancel", "task_id": "t1", "now": 1, "error": error},
+    ):
+        assert_bad_request(request, *words)
+
+
+def test_a_name_longer_than_the_engines_byte_bound_is_refused_before_the_queue() -> None:
+    long_name = "é" * (MAX_NAME_BYTES // 2 + 1)
+    assert_bad_request({"op": "put", "task_id": long_name, "payload": {}}, "'task_id'", str(MAX_NAME_BYTES))
+    assert_bad_request({"op": "reserve", "worker": long_name, "now": 0, "lease_seconds": 1}, "'worker'")
+    assert isinstance(parse_request(json.dumps({"op": "cancel", "task_id": "é" * (MAX_NAME_BYTES // 2)})), Request)
 
 
 # -- the id ------------------------------------------------------------------------------
@@ -371,10 +451,25 @@ def test_nesting_beyond_what_json_can_decode_is_refused() -> None:
     assert_bad_request(b"[" * 100_000 + b"]" * 100_000, "nested too deeply")
 
 
-def test_nesting_up_to_the_limit_is_accepted() -> None:
-    payload = "[" * (MAX_DEPTH - 2) + "]" * (MAX_DEPTH - 2)
-    line = f'{{"op":"put","task_id":"a","payload":{{"x":{payload}}}}}'.encode()
+def test_an_id_nested_up_to_the_line_limit_is_echoed() -> None:
+    request_id = "[" * (MAX_DEPTH - 1) + "]" * (MAX_DEPTH - 1)
+    line = f'{{"op":"stats","id":{request_id}}}'.encode()
     assert isinstance(parse_request(line), Request)
+
+
+def test_a_payload_nested_as_deep_as_the_engine_allows_is_accepted() -> None:
+    inner = "[" * (MAX_PAYLOAD_DEPTH - 1) + "]" * (MAX_PAYLOAD_DEPTH - 1)
+    line = f'{{"op":"put","task_id":"a","payload":{{"x":{inner}}}}}'.encode()
+    assert isinstance(parse_request(line), Request)
+
+
+def test_a_payload_nested_deeper_than_the_engine_allows_is_refused_before_the_queue() -> None:
+    inner = "[" * MAX_PAYLOAD_DEPTH + "]" * MAX_PAYLOAD_DEPTH
+    line = f'{{"op":"put","task_id":"a","payload":{{"x":{inner}}},"id":1}}'.encode()
+    answer = assert_bad_request(line, "'payload'", f"deeper than {MAX_PAYLOAD_DEPTH}")
+    assert answer["id"] == 1
+    items = f'{{"op":"put_many","tasks":[{{"task_id":"a","payload":{{"x":{inner}}}}}]}}'.encode()
+    assert_bad_request(items, "'tasks[0].payload'", f"deeper than {MAX_PAYLOAD_DEPTH}")
 
 
 # -- the envelope: op and unknown fields ---------------------------------------------------
@@ -436,13 +531,17 @@ def test_a_missing_argument_is_a_bad_request_naming_it(request_: dict[str, Any],
         ({"op": "reserve", "worker": ["w"], "now": 1, "lease_seconds": 1}, ("'worker'", "an array")),
         ({"op": "get", "task_id": None}, ("'task_id'", "string", "null")),
         ({"op": "tasks", "status": "running"}, ("'status'", "'ready'", "'dead'", "string 'running'")),
+        ({"op": "wait", "timeout": -1}, ("'timeout'", "86400")),
+        ({"op": "wait", "timeout": 86_401}, ("'timeout'", "86400")),
+        ({"op": "wait", "timeout": "1"}, ("'timeout'", "number of seconds", "string")),
         ({"op": "tasks", "status": 1}, ("'status'", "integer 1")),
         ({"op": "put_many", "tasks": {"task_id": "a"}}, ("'tasks'", "array", "an object")),
         ({"op": "cancel", "task_id": 7}, ("'task_id'", "string", "integer 7")),
         ({"op": "cancel", "task_id": ""}, ("'task_id'", "empty")),
         ({"op": "redrive", "task_id": None, "available_at": 1}, ("'task_id'", "string", "null")),
         ({"op": "extend", "lease": "t1", "now": 1, "lease_seconds": 1}, ("'lease'", "string")),
-        ({"op": "cancel", "task_id": "t1", "now": 1}, ("unknown field 'now'",)),
+        ({"op": "cancel", "task_id": "t1", "delay": 1}, ("unknown field 'delay'",)),
+        ({"op": "cancel", "task_id": "t1", "now": -1}, ("'now'", "0")),
         ({"op": "redrive", "task_id": "t1", "available_at": 1, "max_attempts": 2}, ("unknown field 'max_attempts'",)),
     ],
 )
@@ -625,8 +724,7 @@ JSON_VALUES = st.recursive(
     JSON_SCALARS, lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(), children, max_size=4)
 )
 FIELD_NAMES = st.sampled_from(
-    ["op", "id", "task_id", "payload", "key", "available_at", "max_attempts", "tasks", "worker", "now"]
-    + ["lease_seconds", "limit", "lease", "delay", "status", "extra_attempts", "bogus"]
+    ["op", "id", "bogus", *sorted({arg.name for call in CALLS.values() for arg in call.args})]
 )
 FIELD_VALUES = (
     JSON_VALUES

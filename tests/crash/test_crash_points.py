@@ -1,9 +1,11 @@
 """Crash-point enumeration: every call of every phase, against the reference model.
 
 A seeded, mixed workload (puts, identical retries, conflicts, put_many,
-reserves that reap, acks, releases, extends, redrives, cancels, stale
-tokens, explicit compactions and automatic ones with a tiny threshold) runs
-step by step. Before each step,
+reserves that reap (recording LeaseExpired), acks, releases, fails,
+extends, redrives, cancels (releases, fails and cancels often with an error
+to record, its op in the same transaction), stale tokens, explicit
+compactions and automatic ones with a tiny threshold) runs step by step.
+Before each step,
 the step is replayed on copies of the directory and killed by
 `InjectedCrash` at each of its phase calls in turn; each copy must reopen
 at once and equal the model as it was before the step, or as it was after
@@ -89,8 +91,8 @@ class Workload:
         now = self.now
         kind = rng.choices(
             ["put", "retry", "conflict", "put_many", "reserve", "ack", "release", "stale", "compact"]
-            + ["extend", "redrive", "cancel"],
-            weights=[6, 1, 1, 2, 5, 4, 2, 1, 1] + [3, 2, 2],
+            + ["extend", "redrive", "cancel", "fail"],
+            weights=[6, 1, 1, 2, 5, 4, 2, 1, 1] + [3, 2, 2, 2],
         )[0]
         if kind == "put" or (kind in ("retry", "conflict") and not self.puts):
             spec = self._new_put()
@@ -116,13 +118,24 @@ class Workload:
                 return t.reserve(worker, now=now, lease_seconds=lease_seconds, limit=limit)
 
             return "reserve", reserve, {"reap_now": now}
-        if kind in ("ack", "release") and self.tokens:
+        error = rng.choice(
+            [None, {"type": "OSError", "message": f"disk full at {now}"}, {"type": "E", "message": "é" * 1100}]
+        )
+        if kind == "fail":
+            # A permanent failure of a lease not yet over (the model's leased tasks, as for extend).
+            live = [Lease(t.task_id, t.worker, t.generation) for t in model.tasks("leased") if t.deadline > now]
+            if live:
+                token = rng.choice(live)
+                return "fail", lambda t: t.fail(token, now=now, error=error), {}
+        if kind in ("ack", "release", "fail") and self.tokens:
             token = self.tokens.pop(rng.randrange(len(self.tokens)))
             self.stale.append(token)
             if kind == "ack":
                 return "ack", lambda t: t.ack(token, now=now), {}
+            if kind == "fail":
+                return "fail", lambda t: t.fail(token, now=now, error=error), {}
             delay = rng.choice([0, 1, 3])
-            return "release", lambda t: t.release(token, now=now, delay=delay), {}
+            return "release", lambda t: t.release(token, now=now, delay=delay, error=error), {}
         if kind == "extend":
             # A heartbeat of a lease not yet over, from the three fields a worker keeps (the model's
             # leased tasks, so that a crash the workload went on from loses no candidate); else an old token.
@@ -140,7 +153,7 @@ class Workload:
                 known = [task.task_id for task in model.tasks()] or ["never"]
                 task_id = rng.choice(candidates or known)
                 if kind == "cancel":
-                    return "cancel", lambda t: t.cancel(task_id), {}
+                    return "cancel", lambda t: t.cancel(task_id, error=error, now=now), {}
                 available_at = now + rng.choice([0, 0, 2])
                 extra = rng.choice([1, 1, 2])
                 return "redrive", lambda t: t.redrive(task_id, available_at=available_at, extra_attempts=extra), {}
@@ -182,7 +195,7 @@ def _open(directory: Path, hook: Callable[[str], None] | None = None) -> Queue:
 
 @pytest.mark.parametrize("seed", [1, 2])
 def test_every_crash_point_recovers_to_a_model_state(tmp_path: Path, seed: int) -> None:
-    steps = 70
+    steps = 100
     rng = random.Random(seed * 7919)
     workload = Workload(seed)
     model = Model()
@@ -256,7 +269,8 @@ def test_every_crash_point_recovers_to_a_model_state(tmp_path: Path, seed: int) 
     assert view(final) == view(model)
     final.close()
     assert crash_points > 100
-    # Transactions of each issue-16 kind were crashed at (not only refused calls of those names).
-    assert {"extend", "redrive", "cancel"} <= crashed_writes.keys(), crashed_writes
+    # Transactions of each lifecycle kind were crashed at (not only refused calls of those names).
+    assert {"extend", "redrive", "cancel", "fail"} <= crashed_writes.keys(), crashed_writes
+    assert any(task.last_error is not None for task in model.tasks()), "no last error was ever recorded"
     missing = set(PHASES) - seen_phases
     assert not missing, f"the workload never reached {sorted(missing)}"

@@ -1,6 +1,6 @@
-"""A failed fsync under group commit, injected through the OS-fault harness of tools/torture.py.
+"""A failed fsync under group commit, injected through the OS-fault harness of tools/torture/.
 
-`torture.FaultInjector` (the wrapper of the os-faults and background
+`torture.faults.FaultInjector` (the wrapper of the os-faults and background
 campaigns) holds the first fsync of a leader while eight more threads write
 their frames and queue up behind it, then fails it with EIO: every one of
 the nine callers must get that error, the queue must be poisoned, and
@@ -14,9 +14,9 @@ import os
 import threading
 import time
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from torture.faults import FaultInjector, injected
 
 from model import Model, view, wal_bodies
 from walqueue import Queue, QueueClosed
@@ -25,7 +25,7 @@ WAITERS = 8
 
 
 @pytest.mark.timeout(120)
-def test_a_failed_fsync_reaches_every_waiting_thread(torture: ModuleType, tmp_path: Path) -> None:
+def test_a_failed_fsync_reaches_every_waiting_thread(tmp_path: Path) -> None:
     directory = tmp_path / "q"
     queue = Queue(directory, compact_bytes=None)  # sync=True, no hook: group commit
     model = Model()
@@ -33,7 +33,7 @@ def test_a_failed_fsync_reaches_every_waiting_thread(torture: ModuleType, tmp_pa
         assert queue.put(f"durable{n}", {"n": n}) == f"durable{n}"
         model.put(f"durable{n}", {"n": n})
 
-    injector = torture.FaultInjector()
+    injector = FaultInjector()
     hold = threading.Event()
     held = threading.Event()
 
@@ -50,7 +50,7 @@ def test_a_failed_fsync_reaches_every_waiting_thread(torture: ModuleType, tmp_pa
         except BaseException as exc:  # noqa: BLE001 - judged below
             outcomes[task_id] = exc
 
-    with torture.injected(injector):
+    with injected(injector):
         injector.arm(None, errno.EIO, threads="all", before=before, hold=hold)
         leader = threading.Thread(target=put, args=("leader",))
         leader.start()
@@ -98,7 +98,7 @@ def test_a_failed_fsync_reaches_every_waiting_thread(torture: ModuleType, tmp_pa
 
 @pytest.mark.timeout(120)
 def test_a_leader_whose_queue_is_poisoned_during_its_fsync_gets_queue_closed(
-    torture: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     directory = tmp_path / "q"
     queue = Queue(directory, compact_bytes=None)
@@ -123,8 +123,8 @@ def test_a_leader_whose_queue_is_poisoned_during_its_fsync_gets_queue_closed(
     thread = threading.Thread(target=leader)
     thread.start()
     assert entered.wait(30), "the leader never reached its fsync"
-    injector = torture.FaultInjector()
-    with torture.injected(injector):  # this thread's next write fails: it poisons the queue
+    injector = FaultInjector()
+    with injected(injector):  # this thread's next write fails: it poisons the queue
         injector.arm(0, errno.ENOSPC)
         with pytest.raises(OSError) as caught:
             queue.put("poisoner", {})

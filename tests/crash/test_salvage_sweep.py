@@ -1,4 +1,4 @@
-"""Salvage over a sweep of damaged copies of a real store (issue #18).
+"""Salvage over a sweep of damaged copies of a real store.
 
 For every variant (bit flips at a stride through every file, each file
 deleted, each file cut in half) of the store that tests/crash/

@@ -1,4 +1,4 @@
-"""Bounded runs of the torture modes added for group commit and background compaction (issue #15).
+"""Bounded runs of the torture modes added for group commit and background compaction.
 
 `tests/crash/test_torture.py` runs every campaign; this file holds the new
 modes to their own promises: the background campaign died before every kind
@@ -9,11 +9,11 @@ replayed in log order and found complete. About 20 s.
 
 from __future__ import annotations
 
-from types import ModuleType
+from torture.runner import run_campaign
 
 
-def test_background_campaign(torture: ModuleType) -> None:
-    report = torture.run_campaign("background", 1, 9.0)
+def test_background_campaign() -> None:
+    report = run_campaign("background", 1, 9.0)
     assert report.passed, report.line() + "\n" + "\n".join(report.divergences)
     counts = report.counts
     assert counts["crash copies"] >= 150, report.line()
@@ -23,8 +23,8 @@ def test_background_campaign(torture: ModuleType) -> None:
     assert counts["crash copies"] + counts["faults"] * 2 <= counts["fsck agreed"], report.line()
 
 
-def test_kill_campaign_threaded_lives(torture: ModuleType) -> None:
-    report = torture.run_campaign("kill", 2, 9.0)
+def test_kill_campaign_threaded_lives() -> None:
+    report = run_campaign("kill", 2, 9.0)
     assert report.passed, report.line() + "\n" + "\n".join(report.divergences)
     counts = report.counts
     assert counts.get("lives with 4 threads", 0) >= 5, report.line()

@@ -1,4 +1,4 @@
-"""Issue #16's calls through the public API: `extend`, `redrive`, `cancel`, and `stats`' next times.
+"""The lease lifecycle calls through the public API: `extend`, `redrive`, `cancel`, and `stats`' next times.
 
 Every refusal (a stale token, a wrong status, a bad argument) writes
 nothing: the directory's bytes hash the same and `last_seq` does not move.

@@ -1,8 +1,9 @@
 """The Queue and the reference Model give identical answers to any program.
 
-Random programs of puts, put_manys, reserves, acks, releases, extends (valid
-and stale tokens), redrives and cancels (of tasks in every status, and of
-unknown ones), reads, bad calls, `compact()` and close/reopen run against
+Random programs of puts, put_manys, reserves, acks, releases, fails, extends
+(valid and stale tokens), redrives and cancels (of tasks in every status, and
+of unknown ones), with and without an error to record (short, cut, with lone
+surrogates), reads, bad calls, `compact()` and close/reopen run against
 `Queue(sync=False)` with a tiny `compact_bytes` (so automatic compaction
 happens often) and against `tests.model.Model`; every result, every error
 class and, after every step, the whole state (`view`, with the
@@ -31,6 +32,15 @@ TASK_IDS = ["a", "b", "c", "B", "é", "a1", "a10"]
 KEYS = [None, None, None, "k1", "k2", "a", "b"]
 PAYLOADS: list[dict[str, Any]] = [{}, {"v": 1}, {"v": 1.0}, {"v": True}, {"v": [1, {"w": None}]}, {"z": "é"}]
 WORKERS = ["w1", "w2", "é"]
+#: Errors for release, fail and cancel: none, ordinary ones, and ones the planner must cut or escape.
+ERRORS: list[dict[str, str] | None] = [
+    None,
+    None,
+    {"type": "ValueError", "message": "bad input"},
+    {"type": "E", "message": ""},
+    {"type": "é\ud800", "message": "\x00\n\udfff"},
+    {"type": "T" * 300, "message": "é" * 1500},
+]
 BAD_CALLS: list[Callable[[Any], Any]] = [
     lambda q: q.put("a", {"v": float("nan")}),
     lambda q: q.put("a", {"v": (1,)}),
@@ -54,6 +64,16 @@ BAD_CALLS: list[Callable[[Any], Any]] = [
     lambda q: q.cancel(""),
     lambda q: q.cancel(None),
     lambda q: q.cancel("x" * 1025),
+    lambda q: q.release(Lease("a", "w1", 1), now=0, error="boom"),
+    lambda q: q.release(Lease("a", "w1", 1), now=0, error={"type": "E"}),
+    lambda q: q.release(Lease("a", "w1", 1), now=0, error={"type": "E", "message": "m", "at": 1}),
+    lambda q: q.fail(Lease("a", "w1", 1), now=0, error={"type": "", "message": "m"}),
+    lambda q: q.fail(Lease("a", "w1", 1), now=0, error={"type": "E", "message": 1}),
+    lambda q: q.fail("not a lease", now=0),
+    lambda q: q.fail(Lease("a", "w1", 1), now=-1),
+    lambda q: q.cancel("a", error={"type": "E", "message": "m"}),
+    lambda q: q.cancel("a", error={"type": "E", "message": "m"}, now=-1),
+    lambda q: q.cancel("a", error=["type", "message"], now=0),
 ]
 
 
@@ -141,15 +161,22 @@ class Harness:
         )
         self.leases.extend(leases or [])
 
-    def finish(self, verb: str, index: int, offset: int, forge: str, delay: int) -> None:
+    def finish(
+        self, verb: str, index: int, offset: int, forge: str, delay: int, error: dict[str, str] | None = None
+    ) -> None:
         if not self.leases:
             return
         lease = forged(self.leases[index % len(self.leases)], forge)
         now = max(0, lease.deadline + offset)
         if verb == "ack":
             self.same(f"ack({lease!r}, now={now})", lambda q: q.ack(lease, now=now))
+        elif verb == "fail":
+            self.same(f"fail({lease!r}, now={now}, error={error!r:.60})", lambda q: q.fail(lease, now=now, error=error))
         else:
-            self.same(f"release({lease!r}, now={now}, delay={delay})", lambda q: q.release(lease, now=now, delay=delay))
+            self.same(
+                f"release({lease!r}, now={now}, delay={delay}, error={error!r:.60})",
+                lambda q: q.release(lease, now=now, delay=delay, error=error),
+            )
 
     def extend(self, index: int, offset: int, forge: str, lease_seconds: int) -> None:
         """Extend one of the tokens handed out (perhaps forged); a new token joins the others."""
@@ -170,8 +197,21 @@ class Harness:
             lambda q: q.redrive(task_id, available_at=available_at, extra_attempts=extra_attempts),
         )
 
-    def cancel(self, task_id: str) -> None:
-        self.same(f"cancel({task_id!r})", lambda q: q.cancel(task_id))
+    def cancel(self, task_id: str, error: dict[str, str] | None = None, now: int | None = None) -> None:
+        self.same(
+            f"cancel({task_id!r}, error={error!r:.60}, now={now})", lambda q: q.cancel(task_id, error=error, now=now)
+        )
+
+    def held_index(self, pick: int) -> int | None:
+        """The index in `leases` of a token that still holds its task (by the model), if any."""
+        held = [
+            index
+            for index, lease in enumerate(self.leases)
+            if (task := self.model.get(lease.task_id)) is not None
+            and task.status == "leased"
+            and (task.worker, task.generation) == (lease.worker, lease.generation)
+        ]
+        return held[pick % len(held)] if held else None
 
     def some_task(self, pick: int, fallback: str, status: str | None) -> str:
         """A task id of `status` (any task for None) if there is one, else `fallback`: calls that can succeed."""
@@ -248,14 +288,15 @@ class QueueVersusModel(RuleBasedStateMachine):
 
     @precondition(lambda self: bool(self.h.leases))
     @rule(
-        verb=st.sampled_from(["ack", "release"]),
+        verb=st.sampled_from(["ack", "release", "release", "fail"]),
         index=st.integers(0, 50),
         offset=st.integers(-6, 2),
         forge=st.sampled_from(["none", "none", "none", "worker", "generation", "payload"]),
         delay=st.integers(0, 5),
+        error=st.sampled_from(ERRORS),
     )
-    def finish(self, verb: str, index: int, offset: int, forge: str, delay: int) -> None:
-        self.h.finish(verb, index, offset, forge, delay)
+    def finish(self, verb: str, index: int, offset: int, forge: str, delay: int, error: dict[str, str] | None) -> None:
+        self.h.finish(verb, index, offset, forge, delay, error)
 
     @precondition(lambda self: bool(self.h.leases))
     @rule(
@@ -282,9 +323,10 @@ class QueueVersusModel(RuleBasedStateMachine):
         pick=st.integers(0, 50),
         fallback=st.sampled_from(TASK_IDS + ["never"]),
         status=st.sampled_from(["ready", "leased", None]),
+        error=st.sampled_from(ERRORS),
     )
-    def cancel(self, pick: int, fallback: str, status: str | None) -> None:
-        self.h.cancel(self.h.some_task(pick, fallback, status))
+    def cancel(self, pick: int, fallback: str, status: str | None, error: dict[str, str] | None) -> None:
+        self.h.cancel(self.h.some_task(pick, fallback, status), error, None if error is None else self.h.now)
 
     @rule(task_id=st.sampled_from(TASK_IDS + ["never"]))
     def get(self, task_id: str) -> None:
@@ -350,7 +392,14 @@ def random_step(h: Harness, rng: random.Random) -> None:
         h.reserve(rng.choice(WORKERS), rng.randint(-3, 8), rng.randint(1, 12), rng.randint(1, 4))
     elif roll < 0.72:
         forge = rng.choice(["none"] * 6 + ["worker", "generation", "payload"])
-        h.finish(rng.choice(["ack", "release"]), rng.randrange(1000), rng.randint(-8, 1), forge, rng.randint(0, 6))
+        verb = rng.choice(["ack", "ack", "release", "release", "fail"])
+        # Half of the time a token still held, before its deadline: a call that can succeed.
+        held = h.held_index(rng.randrange(1000))
+        if held is not None and rng.random() < 0.5:
+            index, offset = held, -1
+        else:
+            index, offset = rng.randrange(1000), rng.randint(-8, 1)
+        h.finish(verb, index, offset, forge, rng.randint(0, 6), rng.choice(ERRORS))
     elif roll < 0.78:
         forge = rng.choice(["none"] * 6 + ["bare", "worker", "generation"])
         # Mostly one of the newest tokens (the likeliest to be held), before its deadline: a heartbeat.
@@ -362,7 +411,9 @@ def random_step(h: Harness, rng: random.Random) -> None:
         h.redrive(task_id, rng.randrange(0, h.now + 10), rng.choice([1, 1, 2]))
     elif roll < 0.84:
         status = rng.choice(["ready", "leased", "leased", None])
-        h.cancel(h.some_task(rng.randrange(1000), rng.choice(TASK_IDS + ["never"]), status))
+        error = rng.choice(ERRORS)
+        now = None if error is None and rng.random() < 0.5 else h.now
+        h.cancel(h.some_task(rng.randrange(1000), rng.choice(TASK_IDS + ["never"]), status), error, now)
     elif roll < 0.88:
         h.get(rng.choice(TASK_IDS + [f"t{rng.randrange(40)}", "never"]))
     elif roll < 0.91:
@@ -387,8 +438,11 @@ def test_random_program_gives_identical_answers_and_states(seed: int) -> None:
         h.check()
         stats = h.queue.stats()
         assert stats["counts"] == h.model.counts()
-        # Not vacuous: the issue-16 calls succeeded, not only failed, in every seeded program.
-        assert all(h.succeeded[call] for call in ("extend", "redrive", "cancel")), h.succeeded
+        # Not vacuous: extend, redrive, cancel and fail succeeded, not only failed, in every seeded program,
+        # and a dead letter kept the error it was given.
+        assert all(h.succeeded[call] for call in ("extend", "redrive", "cancel", "fail")), h.succeeded
+        dead = h.queue.tasks("dead")
+        assert any(task.last_error is not None and task.last_error.type != "LeaseExpired" for task in dead)
     finally:
         h.close()
 
@@ -439,8 +493,8 @@ def test_model_reap_is_the_first_transaction_of_reserve(tmp_path_factory: pytest
     assert render(model.reserve("w", now=5, lease_seconds=5)) == render(reaped.reserve("w", now=5, lease_seconds=5))
 
 
-def test_the_issue_16_lifecycle_gives_identical_answers_and_states() -> None:
-    """One scripted walk through every rule of #16, so that each is met even if the random programs miss it."""
+def test_the_lease_lifecycle_gives_identical_answers_and_states() -> None:
+    """A scripted walk through every rule of extend, redrive and cancel, met even if the random programs miss it."""
     h = Harness(compact_bytes=None)
     try:
         h.put("a", {"v": 1}, None, 0, 1)

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from walqueue.engine.optable import Field, OpKind
 from walqueue.engine.state import OP_KEYS, OP_KINDS, STATUSES, InvalidTransaction, State, apply
-from walqueue.engine.validate import MAX_INT, MAX_NAME_BYTES
+from walqueue.engine.validate import ERROR_MESSAGE_BYTES, ERROR_TYPE_BYTES, MAX_INT, MAX_NAME_BYTES
 from walqueue.format import OP_NAMES
 from walqueue.format.canonical import canonical_json
 
@@ -43,15 +43,25 @@ VALUES: dict[Field, st.SearchStrategy[Any]] = {
     Field.INT: st.integers(0, MAX_INT),
     Field.POSITIVE_INT: st.integers(1, MAX_INT),
     Field.PAYLOAD: payloads.map(_Carrier),
+    Field.ERROR_TYPE: names,
+    Field.ERROR_MESSAGE: st.text(st.characters(exclude_categories=["Cs"]), max_size=8) | st.sampled_from(["", "%s"]),
 }
 #: The worst case of each field kind that has one (`OpKind.max_json`).
-WORST: dict[Field, Any] = {Field.NAME: "\x01" * MAX_NAME_BYTES, Field.INT: MAX_INT, Field.POSITIVE_INT: MAX_INT}
+WORST: dict[Field, Any] = {
+    Field.NAME: "\x01" * MAX_NAME_BYTES,
+    Field.INT: MAX_INT,
+    Field.POSITIVE_INT: MAX_INT,
+    Field.ERROR_TYPE: "\x01" * ERROR_TYPE_BYTES,
+    Field.ERROR_MESSAGE: "\x01" * ERROR_MESSAGE_BYTES,
+}
 #: A value of the right JSON shape that each kind refuses (checked outside a planner).
 WRONG: dict[Field, list[Any]] = {
     Field.NAME: ["", 1, None, "x" * (MAX_NAME_BYTES + 1)],
     Field.INT: [-1, True, 1.0, MAX_INT + 1, None],
     Field.POSITIVE_INT: [0, True, 1.0, MAX_INT + 1, None],
     Field.PAYLOAD: [[], None, 1, "{}"],
+    Field.ERROR_TYPE: ["", 1, None, "x" * (ERROR_TYPE_BYTES + 1), "\ud800"],
+    Field.ERROR_MESSAGE: [None, 1, b"", "x" * (ERROR_MESSAGE_BYTES + 1), "é" * (ERROR_MESSAGE_BYTES // 2 + 1)],
 }
 
 
@@ -105,6 +115,7 @@ def _valid_op(kind: OpKind) -> tuple[State, dict[str, Any]]:
     # A dead task (its one attempt expired) takes a redrive of more attempts than that one.
     values: dict[Field, Any] = {Field.NAME: "w", Field.INT: 5, Field.POSITIVE_INT: 2 if first == "dead" else 1}
     values[Field.PAYLOAD] = {}
+    values[Field.ERROR_TYPE], values[Field.ERROR_MESSAGE] = "ValueError", "bad input"
     expire = {"op": "expire", "task": "t", "generation": 1}
     steps = {None: [], "ready": [put], "leased": [put, lease], "dead": [{**put, "max_attempts": 1}, lease, expire]}
     for step in steps[first]:

@@ -1,4 +1,4 @@
-"""Help without the contract (issue #18): every public name documents itself; types a checker can use.
+"""Help without the contract: every public name documents itself; types a checker can use.
 
 `help(walqueue.Queue)` must be enough: every public class, function, method
 and property has a docstring of its own that refers only to files of this

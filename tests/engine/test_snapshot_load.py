@@ -11,7 +11,8 @@ plain statement of SPEC §3's record and the transitions' invariants:
   straight from the JSON decoder (``decoded=True``), and builds the very
   record the rules describe;
 - `from_records` accepts exactly what the acceptor accepts;
-- the bookkeeping around it is right for every valid snapshot.
+- the bookkeeping around it is right for every valid snapshot;
+- a record's optional ``last_error`` is held to the same rules.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ from walqueue.engine.state import (
     Tombstone,
 )
 from walqueue.engine.validate import (
+    ERROR_MESSAGE_BYTES,
+    ERROR_TYPE_BYTES,
     FITTING_PAYLOAD_BYTES,
     MAX_FRAME_BYTES,
     MAX_INT,
@@ -93,7 +96,7 @@ def valid_records(draw: st.DrawFn, status: str | None = None) -> dict[str, Any]:
     else:
         attempts = draw(st.integers(1, min(max_attempts, 5)) | st.just(max_attempts))
     leased = status == LEASED
-    return {
+    record = {
         "task": task_id,
         "key": task_id if key is None else key,
         "identity": draw(st.binary(min_size=32, max_size=32)).hex(),
@@ -106,6 +109,20 @@ def valid_records(draw: st.DrawFn, status: str | None = None) -> dict[str, Any]:
         "worker": draw(names) if leased else None,
         "deadline": draw(counters) if leased else None,
     }
+    if status != COMPLETED and draw(st.booleans()):
+        record["last_error"] = {
+            "type": draw(error_types),
+            "message": draw(error_messages),
+            "attempt": draw(st.integers(0, attempts)),
+            "at": draw(counters),
+        }
+    return record
+
+
+error_types = names.filter(lambda name: len(name.encode("utf-8")) <= ERROR_TYPE_BYTES)
+error_messages = st.text(st.characters(codec="utf-8"), max_size=8) | st.sampled_from(
+    ["", "\x01" * ERROR_MESSAGE_BYTES, "é" * (ERROR_MESSAGE_BYTES // 2)]
+)
 
 
 #: Values that break some field of a record, and some that are valid in another field or status.
@@ -183,6 +200,8 @@ PYTHON_ONLY: list[Any] = [
 ]
 
 FIELDS = sorted(RECORD_FIELDS)
+#: The fields a damaged record may have changed or dropped: the eleven and the optional last error.
+ANY_FIELDS = [*FIELDS, "last_error"]
 
 
 #: For each field, values just outside what it may hold (or valid only in another status): a damaged
@@ -201,6 +220,27 @@ NEAR_MISSES: dict[str, list[Any]] = {
     "attempts": COUNTER_MISSES,
     "generation": COUNTER_MISSES,
     "deadline": COUNTER_MISSES,
+    "last_error": [
+        None,
+        {},
+        [],
+        "x",
+        {"type": "E", "message": "m", "attempt": 0},
+        {"type": "E", "message": "m", "attempt": 0, "at": 0, "extra": 1},
+        {"type": "", "message": "m", "attempt": 0, "at": 0},
+        {"type": "x" * (ERROR_TYPE_BYTES + 1), "message": "m", "attempt": 0, "at": 0},
+        {"type": "E", "message": "é" * (ERROR_MESSAGE_BYTES // 2 + 1), "attempt": 0, "at": 0},
+        {"type": "E", "message": "\ud800", "attempt": 0, "at": 0},
+        {"type": "E", "message": None, "attempt": 0, "at": 0},
+        {"type": 1, "message": "m", "attempt": 0, "at": 0},
+        {"type": "E", "message": "m", "attempt": -1, "at": 0},
+        {"type": "E", "message": "m", "attempt": True, "at": 0},
+        {"type": "E", "message": "m", "attempt": 4, "at": 0},
+        {"type": "E", "message": "m", "attempt": 0, "at": MAX_INT + 1},
+        {"type": "E", "message": "m", "attempt": 0, "at": 1.0},
+        {"type": "E", "message": "m", "attempt": 1, "at": MAX_INT},
+        {"type": "E" * ERROR_TYPE_BYTES, "message": "\x01" * ERROR_MESSAGE_BYTES, "attempt": 0, "at": 0},
+    ],
 }
 #: Python values the decoder never builds, likewise (``decoded=False`` only).
 PYTHON_MISSES: dict[str, list[Any]] = {
@@ -215,6 +255,11 @@ PYTHON_MISSES: dict[str, list[Any]] = {
     "attempts": [_PyInt(1)],
     "generation": [_PyInt(1)],
     "deadline": [_PyInt(9)],
+    "last_error": [
+        {"type": _PyStr("E"), "message": "m", "attempt": 0, "at": 0},
+        {"type": "E", "message": "m", "attempt": _PyInt(0), "at": 0},
+        {"type": "E", "message": "m", "attempt": 0, "at": 0, 1: 2},
+    ],
 }
 
 
@@ -235,7 +280,7 @@ def damaged_records(draw: st.DrawFn, python_values: bool) -> Any:
             break
         change = draw(st.sampled_from(kinds))
         if change == "near miss":
-            field = draw(st.sampled_from(FIELDS))
+            field = draw(st.sampled_from(ANY_FIELDS))
             misses = NEAR_MISSES[field] + (PYTHON_MISSES[field] if python_values else [])
             record[field] = draw(st.sampled_from(misses))
         elif change == "counters":
@@ -246,9 +291,9 @@ def damaged_records(draw: st.DrawFn, python_values: bool) -> Any:
         elif change == "status":
             record["status"] = draw(st.sampled_from(STATUSES))
         elif change == "any value":
-            record[draw(st.sampled_from(FIELDS))] = draw(nasty | json_values)
+            record[draw(st.sampled_from(ANY_FIELDS))] = draw(nasty | json_values)
         elif change == "drop":
-            record.pop(draw(st.sampled_from(FIELDS)), None)
+            record.pop(draw(st.sampled_from(ANY_FIELDS)), None)
         elif change == "add":
             record[draw(st.sampled_from(["extra", "Task", "tasks"]))] = draw(nasty)
         else:
@@ -288,7 +333,7 @@ def reference_outcome(value: Any, is_decoded: bool) -> tuple[Any, ...] | None:
     Written for clarity, not speed, and sharing no code with the engine's
     acceptor but `check_payload` (a payload's rule, tested on its own).
     """
-    if type(value) is not dict or sorted(value) != FIELDS:
+    if type(value) is not dict or sorted(value) not in (FIELDS, sorted(ANY_FIELDS)):
         return None
     task_id, key, identity, status = value["task"], value["key"], value["identity"], value["status"]
     attempts, generation, max_attempts = value["attempts"], value["generation"], value["max_attempts"]
@@ -326,8 +371,46 @@ def reference_outcome(value: Any, is_decoded: bool) -> tuple[Any, ...] | None:
         if len(payload_json) + names + RECORD_WORST_CASE_EXTRA > MAX_FRAME_BYTES:
             return None
         stored = digest + payload_json
-    fields = (task_id, key, status, stored, value["available_at"], max_attempts, attempts, generation, worker, deadline)
+    last_error = None
+    if "last_error" in value:
+        last_error = _reference_last_error(value["last_error"], status, attempts)
+        if last_error is None:
+            return None
+    fields = (
+        task_id,
+        key,
+        status,
+        stored,
+        value["available_at"],
+        max_attempts,
+        attempts,
+        generation,
+        worker,
+        deadline,
+        last_error,
+    )
     return (Tombstone if status == COMPLETED else TaskRecord, fields)
+
+
+def _reference_last_error(error: Any, status: str, attempts: int) -> tuple[Any, ...] | None:
+    """A last error's fields as the rules allow them (small payloads only: it always fits), or None."""
+    if status == COMPLETED or type(error) is not dict or set(error) != {"at", "attempt", "message", "type"}:
+        return None
+    error_type, message = error["type"], error["message"]
+    if not (_is_text(error_type, 1, ERROR_TYPE_BYTES) and _is_text(message, 0, ERROR_MESSAGE_BYTES)):
+        return None
+    if not (_is_int(error["attempt"]) and error["attempt"] <= attempts and _is_int(error["at"])):
+        return None
+    return (error_type, message, error["attempt"], error["at"])
+
+
+def _is_text(value: Any, least: int, most: int) -> bool:
+    if type(value) is not str:
+        return False
+    try:
+        return least <= len(value.encode("utf-8")) <= most
+    except UnicodeEncodeError:
+        return False
 
 
 def record_outcome(value: Any, is_decoded: bool) -> tuple[Any, ...] | None:
@@ -417,6 +500,28 @@ def test_every_near_miss_of_every_field_is_judged_alike(is_decoded: bool) -> Non
                 for miss in misses:
                     record = {**base_record(status, key), field: miss}
                     assert_judged_alike(decoded(record) if is_decoded else record, is_decoded)
+
+
+@pytest.mark.parametrize("is_decoded", [False, True])
+def test_every_near_miss_of_a_last_error_is_judged_alike(is_decoded: bool) -> None:
+    """The optional ``last_error`` of a record in each status, set to each of its near misses (and valid ones)."""
+    misses = NEAR_MISSES["last_error"] + ([] if is_decoded else PYTHON_MISSES["last_error"])
+    for status in STATUSES:
+        for miss in misses:
+            record = {**base_record(status), "last_error": miss}
+            assert_judged_alike(decoded(record) if is_decoded else record, is_decoded)
+
+
+def test_a_last_error_that_would_not_fit_beside_a_huge_payload_is_refused() -> None:
+    """The record must still fit a frame with its last error, in any status (validate.check_last_error_fits)."""
+    error = {"type": "E", "message": "\x01" * ERROR_MESSAGE_BYTES, "attempt": 1, "at": 0}
+    largest = MAX_FRAME_BYTES - RECORD_WORST_CASE_EXTRA - len('"t""k"') - len('{"x":""}')  # the task fits exactly
+    record = {**base_record(READY), "payload": {"x": "y" * largest}, "last_error": error}
+    with pytest.raises(InvalidTransaction, match="does not fit"):
+        State.from_records(5, [record])
+    small = {**error, "message": "m" * 200}
+    state = State.from_records(5, [{**record, "last_error": small}])
+    assert state.tasks["t"].last_error == ("E", "m" * 200, 1, 0)
 
 
 @pytest.mark.parametrize("is_decoded", [False, True])

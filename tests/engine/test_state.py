@@ -26,7 +26,7 @@ from walqueue.engine.state import (
     apply,
     request_identity,
 )
-from walqueue.engine.types import Lease, Task, new_lease
+from walqueue.engine.types import LastError, Lease, Task, new_lease
 from walqueue.engine.validate import MAX_FRAME_BYTES, MAX_INT, MAX_NAME_BYTES, RECORD_WORST_CASE_EXTRA
 from walqueue.format.canonical import canonical_json
 
@@ -115,7 +115,9 @@ payloads = st.dictionaries(
 def valid_op(draw: st.DrawFn, state: State) -> dict[str, Any] | None:
     """A valid op for `state` (None if the drawn kind has no candidate)."""
     kind = draw(
-        st.sampled_from(["put", "put", "lease", "lease", "expire", "ack", "release", "extend", "redrive", "cancel"])
+        st.sampled_from(
+            ["put", "put", "lease", "lease", "expire", "ack", "release", "extend", "redrive", "cancel", "fail", "error"]
+        )
     )
     by_status: dict[str, list[str]] = {status: [] for status in STATUSES}
     for record in state.tasks.values():
@@ -127,7 +129,9 @@ def valid_op(draw: st.DrawFn, state: State) -> dict[str, Any] | None:
         if task_id in state.tasks or state.lookup_key(key) is not None:
             return None
         return put(task_id, draw(payloads), key=key, available_at=draw(times), max_attempts=draw(st.integers(1, 3)))
-    wanted = {"lease": [READY], "redrive": [DEAD], "cancel": [READY, LEASED]}.get(kind, [LEASED])
+    wanted = {"lease": [READY], "redrive": [DEAD], "cancel": [READY, LEASED], "error": [READY, LEASED]}.get(
+        kind, [LEASED]
+    )
     candidates = sorted(task_id for status in wanted for task_id in by_status[status])
     if not candidates:
         return None
@@ -135,6 +139,8 @@ def valid_op(draw: st.DrawFn, state: State) -> dict[str, Any] | None:
     generation = state.tasks[task_id].generation
     if kind == "cancel":
         return {"op": "cancel", "task": task_id}
+    if kind == "error":
+        return {"op": "error", "task": task_id, "type": draw(names), "message": draw(st.text()), "at": draw(times)}
     if kind == "redrive":
         more = state.tasks[task_id].max_attempts + draw(st.integers(1, 2))
         return {"op": "redrive", "task": task_id, "available_at": draw(times), "max_attempts": more}
@@ -172,6 +178,7 @@ def record_dict(state: State, task_id: str) -> dict[str, Any]:
         "generation": found.generation,
         "worker": found.worker,
         "deadline": found.deadline,
+        **({} if found.last_error is None else {"last_error": found.last_error.to_dict()}),
     }
 
 
@@ -250,13 +257,15 @@ def test_expire_returns_the_task_to_ready_at_its_old_deadline() -> None:
     state = State()
     run(state, put("t", available_at=3), lease("t", deadline=40))
     run(state, expire("t"))
-    assert state.get_task("t") == Task("t", "t", READY, {"n": "t"}, 40, 3, 1, 1, None, None)
+    expired = LastError("LeaseExpired", "worker w did not ack, release or extend lease 1 by its deadline 40", 1, 40)
+    assert state.get_task("t") == Task("t", "t", READY, {"n": "t"}, 40, 3, 1, 1, None, None, expired)
 
 
 def test_expire_of_the_last_attempt_makes_the_task_dead_keeping_its_payload() -> None:
     state = State()
     run(state, put("t", max_attempts=1), lease("t", deadline=40), expire("t"))
-    assert state.get_task("t") == Task("t", "t", DEAD, {"n": "t"}, 40, 1, 1, 1, None, None)
+    expired = LastError("LeaseExpired", "worker w did not ack, release or extend lease 1 by its deadline 40", 1, 40)
+    assert state.get_task("t") == Task("t", "t", DEAD, {"n": "t"}, 40, 1, 1, 1, None, None, expired)
     assert state.counts() == {READY: 0, LEASED: 0, COMPLETED: 0, DEAD: 1}
 
 
@@ -819,7 +828,9 @@ def test_a_tombstone_answers_every_field_it_packed(
     attempts = data.draw(st.integers(1, max_attempts))
     digest = hashlib.sha256(task_id.encode()).digest()
     stone = Tombstone.of(task_id, key, digest, available_at, max_attempts, attempts, attempts)
-    plain = TaskRecord(task_id, key, COMPLETED, digest, available_at, max_attempts, attempts, attempts, None, None)
+    plain = TaskRecord(
+        task_id, key, COMPLETED, digest, available_at, max_attempts, attempts, attempts, None, None, None
+    )
     assert stone.fields() == plain.fields()
     assert stone.record_json() == plain.record_json()
     assert stone.to_task() == plain.to_task()
@@ -843,7 +854,7 @@ def test_ack_packs_the_task_into_a_tombstone_that_keeps_its_key() -> None:
     record = state.tasks["t"]
     assert isinstance(record, Tombstone)
     assert not hasattr(record, "__dict__")
-    assert record.fields() == ("t", "k", COMPLETED, before.digest_and_payload[:32], 0, 3, 1, 1, None, None)
+    assert record.fields() == ("t", "k", COMPLETED, before.digest_and_payload[:32], 0, 3, 1, 1, None, None, None)
     assert state.lookup_key("k") == "t"
     # A snapshot round trip gives the same tombstone back.
     reloaded = State.from_records(state.last_seq, [json.loads(line) for line in state.iter_record_json()])

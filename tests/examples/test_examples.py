@@ -93,6 +93,8 @@ def test_dead_letters_makes_two_and_re_enqueues_them_once(run_python: RunPython,
     directory = tmp_path / "q"
     output = run_example(run_python, "dead_letters.py", directory)
     assert "2 dead letter(s)" in output
+    assert "last error (attempt 2, at 1700000032): PermissionError: account 42 is locked" in output
+    assert "last error (attempt 1, at 1700000030): LeaseExpired: worker w1 did not ack" in output
     counts, last_seq = counts_and_seq(directory)
     assert counts == {"ready": 2, "leased": 0, "completed": 0, "dead": 2}
     with Queue(directory, sync=False) as queue:

@@ -1,4 +1,4 @@
-"""walqueue-fsck's conventions (issue #18): --version, EX_USAGE for usage errors, a clean Ctrl-C."""
+"""walqueue-fsck's conventions: --version, EX_USAGE for usage errors, a clean Ctrl-C."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Help for whoever repairs a store (issue #18): fsck names the cause and what survives; salvage.
+"""Help for whoever repairs a store: fsck names the cause and what survives; salvage.
 
-The damaged stores are the ones the issue names: CURRENT deleted, CURRENT
+The damaged stores are the ones an operator meets: CURRENT deleted, CURRENT
 truncated, a bit flip in an older segment, a lost segment. For each, fsck
 must say what probably happened, check what it can read past the damage,
 and report the sequences that are intact after it; `--salvage OUT` must

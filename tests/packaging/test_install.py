@@ -261,7 +261,7 @@ def test_each_distribution_installs_from_its_own_directory(
     check(new_venv.python_code(code))
 
 
-# --- licence, versions and the READMEs' install lines (issue #18) ----------------
+# --- licence, versions and the READMEs' install lines ---------------------------
 
 
 def test_every_wheel_ships_the_license_and_declares_apache_2_0(build: Build) -> None:

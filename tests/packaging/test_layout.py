@@ -160,7 +160,7 @@ def test_release_check_fails_when_dunder_version_drifts(tmp_path: Path) -> None:
     assert "__version__" in result.stderr
 
 
-# --- licence and authors (issue #18) -----------------------------------------
+# --- licence and authors ----------------------------------------------------
 
 
 def test_the_root_license_is_the_apache_license_2_0() -> None:

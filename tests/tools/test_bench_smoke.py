@@ -1,4 +1,4 @@
-"""tools/bench.py must keep running: every workload at a tiny scale, every figure in its JSON.
+"""The benchmark (tools/bench/) must keep running: every workload at a tiny scale, every figure in its JSON.
 
 Nothing here measures speed. The benchmark's targets are ratios printed by a
 run (docs/PERFORMANCE.md); a test that asserted a time or a ratio would fail
@@ -24,33 +24,39 @@ import pytest
 from walqueue import KeyConflict, Queue, StaleLease
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-BENCH = REPO_ROOT / "tools" / "bench.py"
+BENCH = REPO_ROOT / "tools" / "bench"
 
 sys.path.insert(0, str(REPO_ROOT / "tools"))
-import bench_backends  # noqa: E402
+from bench import backends as bench_backends  # noqa: E402
+from bench.registry import WORKLOADS, resolve  # noqa: E402
 
 #: Every workload and the ratios/figures each must report.
 EXPECTED_FIGURES: dict[str, set[str]] = {
-    "a": {"walqueue_vs_sqlite", "walqueue_vs_floor"},
-    "b": {
+    "put_durable": {"walqueue_vs_sqlite", "walqueue_vs_floor"},
+    "reserve_ack_durable": {
         "walqueue_vs_sqlite",
         "walqueue_vs_floor",
         "floor_vs_sqlite",
         "inplace_vs_append_sync",
         "append_fdatasync_vs_fsync",
     },
-    "c": {"walqueue_vs_sqlite", "walqueue_vs_floor", "ceiling_vs_sqlite", "rules_share_of_sqlite"},
-    "d": {"put_walqueue_vs_sqlite", "cycle_walqueue_vs_sqlite", "put_walqueue_vs_floor", "cycle_walqueue_vs_floor"},
-    "e": {
+    "put_many_durable": {"walqueue_vs_sqlite", "walqueue_vs_floor", "ceiling_vs_sqlite", "rules_share_of_sqlite"},
+    "cpu_per_call": {
+        "put_walqueue_vs_sqlite",
+        "cycle_walqueue_vs_sqlite",
+        "put_walqueue_vs_floor",
+        "cycle_walqueue_vs_floor",
+    },
+    "reopen": {
         "replay_walqueue_over_floor",
         "replay_walqueue_tx_per_s",
         "snapshot_walqueue_tasks_per_s",
         "snapshot_floor_tasks_per_s",
         "snapshot_walqueue_over_floor",
     },
-    "f": {"walqueue_growth", "sqlite_growth"},
-    "g": {"bytes_per_ready_task", "bytes_per_tombstone", "bytes_per_ready_task_after_reopen"},
-    "h": {
+    "cycle_cost_growth": {"walqueue_growth", "sqlite_growth"},
+    "memory_per_task": {"bytes_per_ready_task", "bytes_per_tombstone", "bytes_per_ready_task_after_reopen"},
+    "group_commit_threads": {
         f"{phase}_{figure}"
         for phase in ("puts", "cycles")
         for figure in (
@@ -63,15 +69,15 @@ EXPECTED_FIGURES: dict[str, set[str]] = {
             "walqueue8_cpu_share",
         )
     },
-    "i": {
+    "latency_while_compacting": {
         f"{kind}_{stat}_{mode}"
         for kind in ("put", "cycle")
         for stat in ("p50", "p99", "p999", "max")
         for mode in ("compaction", "none")
     }
     | {"put_p99_compaction_over_none", "cycle_p99_compaction_over_none", "compactions", "compaction_seconds"},
-    "k": {"torn_over_healthy"},
-    "j": {
+    "open_torn_tail": {"torn_over_healthy"},
+    "server_processes": {
         "puts_serve8_vs_sqlite8",
         "puts_serve8_vs_serve1",
         "cycles_serve8_vs_sqlite8",
@@ -81,30 +87,30 @@ EXPECTED_FIGURES: dict[str, set[str]] = {
     },
 }
 if importlib.util.find_spec("persistqueue") is not None:  # (j) compares with persist-queue when it can
-    EXPECTED_FIGURES["j"] |= {"puts_serve8_vs_persist_queue8", "cycles_serve8_vs_persist_queue8"}
-#: The issue's targets: (workload, figure).
+    EXPECTED_FIGURES["server_processes"] |= {"puts_serve8_vs_persist_queue8", "cycles_serve8_vs_persist_queue8"}
+#: The targets of docs/PERFORMANCE.md: (workload, figure).
 EXPECTED_TARGETS = {
-    ("a", "walqueue_vs_sqlite"),
-    ("a", "walqueue_vs_floor"),
-    ("b", "walqueue_vs_sqlite"),
-    ("c", "walqueue_vs_sqlite"),
-    ("d", "put_walqueue_vs_sqlite"),
-    ("d", "cycle_walqueue_vs_sqlite"),
-    ("e", "replay_walqueue_over_floor"),
-    ("e", "snapshot_walqueue_tasks_per_s"),
-    ("f", "walqueue_growth"),
-    ("g", "bytes_per_ready_task"),
-    ("g", "bytes_per_tombstone"),
-    ("h", "puts_walqueue8_vs_walqueue1"),
-    ("h", "puts_walqueue8_vs_sqlite8"),
-    ("h", "cycles_walqueue8_vs_walqueue1"),
-    ("h", "cycles_walqueue8_vs_sqlite8"),
-    ("i", "put_max_compaction"),
-    ("i", "put_p99_compaction_over_none"),
-    ("i", "cycle_p99_compaction_over_none"),
-    ("k", "torn_over_healthy"),
-    ("j", "puts_serve8_vs_sqlite8"),
-    ("j", "cycles_serve8_vs_sqlite8"),
+    ("put_durable", "walqueue_vs_sqlite"),
+    ("put_durable", "walqueue_vs_floor"),
+    ("reserve_ack_durable", "walqueue_vs_sqlite"),
+    ("put_many_durable", "walqueue_vs_sqlite"),
+    ("cpu_per_call", "put_walqueue_vs_sqlite"),
+    ("cpu_per_call", "cycle_walqueue_vs_sqlite"),
+    ("reopen", "replay_walqueue_over_floor"),
+    ("reopen", "snapshot_walqueue_tasks_per_s"),
+    ("cycle_cost_growth", "walqueue_growth"),
+    ("memory_per_task", "bytes_per_ready_task"),
+    ("memory_per_task", "bytes_per_tombstone"),
+    ("group_commit_threads", "puts_walqueue8_vs_walqueue1"),
+    ("group_commit_threads", "puts_walqueue8_vs_sqlite8"),
+    ("group_commit_threads", "cycles_walqueue8_vs_walqueue1"),
+    ("group_commit_threads", "cycles_walqueue8_vs_sqlite8"),
+    ("latency_while_compacting", "put_max_compaction"),
+    ("latency_while_compacting", "put_p99_compaction_over_none"),
+    ("latency_while_compacting", "cycle_p99_compaction_over_none"),
+    ("open_torn_tail", "torn_over_healthy"),
+    ("server_processes", "puts_serve8_vs_sqlite8"),
+    ("server_processes", "cycles_serve8_vs_sqlite8"),
 }
 
 
@@ -164,41 +170,41 @@ def test_every_workload_and_figure_is_reported(tiny_run: tuple[dict[str, Any], s
             for name, fig in block.items():
                 _check_figure(f"{key}.{name}", fig)
                 _check_figure(f"{key}.{name} other clock", fig["other_clock"], len(fig["samples"]))
-    for key in "abcd":
+    for key in ("put_durable", "reserve_ack_durable", "put_many_durable", "cpu_per_call"):
         # (b) also times the disk alone (two syncs per cycle, three ways), and (c) the validation
         # alone (the baseline's and walqueue's), in the same interleaving.
         extra = {
-            "b": {"sync_append_fsync", "sync_append_fdatasync", "sync_inplace_fdatasync"},
-            "c": {"rules_sqlite", "rules_walqueue"},
+            "reserve_ack_durable": {"sync_append_fsync", "sync_append_fdatasync", "sync_inplace_fdatasync"},
+            "put_many_durable": {"rules_sqlite", "rules_walqueue"},
         }.get(key, set())
         for block in _backend_blocks(workloads[key]):
             assert set(block) == {"walqueue", "sqlite", "floor"} | extra, key
             for fig in block.values():
                 assert len(fig["samples"]) == reps, key
     # Ratios are taken within each repetition: one per repetition.
-    assert len(workloads["a"]["ratios"]["walqueue_vs_sqlite"]["samples"]) == reps
+    assert len(workloads["put_durable"]["ratios"]["walqueue_vs_sqlite"]["samples"]) == reps
     # (b)'s disk-only and (c)'s validation-only figures: information, one per repetition, never a target.
     for key, name in (
-        ("b", "inplace_vs_append_sync"),
-        ("b", "append_fdatasync_vs_fsync"),
-        ("c", "ceiling_vs_sqlite"),
-        ("c", "rules_share_of_sqlite"),
+        ("reserve_ack_durable", "inplace_vs_append_sync"),
+        ("reserve_ack_durable", "append_fdatasync_vs_fsync"),
+        ("put_many_durable", "ceiling_vs_sqlite"),
+        ("put_many_durable", "rules_share_of_sqlite"),
     ):
         fig = workloads[key]["ratios"][name]
         assert len(fig["samples"]) == reps, name
         assert fig["target"] is None and fig["met"] is None, name
         assert fig["note"].startswith("information: "), name
     # (h): every backend at every thread count, for both phases, one sample per repetition.
-    h_reps = report["meta"]["scale_params"]["h_reps"]
+    h_reps = report["meta"]["scale_params"]["group_commit_threads"]["reps"]
     for phase in ("puts", "cycles"):
-        block = workloads["h"]["backends"][phase]
+        block = workloads["group_commit_threads"]["backends"][phase]
         assert set(block) == {f"{b}_{n}" for b in ("walqueue", "sqlite", "floor") for n in (1, 2, 4, 8, 16)}, phase
         assert all(len(fig["samples"]) == h_reps for fig in block.values()), phase
-        assert set(workloads["h"]["series"][phase]) == set(block), phase
+        assert set(workloads["group_commit_threads"]["series"][phase]) == set(block), phase
     # (i): one automatic compaction per round, none with compaction disabled, and both
     # modes' windows of the same length (the latencies the plot draws are in the JSON).
-    i_result = workloads["i"]
-    rounds = report["meta"]["scale_params"]["i_rounds"]
+    i_result = workloads["latency_while_compacting"]
+    rounds = report["meta"]["scale_params"]["latency_while_compacting"]["rounds"]
     assert i_result["ratios"]["compactions"]["median"] == rounds
     assert len(i_result["ratios"]["compaction_seconds"]["samples"]) == rounds
     assert i_result["params"]["compactions_with_compaction_disabled"] == 0
@@ -206,9 +212,9 @@ def test_every_workload_and_figure_is_reported(tiny_run: tuple[dict[str, Any], s
         series = i_result["series"][kind]
         assert len(series["compaction"]) == len(series["none"]) == sum(i_result["params"]["pairs_per_round"]), kind
     # Whether SQLite's WAL grew (appends) or was overwritten in place while (b) was timed.
-    growth = workloads["b"]["params"]["sqlite_wal_growth_per_commit"]
+    growth = workloads["reserve_ack_durable"]["params"]["sqlite_wal_growth_per_commit"]
     assert isinstance(growth, float) and math.isfinite(growth) and growth >= 0
-    assert workloads["b"]["params"]["fdatasync_call"] in {"fdatasync", "fsync"}
+    assert workloads["reserve_ack_durable"]["params"]["fdatasync_call"] in {"fdatasync", "fsync"}
 
 
 def test_every_target_is_judged(tiny_run: tuple[dict[str, Any], str]) -> None:
@@ -241,11 +247,11 @@ def test_markdown_renders_every_figure(tiny_run: tuple[dict[str, Any], str], tmp
         for name in names:
             assert f"| {name} |" in proc.stdout, name
     for name in ("rules_sqlite", "rules_walqueue"):
-        assert f"| (c) | {name} |" in proc.stdout, name
+        assert f"| put_many_durable (c) | {name} |" in proc.stdout, name
 
 
 def test_runs_from_a_checkout_without_pythonpath(tmp_path: Path) -> None:
-    """`python tools/bench.py` finds walqueue itself (installed, or the checkout's src dirs)."""
+    """`python tools/bench` finds walqueue itself (installed, or the checkout's src dirs)."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     proc = subprocess.run(
         [sys.executable, str(BENCH), "--help"],
@@ -377,3 +383,49 @@ def test_floor_reads_what_the_queue_writes(tmp_path: Path) -> None:
     floor.ack(floor.reserve("w", now=1, lease_seconds=5)[0], now=2)
     floor.close()
     assert bench_backends.floor_read([str(tmp_path / "floor.log")]) == 4
+
+
+# -- workloads have names; their letters are aliases -----------------------------------------------
+
+
+def test_every_workload_has_a_unique_name_and_a_unique_letter() -> None:
+    names = [workload.name for workload in WORKLOADS]
+    letters = [workload.letter for workload in WORKLOADS]
+    assert len(set(names)) == len(names) and len(set(letters)) == len(letters)
+    assert all(name.isidentifier() and len(name) > 1 for name in names)
+    assert set(EXPECTED_FIGURES) == set(names)
+    for workload in WORKLOADS:
+        assert resolve(workload.name) is resolve(workload.letter) is workload
+        assert set(workload.scales) == {"tiny", "default", "big"}, workload.name
+
+
+def test_an_unknown_workload_is_a_usage_error() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(BENCH), "--only", "put_durable,zz"],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 2 and "unknown workload(s) ['zz']" in proc.stderr
+
+
+def test_list_names_every_workload_with_its_letter() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(BENCH), "--list"],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    for workload in WORKLOADS:
+        assert f"{workload.name}" in proc.stdout and f"({workload.letter})" in proc.stdout
+
+
+def test_performance_doc_maps_every_letter_to_its_name() -> None:
+    text = (REPO_ROOT / "docs" / "PERFORMANCE.md").read_text(encoding="utf-8")
+    for workload in WORKLOADS:
+        assert f"| {workload.letter} | `{workload.name}` |" in text, workload.name

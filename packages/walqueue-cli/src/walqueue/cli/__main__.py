@@ -19,7 +19,6 @@ from walqueue import CorruptStore, DirectoryLocked, Queue
 from walqueue.cli.protocol import (
     MAX_DEPTH,
     MAX_LINE_BYTES,
-    MAX_WAIT_SECONDS,
     OVERLONG,
     QueueLike,
     discard_line,
@@ -29,6 +28,8 @@ from walqueue.cli.protocol import (
     read_bounded_line,
     respond,
 )
+from walqueue.engine.calltable import CALLS
+from walqueue.engine.validate import MAX_NAME_BYTES, MAX_PAYLOAD_DEPTH
 from walqueue.format.cmdline import EX_USAGE, EXIT_INTERRUPTED, UsageParser, interrupted, version_line
 
 #: Exit statuses: end of input, a fatal (poisoning) error, a directory that could not be opened;
@@ -44,25 +45,26 @@ one answer per line on stdout, flushed at once, in order. The queue is opened
 with sync=True (every transaction is fsynced before it is answered).
 """
 
+
+def _op_table() -> str:
+    """The ops, their arguments (optional ones with ``?``) and answer fields: derived from the table of calls."""
+    rows = [("op", "arguments", "answer field")]
+    rows += [(call.name, call.usage(), call.answer.field or "-") for call in CALLS.values()]
+    width = [max(len(row[column]) for row in rows) + 2 for column in range(2)]
+    lines = []
+    for index, (name, usage, answer) in enumerate(rows):
+        lines.append(f"  {name:<{width[0]}}{usage:<{width[1]}}{answer}".rstrip())
+        if index:
+            lines.append(f"  {'':<{width[0]}}{CALLS[name].summary}")
+    return "\n".join(lines)
+
+
 _EPILOG = f"""\
 requests:
   A request is a JSON object with "op", the Python API's argument names, and
   an optional "id" that is echoed in the answer, whatever JSON value it is.
 
-  op        arguments                                              answer fields
-  put       task_id, payload, key?, available_at?, max_attempts?   task_id
-  put_many  tasks (a list of put objects without "op")             task_ids
-  reserve   worker, now, lease_seconds, limit?                     leases
-  ack       lease (a lease object from reserve), now               -
-  release   lease, now, delay?                                     -
-  extend    lease, now, lease_seconds (a heartbeat)                lease (new deadline)
-  redrive   task_id, available_at, extra_attempts? (a dead task)   -
-  cancel    task_id (a ready or leased task becomes dead)          -
-  get       task_id                                                task (or null)
-  tasks     status? ("ready", "leased", "completed", "dead")       tasks
-  stats     -                                                      stats
-  compact   -                                                      -
-  wait      timeout (seconds, at most {MAX_WAIT_SECONDS})                       committed
+{_op_table()}
 
   A lease object needs only "task_id", "worker" and "generation"; "deadline",
   "attempts" and "payload" may be left out (they are type-checked if sent).
@@ -72,10 +74,12 @@ requests:
   this consumer is its queue's only client, so here it sleeps the timeout
   out and answers false (walqueue-serve wakes it for real).
 
-  Times and counters are integers in [0, 2**63) (1.0 and true are not
-  integers); a payload is a JSON object. Unknown fields, duplicate fields,
-  numbers out of the range of a double and nesting deeper than {MAX_DEPTH}
-  levels are refused. Blank lines are skipped.
+  Every value follows the Python API's own rules: times and counters are
+  integers in [0, 2**63) (1.0 and true are not integers); a payload is a
+  JSON object nested at most {MAX_PAYLOAD_DEPTH} levels deep; a task id, key or worker
+  is a non-empty string of at most {MAX_NAME_BYTES} UTF-8 bytes. Unknown fields,
+  duplicate fields, numbers out of the range of a double and lines nested
+  deeper than {MAX_DEPTH} levels are refused. Blank lines are skipped.
 
 answers:
   success  {{"ok": true, ...fields}}

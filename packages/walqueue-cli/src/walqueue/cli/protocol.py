@@ -8,6 +8,11 @@ loop in `__main__` only moves bytes. The rules this module enforces:
   argument names, and an optional ``"id"`` that every answer echoes, whatever
   JSON value it is (also in a `BadRequest` answer, as long as the line was a
   JSON object and its id can be written back).
+- The ops are the engine's table of calls (`walqueue.engine.calltable.CALLS`):
+  a request's fields are its call's arguments, each checked by its kind,
+  first for its JSON shape, then by the engine's own value rule with the
+  limits `Queue` applies (one acceptor per value, in every layer), and the
+  answer's field is the call's. Nothing here names an op.
 - A request is checked completely before the queue is called: a bad line
   never reaches the queue, so it can never change anything.
 - The queue's own `TypeError`/`ValueError` means "bad argument, nothing
@@ -35,12 +40,14 @@ import json
 import math
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
 
-from walqueue import KeyConflict, Lease, StaleLease, Status, Task, WrongStatus
+from walqueue import KeyConflict, StaleLease, WrongStatus
 from walqueue.cli.lines import MAX_LINE_BYTES, OVERLONG, LineReader, discard_line, read_bounded_line
+from walqueue.engine.callkinds import MAX_WAIT_SECONDS, BadArgument, describe
+from walqueue.engine.calltable import CALLS, Call
 
 __all__ = [
     "MAX_DEPTH",
@@ -70,19 +77,12 @@ __all__ = [
     "Waiter",
 ]
 
-#: Deepest nesting of arrays and objects accepted in one request line. The
-#: interpreter's JSON codec gives up somewhere near 1,500 levels, and an
-#: answer nests a returned payload a few levels deeper than the request that
-#: stored it; this bound keeps every accepted payload writable in any answer.
+#: Deepest nesting of arrays and objects accepted in one request line: a
+#: bound on the decoder's work and on what an echoed id makes an answer
+#: nest (the interpreter's JSON codec gives up somewhere near 1,500 levels).
+#: Not a payload rule: a payload's depth is the engine's
+#: (`walqueue.engine.validate.MAX_PAYLOAD_DEPTH`, far below this).
 MAX_DEPTH: Final = 256
-
-#: The longest ``wait`` a request may ask for (one day), in seconds.
-MAX_WAIT_SECONDS: Final = 86_400
-
-#: Times and counters are ints in ``[0, 2**63)`` (the team's documented bound).
-_INT_BOUND: Final = 2**63
-
-_STATUSES: Final = ("ready", "leased", "completed", "dead")
 
 # Only these bytes are whitespace in JSON (RFC 8259); a line of nothing else
 # is blank. Form feeds and the like are not, and make the line a BadRequest.
@@ -99,40 +99,9 @@ class _Absent(enum.Enum):
 NO_ID: Final = _Absent.ABSENT
 
 
-class QueueLike(Protocol):
-    """What the protocol needs from a queue: the Python API of SPEC §2."""
-
-    def put(
-        self,
-        task_id: str,
-        payload: Any,
-        *,
-        key: str | None = ...,
-        available_at: int = ...,
-        max_attempts: int = ...,
-    ) -> str: ...
-
-    def put_many(self, tasks: Any) -> Sequence[str]: ...
-
-    def reserve(self, worker: str, *, now: int, lease_seconds: int, limit: int = ...) -> Sequence[Lease]: ...
-
-    def ack(self, lease: Lease, *, now: int) -> None: ...
-
-    def release(self, lease: Lease, *, now: int, delay: int = ...) -> None: ...
-
-    def extend(self, lease: Lease, *, now: int, lease_seconds: int) -> Lease: ...
-
-    def redrive(self, task_id: str, *, available_at: int, extra_attempts: int = ...) -> None: ...
-
-    def cancel(self, task_id: str) -> None: ...
-
-    def get(self, task_id: str) -> Task | None: ...
-
-    def tasks(self, status: Status | None = ...) -> Sequence[Task]: ...
-
-    def stats(self) -> Mapping[str, Any]: ...
-
-    def compact(self) -> None: ...
+#: What the protocol needs from a queue: a method for every call of `CALLS`,
+#: named and shaped as `Queue`'s (each request calls ``getattr(queue, op)``).
+QueueLike = object
 
 
 #: ``waiter(timeout) -> committed``: block until another request commits a
@@ -321,7 +290,7 @@ def parse_request(line: bytes | bytearray | str) -> Request | BadRequest:
     except ValueError as error:
         return BadRequest(f"not JSON: {error}")
     if not isinstance(value, dict):
-        return BadRequest(f"a request must be a JSON object, not {_describe(value)}")
+        return BadRequest(f"a request must be a JSON object, not {describe(value)}")
 
     request_id = value.get("id", NO_ID)
     if "id" in hooks.outer_duplicates:
@@ -354,241 +323,13 @@ def _quote(name: str) -> str:
     return repr(_shorten(name))
 
 
-def _describe(value: Any) -> str:
-    """The JSON kind of a value, with the value itself when it is short."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return f"boolean {'true' if value else 'false'}"
-    if isinstance(value, int):
-        return f"integer {_shorten(str(value))}"
-    if isinstance(value, float):
-        return f"number {_shorten(repr(value))}"
-    if isinstance(value, str):
-        return f"string {_quote(value)}"
-    if isinstance(value, list):
-        return "an array"
-    return "an object"
-
-
 # ---------------------------------------------------------------------------
-# Argument checks: each takes the field's label and its JSON value, returns
-# the value to hand to the queue, or raises _Invalid with the whole message.
+# The operations: the engine's table of calls. A request's fields are its
+# call's arguments, checked by their kinds (JSON shape, then the engine's own
+# value rule, with `Queue`'s limits); the answer's field is the call's.
 
-_Check = Callable[[str, Any], Any]
-
-
-def _check_name(label: str, value: Any) -> str:
-    if not isinstance(value, str):
-        raise _Invalid(f"field {label!r} must be a string, not {_describe(value)}")
-    if not value:
-        raise _Invalid(f"field {label!r} must not be empty")
-    return value
-
-
-def _check_str(label: str, value: Any) -> str:
-    if not isinstance(value, str):
-        raise _Invalid(f"field {label!r} must be a string, not {_describe(value)}")
-    return value
-
-
-def _check_key(label: str, value: Any) -> str | None:
-    # null means "no key given": the Python API's default, the task id.
-    return None if value is None else _check_name(label, value)
-
-
-def _bounded_int(label: str, value: Any, minimum: int) -> int:
-    if type(value) is not int:
-        raise _Invalid(f"field {label!r} must be an integer >= {minimum}, not {_describe(value)}")
-    if value < minimum:
-        raise _Invalid(f"field {label!r} must be >= {minimum}, got {value}")
-    if value >= _INT_BOUND:
-        raise _Invalid(f"field {label!r} must be < 2**63, got {_shorten(str(value))}")
-    return value
-
-
-def _check_time(label: str, value: Any) -> int:
-    return _bounded_int(label, value, 0)
-
-
-def _check_count(label: str, value: Any) -> int:
-    return _bounded_int(label, value, 1)
-
-
-def _check_payload(label: str, value: Any) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise _Invalid(f"field {label!r} must be a JSON object, not {_describe(value)}")
-    return value
-
-
-def _check_lease(label: str, value: Any) -> Lease:
-    if not isinstance(value, dict):
-        raise _Invalid(f"field {label!r} must be a lease object, not {_describe(value)}")
-    try:
-        return Lease.from_dict(value)
-    except (TypeError, ValueError) as error:
-        raise _Invalid(f"field {label!r} is not a lease object: {error}") from None
-
-
-def _check_status(label: str, value: Any) -> str | None:
-    if value is None or (isinstance(value, str) and value in _STATUSES):
-        return value
-    choices = ", ".join(repr(status) for status in _STATUSES)
-    raise _Invalid(f"field {label!r} must be null or one of {choices}, not {_describe(value)}")
-
-
-def _check_timeout(label: str, value: Any) -> float:
-    if type(value) not in (int, float):
-        raise _Invalid(f"field {label!r} must be a number of seconds, not {_describe(value)}")
-    if not 0 <= value <= MAX_WAIT_SECONDS:
-        raise _Invalid(f"field {label!r} must be in [0, {MAX_WAIT_SECONDS}] seconds, got {_shorten(repr(value))}")
-    return float(value)
-
-
-@dataclass(frozen=True, slots=True)
-class _Fields:
-    """The argument names of one call, each with its check."""
-
-    required: Mapping[str, _Check]
-    optional: Mapping[str, _Check] = field(default_factory=dict)
-
-    def check(self, source: Mapping[str, Any], ignore: frozenset[str], where: str) -> dict[str, Any]:
-        """Checked arguments: the unknown, the missing, then each value in table order."""
-        known = self.required.keys() | self.optional.keys() | ignore
-        unknown = sorted(name for name in source if name not in known)
-        if unknown:
-            names = ", ".join(_quote(name) for name in unknown)
-            raise _Invalid(f"{where}unknown field{'s' if len(unknown) > 1 else ''} {names}")
-        missing = [name for name in self.required if name not in source]
-        if missing:
-            names = ", ".join(repr(name) for name in missing)
-            raise _Invalid(f"{where}missing field{'s' if len(missing) > 1 else ''} {names}")
-        checked: dict[str, Any] = {}
-        for name, check in (*self.required.items(), *self.optional.items()):
-            if name in source:
-                checked[name] = check(f"{where.removesuffix(': ')}.{name}" if where else name, source[name])
-        return checked
-
-
-_PUT_FIELDS: Final = _Fields(
-    required={"task_id": _check_name, "payload": _check_payload},
-    optional={"key": _check_key, "available_at": _check_time, "max_attempts": _check_count},
-)
-
-
-def _check_put_items(label: str, value: Any) -> list[dict[str, Any]]:
-    if not isinstance(value, list):
-        raise _Invalid(f"field {label!r} must be an array of put objects, not {_describe(value)}")
-    items: list[dict[str, Any]] = []
-    for index, item in enumerate(value):
-        where = f"{label}[{index}]"
-        if not isinstance(item, dict):
-            raise _Invalid(f"{where} must be a put object, not {_describe(item)}")
-        items.append(_PUT_FIELDS.check(item, frozenset(), f"{where}: "))
-    return items
-
-
-# ---------------------------------------------------------------------------
-# The operations: their arguments, the call, the answer's fields.
-
-
-def _put(queue: QueueLike, arguments: Mapping[str, Any], waiter: Waiter) -> dict[str, Any]:
-    options = {name: value for name, value in arguments.items() if name not in ("task_id", "payload")}
-    return {"task_id": queue.put(arguments["task_id"], arguments["payload"], **options)}
-
-
-def _put_many(queue: QueueLike, arguments: Mapping[str, Any], waiter: Waiter) -> dict[str, Any]:
-    return {"task_ids": list(queue.put_many(arguments["tasks"]))}
-
-
-def _reserve(queue: QueueLike, arguments: Mapping[str, Any], waiter: Waiter) -> dict[str, Any]:
-    options = {name: value for name, value in arguments.items() if name != "worker"}
-    leases = queue.reserve(arguments["worker"], **options)
-    return {"leases": [lease.to_dict() for lease in leases]}
-
-
-def _ack(queue: QueueLike, arguments: Mapping[str, Any], waiter: Waiter) -> dict[str, Any]:
-    queue.ack(arguments["lease"], now=arguments["now"])
-    return {}
-
-
-def _release(queue: QueueLike, arguments: Mapping[str, Any], waiter: Waiter) -> dict[str, Any]:
-    options = {name: value for name, value in arguments.items() if name != "lease"}
-    queue.release(arguments["lease"], **options)
-    return {}
-
-
-def _extend(queue: QueueLike, arguments: Mapping[str, Any], waiter: Waiter) -> dict[str, Any]:
-    lease = queue.extend(arguments["lease"], now=arguments["now"], lease_seconds=arguments["lease_seconds"])
-    return {"lease": lease.to_dict()}
-
-
-def _redrive(queue: QueueLike, arguments: Mapping[str, Any], waiter: Waiter) -> dict[str, Any]:
-    options = {name: value for name, value in arguments.items() if name != "task_id"}
-    queue.redrive(arguments["task_id"], **options)
-    return {}
-
-
-def _cancel(queue: QueueLike, arguments: Mapping[str, Any], waiter: Waiter) -> dict[str, Any]:
-    queue.cancel(arguments["task_id"])
-    return {}
-
-
-def _get(queue: QueueLike, arguments: Mapping[str, Any], waiter: Waiter) -> dict[str, Any]:
-    task = queue.get(arguments["task_id"])
-    return {"task": None if task is None else task.to_dict()}
-
-
-def _tasks(queue: QueueLike, arguments: Mapping[str, Any], waiter: Waiter) -> dict[str, Any]:
-    found = queue.tasks(arguments["status"]) if "status" in arguments else queue.tasks()
-    return {"tasks": [task.to_dict() for task in found]}
-
-
-def _stats(queue: QueueLike, arguments: Mapping[str, Any], waiter: Waiter) -> dict[str, Any]:
-    return {"stats": dict(queue.stats())}
-
-
-def _compact(queue: QueueLike, arguments: Mapping[str, Any], waiter: Waiter) -> dict[str, Any]:
-    queue.compact()
-    return {}
-
-
-def _wait(queue: QueueLike, arguments: Mapping[str, Any], waiter: Waiter) -> dict[str, Any]:
-    return {"committed": bool(waiter(arguments["timeout"]))}
-
-
-@dataclass(frozen=True, slots=True)
-class _Op:
-    fields: _Fields
-    invoke: Callable[[QueueLike, Mapping[str, Any], Waiter], dict[str, Any]]
-
-
-#: Every op of SPEC §6, ``wait`` (the server's issue, #17) and ``extend``, ``redrive``, ``cancel``
-#: (#16), with its arguments and its call. A lease object needs only task_id, worker and generation.
-OPS: Final[Mapping[str, _Op]] = {
-    "put": _Op(_PUT_FIELDS, _put),
-    "put_many": _Op(_Fields({"tasks": _check_put_items}), _put_many),
-    "reserve": _Op(
-        _Fields(
-            {"worker": _check_name, "now": _check_time, "lease_seconds": _check_count},
-            {"limit": _check_count},
-        ),
-        _reserve,
-    ),
-    "ack": _Op(_Fields({"lease": _check_lease, "now": _check_time}), _ack),
-    "release": _Op(_Fields({"lease": _check_lease, "now": _check_time}, {"delay": _check_time}), _release),
-    "extend": _Op(_Fields({"lease": _check_lease, "now": _check_time, "lease_seconds": _check_count}), _extend),
-    "redrive": _Op(
-        _Fields({"task_id": _check_name, "available_at": _check_time}, {"extra_attempts": _check_count}),
-        _redrive,
-    ),
-    "cancel": _Op(_Fields({"task_id": _check_name}), _cancel),
-    "get": _Op(_Fields({"task_id": _check_str}), _get),
-    "tasks": _Op(_Fields({}, {"status": _check_status}), _tasks),
-    "stats": _Op(_Fields({}), _stats),
-    "compact": _Op(_Fields({}), _compact),
-    "wait": _Op(_Fields({"timeout": _check_timeout}), _wait),
-}
+#: Every op of the protocol: `walqueue.engine.calltable.CALLS`.
+OPS: Final[Mapping[str, Call]] = CALLS
 
 _ENVELOPE: Final = frozenset({"op", "id"})
 
@@ -598,10 +339,13 @@ def _validate(request: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
         raise _Invalid("missing field 'op'")
     op = request["op"]
     if not isinstance(op, str):
-        raise _Invalid(f"field 'op' must be a string, not {_describe(op)}")
+        raise _Invalid(f"field 'op' must be a string, not {describe(op)}")
     if op not in OPS:
         raise _Invalid(f"unknown op {_quote(op)} (known: {', '.join(sorted(OPS))})")
-    return op, OPS[op].fields.check(request, _ENVELOPE, "")
+    try:
+        return op, OPS[op].check_json(request, _ENVELOPE)
+    except BadArgument as error:
+        raise _Invalid(str(error)) from None
 
 
 # ---------------------------------------------------------------------------
@@ -622,7 +366,9 @@ def execute(request: Request, queue: QueueLike, waiter: Waiter = no_other_writer
     """Call the queue and shape its outcome; never raises an `Exception`."""
     request_id = request.request_id
     try:
-        fields = OPS[request.op].invoke(queue, request.arguments, waiter)
+        call = OPS[request.op]
+        method = waiter if call.blocks else getattr(queue, call.name)
+        fields = call.answer_fields(call.invoke(method, request.arguments))
     except NAMED_ERRORS as error:
         # The class's own name, also for a subclass of it (a client matches names, not subclasses).
         name = next(named.__name__ for named in NAMED_ERRORS if isinstance(error, named))

@@ -52,7 +52,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from walqueue import CorruptStore, DirectoryLocked, Queue, QueueClosed
+from walqueue import CorruptStore, DirectoryLocked, Queue, QueueClosed, WalQueueError
 from walqueue.cli.protocol import (
     MAX_LINE_BYTES,
     OVERLONG,
@@ -84,7 +84,7 @@ _RECV_BYTES = 2**16
 _PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 
 
-class SocketInUse(Exception):
+class SocketInUse(WalQueueError):
     """The socket path is answered by another process, or is not a socket at all."""
 
 

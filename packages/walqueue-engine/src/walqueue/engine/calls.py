@@ -25,7 +25,7 @@ from walqueue.engine.types import ReentrantCall
 if TYPE_CHECKING:
     from walqueue.engine.queue import Queue
 
-__all__ = ["OPEN_QUEUES", "Serialized"]
+__all__ = ["OPEN_QUEUES", "Batch", "Serialized"]
 
 #: Every open queue of this process, so that a forked child can close its copies.
 OPEN_QUEUES: weakref.WeakSet[Queue] = weakref.WeakSet()
@@ -99,8 +99,49 @@ class Serialized:
         self._mutex.release()
         if poisoned:
             return
-        if needed > durability.durable:
+        local = durability._local
+        if needed > durability.durable and not local.batching:
             queue._wait_durable(needed)
-        durability._local.seen = needed  # what a `wait` of this thread waits beyond (`Durability.seen`)
+        local.seen = needed  # what a `wait` (or the batch's exit) of this thread waits beyond (`Durability.seen`)
+        if durability._watchers:  # holding no lock: wakes the `wait`s of other threads
+            durability.announce()
+
+
+class Batch:
+    """`Queue.batch()`: this thread's calls answer at once; leaving waits once for all of them (group commit).
+
+    Inside, a call of this thread does not wait for durability on its way
+    out; what it wrote or saw is recorded (`Durability.seen`) and the exit
+    of the outermost batch waits until all of it is durable: one fsync
+    covers every call of the batch. Whoever answers for those calls (the
+    server) must send nothing before that exit has returned; if it raises
+    (the fsync failed: `OSError`, and the queue is poisoned; or the queue
+    was poisoned or closed before its writes were synced: `QueueClosed`),
+    no call of the batch may be reported as a success. Nested batches are
+    one batch; other threads are not affected; ungrouped durability (a hook,
+    or `sync=False`) makes every write durable at once, so a batch changes
+    nothing there.
+    """
+
+    __slots__ = ("_queue",)
+
+    def __init__(self, queue: Queue) -> None:
+        self._queue = queue
+
+    def __enter__(self) -> None:
+        queue = self._queue
+        queue._check_open()
+        queue._durability._local.batching += 1
+
+    def __exit__(self, *exc: object) -> None:
+        queue = self._queue
+        durability = queue._durability
+        local = durability._local
+        local.batching -= 1
+        if local.batching:
+            return  # an inner batch: the outermost one waits
+        needed = local.seen
+        if needed is not None and needed > durability.durable:
+            queue._wait_durable(needed)
         if durability._watchers:  # holding no lock: wakes the `wait`s of other threads
             durability.announce()

@@ -156,8 +156,12 @@ class SnapshotSource:
     every caller for tens of milliseconds, so neither happens at compaction
     time. Task ids are never removed, so the ids of the state at the last
     snapshot stay sorted in `_sorted`, and the ids created since are only
-    appended to `_new`; a snapshot merges the two runs lazily
-    (`heapq.merge`), which is linear. Records are immutable (a transition
+    appended to `_new`; a snapshot merges them lazily (`heapq.merge`),
+    which is linear. The ids created since the last snapshot are sorted by
+    the snapshot's own thread, in runs of at most `SORT_RUN` ids: one sort
+    of them all (hundreds of thousands after a long run of puts) would be
+    one C call that holds the interpreter lock, and every caller would wait
+    for it. Records are immutable (a transition
     replaces a task's record), so the view of sequence S is the live dict
     plus the pre-images of the tasks that changed after S, which the queue
     records before applying each transaction (`before_change`) while a
@@ -187,8 +191,7 @@ class SnapshotSource:
 
     def freeze(self, state: State) -> FrozenState:
         """The state as it is now, readable while the live one goes on changing (under the queue's lock)."""
-        new, self._new = self._new, []
-        new.sort()
+        new, self._new = self._new, []  # unsorted: the snapshot's thread sorts it, run by run
         self._preimages = {}
         self._merged = []
         return FrozenState(self, state.last_seq, len(state.tasks), state.tasks, new)
@@ -231,7 +234,8 @@ class FrozenState:
         merged = source._merged
         keep = merged.append
         missing = _MISSING
-        for count, task_id in enumerate(heapq.merge(source._sorted, self.new), 1):
+        runs = self._sorted_runs(pause)
+        for count, task_id in enumerate(heapq.merge(source._sorted, *runs), 1):
             record = tasks[task_id]
             earlier = preimages.get(task_id, missing)
             if earlier is not missing:
@@ -242,8 +246,25 @@ class FrozenState:
             if pause is not None and not count % every:
                 pause()
 
+    def _sorted_runs(self, pause: Callable[[], None] | None) -> list[list[str]]:
+        """The ids created since the last snapshot as sorted runs of at most `SORT_RUN` ids each.
+
+        Each run is one short sort; `pause` between two of them lets the
+        callers have the interpreter lock (see `SnapshotSource`).
+        """
+        new = self.new
+        runs: list[list[str]] = []
+        for start in range(0, len(new), SORT_RUN):
+            runs.append(sorted(new[start : start + SORT_RUN]))
+            if pause is not None:
+                pause()
+        return runs
+
 
 _MISSING: Any = object()
+
+#: The most ids one sort of the snapshot's thread takes at a time (a few milliseconds of the interpreter lock).
+SORT_RUN = 8192
 
 
 def seal(wal: WalWriter, hook: Hook) -> None:

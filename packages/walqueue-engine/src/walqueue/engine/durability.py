@@ -104,6 +104,10 @@ class Durability:
         local = self._local
         return local.waiting or local.commit_waiting
 
+    def batching_here(self) -> bool:
+        """Whether the calling thread is inside `Queue.batch()` (its calls leave the wait to the batch's exit)."""
+        return self._local.batching > 0
+
     def commit_waiting_here(self) -> bool:
         """Whether this thread is inside `wait_for_commit` (so is a signal handler that interrupted it)."""
         return self._local.commit_waiting
@@ -271,6 +275,7 @@ class _ThreadFlags(threading.local):
     waiting: bool = False
     commit_waiting: bool = False
     seen: int | None = None
+    batching: int = 0  # depth of `Queue.batch()` contexts: calls then leave the wait to the batch's exit
 
 
 def _echo(failure: OSError | QueueClosed) -> OSError | QueueClosed:

@@ -28,6 +28,8 @@ from walqueue.engine.records import check_error_fits
 from walqueue.engine.state import LEASED, OP_KINDS, State, identity_digest
 from walqueue.engine.types import KeyConflict, Lease, StaleLease, WrongStatus
 from walqueue.engine.validate import (
+    ERROR_MESSAGE_BYTES,
+    ERROR_TYPE_BYTES,
     FITTING_PAYLOAD_BYTES,
     MAX_FRAME_BYTES,
     MAX_INT,
@@ -71,7 +73,7 @@ _CANCEL = OP_KINDS["cancel"]
 _FAIL = OP_KINDS["fail"]
 _ERROR = OP_KINDS["error"]
 
-#: An error as `validate.check_error` returns it: (type, message), cut to the stored bounds.
+#: An error as `validate.check_error` returns it: (type, message), storable but not yet cut.
 Error = tuple[str, str]
 
 _TX_OPEN = len(b'{"ops":[')
@@ -462,18 +464,20 @@ def _with_error(state: State, op: Op, encoded: bytes, error: Error | None, now: 
     """The plan of the settling `op` (its JSON `encoded`), preceded by the error op that records `error` at `now`.
 
     The error op comes first, while the task still has the status it
-    explains, in the same transaction as `op`. An error that would not fit
+    explains, in the same transaction as `op`. The type and message are cut
+    here, deterministically, to the stored bounds; an error that would not fit
     beside the task's payload (one within a few KiB of the frame bound) is
     cut further, to the bounds that fit beside any task.
     """
     if error is None:
         return Plan([op], [encoded])
-    error_type, message = error
     record = state.tasks[op["task"]]
+    error_type, message = cut_text(error[0], ERROR_TYPE_BYTES), cut_text(error[1], ERROR_MESSAGE_BYTES)
     try:
         check_error_fits(record, (error_type, message, record.attempts, now))
     except ValueError:
-        error_type, message = cut_text(error_type, TIGHT_ERROR_TYPE_BYTES), cut_text(message, TIGHT_ERROR_MESSAGE_BYTES)
+        error_type = cut_text(error[0], TIGHT_ERROR_TYPE_BYTES)
+        message = cut_text(error[1], TIGHT_ERROR_MESSAGE_BYTES)
     error_op: Op = {"op": "error", "task": op["task"], "type": error_type, "message": message, "at": now}
     return Plan([error_op, op], [_ERROR.encode(error_op), encoded])
 

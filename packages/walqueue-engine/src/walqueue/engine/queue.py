@@ -36,7 +36,7 @@ from typing import Any
 
 from walqueue.engine import ops
 from walqueue.engine.autocompact import compact_automatically
-from walqueue.engine.calls import OPEN_QUEUES, Serialized
+from walqueue.engine.calls import OPEN_QUEUES, Batch, Serialized
 from walqueue.engine.compaction import (
     BackgroundSnapshot,
     SnapshotSource,
@@ -48,7 +48,7 @@ from walqueue.engine.durability import Durability
 from walqueue.engine.ownership import DirectoryLock
 from walqueue.engine.recovery import recover
 from walqueue.engine.state import apply
-from walqueue.engine.types import Lease, QueueClosed, Stats, Status, Task, plain_lease
+from walqueue.engine.types import Lease, QueueClosed, ReentrantCall, Stats, Status, Task, plain_lease
 from walqueue.engine.validate import check_error, check_queue_options, check_timeout
 from walqueue.engine.wal import Hook, append_with_phases, no_hook
 from walqueue.format.directory import StoreDirectory, make_directories
@@ -506,6 +506,25 @@ class Queue:
         with self._serialized:
             self._commit(ops.plan_cancel(self._state, task_id, checked, now))
 
+    def batch(self) -> Batch:
+        """A context in which this thread's calls answer at once, and leaving it waits once for all of them.
+
+        Group commit for a caller that answers many requests together (the
+        server's event loop): inside, calls return without waiting for the
+        fsync; leaving the outermost batch waits until everything those calls
+        wrote or saw is durable, one fsync for all. Send no answer of the
+        batch before its exit returns. The exit raises the failed fsync's
+        `OSError` (the queue is then poisoned), or `QueueClosed` if the queue
+        was poisoned before the batch's writes were synced; then none of the
+        batch's calls may be reported as done. `wait` is refused inside a
+        batch (`ReentrantCall`). With a hook or ``sync=False`` every write
+        is durable at once and a batch changes nothing. Raises `QueueClosed`
+        on entry once closed.
+
+        Example: ``with queue.batch(): answers = [queue.put(t, {}) for t in ids]``  (then send them)
+        """
+        return Batch(self)
+
     def wait(self, timeout: float) -> bool:
         """Block until another thread commits a transaction, or `timeout` seconds pass; return whether one did.
 
@@ -521,6 +540,10 @@ class Queue:
         self._check_open()
         timeout = check_timeout(timeout)
         durability = self._durability
+        if durability.batching_here():
+            raise ReentrantCall(
+                "wait inside Queue.batch() would hold back the batch's answers; leave the batch, then wait"
+            )
         after = durability.seen()
         with self._serialized:  # the checks of every call: closed, re-entrant
             pass

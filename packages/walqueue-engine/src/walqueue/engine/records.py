@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from walqueue.engine.types import LastError, Task
+from walqueue.engine.types import LastError, Task, WalQueueError
 from walqueue.engine.validate import LAST_ERROR_ROOM, check_last_error_fits, cut_text
 from walqueue.format.canonical import canonical_json, canonical_str, parse_json
 
@@ -64,7 +64,7 @@ ErrorFields = tuple[str, str, int, int]
 HeapEntry = tuple[int, str]
 
 
-class InvalidTransaction(ValueError):
+class InvalidTransaction(WalQueueError, ValueError):
     """A transaction (or snapshot record) that the state machine refuses; the state is untouched.
 
     Recovery turns it into `CorruptStore`: a log written by WALQueue never

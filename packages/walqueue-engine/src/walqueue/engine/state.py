@@ -42,10 +42,10 @@ transition), its transition function here, a planner in ops.py, and the
 `Queue` method that commits the planner's output. Keys, dispatch, the JSON
 template and the size bound follow from the row (optable.py).
 
-WARNING: the format layer cannot import the engine, so its list of op names
-(`walqueue.format.transaction.OP_NAMES`, which replay and `walqueue-fsck`
-check every frame against) is written out again by hand. Add a kind there
-too; tests/engine/test_optable.py fails until the two agree.
+The format layer owns the list of op names (`walqueue.format.transaction.OP_NAMES`,
+which replay and `walqueue-fsck` check every frame against), since it
+cannot import the engine; this module refuses to import unless `OP_KINDS`
+has exactly those names.
 
 Why the indexes: the ready and lease orders are heaps with lazy deletion
 (heaps.py), so a transition never searches a heap. The same heaps list the
@@ -59,12 +59,13 @@ budget).
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
-from walqueue.engine.heaps import HEAP_SLACK, due, first_time, live_ids, pruned
+from walqueue.engine.heaps import HEAP_SLACK, pruned
 from walqueue.engine.invariants import check_invariants
 from walqueue.engine.optable import Field, Op, OpKind
+from walqueue.engine.reads import StateReads
 from walqueue.engine.records import (
     COMPLETED,
     DEAD,
@@ -78,15 +79,14 @@ from walqueue.engine.records import (
     TaskRecord,
     Tombstone,
     check_error_fits,
-    decode_payload,
     expiry_error,
     identity_digest,
     request_identity,
 )
 from walqueue.engine.snapshot_load import check_snapshot_seq, load_records
-from walqueue.engine.types import Lease, Task, new_lease
-from walqueue.engine.validate import MAX_INT, check_int, check_name, check_payload, check_record_fits
+from walqueue.engine.validate import check_name, check_payload, check_record_fits
 from walqueue.format.canonical import canonical_str
+from walqueue.format.transaction import OP_NAMES
 
 __all__ = [
     "COMPLETED",
@@ -107,7 +107,7 @@ __all__ = [
 ]
 
 
-class State:
+class State(StateReads):
     """All tasks, their key index, the ready and lease orders, and the last sequence.
 
     Mutated only by `apply` (and built by `from_records`, from snapshot_load's pieces); every other method
@@ -128,7 +128,7 @@ class State:
         #: The ids of the dead tasks (the ready and leased ones are in their heaps).
         self._dead: set[str] = set()
 
-    # -- reads --------------------------------------------------------------
+    # -- reads (the rest are StateReads', reads.py) ------------------------------
 
     def __len__(self) -> int:
         return len(self.tasks)
@@ -147,100 +147,6 @@ class State:
         return True
 
     __hash__ = None  # type: ignore[assignment]
-
-    def lookup_key(self, key: str) -> str | None:
-        """The id of the task that owns `key`, or ``None`` if the key is unknown.
-
-        A task whose id equals `key` owns it only if its key is its id too.
-        """
-        owner = self._key_owner.get(key)
-        if owner is not None:
-            return owner
-        record = self.tasks.get(key)
-        if record is not None and record.key == key:
-            return key
-        return None
-
-    def get_task(self, task_id: str) -> Task | None:
-        """A fresh view of the task (its payload decoded anew, so a copy), or ``None``."""
-        record = self.tasks.get(task_id)
-        return None if record is None else record.to_task()
-
-    def list_tasks(self, status: str | None = None) -> list[Task]:
-        """Every task (or every task with `status`), ordered by task id.
-
-        O(k log k) for the k tasks returned, but for ``"completed"``, which
-        walks every task once some are completed (and costs nothing when none is).
-        """
-        if status is not None and (type(status) is not str or status not in STATUSES):
-            raise ValueError(f"status must be one of {', '.join(STATUSES)} or None, not {status!r}")
-        tasks = self.tasks
-        ids: Iterable[str]
-        if status is None:
-            ids = tasks
-        elif not self._counts[status]:
-            return []
-        elif status == READY or status == LEASED:
-            ids = live_ids(self._ready if status == READY else self._leases, tasks)
-        elif status == DEAD:
-            ids = self._dead
-        else:
-            ids = [task_id for task_id, record in tasks.items() if record.status == status]
-        return [tasks[task_id].to_task() for task_id in sorted(ids)]
-
-    def counts(self) -> dict[str, int]:
-        """The number of tasks per status, always with exactly the four status keys."""
-        return dict(self._counts)
-
-    def next_available_at(self) -> int | None:
-        """The smallest `available_at` of a ready task (None: none is ready); amortized O(log n)."""
-        return first_time(self._ready, self.tasks)
-
-    def next_deadline(self) -> int | None:
-        """The earliest deadline of a leased task (None: none is leased); amortized O(log n)."""
-        return first_time(self._leases, self.tasks)
-
-    def identity(self, task_id: str) -> bytes:
-        """The 32-byte identity digest of the task's original put (`KeyError` if unknown)."""
-        return self.tasks[task_id].identity
-
-    def lease_for(self, task_id: str) -> Lease:
-        """The lease token of a leased task (`KeyError` if unknown, `ValueError` if not leased)."""
-        record = self.tasks[task_id]
-        if record.status != LEASED or record.worker is None or record.deadline is None:
-            raise ValueError(f"task {task_id!r} is {record.status}, not leased")
-        return new_lease(
-            record.task_id,
-            record.worker,
-            record.generation,
-            record.deadline,
-            record.attempts,
-            decode_payload(record.digest_and_payload),
-        )
-
-    # -- planner support ------------------------------------------------------
-
-    def peek_ready(self, now: int, limit: int) -> list[str]:
-        """Up to `limit` ready task ids with ``available_at <= now``, in (available_at, task id) order.
-
-        O(k log n) for k results (heaps.due).
-        """
-        check_int(now, "now")
-        check_int(limit, "limit", 1)
-        return due(self._ready, self.tasks, now, limit)
-
-    def peek_expired(self, now: int) -> list[str]:
-        """Every leased task id with ``deadline <= now``, in (deadline, task id) order."""
-        check_int(now, "now")
-        return due(self._leases, self.tasks, now, MAX_INT)
-
-    # -- snapshot support -----------------------------------------------------
-
-    def iter_record_json(self) -> Iterator[bytes]:
-        """Every task's snapshot record as canonical JSON bytes, in task-id order."""
-        tasks = self.tasks
-        for task_id in sorted(tasks):
-            yield tasks[task_id].record_json()
 
     @classmethod
     def from_records(cls, seq: int, records: Iterable[Mapping[str, Any]], *, decoded: bool = False) -> State:
@@ -536,6 +442,15 @@ OP_KINDS: dict[str, OpKind] = {
         ),
     )
 }
+if frozenset(OP_KINDS) != OP_NAMES:
+    # The format layer owns the list of names every reader of the log accepts
+    # (it cannot import the engine); a kind added here alone would be refused
+    # by replay and by walqueue-fsck. Refuse to run instead.
+    raise ImportError(
+        "the engine's op kinds and walqueue.format.transaction.OP_NAMES differ: "
+        f"{sorted(frozenset(OP_KINDS) ^ OP_NAMES)}; declare the kind in both"
+    )
+
 #: op name -> the exact keys of that op (SPEC §3), derived from `OP_KINDS`.
 OP_KEYS: dict[str, frozenset[str]] = {name: kind.keys for name, kind in OP_KINDS.items()}
 

@@ -180,7 +180,8 @@ def check_int(value: object, what: str, minimum: int = 0) -> int:
     if type(value) is not int:
         raise TypeError(f"{what} must be an int, not {type(value).__name__}")
     if value < minimum or value > MAX_INT:
-        raise ValueError(f"{what} must be an int in {minimum}..{MAX_INT}, not {value}")
+        shown = str(value) if -(10**40) < value < 10**40 else f"an int of {value.bit_length()} bits"
+        raise ValueError(f"{what} must be an int >= {minimum} and < 2**63, not {shown}")
     return value
 
 
@@ -325,17 +326,17 @@ def _storable(text: str) -> str:
 _ERROR_KEYS = frozenset({"type", "message"})
 
 
-def check_error(error: object, *, tight: bool = False) -> tuple[str, str] | None:
-    """The (type, message) of an `error` argument, cut to the stored bounds; None for None.
+def check_error(error: object) -> tuple[str, str] | None:
+    """The (type, message) of an `error` argument, made storable; None for None.
 
     An error is None or a mapping with exactly the str keys ``"type"`` and
     ``"message"`` whose values are exact strs, the type non-empty
     (`TypeError`/`ValueError` otherwise). What a stored error cannot hold
     is made storable, not refused, since an error describes a failure that
-    already happened: a type over `ERROR_TYPE_BYTES` or a message over
-    `ERROR_MESSAGE_BYTES` UTF-8 bytes is cut with a marker, and a lone
-    surrogate is written as its escape. `tight`: cut to the bounds that fit
-    beside any task (`TIGHT_ERROR_MESSAGE_BYTES`), for a huge payload.
+    already happened: a lone surrogate is written as its escape here, and
+    the planner cuts a long type or message to the stored bounds
+    (`ERROR_TYPE_BYTES`, `ERROR_MESSAGE_BYTES`) with `cut_text`. Reading the
+    mapping runs the caller's code, so `Queue` calls this before its lock.
     """
     if error is None:
         return None
@@ -349,10 +350,7 @@ def check_error(error: object, *, tight: bool = False) -> tuple[str, str] | None
         raise TypeError("error type and message must be str")
     if not error_type:
         raise ValueError("error type must not be empty")
-    type_bytes, message_bytes = (
-        (TIGHT_ERROR_TYPE_BYTES, TIGHT_ERROR_MESSAGE_BYTES) if tight else (ERROR_TYPE_BYTES, ERROR_MESSAGE_BYTES)
-    )
-    return cut_text(_storable(error_type), type_bytes), cut_text(_storable(message), message_bytes)
+    return _storable(error_type), _storable(message)
 
 
 def _check_text(value: object, what: str, limit: int, minimum: int) -> str:

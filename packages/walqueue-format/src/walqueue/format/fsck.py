@@ -64,7 +64,7 @@ from typing import Any, BinaryIO, Protocol
 from walqueue.format.cmdline import EX_USAGE, EXIT_INTERRUPTED, UsageParser, interrupted, version_line
 from walqueue.format.current import Current, read_current
 from walqueue.format.directory import StoreDirectory, describe_file_type
-from walqueue.format.errors import CorruptStore
+from walqueue.format.errors import CorruptStore, WalQueueError
 from walqueue.format.frame import FRAME_OVERHEAD, LENGTH_BYTES, SegmentEnd, read_frames
 from walqueue.format.log_rules import SequenceRule, live_segments
 from walqueue.format.names import CURRENT_NAME, LOCK_NAME, DirectoryListing, list_directory, wal_name
@@ -107,7 +107,7 @@ SEVERITIES = ("error", "corrupt", "torn", "note")
 _STATUS_EXIT = {"error": EXIT_CORRUPT, "corrupt": EXIT_CORRUPT, "torn": EXIT_TORN, "healthy": EXIT_HEALTHY}
 
 
-class ReplayUnavailable(RuntimeError):
+class ReplayUnavailable(WalQueueError, RuntimeError):
     """`--replay` was asked for but `walqueue.engine` cannot be imported."""
 
 

@@ -47,7 +47,7 @@ from typing import Any
 from walqueue.format.canonical import canonical_json
 from walqueue.format.current import Current, publish_current, read_current, write_current_tmp
 from walqueue.format.directory import StoreDirectory
-from walqueue.format.errors import CorruptStore
+from walqueue.format.errors import CorruptStore, WalQueueError
 from walqueue.format.frame import SegmentEnd, decode_frame, find_complete_frame, scan_frames
 from walqueue.format.fsutil import fsync_directory, write_all
 from walqueue.format.names import DirectoryListing, list_directory, snapshot_name, wal_name
@@ -72,7 +72,7 @@ __all__ = [
 ]
 
 
-class SalvageError(Exception):
+class SalvageError(WalQueueError):
     """Salvage could not write a store: `out` is not usable, or nothing valid survives."""
 
 

@@ -13,14 +13,12 @@ from walqueue.format.errors import CorruptStore
 
 __all__ = ["OP_NAMES", "transaction_seq"]
 
-#: The op names SPEC §3 defines.
+#: The op names of the log (SPEC §3): every reader accepts exactly these.
 #:
-#: WARNING: this is the one list of op kinds kept in step by hand. The
-#: engine declares every kind once, in `walqueue.engine.state.OP_KINDS`,
-#: and derives everything else from that table; this layer cannot import
-#: the engine (it must work alone, for `walqueue-fsck`), so the names are
-#: written here again. A new kind goes into both;
-#: tests/engine/test_optable.py fails until they agree.
+#: Owned here, by the format layer, which must work without the engine (for
+#: `walqueue-fsck`); the engine's table of kinds (`walqueue.engine.state.OP_KINDS`)
+#: refuses to import unless its names are exactly these. A new kind is
+#: named here and declared there.
 OP_NAMES = frozenset({"put", "lease", "expire", "ack", "release", "extend", "redrive", "cancel", "fail", "error"})
 
 

@@ -1,4 +1,4 @@
-"""The two comparison backends of tools/bench.py: SQLite and the fsync floor.
+"""The two comparison backends of the benchmark (tools/bench/): SQLite and the fsync floor.
 
 Both expose the same call surface as `walqueue.Queue` for what the benchmark
 uses (`put`, `put_many`, `reserve`, `ack`, `release`, `close`), with the same
@@ -177,7 +177,7 @@ def _put_row(
     return task_id, key, identity, payload_json.decode("utf-8"), available_at, max_attempts
 
 
-def _put_row_from_mapping(item: object) -> tuple[str, str, bytes, str, int, int]:
+def put_row_from_mapping(item: object) -> tuple[str, str, bytes, str, int, int]:
     if not isinstance(item, Mapping):
         raise TypeError("each put_many item must be a mapping")
     for name in item:
@@ -293,7 +293,7 @@ class SqliteQueue:
     def put_many(self, tasks: Iterable[Mapping[str, Any]]) -> list[str]:
         if isinstance(tasks, (str, bytes, Mapping)):
             raise TypeError("put_many takes an iterable of mappings")
-        rows = [_put_row_from_mapping(item) for item in tasks]
+        rows = [put_row_from_mapping(item) for item in tasks]
         if not rows:
             return []
         db = self._db

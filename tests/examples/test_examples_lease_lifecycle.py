@@ -1,4 +1,4 @@
-"""The examples of extend, redrive and cancel run end to end: heartbeat.py (a worker's heartbeats) and redrive.py.
+"""The lease lifecycle examples run end to end: heartbeat.py (a worker's heartbeats) and redrive.py (redrive, cancel).
 
 Each runs as its own process on a fresh directory, with a timeout; the test
 then opens the directory with `Queue` and checks what the script's

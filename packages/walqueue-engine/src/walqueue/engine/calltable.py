@@ -1,0 +1,356 @@
+"""The one table of public calls: each declared once, everything else derived from it.
+
+A row (`Call`) names a call of `Queue`, its arguments in the order of the
+method's signature (each with its kind, whether it is keyword-only, and its
+default when optional), its answer field and kind, whether it may commit a
+transaction (`writes`), whether a client may send it again after a lost
+connection (`retry`: only when a second run provably changes nothing), and
+whether it blocks until another client commits (`blocks`: a front end
+serves it with its own waiter, a server parks it).
+
+Derived from it: the protocol's request table, its validation and its
+answers (`walqueue.cli.protocol`); the consumer's ``--help`` list; the
+clients' requests, answers and retry rule; the lists the tests iterate
+over. `Queue`'s methods stay hand-written (they are the API); a test checks
+that their signatures agree with the rows. Adding a call is one row here,
+the `Queue` method and its planner in `ops.py`
+(docs/ARCHITECTURE.md, "Adding a call").
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from walqueue.engine.callkinds import ANSWER_KINDS, KINDS, MAX_WAIT_SECONDS, AnswerKind, BadArgument, Kind, describe
+
+__all__ = ["CALLS", "REQUIRED", "Answer", "Arg", "Call"]
+
+
+class _Required(enum.Enum):
+    REQUIRED = "required"
+
+
+#: The default of an argument that has none.
+REQUIRED: Final = _Required.REQUIRED
+
+
+@dataclass(frozen=True, slots=True)
+class Arg:
+    """One argument: its name, its kind, keyword-only or not, and its default (`REQUIRED`: none)."""
+
+    name: str
+    kind: Kind
+    keyword: bool = False
+    default: Any = REQUIRED
+
+    @property
+    def required(self) -> bool:
+        return self.default is REQUIRED
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """The field of a success answer that holds the result (None: the answer has no field), and its kind."""
+
+    field: str | None
+    kind: AnswerKind
+
+
+class Call:
+    """One public call: its arguments, its answer, whether it writes, whether a client may retry it."""
+
+    __slots__ = ("name", "args", "answer", "writes", "retry", "blocks", "summary", "_names", "_positional")
+
+    def __init__(
+        self,
+        name: str,
+        args: tuple[Arg, ...],
+        answer: Answer,
+        *,
+        writes: bool,
+        retry: bool,
+        blocks: bool = False,
+        summary: str,
+    ) -> None:
+        self.name = name
+        self.args = args
+        self.answer = answer
+        self.writes = writes
+        self.retry = retry
+        self.blocks = blocks
+        self.summary = summary
+        self._names = frozenset(arg.name for arg in args)
+        # The arguments passed by position, as a prefix of the signature.
+        self._positional = tuple(arg.name for arg in args if not arg.keyword)
+
+    def __repr__(self) -> str:
+        return f"<Call {self.name}({', '.join(arg.name for arg in self.args)})>"
+
+    # -- a front end: JSON in, Queue call, JSON out ---------------------------------
+
+    def check_json(
+        self, source: Mapping[str, Any], ignore: frozenset[str] = frozenset(), where: str = ""
+    ) -> dict[str, Any]:
+        """The arguments `Queue` takes, from a request's JSON fields: the unknown, the missing, then each value.
+
+        Raises `BadArgument` naming the field (prefixed by `where`, for an
+        item of a list); `ignore` are the envelope's fields.
+        """
+        unknown = sorted(name for name in source if name not in self._names and name not in ignore)
+        if unknown:
+            names = ", ".join(repr(_shorten(name)) for name in unknown)
+            raise BadArgument(f"{where}unknown field{'s' if len(unknown) > 1 else ''} {names}")
+        missing = [arg.name for arg in self.args if arg.required and arg.name not in source]
+        if missing:
+            names = ", ".join(repr(name) for name in missing)
+            raise BadArgument(f"{where}missing field{'s' if len(missing) > 1 else ''} {names}")
+        prefix = where.removesuffix(": ")
+        checked: dict[str, Any] = {}
+        for arg in self.args:
+            if arg.name in source:
+                label = f"{prefix}.{arg.name}" if prefix else arg.name
+                checked[arg.name] = arg.kind.check(source[arg.name], label)
+        return checked
+
+    def invoke(self, method: Callable[..., Any], arguments: Mapping[str, Any]) -> Any:
+        """Call `method` (the `Queue` method, or a front end's waiter) with checked `arguments`.
+
+        Only the arguments given are passed (the method's defaults apply to
+        the others), each as the signature takes it.
+        """
+        positional: list[Any] = []
+        keywords: dict[str, Any] = {}
+        for name in self._positional:
+            if name not in arguments:
+                break
+            positional.append(arguments[name])
+        passed = self._positional[: len(positional)]
+        for name, value in arguments.items():
+            if name not in passed:
+                keywords[name] = value
+        return method(*positional, **keywords)
+
+    def answer_fields(self, result: Any) -> dict[str, Any]:
+        """The fields of the success answer for `result` (``{}`` for a call that answers nothing)."""
+        field = self.answer.field
+        return {} if field is None else {field: self.answer.kind.to_json(result)}
+
+    # -- a client: Python in, JSON request, answer to Python -------------------------
+
+    def request(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """The JSON request for a call made as ``queue.NAME(*args, **kwargs)``, checked by the engine's rules.
+
+        Binding follows the method's signature (`TypeError` as Python raises
+        it); each value is checked and encoded by its kind (a `Lease` as its
+        owner's three fields). Only the arguments given are sent.
+        """
+        request: dict[str, Any] = {"op": self.name}
+        if len(args) > len(self._positional):
+            raise TypeError(
+                f"{self.name}() takes {len(self._positional)} positional arguments but {len(args)} were given"
+            )
+        given = dict(zip(self._positional, args, strict=False))
+        for name, value in kwargs.items():
+            if name not in self._names:
+                raise TypeError(f"{self.name}() got an unexpected keyword argument {name!r}")
+            if name in given:
+                raise TypeError(f"{self.name}() got multiple values for argument {name!r}")
+            given[name] = value
+        missing = [arg.name for arg in self.args if arg.required and arg.name not in given]
+        if missing:
+            raise TypeError(f"{self.name}() missing required arguments: {', '.join(map(repr, missing))}")
+        for arg in self.args:
+            if arg.name in given:
+                request[arg.name] = arg.kind.encode(given[arg.name], arg.name)
+        return request
+
+    def result(self, answer: Mapping[str, Any]) -> Any:
+        """The Python result of a success answer (`KeyError` if its field is missing)."""
+        field = self.answer.field
+        return None if field is None else self.answer.kind.from_json(answer[field])
+
+    def usage(self) -> str:
+        """The arguments as ``--help`` lists them: optional ones with a ``?``."""
+        return ", ".join(arg.name + ("" if arg.required else "?") for arg in self.args) or "-"
+
+
+def _shorten(text: str, limit: int = 40) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _arg(name: str, kind: str, *, keyword: bool = False, default: Any = REQUIRED) -> Arg:
+    return Arg(name, KINDS[kind], keyword, default)
+
+
+def _answer(field: str | None, kind: str = "none") -> Answer:
+    return Answer(field, ANSWER_KINDS[kind])
+
+
+_PUT_ARGS: Final = (
+    _arg("task_id", "name"),
+    _arg("payload", "payload"),
+    _arg("key", "key", keyword=True, default=None),
+    _arg("available_at", "time", keyword=True, default=0),
+    _arg("max_attempts", "count", keyword=True, default=3),
+)
+
+
+def _put_item(source: Any, label: str) -> Any:
+    """`put`'s arguments as one item of `put_many`'s list: a JSON object, checked as a `put` request."""
+    if type(source) is not dict:
+        raise BadArgument(f"{label} must be a put object, not {describe(source)}")
+    return CALLS["put"].check_json(source, where=f"{label}: ")
+
+
+def _put_items(value: Any, label: str) -> list[dict[str, Any]]:
+    return [_put_item(item, f"{label}[{index}]") for index, item in enumerate(value)]
+
+
+def _encode_put_items(value: Any, label: str) -> list[dict[str, Any]]:
+    """A client's `put_many` argument: an iterable of mappings with `put`'s argument names."""
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
+        raise TypeError(f"{label} must be an iterable of mappings, not {type(value).__name__}")
+    put = CALLS["put"]
+    items = []
+    for index, item in enumerate(value):
+        if not isinstance(item, Mapping):
+            raise TypeError(f"{label}[{index}] must be a mapping, not {type(item).__name__}")
+        try:
+            request = put.request(**item)
+        except TypeError as error:
+            raise TypeError(f"{label}[{index}]: {error}") from None
+        del request["op"]
+        items.append(request)
+    return items
+
+
+_PUT_ITEMS: Final = Kind("put_items", "an array of put objects", frozenset({list}), _put_items, _encode_put_items)
+
+_LEASE_SETTLES: Final = (_arg("lease", "lease"), _arg("now", "time", keyword=True))
+#: The error a failure records, ``{"type": ..., "message": ...}`` (optional).
+_ERROR: Final = _arg("error", "error", keyword=True, default=None)
+
+#: Every public call of `Queue`, in the order the documentation lists them.
+CALLS: Final[Mapping[str, Call]] = {
+    call.name: call
+    for call in (
+        Call(
+            "put",
+            _PUT_ARGS,
+            _answer("task_id", "str"),
+            writes=True,
+            retry=True,  # every task has an idempotency key: an identical retry changes nothing
+            summary="create a ready task (an identical retry writes nothing)",
+        ),
+        Call(
+            "put_many",
+            (Arg("tasks", _PUT_ITEMS),),
+            _answer("task_ids", "str_list"),
+            writes=True,
+            retry=True,
+            summary='many puts in one transaction (a list of put objects without "op")',
+        ),
+        Call(
+            "reserve",
+            (
+                _arg("worker", "name"),
+                _arg("now", "time", keyword=True),
+                _arg("lease_seconds", "count", keyword=True),
+                _arg("limit", "count", keyword=True, default=1),
+            ),
+            _answer("leases", "leases"),
+            writes=True,
+            retry=False,  # a retried reserve would lease twice
+            summary="expire overdue leases, then lease up to limit due tasks",
+        ),
+        Call(
+            "ack",
+            _LEASE_SETTLES,
+            _answer(None),
+            writes=True,
+            retry=False,
+            summary="complete a leased task (lease: a lease object from reserve)",
+        ),
+        Call(
+            "release",
+            (*_LEASE_SETTLES, _arg("delay", "time", keyword=True, default=0), _ERROR),
+            _answer(None),
+            writes=True,
+            retry=False,
+            summary="give a leased task back, ready at now + delay (error: recorded as its last error)",
+        ),
+        Call(
+            "fail",
+            (*_LEASE_SETTLES, _ERROR),
+            _answer(None),
+            writes=True,
+            retry=False,
+            summary="a permanent failure: the leased task is dead at once (error: recorded as its last error)",
+        ),
+        Call(
+            "extend",
+            (*_LEASE_SETTLES, _arg("lease_seconds", "count", keyword=True)),
+            _answer("lease", "lease"),
+            writes=True,
+            retry=False,
+            summary="a heartbeat: the lease with its new deadline",
+        ),
+        Call(
+            "redrive",
+            (
+                _arg("task_id", "name"),
+                _arg("available_at", "time", keyword=True),
+                _arg("extra_attempts", "count", keyword=True, default=1),
+            ),
+            _answer(None),
+            writes=True,
+            retry=False,  # a redrive that happened would answer WrongStatus when retried
+            summary="make a dead task ready again",
+        ),
+        Call(
+            "cancel",
+            (_arg("task_id", "name"), _ERROR, _arg("now", "time_or_null", keyword=True, default=None)),
+            _answer(None),
+            writes=True,
+            retry=False,
+            summary="a ready or leased task becomes dead (error, with now: recorded as its last error)",
+        ),
+        Call(
+            "get",
+            (_arg("task_id", "str"),),
+            _answer("task", "task_or_null"),
+            writes=False,
+            retry=True,
+            summary="one task (or null)",
+        ),
+        Call(
+            "tasks",
+            (_arg("status", "status", default=None),),
+            _answer("tasks", "tasks"),
+            writes=False,
+            retry=True,
+            summary='every task, or those with status ("ready", "leased", "completed", "dead")',
+        ),
+        Call("stats", (), _answer("stats", "stats"), writes=False, retry=True, summary="counts and the log's position"),
+        Call(
+            "compact",
+            (),
+            _answer(None),
+            writes=False,  # files change, the queue's answers do not
+            retry=True,
+            summary="snapshot the state and delete the WAL it covers",
+        ),
+        Call(
+            "wait",
+            (_arg("timeout", "timeout"),),
+            _answer("committed", "bool"),
+            writes=False,
+            retry=True,
+            blocks=True,
+            summary=f"block until another client commits, or timeout seconds (at most {MAX_WAIT_SECONDS}) pass",
+        ),
+    )
+}

@@ -1,0 +1,29 @@
+"""tools/instructions.py: the instruction-count harness answers the command-line conventions.
+
+The measurement itself needs valgrind and minutes; here only what an
+operator meets first: --help, a usage error for an unknown workload.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from conftest import REPO_ROOT, RunPython
+
+TOOL = str(REPO_ROOT / "tools" / "instructions.py")
+
+
+def test_help_names_every_workload(run_python: RunPython) -> None:
+    done = run_python([TOOL, "--help"])
+    assert done.returncode == 0
+    for name in ("replay_20k", "replay_100k", "snapshot_40k", "put_reserve_ack", "put_many_batches"):
+        assert name in done.stdout
+
+
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="the workload check comes after the valgrind check")
+def test_an_unknown_workload_is_a_usage_error(run_python: RunPython) -> None:
+    done = run_python([TOOL, "--only", "no_such_workload"])
+    assert done.returncode == 64
+    assert "unknown workload" in done.stderr and "put_reserve_ack" in done.stderr

@@ -1,0 +1,264 @@
+"""latency_while_compacting (alias i): latency of durable calls while a large state is compacted in the background."""
+
+from __future__ import annotations
+
+import gc
+import logging
+import math
+import shutil
+import time
+from collections.abc import Callable
+from typing import Any
+
+from walqueue import Queue
+
+from .harness import LEASE_SECONDS, NOW, WORKER, Context, figure, fill, payload, pyplot, task_id, warm_cycles, warm_puts
+
+#: Sizes at each scale (with the run's `reps` unless set here): `ctx.scale` during the run.
+SCALES: dict[str, dict[str, int]] = {
+    "tiny": {"tasks": 2000, "rounds": 2, "min_pairs": 20},
+    "default": {"tasks": 100_000, "rounds": 8, "min_pairs": 100},
+    "big": {"tasks": 1_000_000, "rounds": 4, "min_pairs": 500},
+}
+
+
+#
+# Automatic compaction is due once the live WAL exceeds max(compact_bytes, 2 x the last
+# snapshot's size) (compaction.compaction_threshold). Right after a snapshot of a large state,
+# the next one is therefore hundreds of megabytes of WAL away, whatever compact_bytes says:
+# no window of durable single calls can contain several compactions of a million tasks. So
+# each round opens a fresh copy of a store filled without ever compacting (its whole state is
+# live WAL, and no snapshot is published): the first durable call in the round triggers one
+# automatic background snapshot of the whole state, and the window runs until that snapshot
+# is published. Several rounds give several compactions. The rounds' windows are pooled, and
+# set beside windows of the same length on a copy of the same store opened with
+# compact_bytes=None (compaction disabled), each right after its round's compaction window.
+
+#: Far below any template's live WAL, so that the first durable call of a round triggers compaction.
+COMPACT_BYTES = 64 * 1024
+#: A window that has not seen its compaction published by then is an error, not a figure.
+WINDOW_LIMIT_SECONDS = 900.0
+PERCENTILES = (("p50", 0.50), ("p99", 0.99), ("p999", 0.999), ("max", 1.0))
+
+
+class _Compactions(logging.Handler):
+    """When each compaction was published, and its snapshot's size (from the engine's INFO line)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.published: list[tuple[float, int]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.msg.startswith("compacted through sequence"):
+            self.published.append((time.perf_counter(), int(record.args[-1])))  # type: ignore[index]
+
+
+def _window(
+    queue: Any, prefix: str, pairs: int, until: Callable[[], bool] | None = None
+) -> tuple[list[float], list[float], list[float]]:
+    """Latencies of alternating durable puts and reserve+ack cycles: `pairs` of them, then more until `until()`.
+
+    Also when each pair started (`time.perf_counter`), to place the slowest calls in the compaction's course.
+    """
+    put, reserve, ack = queue.put, queue.reserve, queue.ack
+    put_seconds: list[float] = []
+    cycle_seconds: list[float] = []
+    started: list[float] = []
+    give_up = time.perf_counter() + WINDOW_LIMIT_SECONDS
+    i = 0
+    while i < pairs or (until is not None and not until()):
+        tid, body = task_id(prefix, i), payload(i)
+        t0 = time.perf_counter()
+        put(tid, body)
+        t1 = time.perf_counter()
+        ack(reserve(WORKER, now=NOW, lease_seconds=LEASE_SECONDS)[0], now=NOW)
+        t2 = time.perf_counter()
+        put_seconds.append(t1 - t0)
+        cycle_seconds.append(t2 - t1)
+        started.append(t0)
+        i += 1
+        if t2 > give_up:
+            raise RuntimeError(
+                f"latency_while_compacting: no compaction was published within {WINDOW_LIMIT_SECONDS:.0f} s"
+            )
+    return put_seconds, cycle_seconds, started
+
+
+def _percentile(ordered: list[float], fraction: float) -> float:
+    """Nearest-rank percentile of sorted samples (fraction 1.0 is the maximum)."""
+    return ordered[max(0, math.ceil(fraction * len(ordered)) - 1)]
+
+
+def run(ctx: Context) -> dict[str, Any]:
+    s = ctx.scale
+    n, rounds, min_pairs = s["tasks"], s["rounds"], s["min_pairs"]
+    template = ctx.dir("i-template") / "q"
+    queue = Queue(template, sync=False, compact_bytes=None)
+    fill(queue, "i", n)
+    queue.close()
+    del queue
+    template_bytes = sum(path.stat().st_size for path in template.iterdir())
+    if template_bytes <= COMPACT_BYTES:
+        raise SystemExit(
+            f"scale error: latency_while_compacting template of {template_bytes} bytes would not trigger compaction"
+        )
+    ctx.log(f"latency_while_compacting: template of {n} tasks, {template_bytes:,} bytes of WAL, never compacted")
+
+    none_dir = ctx.dir("i-none") / "q"
+    shutil.copytree(template, none_dir)
+    none_queue = Queue(none_dir, sync=True, compact_bytes=None)
+    warm_puts(none_queue, "warm")
+    warm_cycles(none_queue)
+    watcher = _Compactions()
+    logger = logging.getLogger("walqueue")
+    level = logger.level
+    logger.addHandler(watcher)
+    logger.setLevel(logging.INFO)
+    lat: dict[str, dict[str, list[float]]] = {kind: {"compaction": [], "none": []} for kind in ("put", "cycle")}
+    compaction_seconds: list[float] = []
+    pairs_per_round: list[int] = []
+    snapshot_bytes: list[int] = []
+    none_compactions = 0
+    slowest: dict[str, list[list[float]]] = {"put": [], "cycle": []}
+    try:
+
+        def none_window(rep: int, pairs: int) -> None:
+            nonlocal none_compactions
+            before = len(watcher.published)
+            gc.collect()
+            put_s, cycle_s, _ = _window(none_queue, f"n{rep}", pairs)
+            none_compactions += len(watcher.published) - before
+            lat["put"]["none"] += put_s
+            lat["cycle"]["none"] += cycle_s
+
+        def compaction_window(rep: int) -> int:
+            directory = ctx.dir(f"i-compaction-{rep}")
+            shutil.copytree(template, directory / "q")
+            queue = Queue(directory / "q", sync=True, compact_bytes=COMPACT_BYTES)
+            try:
+                before = len(watcher.published)
+                snapshot_seq = queue.stats()["snapshot_seq"]
+                gc.collect()
+                start = time.perf_counter()
+                put_s, cycle_s, started = _window(queue, f"c{rep}", min_pairs, lambda: len(watcher.published) > before)
+                published = watcher.published[before:]
+                if queue.stats()["snapshot_seq"] == snapshot_seq:
+                    raise RuntimeError(
+                        "latency_while_compacting: the engine logged a compaction that stats() does not show"
+                    )
+            finally:
+                queue.close()
+            shutil.rmtree(directory)
+            compaction_seconds.extend(at - start for at, _ in published)
+            published_at = published[0][0]
+            for kind, seconds in (("put", put_s), ("cycle", cycle_s)):
+                slowest[kind] += [
+                    [round(seconds[k], 6), rep, round(started[k] - start, 3), round(published_at - started[k], 3)]
+                    for k in sorted(range(len(seconds)), key=seconds.__getitem__)[-5:]
+                ]
+            snapshot_bytes.extend(size for _, size in published)
+            lat["put"]["compaction"] += put_s
+            lat["cycle"]["compaction"] += cycle_s
+            pairs_per_round.append(len(put_s))
+            ctx.log(
+                f"latency_while_compacting: round {rep}: compaction published after"
+                f" {published[0][0] - start:.2f} s, {len(put_s)} pairs"
+            )
+            return len(put_s)
+
+        for rep in range(rounds):
+            # The none window right after, as long: the two modes seconds apart, alike in size.
+            none_window(rep, compaction_window(rep))
+    finally:
+        logger.removeHandler(watcher)
+        logger.setLevel(level)
+        none_queue.close()
+    if none_compactions:
+        raise RuntimeError(f"latency_while_compacting: {none_compactions} compactions with compact_bytes=None")
+    stats: dict[str, dict[str, dict[str, float]]] = {}
+    for kind, modes in lat.items():
+        stats[kind] = {}
+        for mode, samples in modes.items():
+            samples.sort()
+            stats[kind][mode] = {name: _percentile(samples, fraction) for name, fraction in PERCENTILES}
+    ratios: dict[str, Any] = {}
+    for kind in ("put", "cycle"):
+        for mode in ("compaction", "none"):
+            for name, _ in PERCENTILES:
+                target = ("<=", 0.050) if (kind, mode, name) == ("put", "compaction", "max") else None
+                ratios[f"{kind}_{name}_{mode}"] = figure(
+                    [stats[kind][mode][name]],
+                    "s/op",
+                    target=target,
+                    better="lower",
+                    note="" if target else f"information: {kind} latency, {name}, pooled over the rounds",
+                )
+        ratios[f"{kind}_p99_compaction_over_none"] = figure(
+            [stats[kind]["compaction"]["p99"] / stats[kind]["none"]["p99"]],
+            "x time",
+            target=("<=", 2.0),
+            better="lower",
+        )
+    ratios["compactions"] = figure(
+        [float(len(compaction_seconds))], "compactions", note="information: automatic compactions in the windows"
+    )
+    ratios["compaction_seconds"] = figure(
+        compaction_seconds,
+        "s/compaction",
+        better="lower",
+        note="information: from the call that triggered it to the publication, per round",
+    )
+    return {
+        "clock": "wall",
+        "title": f"latency of durable puts and reserve+ack cycles with {n:,} tasks, compacting or not",
+        "params": {
+            "tasks": n,
+            "rounds": rounds,
+            "min_pairs_per_window": min_pairs,
+            "pairs_per_round": pairs_per_round,
+            "compact_bytes": COMPACT_BYTES,
+            "template_wal_bytes": template_bytes,
+            "snapshot_bytes": snapshot_bytes,
+            "next_compaction_after_wal_bytes": [2 * size for size in snapshot_bytes],
+            "compactions_with_compaction_disabled": none_compactions,
+            "slowest_while_compacting": {
+                "columns": ["seconds", "round", "started after the trigger (s)", "started before the publication (s)"],
+                **{kind: sorted(rows, reverse=True)[:10] for kind, rows in slowest.items()},
+            },
+            "window": "alternating durable put and reserve+ack, one thread, until the compaction is published",
+        },
+        "series": {
+            kind: {mode: [round(x, 7) for x in samples] for mode, samples in modes.items()}
+            for kind, modes in lat.items()
+        },
+        "backends": {},
+        "ratios": ratios,
+    }
+
+
+def plot(result: dict[str, Any], path: str) -> str:
+    """The latency distributions, compaction against none, as the share of calls slower than x (needs matplotlib)."""
+    plt = pyplot()
+    if plt is None:
+        return f"latency_while_compacting plot skipped: matplotlib is not installed (pip install matplotlib) for {path}"
+    figure_, axes = plt.subplots(1, 2, figsize=(10, 4.2), sharey=True)
+    for axis, (kind, title) in zip(axes, (("put", "durable put"), ("cycle", "durable reserve+ack")), strict=True):
+        for mode, label in (("compaction", "a background compaction per window"), ("none", "compaction disabled")):
+            ordered = sorted(result["series"][kind][mode])
+            count = len(ordered)
+            slower = [(count - i) / count for i in range(count)]
+            axis.step([x * 1e3 for x in ordered], slower, where="post", label=label)
+        if kind == "put":
+            axis.axvline(50, color="grey", linestyle=":", label="target: longest put <= 50 ms")
+        axis.set_xscale("log")
+        axis.set_yscale("log")
+        axis.set_xlabel("latency (ms)")
+        axis.set_title(title)
+        axis.grid(alpha=0.3, which="both")
+        axis.legend(fontsize="small")
+    axes[0].set_ylabel("share of calls at least this slow")
+    figure_.suptitle(f"{result['params']['tasks']:,} tasks: latency while compacting vs with compaction disabled")
+    figure_.tight_layout()
+    figure_.savefig(path, dpi=110)
+    plt.close(figure_)
+    return f"latency_while_compacting plot written to {path}"

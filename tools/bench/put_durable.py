@@ -1,0 +1,53 @@
+"""put_durable (alias a): durable single puts, against SQLite and the fsync floor."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .harness import (
+    BACKENDS,
+    PAYLOAD_BYTES,
+    Context,
+    backends_block,
+    figure,
+    interleave,
+    open_backend,
+    per_op,
+    put_chunk,
+    puts,
+    speed_ratio,
+    warm_puts,
+)
+
+#: Sizes at each scale (with the run's `reps` unless set here): `ctx.scale` during the run.
+SCALES: dict[str, dict[str, int]] = {
+    "tiny": {"chunk": 3},
+    "default": {"chunk": 12},
+    "big": {"chunk": 30},
+}
+
+
+def run(ctx: Context) -> dict[str, Any]:
+    s = ctx.scale
+    k = s["chunk"]
+    opened = {name: open_backend(name, ctx.dir(f"a-{name}"), durable=True) for name in BACKENDS}
+    try:
+        for backend in opened.values():
+            warm_puts(backend, "warm")
+        inputs = [puts("a", rep * k, k) for rep in range(s["reps"])]
+
+        times = interleave({name: put_chunk(b, inputs) for name, b in opened.items()}, s["reps"])
+    finally:
+        for backend in opened.values():
+            backend.close()
+    per = per_op(times, k, "wall")
+    return {
+        "title": "durable single puts",
+        "clock": "wall",
+        "params": {"ops_per_chunk": k, "reps": s["reps"], "payload_bytes": PAYLOAD_BYTES},
+        "backends": backends_block(times, k, "wall"),
+        "ratios": {
+            "walqueue_vs_sqlite": figure(speed_ratio(per, "walqueue", "sqlite"), "x", target=(">=", 1.0)),
+            "walqueue_vs_floor": figure(speed_ratio(per, "walqueue", "floor"), "x", target=(">=", 0.9)),
+        },
+    }

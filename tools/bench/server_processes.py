@@ -1,0 +1,326 @@
+"""server_processes (alias j): several processes through walqueue-serve, against SQLite (and persist-queue)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from walqueue import Queue
+
+from .backends import SqliteQueue
+from .harness import LEASE_SECONDS, NOW, Context, figure, payload, pyplot, summary
+
+#: Sizes at each scale (with the run's `reps` unless set here): `ctx.scale` during the run.
+SCALES: dict[str, dict[str, int]] = {
+    "tiny": {"ops": 48, "reps": 1, "rtt_calls": 50},
+    "default": {"ops": 480, "reps": 3, "rtt_calls": 400},
+    "big": {"ops": 2400, "reps": 5, "rtt_calls": 2000},
+}
+
+
+#
+# Durable puts, then reserve+ack cycles, from 1, 4 and 8 client processes through one
+# `walqueue-serve`, against SQLite from 8 processes (each its own connection: WAL,
+# synchronous=FULL, busy_timeout) and persist-queue's SQLiteAckQueue from 8 processes when
+# it is importable. Every configuration does the same total number of operations, split
+# evenly over its processes; a phase's time is from the first process's start (after a
+# barrier, connections already open) to the last one's end, on the system-wide monotonic
+# clock. The configurations rotate in each repetition, as elsewhere.
+
+CLIENTS = (1, 4, 8)
+SQLITE_BUSY_MS = 60_000
+
+
+def open_for_processes(kind: str, target: str) -> Any:
+    if kind == "serve":
+        from walqueue.cli import Client
+
+        return Client(target, timeout=120)
+    if kind == "sqlite":
+        backend = SqliteQueue(target, durable=True)
+        backend._db.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_MS}")
+        return backend
+    if kind == "persist":
+        import persistqueue
+
+        return persistqueue.SQLiteAckQueue(target, auto_commit=True, multithreading=True)
+    raise ValueError(kind)
+
+
+def _process_worker(kind: str, target: str, prefix: str, count: int, barrier: Any, results: Any) -> None:
+    import queue as queue_module
+
+    backend = open_for_processes(kind, target)
+    barrier.wait()
+    put_start = time.perf_counter()
+    for i in range(count):
+        if kind == "persist":
+            backend.put({"task_id": f"{prefix}-{i}", "payload": payload(i)})
+        else:
+            backend.put(f"{prefix}-{i}", payload(i))
+    put_end = time.perf_counter()
+    barrier.wait()
+    cycle_start = time.perf_counter()
+    done = 0
+    while done < count:
+        if kind == "persist":
+            try:
+                item = backend.get(block=False)
+            except queue_module.Empty:
+                continue
+            backend.ack(item)
+            done += 1
+            continue
+        leases = backend.reserve(f"w-{prefix}", now=NOW, lease_seconds=LEASE_SECONDS, limit=1)
+        for lease in leases:
+            backend.ack(lease, now=NOW + 1)
+            done += 1
+    cycle_end = time.perf_counter()
+    results.put((put_start, put_end, cycle_start, cycle_end))
+    if hasattr(backend, "close"):
+        backend.close()
+
+
+def _run_processes(kind: str, target: str, processes: int, total: int) -> tuple[float, float]:
+    """Seconds for `total` durable puts, then `total` reserve+ack cycles, split over `processes`."""
+    import multiprocessing
+    import queue as queue_module
+
+    context = multiprocessing.get_context("fork")
+    barrier = context.Barrier(processes)
+    results = context.Queue()
+    workers = [
+        context.Process(target=_process_worker, args=(kind, target, f"p{n}", total // processes, barrier, results))
+        for n in range(processes)
+    ]
+    for worker in workers:
+        worker.start()
+    spans: list[tuple[float, float, float, float]] = []
+    give_up = time.monotonic() + 600
+    while len(spans) < processes:
+        try:
+            spans.append(results.get(timeout=1))
+        except queue_module.Empty:
+            failed = [w.exitcode for w in workers if w.exitcode not in (None, 0)]
+            if failed or time.monotonic() > give_up:
+                for worker in workers:
+                    worker.kill()
+                raise RuntimeError(f"server_processes: {kind} workers failed (exit codes {failed})") from None
+    for worker in workers:
+        worker.join(60)
+        if worker.exitcode != 0:
+            raise RuntimeError(f"server_processes: {kind} worker exited {worker.exitcode}")
+    puts_seconds = max(span[1] for span in spans) - min(span[0] for span in spans)
+    cycles_seconds = max(span[3] for span in spans) - min(span[2] for span in spans)
+    return puts_seconds, cycles_seconds
+
+
+class _Served:
+    """A walqueue-serve process for one configuration (started untimed, stopped with SIGTERM)."""
+
+    def __init__(self, directory: Path) -> None:
+        import select
+        import subprocess
+
+        self.socket_dir = tempfile.mkdtemp(prefix="wq-bench-", dir="/tmp")  # sun_path: 108 bytes
+        self.socket_path = f"{self.socket_dir}/s"
+        env = dict(os.environ)
+        import walqueue
+
+        roots = [str(Path(entry).parent) for entry in walqueue.__path__]
+        env["PYTHONPATH"] = os.pathsep.join(roots + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+        command = [sys.executable, "-m", "walqueue.cli.serve", str(directory), "--socket", self.socket_path]
+        self.process = subprocess.Popen(
+            [*command, "--log-level", "WARNING"], stdout=subprocess.PIPE, env=env, bufsize=0
+        )
+        assert self.process.stdout is not None
+        ready, _, _ = select.select([self.process.stdout], [], [], 60)
+        if not ready or not self.process.stdout.readline():
+            self.process.kill()
+            raise RuntimeError("server_processes: walqueue-serve did not start")
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(60)
+        shutil.rmtree(self.socket_dir, ignore_errors=True)
+
+
+def _persist_available() -> str | None:
+    try:
+        import persistqueue  # noqa: F401
+    except ImportError as error:
+        return f"persist-queue is not importable here ({error})"
+    return None
+
+
+def run(ctx: Context) -> dict[str, Any]:
+    s = ctx.scale
+    total, reps = s["ops"], s["reps"]
+    configs = [(f"serve_{n}", "serve", n) for n in CLIENTS] + [("sqlite_8", "sqlite", 8)]
+    persist_missing = _persist_available()
+    if persist_missing is None:
+        configs.append(("persist_queue_8", "persist", 8))
+    puts_per: dict[str, list[float]] = {name: [] for name, _, _ in configs}
+    cycles_per: dict[str, list[float]] = {name: [] for name, _, _ in configs}
+    errors: dict[str, str] = {}
+    for rep in range(reps):
+        shift = rep % len(configs)
+        for name, kind, processes in configs[shift:] + configs[:shift]:
+            if name in errors:
+                continue
+            directory = ctx.dir(f"j-{name}")
+            served = _Served(directory / "q") if kind == "serve" else None
+            target = served.socket_path if served else str(directory / "queue.sqlite")
+            if kind == "persist":
+                target = str(directory / "persist-queue")
+            if kind != "serve":
+                # Its tables (and SQLite's journal mode) before 8 processes race to create them: a
+                # connection upgrading its lock for CREATE TABLE gets SQLITE_BUSY without a busy wait.
+                opened = open_for_processes(kind, target)
+                if hasattr(opened, "close"):
+                    opened.close()
+            try:
+                puts_seconds, cycles_seconds = _run_processes(kind, target, processes, total)
+            except Exception as error:  # persist-queue may not survive several processes
+                errors[name] = f"{type(error).__name__}: {error}"
+                ctx.log(f"server_processes: {name} failed: {errors[name]}")
+                continue
+            finally:
+                if served is not None:
+                    served.stop()
+            puts_per[name].append(puts_seconds / total)
+            cycles_per[name].append(cycles_seconds / total)
+            ctx.log(
+                f"server_processes: rep {rep} {name}: {total / puts_seconds:,.0f} puts/s,"
+                f" {total / cycles_seconds:,.0f} cycles/s"
+            )
+    rtt = _round_trips(ctx, s["rtt_calls"])
+    backends: dict[str, Any] = {}
+    for label, per in (("puts", puts_per), ("cycles", cycles_per)):
+        block = {}
+        for name, samples in per.items():
+            if samples:
+                fig = figure(samples, "s/op", better="lower")
+                fig["clock"] = "wall"
+                fig["other_clock"] = dict(summary(samples), clock="wall")
+                block[name] = fig
+        backends[label] = block
+    backends["round trip"] = rtt["backends"]
+    ratios: dict[str, Any] = {}
+    for label, per in (("puts", puts_per), ("cycles", cycles_per)):
+        if per["serve_8"] and per["sqlite_8"]:
+            ratios[f"{label}_serve8_vs_sqlite8"] = figure(
+                [b / a for a, b in zip(per["serve_8"], per["sqlite_8"], strict=True)], "x", target=(">=", 3.0)
+            )
+        if per["serve_1"] and per["serve_8"]:
+            ratios[f"{label}_serve8_vs_serve1"] = figure(
+                [b / a for a, b in zip(per["serve_8"], per["serve_1"], strict=True)],
+                "x",
+                note="information: scaling from 1 to 8 client processes",
+            )
+        if per.get("persist_queue_8") and per["serve_8"]:
+            ratios[f"{label}_serve8_vs_persist_queue8"] = figure(
+                [b / a for a, b in zip(per["serve_8"], per["persist_queue_8"], strict=True)],
+                "x",
+                note="information: persist-queue's SQLiteAckQueue from 8 processes",
+            )
+    ratios.update(rtt["ratios"])
+    return {
+        "clock": "wall",
+        "title": f"several processes through walqueue-serve: {total} durable puts, then {total} reserve+ack",
+        "params": {
+            "ops_per_config": total,
+            "reps": reps,
+            "clients": list(CLIENTS),
+            "sqlite": f"8 processes, own connections, WAL, synchronous=FULL, busy_timeout={SQLITE_BUSY_MS} ms",
+            "persist_queue": persist_missing or "SQLiteAckQueue(auto_commit=True, multithreading=True), 8 processes",
+            "errors": errors,
+        },
+        "series": {"puts": puts_per, "cycles": cycles_per},
+        "backends": backends,
+        "ratios": ratios,
+    }
+
+
+def _round_trips(ctx: Context, calls: int) -> dict[str, Any]:
+    """One client's round trip (a read, a durable put) against the same call on an in-process Queue."""
+    from walqueue.cli import Client
+
+    served = _Served(ctx.dir("j-rtt-served") / "q")
+    local = Queue(ctx.dir("j-rtt-local") / "q", sync=True)
+    samples: dict[str, list[float]] = {"client_get": [], "queue_get": [], "client_put": [], "queue_put": []}
+    try:
+        with Client(served.socket_path) as client:
+            client.put("present", payload(0))
+            local.put("present", payload(0))
+            for rep in range(3):
+                for name, call in (
+                    ("client_get", lambda i: client.get("present")),
+                    ("queue_get", lambda i: local.get("present")),
+                    ("client_put", lambda i, rep=rep: client.put(f"r{rep}-{i}", payload(i))),
+                    ("queue_put", lambda i, rep=rep: local.put(f"r{rep}-{i}", payload(i))),
+                ):
+                    count = calls if name.endswith("get") else max(10, calls // 10)
+                    start = time.perf_counter()
+                    for i in range(count):
+                        call(i)
+                    samples[name].append((time.perf_counter() - start) / count)
+    finally:
+        local.close()
+        served.stop()
+    block = {}
+    for name, values in samples.items():
+        fig = figure(values, "s/op", better="lower")
+        fig["clock"] = "wall"
+        fig["other_clock"] = dict(summary(values), clock="wall")
+        block[name] = fig
+    ratios = {
+        "rtt_get_client_vs_queue": figure(
+            [a / b for a, b in zip(samples["client_get"], samples["queue_get"], strict=True)],
+            "x time",
+            better="lower",
+            note="information: one client's read round trip / the same Queue.get in-process",
+        ),
+        "rtt_put_client_vs_queue": figure(
+            [a / b for a, b in zip(samples["client_put"], samples["queue_put"], strict=True)],
+            "x time",
+            better="lower",
+            note="information: one client's durable put / the same Queue.put in-process",
+        ),
+    }
+    return {"backends": block, "ratios": ratios}
+
+
+def plot(result: dict[str, Any], path: str) -> str:
+    """Bars of server_processes's throughput per configuration (needs matplotlib, a tool-only dependency)."""
+    plt = pyplot()
+    if plt is None:
+        return f"server_processes plot skipped: matplotlib is not installed (pip install matplotlib) for {path}"
+    series = result["series"]
+    names = [name for name in series["puts"] if series["puts"][name]]
+    figure_, axis = plt.subplots(figsize=(8, 4.5))
+    width = 0.38
+    for offset, (label, per) in enumerate((("durable puts", series["puts"]), ("reserve+ack", series["cycles"]))):
+        rates = [1 / statistics.median(per[name]) for name in names]
+        low = [1 / max(per[name]) for name in names]
+        high = [1 / min(per[name]) for name in names]
+        positions = [i + (offset - 0.5) * width for i in range(len(names))]
+        errors = [
+            [r - lo for r, lo in zip(rates, low, strict=True)],
+            [hi - r for r, hi in zip(rates, high, strict=True)],
+        ]
+        axis.bar(positions, rates, width, yerr=errors, capsize=3, label=label)
+    axis.set_xticks(range(len(names)), [name.replace("_", " ") for name in names])
+    axis.set_ylabel("operations per second (median, min..max)")
+    axis.set_title("one walqueue-serve for 1, 4, 8 client processes vs SQLite from 8 (all durable)")
+    axis.legend()
+    figure_.tight_layout()
+    figure_.savefig(path, dpi=110)
+    plt.close(figure_)
+    return f"server_processes plot written to {path}"

@@ -1,0 +1,154 @@
+"""Campaign ``crash-points``: randomized workloads (every operation, the lease
+lifecycle calls extend, redrive and cancel included, explicit and
+automatic compaction, reaps) are killed with `InjectedCrash` at every
+phase call of every step, on a copy of the directory. Each copy is reopened
+at once (first crashing again at each recovery phase) and must equal the
+model before the step, or after exactly those of its transactions whose
+frames were complete (the ``wal.append.written`` phases reached, SPEC §4
+rules 6 and 7). The workload then goes on, sometimes from a crashed copy.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from model import Model
+from walqueue import (
+    PHASES,
+    InjectedCrash,
+    Queue,
+)
+
+from .checks import check_poisoned, compare_views, open_through_recovery_crashes
+from .harness import Abort, Dirs, Report, remove, scratch_root
+from .workload import Expected, Op, PhaseLog, Workload, count_lifecycle_call, expected_states, outcome
+
+CRASH_STEPS = 160
+ADOPT_PROBABILITY = 0.3
+
+
+def campaign_crash_points(seed: int, budget: float, report: Report) -> None:
+    """Crash every phase call of every step of seeded workloads, on copies of the directory."""
+    deadline = time.monotonic() + budget
+    crashed: set[str] = set()
+    with tempfile.TemporaryDirectory(prefix="walqueue-crash-", dir=scratch_root()) as tmp:
+        for unit in itertools.count():
+            if unit and time.monotonic() >= deadline:
+                break
+            report.count("workloads")
+            try:
+                _crash_workload(seed, unit, Dirs(Path(tmp) / f"u{unit}"), deadline, report, crashed)
+            except Abort as exc:
+                report.diverge(str(exc))
+            except Exception:
+                report.diverge(f"unit {unit}: unexpected exception\n{traceback.format_exc(limit=6)}")
+    report.counts["phases crashed"] = len(crashed)
+    missing = sorted(set(PHASES) - crashed)
+    if missing:
+        report.gaps.append(f"phases never crashed at: {missing}")
+
+
+def _crash_workload(seed: int, unit: int, dirs: Dirs, deadline: float, report: Report, crashed: set[str]) -> None:
+    dirs.root.mkdir()
+    rng = random.Random(f"crash:{seed}:{unit}")
+    workload = Workload(f"crash-ops:{seed}:{unit}")
+    options: dict[str, Any] = {"sync": False, "compact_bytes": rng.choice([600, 1200, 2500])}
+    main = dirs.new()
+    model = Model()
+    recorder = PhaseLog()
+    queue = Queue(main, hook=recorder, **options)
+    try:
+        for step in range(CRASH_STEPS):
+            if step >= 10 and time.monotonic() >= deadline:
+                break
+            where = f"--seed {seed} crash-points unit {unit} step {step}"
+            op = workload.next_op(model)
+            where += f" ({op.describe()})"
+            expected = expected_states(model, op)
+            pre = dirs.new(copy_of=main)
+            recorder.phases = []
+            answer = outcome(op, queue)
+            report.count("steps")
+            if answer != expected.answer:
+                raise Abort(f"{where}: answered {answer[:200]!r}, model {expected.answer[:200]!r}")
+            if not compare_views(queue, expected.after, report, where):
+                raise Abort(f"{where}: aborted")
+            count_lifecycle_call(report, op, answer, "applied")
+            phases = list(recorder.phases)
+            adopt_at = rng.randrange(len(phases)) if phases and rng.random() < ADOPT_PROBABILITY else None
+            adopted: tuple[Path, Model] | None = None
+            for crash_at in range(len(phases)):
+                crashed_dir, state = _crash_once(
+                    pre, op, crash_at, phases, expected, options, dirs, report, crashed, where
+                )
+                if crash_at == adopt_at:
+                    adopted = (crashed_dir, state)
+                else:
+                    remove(crashed_dir)
+            remove(pre)
+            if adopted is None:
+                model = expected.after
+            else:
+                queue.close()
+                remove(main)
+                main, model = adopted
+                queue = Queue(main, hook=recorder, **options)
+                report.count("continued from a crash")
+        queue.close()
+        final = Queue(main, **options)
+        compare_views(final, model, report, f"--seed {seed} crash-points unit {unit}: final reopen")
+        final.close()
+    finally:
+        queue.close()
+        remove(dirs.root)
+
+
+def _crash_once(
+    pre: Path,
+    op: Op,
+    crash_at: int,
+    phases: list[str],
+    expected: Expected,
+    options: dict[str, Any],
+    dirs: Dirs,
+    report: Report,
+    crashed: set[str],
+    where: str,
+) -> tuple[Path, Model]:
+    """Replay the step on a copy of `pre`, die at phase call `crash_at`, reopen at once and compare."""
+    scratch = dirs.new(copy_of=pre)
+    where = f"{where} crash at phase call {crash_at} ({phases[crash_at]})"
+    crasher = PhaseLog(crash_at=crash_at)
+    crashing = Queue(scratch, hook=crasher, **options)
+    try:
+        outcome(op, crashing)
+    except InjectedCrash:
+        pass
+    else:
+        raise Abort(f"{where}: the replayed step never reached that phase call")
+    report.count("crash points")
+    if expected.after.last_seq != expected.before.last_seq:
+        count_lifecycle_call(report, op, expected.answer, "crash points in")
+    crashed.add(crasher.phases[-1])
+    if crasher.phases != phases[: crash_at + 1]:
+        report.diverge(f"{where}: phases {crasher.phases} differ from the uninterrupted run")
+    check_poisoned(crashing, where, report)
+    complete = crasher.phases.count("wal.append.written")
+    state = expected.state_after(complete)
+    if state is None:
+        raise Abort(f"{where}: {complete} complete frames, but the model's step has fewer transactions")
+    # Reopen at once: the dead object still exists, and must have let go of the lock.
+    reopened = open_through_recovery_crashes(scratch, report, crashed, where, sync=False, compact_bytes=None)
+    try:
+        if not compare_views(reopened, state, report, where):
+            raise Abort(f"{where}: aborted")
+    finally:
+        reopened.close()
+    del crashing
+    return scratch, state

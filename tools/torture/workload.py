@@ -1,0 +1,314 @@
+"""Operations and the seeded workload shared by the model-checked campaigns."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from model import Model, render
+from walqueue import (
+    InjectedCrash,
+    Lease,
+    Task,
+)
+
+from .harness import DOCUMENTED_ERRORS, Report
+
+
+@dataclass(frozen=True)
+class Op:
+    """One call of the public API, as data, so that a child process and its parent build the same."""
+
+    kind: str
+    args: dict[str, Any]
+
+    def describe(self) -> str:
+        """A one-line text that identifies the call (the kill campaign compares it across processes)."""
+        a = self.args
+        if self.kind == "put":
+            spec = a["spec"]
+            return f"put {spec['task_id']} key={spec.get('key')} at={spec.get('available_at', 0)}"
+        if self.kind == "put_many":
+            return "put_many " + ",".join(item["task_id"] for item in a["items"])
+        if self.kind == "reserve":
+            return f"reserve {a['worker']} now={a['now']} for={a['lease_seconds']} limit={a['limit']}"
+        if self.kind in ("ack", "release", "extend"):
+            lease = a["lease"]
+            return f"{self.kind} {lease.task_id} {lease.worker} g{lease.generation} now={a['now']}"
+        if self.kind == "redrive":
+            return f"redrive {a['task_id']} at={a['available_at']} extra={a['extra_attempts']}"
+        if self.kind == "cancel":
+            return f"cancel {a['task_id']}"
+        if self.kind == "get":
+            return f"get {a['task_id']}"
+        if self.kind == "tasks":
+            return f"tasks {a['status']}"
+        return self.kind
+
+
+def perform(op: Op, target: Any) -> Any:
+    """Run `op` on a `Queue` or a `Model` (they share the API)."""
+    a = op.args
+    if op.kind == "put":
+        return target.put(**copy.deepcopy(a["spec"]))
+    if op.kind == "put_many":
+        return target.put_many(copy.deepcopy(a["items"]))
+    if op.kind == "reserve":
+        return target.reserve(a["worker"], now=a["now"], lease_seconds=a["lease_seconds"], limit=a["limit"])
+    if op.kind == "ack":
+        return target.ack(a["lease"], now=a["now"])
+    if op.kind == "release":
+        return target.release(a["lease"], now=a["now"], delay=a["delay"])
+    if op.kind == "extend":
+        return target.extend(a["lease"], now=a["now"], lease_seconds=a["lease_seconds"])
+    if op.kind == "redrive":
+        return target.redrive(a["task_id"], available_at=a["available_at"], extra_attempts=a["extra_attempts"])
+    if op.kind == "cancel":
+        return target.cancel(a["task_id"])
+    if op.kind == "compact":
+        return target.compact()
+    if op.kind == "get":
+        return target.get(a["task_id"])
+    if op.kind == "tasks":
+        return target.tasks(a["status"])
+    raise AssertionError(f"unknown op kind {op.kind}")
+
+
+def outcome(op: Op, target: Any) -> str:
+    """The call's answer as exact text: the rendered result, or the documented error's class."""
+    try:
+        value = perform(op, target)
+    except DOCUMENTED_ERRORS as exc:
+        return "error " + type(exc).__name__
+    return "ok " + render(value)
+
+
+#: The lease lifecycle op kinds, counted apart in every campaign's report so that a run shows it applied them.
+LIFECYCLE_KINDS = ("extend", "redrive", "cancel")
+
+
+def count_lifecycle_call(report: Report, op: Op, answer: str, what: str) -> None:
+    """Count a lifecycle call that succeeded (`answer` from `outcome`), as "`what` `kind`"."""
+    if op.kind in LIFECYCLE_KINDS and answer.startswith("ok "):
+        report.count(f"{what} {op.kind}")
+
+
+def text_digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def token_for(task: Task) -> Lease:
+    """The lease token a worker would hold for a leased task (also used to forge stale ones)."""
+    return Lease(
+        task_id=task.task_id,
+        worker=task.worker or "w1",
+        generation=task.generation,
+        deadline=task.deadline or 0,
+        attempts=task.attempts,
+        payload=task.payload or {},
+    )
+
+
+class Workload:
+    """A seeded stream of calls that depends only on its seed and on the state it reads.
+
+    Tokens are rebuilt from `tasks()` rather than remembered, so a child
+    process reading its queue and a parent reading the model make the same
+    choices as long as the two states agree, and a workload can go on from a
+    crashed copy whose last answer nobody saw.
+    """
+
+    KINDS = (
+        ("put", "retry", "conflict", "put_many", "reserve", "ack", "release", "stale", "compact", "get", "tasks")
+        + ("extend", "redrive", "cancel")  # the lease lifecycle
+    )
+    WEIGHTS = (6, 1, 1, 2, 5, 4, 2, 1, 1, 1, 1) + (3, 2, 1)
+
+    def __init__(self, seed: str, *, prefix: str = "t", now: int = 0, weights: dict[str, int] | None = None) -> None:
+        self.rng = random.Random(seed)
+        self.prefix = prefix
+        self.now = now
+        self.next_id = 0
+        self.puts: list[dict[str, Any]] = []
+        self.weights = list(self.WEIGHTS)
+        for kind, weight in (weights or {}).items():
+            self.weights[self.KINDS.index(kind)] = weight
+
+    def _payload(self, n: int) -> dict[str, Any]:
+        rng = self.rng
+        payload: dict[str, Any] = {"n": n}
+        shape = rng.random()
+        if shape < 0.5:
+            payload["blob"] = "x" * rng.randrange(0, 40)
+        elif shape < 0.7:
+            payload["f"] = rng.choice([1.5, -0.0, 1e300, 0.1, 2.0])
+            payload["b"] = rng.choice([True, False, None, 1])
+        elif shape < 0.85:
+            payload["nested"] = {"l": [1, "two", {"three": [3.0]}], "u": 'é\u2028\x00"\\'}
+        else:
+            payload["big"] = rng.randrange(2**62)
+        return payload
+
+    def new_spec(self) -> dict[str, Any]:
+        rng = self.rng
+        self.next_id += 1
+        spec: dict[str, Any] = {
+            "task_id": f"{self.prefix}{self.next_id:04d}",
+            "payload": self._payload(self.next_id),
+            "available_at": self.now + rng.choice([0, 0, 0, 3]),
+            "max_attempts": rng.choice([1, 2, 3]),
+        }
+        if rng.random() < 0.3:
+            spec["key"] = f"k-{self.prefix}{self.next_id:04d}"
+        self.puts.append(spec)
+        return spec
+
+    def next_op(self, target: Any) -> Op:
+        """Choose the next call from the seed and from `target`'s state (a Queue or a Model)."""
+        rng = self.rng
+        self.now += rng.choice([0, 1, 1, 2, 5])
+        now = self.now
+        kind = rng.choices(self.KINDS, weights=self.weights)[0]
+        if kind in ("retry", "conflict") and self.puts:
+            spec = dict(rng.choice(self.puts))
+            if kind == "conflict":
+                spec["payload"] = {"other": rng.randrange(3)}
+            return Op("put", {"spec": spec})
+        if kind == "put_many":
+            items = [self.new_spec() for _ in range(rng.randrange(1, 4))]
+            if len(self.puts) > len(items) and rng.random() < 0.4:
+                items.append(dict(rng.choice(self.puts[: -len(items)])))
+            return Op("put_many", {"items": items})
+        if kind == "reserve":
+            return Op(
+                "reserve",
+                {
+                    "worker": rng.choice(["w1", "w2", "w3"]),
+                    "now": now,
+                    "lease_seconds": rng.choice([1, 2, 4, 10]),
+                    "limit": rng.choice([1, 2, 3, 5]),
+                },
+            )
+        if kind in ("ack", "release"):
+            leased = target.tasks("leased")
+            if leased:
+                lease = token_for(rng.choice(leased))
+                if kind == "ack":
+                    return Op("ack", {"lease": lease, "now": now})
+                return Op("release", {"lease": lease, "now": now, "delay": rng.choice([0, 1, 3])})
+        if kind == "extend":
+            leased = target.tasks("leased")
+            if leased:
+                # Mostly a heartbeat of a lease not yet over; sometimes one at or past its deadline (stale).
+                live = [t for t in leased if t.deadline is not None and t.deadline > now]
+                task = rng.choice(live if live and rng.random() < 0.85 else leased)
+                lease = token_for(task)
+                if rng.random() < 0.3:
+                    lease = Lease(lease.task_id, lease.worker, lease.generation)  # the three fields alone
+                return Op("extend", {"lease": lease, "now": now, "lease_seconds": rng.choice([1, 2, 4, 10])})
+        if kind in ("redrive", "cancel"):
+            tasks = target.tasks()
+            wanted = ("dead",) if kind == "redrive" else ("ready", "leased")
+            fitting = [t.task_id for t in tasks if t.status in wanted]
+            if fitting or tasks:
+                # Mostly a task in the status the call needs; sometimes any task or an unknown one (WrongStatus).
+                roll = rng.random()
+                if fitting and roll < 0.8:
+                    task_id = rng.choice(fitting)
+                elif tasks and roll < 0.95:
+                    task_id = rng.choice(tasks).task_id
+                else:
+                    task_id = f"{self.prefix}missing"
+                if kind == "cancel":
+                    return Op("cancel", {"task_id": task_id})
+                return Op(
+                    "redrive",
+                    {
+                        "task_id": task_id,
+                        "available_at": now + rng.choice([0, 0, 2]),
+                        "extra_attempts": rng.choice([1, 1, 2]),
+                    },
+                )
+        if kind == "stale":
+            touched = [t for t in target.tasks() if t.generation > 0]
+            if touched:
+                lease = token_for(rng.choice(touched))
+                forged = rng.choice(["generation", "worker", "as-is"])
+                if forged == "generation":
+                    lease = Lease(lease.task_id, lease.worker, lease.generation - 1, 0, 0, {})
+                elif forged == "worker":
+                    lease = Lease(lease.task_id, "w9", lease.generation, 0, 0, {})
+                # Forged for every lease call this workload makes (a weight of 0 turns extend off).
+                verbs = ["ack", "release"] + (["extend"] if self.weights[self.KINDS.index("extend")] else [])
+                verb = rng.choice(verbs)
+                return Op(verb, {"lease": lease, "now": now, "delay": 0, "lease_seconds": 5})
+        if kind == "compact":
+            return Op("compact", {})
+        if kind == "get":
+            known = [t.task_id for t in target.tasks()]
+            task_id = rng.choice(known) if known and rng.random() < 0.8 else f"{self.prefix}missing"
+            return Op("get", {"task_id": task_id})
+        if kind == "tasks":
+            return Op("tasks", {"status": rng.choice([None, "ready", "leased", "completed", "dead"])})
+        return Op("put", {"spec": self.new_spec()})
+
+
+def reap_only(model: Model, now: int) -> Model:
+    """The model after the reap transaction of `reserve(now=now)` and before its lease transaction."""
+    reaped = model.clone()
+    reap = getattr(reaped, "reap", None)
+    if callable(reap):
+        reap(now)
+        return reaped
+    # The model has no public reap (yet): do exactly what its reserve does first.
+    records = sorted(reaped._tasks.items())
+    expired = [r for _, r in records if r["status"] == "leased" and r["deadline"] <= now]
+    if expired:
+        reaped._expire([{"op": "expire", "task": r["task"], "generation": r["generation"]} for r in expired])
+    return reaped
+
+
+@dataclass
+class Expected:
+    """The model states a step may leave, by `last_seq`, and the answer it must give."""
+
+    by_seq: dict[int, Model]
+    before: Model
+    after: Model
+    answer: str
+
+    def state_after(self, complete: int) -> Model | None:
+        """The state once `complete` of the step's transactions are durable (None: no such state)."""
+        return self.by_seq.get(self.before.last_seq + complete)
+
+
+def expected_states(model: Model, op: Op) -> Expected:
+    before = model.clone()
+    by_seq = {before.last_seq: before}
+    if op.kind == "reserve":
+        reaped = reap_only(model, op.args["now"])
+        by_seq.setdefault(reaped.last_seq, reaped)
+    after = model.clone()
+    answer = outcome(op, after)
+    by_seq[after.last_seq] = after
+    return Expected(by_seq, before, after, answer)
+
+
+class PhaseLog:
+    """A hook that records phases and raises `InjectedCrash` at call number `crash_at`, or at `crash_phase`."""
+
+    def __init__(self, crash_at: int | None = None, crash_phase: str | None = None) -> None:
+        self.crash_at = crash_at
+        self.crash_phase = crash_phase
+        self.phases: list[str] = []
+
+    def __call__(self, phase: str) -> None:
+        self.phases.append(phase)
+        if self.crash_at is not None and len(self.phases) - 1 == self.crash_at:
+            raise InjectedCrash(phase)
+        if self.crash_phase == phase:
+            self.crash_phase = None
+            raise InjectedCrash(phase)
