@@ -11,6 +11,7 @@ import pytest
 
 import walqueue.format
 import walqueue.format.fsck as fsck
+import walqueue.format.fsck.cli as fsck_cli
 from walqueue.format.cmdline import EX_USAGE, EXIT_INTERRUPTED
 
 if TYPE_CHECKING:
@@ -48,8 +49,8 @@ def test_ctrl_c_exits_130_with_one_line(monkeypatch: pytest.MonkeyPatch, tmp_pat
     def interrupted(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(fsck, "check", interrupted)
-    monkeypatch.setattr(fsck, "salvage", interrupted)
+    monkeypatch.setattr(fsck_cli, "check", interrupted)
+    monkeypatch.setattr(fsck_cli, "salvage", interrupted)
     for args in ([str(tmp_path)], ["--salvage", str(tmp_path / "out"), str(tmp_path)]):
         err = io.StringIO()
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):

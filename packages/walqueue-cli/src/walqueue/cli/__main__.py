@@ -10,6 +10,7 @@ before reading the next request.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -156,9 +157,30 @@ def serve(queue: QueueLike, requests: BinaryIO, answers: BinaryIO, *, line_limit
     return EXIT_OK
 
 
+class _StderrWarnings(logging.Handler):
+    """WARNING and above of the `walqueue` logger on the current stderr, as walqueue-serve logs them.
+
+    Opening cuts a torn tail with a WARNING; the library logs nowhere by
+    default (a NullHandler), so without this the consumer cut it silently.
+    """
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            print(f"walqueue: {record.levelname}: {record.getMessage()}", file=sys.stderr, flush=True)
+        except (OSError, ValueError):
+            pass
+
+
+def _log_warnings() -> None:
+    logger = logging.getLogger("walqueue")
+    if not any(not isinstance(handler, logging.NullHandler) for handler in logger.handlers):
+        logger.addHandler(_StderrWarnings(logging.WARNING))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the consumer; returns the exit status instead of exiting."""
     arguments = _argument_parser().parse_args(argv)
+    _log_warnings()
     try:
         queue = Queue(arguments.directory, sync=True)
     except KeyboardInterrupt:

@@ -21,10 +21,10 @@ from walqueue.engine.state import InvalidTransaction, State, apply
 from walqueue.engine.wal import Hook, WalWriter, create_segment
 from walqueue.format.current import Current, read_current
 from walqueue.format.directory import StoreDirectory
-from walqueue.format.errors import CorruptStore
-from walqueue.format.frame import SegmentEnd, scan_frames
-from walqueue.format.log_rules import SequenceRule, live_segments
-from walqueue.format.names import list_directory, wal_name
+from walqueue.format.errors import CorruptStore, repair_hint
+from walqueue.format.frame import SegmentEnd
+from walqueue.format.log_rules import LiveSegment, SequenceRule, live_segments, missing_current
+from walqueue.format.names import CURRENT_NAME, list_directory, wal_name
 from walqueue.format.progress import Progress
 from walqueue.format.snapshot import SnapshotReader
 from walqueue.format.transaction import transaction_seq
@@ -105,7 +105,18 @@ def _progress(directory: StoreDirectory, current: Current | None, live: list[int
 
 
 def recover(directory: StoreDirectory, *, hook: Hook, sync: bool) -> Recovered:
-    """Rebuild the state of `directory` (which the caller owns) and open its WAL for appending."""
+    """Rebuild the state of `directory` (which the caller owns) and open its WAL for appending.
+
+    A `CorruptStore` also says what to do next (`repair_hint`): whoever
+    meets it is an operator with a queue that will not start.
+    """
+    try:
+        return _recover(directory, hook=hook, sync=sync)
+    except CorruptStore as exc:
+        raise CorruptStore(exc.path, exc.offset, f"{exc.reason}; {repair_hint(directory.path)}") from None
+
+
+def _recover(directory: StoreDirectory, *, hook: Hook, sync: bool) -> Recovered:
     listing = list_directory(directory)
     current = read_current(directory)
     if current is not None:
@@ -130,6 +141,9 @@ def recover(directory: StoreDirectory, *, hook: Hook, sync: bool) -> Recovered:
         wal = WalWriter(directory, first_live=1, newest=1, fd=fd, newest_size=0, wal_bytes=0, sync=sync)
         return Recovered(state, None, wal, snapshot_size)
     if segments.missing:
+        lost_current = missing_current(listing)
+        if lost_current is not None:
+            raise CorruptStore(directory.file_path(CURRENT_NAME), None, lost_current)
         raise CorruptStore(directory.file_path(wal_name(segments.missing[0][0])), None, "WAL segment is missing")
     live = segments.live
 
@@ -141,17 +155,10 @@ def recover(directory: StoreDirectory, *, hook: Hook, sync: bool) -> Recovered:
     end = SegmentEnd()
     newest = live[-1]
     for number in live:
-        name = wal_name(number)
-        path = directory.file_path(name)
-        end = SegmentEnd()
-        try:
-            fd = directory.open_regular(name, "WAL segment")
-        except FileNotFoundError:
-            raise CorruptStore(path, None, "WAL segment is missing") from None
-        with os.fdopen(fd, "rb") as file, paused_gc():
-            frames = scan_frames(file, path, allow_torn_tail=number == newest, end=end)
-            _replay_segment(state, frames, path, rule, progress, snapshot_size + wal_bytes)
-        wal_bytes += end.size if end.torn_offset is None else end.torn_offset
+        with LiveSegment(directory, number, newest=number == newest) as segment, paused_gc():
+            _replay_segment(state, segment.frames(), segment.path, rule, progress, snapshot_size + wal_bytes)
+        end = segment.end
+        wal_bytes += segment.kept_bytes
     if progress is not None:
         progress.finish()
 

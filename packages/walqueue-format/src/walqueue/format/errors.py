@@ -8,6 +8,7 @@ no engine) or by `Queue`; the engine re-exports both.
 from __future__ import annotations
 
 import os
+import shlex
 
 
 class WalQueueError(Exception):
@@ -33,3 +34,17 @@ class CorruptStore(WalQueueError):
 
     def __reduce__(self) -> tuple[object, ...]:
         return (type(self), (self.path, self.offset, self.reason))
+
+
+def repair_hint(directory: str | os.PathLike[str]) -> str:
+    """The next step after opening refused `directory`: where the cause and the repair procedure are.
+
+    Opening stops at the first problem and never repairs; `walqueue-fsck`
+    reads on, names the likely cause and what survives, and prints the
+    repair guide, which an installed package carries (docs/ is not in the
+    wheels).
+    """
+    return (
+        f"run `walqueue-fsck {shlex.quote(os.fspath(directory))}` for the likely cause and what survives, "
+        "and `walqueue-fsck --help-repair` for the repair procedure (docs/REPAIR.md)"
+    )

@@ -15,15 +15,27 @@ verdict on every store, so both call these, instead of each keeping a copy:
 Recovery stops at the first broken rule; fsck reports every one and then
 goes on reading, so these return or raise per rule, and `SequenceRule`
 can be re-anchored after damage (`resync`).
+
+Both also read a live segment the same way, through `LiveSegment` (which
+names a vanished segment, refuses anything but a regular file and says
+where a torn tail starts), and name a deleted CURRENT the same way
+(`missing_current`).
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
 from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
 
+from walqueue.format.directory import StoreDirectory
 from walqueue.format.errors import CorruptStore
+from walqueue.format.frame import SegmentEnd, scan_frames
+from walqueue.format.names import DirectoryListing, wal_name
 
-__all__ = ["LiveSegments", "SequenceRule", "live_segments"]
+__all__ = ["LiveSegment", "LiveSegments", "SequenceRule", "live_segments", "missing_current"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,3 +134,64 @@ class SequenceRule:
                 f"the live WAL ends at sequence {last}, before the snapshot's {self.snapshot_seq}: "
                 "the next transaction appended would leave a gap",
             )
+
+
+def missing_current(listing: DirectoryListing) -> str | None:
+    """Why a directory whose log does not start at segment 1 lacks CURRENT, or ``None``.
+
+    Without CURRENT the live WAL must start at segment 1. When it does not,
+    and a snapshot file shows that a compaction ran (it deletes the segments
+    its snapshot covers and writes CURRENT to say so), the missing file is
+    CURRENT, not the first segments: naming those would send a repairer
+    looking for files that were deleted on purpose.
+    """
+    numbers = listing.segment_numbers
+    if listing.has_current or not listing.snapshots or not numbers or numbers[0] == 1:
+        return None
+    snapshots = ", ".join(name for _, name in sorted(listing.snapshots.items()))
+    return (
+        f"CURRENT is missing, but the store was compacted ({snapshots} present, the WAL starts at "
+        f"{wal_name(numbers[0])}): CURRENT was probably deleted or lost"
+    )
+
+
+class LiveSegment:
+    """One live WAL segment open for reading: the segment reader recovery and fsck share.
+
+    Opening it refuses what opening a store refuses (a vanished segment, a
+    symlink, a FIFO or anything but a regular file, as `CorruptStore`
+    naming it); `frames()` yields its ``(offset, size, value)`` frames, a
+    torn tail allowed only in the newest segment; `end` then says where the
+    segment ended and `kept_bytes` what opening keeps of it.
+    """
+
+    __slots__ = ("name", "path", "newest", "end", "file")
+
+    def __init__(self, directory: StoreDirectory, number: int, *, newest: bool) -> None:
+        self.name = wal_name(number)
+        self.path = directory.file_path(self.name)
+        self.newest = newest
+        self.end = SegmentEnd()
+        try:
+            fd = directory.open_regular(self.name, "WAL segment")
+        except FileNotFoundError:
+            raise CorruptStore(self.path, None, "WAL segment is missing") from None
+        self.file = os.fdopen(fd, "rb")
+
+    def frames(self) -> Iterator[tuple[int, int, Any]]:
+        """The segment's verified frames, in order (`scan_frames`, with this segment's torn-tail rule)."""
+        return scan_frames(self.file, self.path, allow_torn_tail=self.newest, end=self.end)
+
+    @property
+    def kept_bytes(self) -> int:
+        """The bytes opening keeps: the whole segment, or everything before its torn tail."""
+        end = self.end
+        return end.size if end.torn_offset is None else end.torn_offset
+
+    def __enter__(self) -> LiveSegment:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, value: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        self.file.close()

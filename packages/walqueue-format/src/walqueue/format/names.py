@@ -83,6 +83,17 @@ class DirectoryListing:
         """The segments' numbers in ascending order: the order the log is read in."""
         return sorted(self.segments)
 
+    @property
+    def foreign(self) -> bool:
+        """Only files WALQueue never writes, and at least one: not a store (a mistyped path).
+
+        An empty directory is a new store; one holding any store file
+        (CURRENT, LOCK, a segment, a snapshot, a temporary file) is a store,
+        however damaged.
+        """
+        store_files = self.segments or self.snapshots or self.temps or self.has_current or self.has_lock
+        return bool(self.others) and not store_files
+
 
 def list_directory(directory: StoreDirectory | str | os.PathLike[str]) -> DirectoryListing:
     """Classify every entry of `directory` by name (nothing is opened)."""

@@ -54,6 +54,25 @@ class SnapshotInfo:
     sha256: str
 
 
+def _body_frames(records: Iterable[bytes], count: int) -> Iterator[bytes]:
+    """The body frames holding `records`, each up to `BODY_TARGET_BYTES`; `ValueError` if they are not `count`."""
+    written = 0
+    body: list[bytes] = []
+    body_size = len(_BODY_OPEN) + len(_BODY_CLOSE) - 1
+    for record in records:
+        if body and body_size + len(record) + 1 > BODY_TARGET_BYTES:
+            yield encode_body(_BODY_OPEN + b",".join(body) + _BODY_CLOSE)
+            body = []
+            body_size = len(_BODY_OPEN) + len(_BODY_CLOSE) - 1
+        body.append(record)
+        body_size += len(record) + 1
+        written += 1
+    if body:
+        yield encode_body(_BODY_OPEN + b",".join(body) + _BODY_CLOSE)
+    if written != count:
+        raise ValueError(f"snapshot header announced {count} records, {written} were given")
+
+
 def write_snapshot(
     path: str | os.PathLike[str],
     seq: int,
@@ -119,21 +138,8 @@ def write_snapshot(
         if on_partial is not None:
             on_partial()
 
-        written = 0
-        body: list[bytes] = []
-        body_size = len(_BODY_OPEN) + len(_BODY_CLOSE) - 1
-        for record in records:
-            if body and body_size + len(record) + 1 > BODY_TARGET_BYTES:
-                emit(encode_body(_BODY_OPEN + b",".join(body) + _BODY_CLOSE))
-                body = []
-                body_size = len(_BODY_OPEN) + len(_BODY_CLOSE) - 1
-            body.append(record)
-            body_size += len(record) + 1
-            written += 1
-        if body:
-            emit(encode_body(_BODY_OPEN + b",".join(body) + _BODY_CLOSE))
-        if written != count:
-            raise ValueError(f"snapshot header announced {count} records, {written} were given")
+        for frame in _body_frames(records, count):
+            emit(frame)
         emit(encode_frame({"end": True, "seq": seq, "tasks": count}))
         flush()
         if on_written is not None:

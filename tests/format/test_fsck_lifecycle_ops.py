@@ -1,4 +1,4 @@
-"""walqueue-fsck and the op kinds of issue #16 (extend, redrive, cancel).
+"""walqueue-fsck and the lifecycle op kinds (extend, redrive, cancel).
 
 The format layer keeps its own list of op names (it cannot import the
 engine), so fsck could fall behind a new kind without any engine test
@@ -61,7 +61,7 @@ def wal_op_names(directory: Path) -> set[str]:
     return names
 
 
-def issue16_store(directory: Path) -> dict[str, Any]:
+def lifecycle_store(directory: Path) -> dict[str, Any]:
     """A store a `Queue` wrote with every new call: before a compaction (in the snapshot) and after (in the WAL)."""
     with Queue(directory, sync=False, compact_bytes=None) as q:
         for i in range(4):
@@ -83,7 +83,7 @@ def issue16_store(directory: Path) -> dict[str, Any]:
 
 
 def test_a_store_written_with_every_new_call_passes_fsck_and_replay(tmp_path: Path) -> None:
-    written = issue16_store(tmp_path)
+    written = lifecycle_store(tmp_path)
     stats = written["stats"]
     assert wal_op_names(tmp_path) >= set(NEW_KINDS)  # the WAL after the snapshot holds each new kind
     assert stats["snapshot_seq"] > 0

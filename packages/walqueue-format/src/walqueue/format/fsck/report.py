@@ -1,0 +1,246 @@
+"""fsck's report: what it found (`Finding`), the likely causes (`Cause`), the summaries and the verdict.
+
+Only data and the verdict rule live here; `check` fills a `Report`,
+`causes` adds its causes, `render` turns it into text and `cli` into an
+exit status. The `--json` layout (`Report.to_json`) is versioned by
+`REPORT_VERSION`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from walqueue.format.current import Current
+from walqueue.format.errors import CorruptStore
+from walqueue.format.survey import Survey
+
+__all__ = [
+    "EXIT_CORRUPT",
+    "EXIT_HEALTHY",
+    "EXIT_NOT_A_STORE",
+    "EXIT_TORN",
+    "REPORT_VERSION",
+    "SEVERITIES",
+    "Cause",
+    "Finding",
+    "LeftoverSummary",
+    "ReplaySummary",
+    "Report",
+    "SegmentSummary",
+    "SnapshotSummary",
+    "file_name",
+]
+
+EXIT_HEALTHY = 0
+EXIT_TORN = 1
+EXIT_CORRUPT = 2
+#: A directory holding no store file and files WALQueue never writes: a mistyped path, not a queue.
+EXIT_NOT_A_STORE = 3
+
+#: The version of the `--json` report's layout (the `fsck` field).
+REPORT_VERSION = 1
+
+#: Severities, worst first. `error`: fsck could not read something (or the
+#: directory is not a store); `corrupt`: opening would raise CorruptStore;
+#: `torn`: opening would cut a torn tail; `note`: worth knowing, harmless to opening.
+SEVERITIES = ("error", "corrupt", "torn", "note")
+_STATUS_EXIT = {
+    "not-a-store": EXIT_NOT_A_STORE,
+    "error": EXIT_CORRUPT,
+    "corrupt": EXIT_CORRUPT,
+    "torn": EXIT_TORN,
+    "healthy": EXIT_HEALTHY,
+}
+
+
+def file_name(path: str | None) -> str | None:
+    """Findings name files relative to the directory: every file of a store sits directly in it."""
+    return None if path is None else os.path.basename(path)
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One thing fsck found: how bad, what kind, where (file name and byte offset), and why."""
+
+    severity: str
+    kind: str
+    file: str | None
+    offset: int | None
+    message: str
+    #: For a torn tail: the number of bytes opening would cut.
+    bytes: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The finding as a JSON object (the `findings` items of `--json`)."""
+        return {
+            "severity": self.severity,
+            "kind": self.kind,
+            "file": self.file,
+            "offset": self.offset,
+            "message": self.message,
+            "bytes": self.bytes,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Cause:
+    """The likely cause of the damage fsck found, in words a repairer can act on (docs/REPAIR.md)."""
+
+    kind: str
+    message: str
+
+    def to_json(self) -> dict[str, Any]:
+        """The cause as a JSON object."""
+        return {"kind": self.kind, "message": self.message}
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotSummary:
+    """The snapshot CURRENT names, as read and verified."""
+
+    file: str
+    seq: int
+    tasks: int
+    size: int
+    sha256: str
+
+    def to_json(self) -> dict[str, Any]:
+        """The snapshot summary as a JSON object."""
+        return {"file": self.file, "seq": self.seq, "tasks": self.tasks, "size": self.size, "sha256": self.sha256}
+
+
+@dataclass(slots=True)
+class SegmentSummary:
+    """One live WAL segment: its size, how many frames were verified, their sequence range, its end."""
+
+    file: str
+    number: int
+    size: int | None = None
+    frames: int = 0
+    first_seq: int | None = None
+    last_seq: int | None = None
+    torn_offset: int | None = None
+    torn_bytes: int = 0
+
+    def saw(self, seq: int) -> None:
+        """Count one verified frame holding transaction `seq`."""
+        self.frames += 1
+        if self.first_seq is None:
+            self.first_seq = seq
+        self.last_seq = seq
+
+    def to_json(self) -> dict[str, Any]:
+        """The segment summary as a JSON object (the `segments` items of `--json`)."""
+        return {
+            "file": self.file,
+            "number": self.number,
+            "size": self.size,
+            "frames": self.frames,
+            "first_seq": self.first_seq,
+            "last_seq": self.last_seq,
+            "torn_offset": self.torn_offset,
+            "torn_bytes": self.torn_bytes,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class LeftoverSummary:
+    """A segment below CURRENT.wal: never read, as opening never reads it."""
+
+    file: str
+    number: int
+    size: int | None
+
+    def to_json(self) -> dict[str, Any]:
+        """The leftover segment as a JSON object."""
+        return {"file": self.file, "number": self.number, "size": self.size}
+
+
+@dataclass(frozen=True, slots=True)
+class ReplaySummary:
+    """What applying the log with the engine's state machine gave.
+
+    `complete` is false when damage stopped the replay: `applied`, `last_seq`
+    and `counts` then describe the state just before the damage (`counts` is
+    ``None`` when not even the snapshot could be loaded).
+    """
+
+    complete: bool
+    applied: int
+    last_seq: int | None
+    counts: dict[str, int] | None
+
+    def to_json(self) -> dict[str, Any]:
+        """The replay summary as a JSON object."""
+        return {"complete": self.complete, "applied": self.applied, "last_seq": self.last_seq, "counts": self.counts}
+
+
+@dataclass(slots=True)
+class Report:
+    """Everything fsck learned about one directory; `status` and `exit_code` are its verdict."""
+
+    directory: str
+    findings: list[Finding] = field(default_factory=list)
+    current: Current | None = None
+    snapshot: SnapshotSummary | None = None
+    segments: list[SegmentSummary] = field(default_factory=list)
+    leftover_segments: list[LeftoverSummary] = field(default_factory=list)
+    last_seq: int | None = None
+    replay: ReplaySummary | None = None
+    #: Only when damage was found: the likely causes, and what survives past the damage.
+    causes: list[Cause] = field(default_factory=list)
+    survey: Survey | None = None
+
+    def add(self, severity: str, kind: str, file: str | None, offset: int | None, message: str) -> None:
+        """Record a finding."""
+        assert severity in SEVERITIES, severity
+        self.findings.append(Finding(severity, kind, file, offset, message))
+
+    def add_corrupt(self, kind: str, exc: CorruptStore) -> None:
+        """Record `exc` as a corrupt finding of `kind`."""
+        self.add("corrupt", kind, file_name(exc.path), exc.offset, exc.reason)
+
+    def add_unreadable(self, path: str, exc: OSError) -> None:
+        """Record that `path` could not be read: a permission or I/O error, never a verdict on its bytes."""
+        self.add("error", "unreadable", file_name(path), None, f"cannot read: {exc.strerror or exc}")
+
+    @property
+    def sound(self) -> bool:
+        """True while nothing found so far would make opening fail."""
+        return not any(f.severity in ("error", "corrupt") for f in self.findings)
+
+    @property
+    def status(self) -> str:
+        """`not-a-store`, `error`, `corrupt`, `torn` or `healthy`: the worst found (notes count as healthy)."""
+        if any(f.kind == "not-a-store" for f in self.findings):
+            return "not-a-store"
+        severities = {f.severity for f in self.findings}
+        for severity in ("error", "corrupt", "torn"):
+            if severity in severities:
+                return severity
+        return "healthy"
+
+    @property
+    def exit_code(self) -> int:
+        """The exit status of the verdict: 0 healthy, 1 torn, 2 corrupt or error, 3 not a store."""
+        return _STATUS_EXIT[self.status]
+
+    def to_json(self) -> dict[str, Any]:
+        """The `--json` report (layout version `REPORT_VERSION`, documented in `main`'s help)."""
+        return {
+            "fsck": REPORT_VERSION,
+            "directory": self.directory,
+            "status": self.status,
+            "exit_code": self.exit_code,
+            "findings": [f.to_json() for f in self.findings],
+            "current": None if self.current is None else self.current.to_json(),
+            "snapshot": None if self.snapshot is None else self.snapshot.to_json(),
+            "segments": [s.to_json() for s in self.segments],
+            "leftover_segments": [s.to_json() for s in self.leftover_segments],
+            "last_seq": self.last_seq,
+            "replay": None if self.replay is None else self.replay.to_json(),
+            "causes": [c.to_json() for c in self.causes],
+            "survey": None if self.survey is None else self.survey.to_json(),
+        }
