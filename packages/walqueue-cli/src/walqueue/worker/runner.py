@@ -3,14 +3,16 @@
 The threads, and why each exists:
 
 - the fetcher reserves tasks, as many as there is room for (the threads
-  plus a prefetch, one `reserve` call for all of them), sends the acks of
-  the tasks that finished together with that reserve (`pending.py`), and
-  hands the leases out; when nothing is due
-  it blocks in the source's `wait` until a commit or the next due time
-  (`stats()`'s `next_available_at` and `next_deadline`), at most
-  `idle_wait` clock units: an idle worker costs a wake-up per `idle_wait`,
-  never a spin;
-- N executors run the handler, then ack or release through the `Settler`;
+  plus a prefetch, one `reserve` call for all of them), and hands them
+  out; when nothing is due it blocks in the source's `wait` until a commit
+  or the next due time (`stats()`'s `next_available_at` and
+  `next_deadline`), at most `idle_wait` clock units: an idle worker costs a
+  wake-up per `idle_wait`, never a spin;
+- N executors run the handler, then release a failure through the
+  `Settler`, and hand a success to the acker;
+- the acker sends the acks in batches (`pending.py`): one round trip
+  through a client's pipeline, one fsync in a `Queue.batch` (without
+  either, the executors ack by themselves);
 - the monitor sends heartbeats and takes back timed-out tasks (`monitor.py`);
 - the scheduler, with a schedule, puts the periodic firings (`schedule.py`);
 - the lifecycle thread waits for `stop()` and then shuts down in order:
@@ -47,7 +49,7 @@ from walqueue.worker.retry import RetryPolicy
 from walqueue.worker.router import Handler
 from walqueue.worker.running import Run, Settler
 from walqueue.worker.schedule import Periodic, Scheduler
-from walqueue.worker.source import Source, ack_and_reserve
+from walqueue.worker.source import Source, ack_many
 
 __all__ = ["DEFAULT_GRACE", "DEFAULT_IDLE_WAIT", "DEFAULT_LEASE", "EXIT_HARD_TIMEOUT", "Worker"]
 
@@ -60,6 +62,8 @@ DEFAULT_HEARTBEAT = 1 / 3
 EXIT_HARD_TIMEOUT = 75
 #: After a failed call to the source (the server is away), the fetcher waits this long, doubling up to the cap.
 _BACKOFF_SECONDS = (0.05, 2.0)
+#: How long a stopping worker waits for its last batch of acks (a server that stopped answering).
+_ACKER_JOIN_SECONDS = 60.0
 
 
 def _default_name() -> str:
@@ -151,6 +155,8 @@ class Worker:
         self._monitor_stop = threading.Event()
         self._next_summary = time.monotonic() + (summary_every or 0)
         self._settler: Settler | None = None
+        self._batched_acks = False
+        self._acker_thread: threading.Thread | None = None
         self._monitor: Any = None
         self._threads: list[threading.Thread] = []
 
@@ -167,6 +173,9 @@ class Worker:
             self.source = Queue(self._directory)
         assert self.source is not None
         self._settler = Settler(self.source, self.clock, self.retry, self.report)
+        # Acks go to the acker thread only where its batches make one round trip or one fsync;
+        # otherwise each thread acks by itself, and the queue's group commit joins their fsyncs.
+        self._batched_acks = hasattr(self.source, "pipeline") or hasattr(self.source, "batch")
         self._monitor = Monitor(
             self._settler,
             lease=self.lease,
@@ -180,6 +189,8 @@ class Worker:
         if self.schedule:
             scheduler = Scheduler(self.schedule, self.source, units_per_second=self.units_per_second)
             self._spawn(lambda: scheduler.run_forever(self.clock, self._stopping), "scheduler")
+        if self._batched_acks:
+            self._acker_thread = self._spawn(self._acker, "acker")
         self._spawn(self._fetcher, "fetcher")
         self._spawn(self._lifecycle, "lifecycle")
         log.info(
@@ -236,75 +247,52 @@ class Worker:
     # -- the threads -----------------------------------------------------------------------
 
     def _fetcher(self) -> None:
-        assert self.source is not None and self._settler is not None
+        assert self.source is not None
         backoff = _BACKOFF_SECONDS[0]
         while True:
-            acks, room = self._pending.next_batch(self._stopping)
-            if not acks and room == 0:
-                return  # stopping, and every ack left to this thread is sent
+            room = self._pending.wait_room(self._stopping)
+            if room == 0:
+                return
             try:
                 with self._reserving:
                     if self._stopping.is_set():
-                        room = 0
+                        return
                     now = self.clock()
-                    errors, leases = ack_and_reserve(
-                        self.source,
-                        [run.lease for run in acks],
-                        now=now,
-                        worker=self.name,
-                        lease_seconds=self.lease,
-                        limit=room,
-                    )
+                    leases = self.source.reserve(self.name, now=now, lease_seconds=self.lease, limit=room)
                     for lease in leases:
                         self._dispatch(lease, now)
+                if not leases:
+                    self._idle()
+                backoff = _BACKOFF_SECONDS[0]
             except OSError as error:  # the server is away (the client reconnects on its own for a while)
-                self._acks_lost(acks, error)
                 if self._stopping.is_set():
-                    continue
+                    return
                 log.warning("cannot reach the queue (%s); trying again in %.2f s", error, backoff)
                 self._stopping.wait(backoff)
                 backoff = min(backoff * 2, _BACKOFF_SECONDS[1])
-                continue
             except QueueClosed as error:
-                self._acks_lost(acks, error)
                 if not self._stopping.is_set():
                     self._fail_worker(error)
                 return
             except Exception as error:  # a bug: stop rather than spin on it
                 log.exception("the fetcher failed")
-                self._acks_lost(acks, error)
                 self._fail_worker(error)
                 return
-            backoff = _BACKOFF_SECONDS[0]
+
+    def _acker(self) -> None:
+        """Send the acks of finished tasks in batches: all that came in while the previous batch was sent."""
+        assert self.source is not None and self._settler is not None
+        while (acks := self._pending.next_acks()) is not None:
+            try:
+                errors = ack_many(self.source, [run.lease for run in acks], now=self.clock())
+            except Exception as error:  # noqa: BLE001 - a lost connection, or a poisoned queue: the acks' fate is unknown
+                errors = [error if isinstance(error, OSError) else ConnectionError(f"{type(error).__name__}: {error}")]
+                errors *= len(acks)
+                if isinstance(error, QueueClosed) and not self._stopping.is_set():
+                    self._fail_worker(error)
             for run, ack_error in zip(acks, errors, strict=True):
                 self._settler.acked(run, ack_error)
                 self._monitor.remove(run)
-            if room and not leases and not self._idle():
-                return
-
-    def _idle(self) -> bool:
-        """Nothing was due: block until a commit or the next due time, at most `idle_wait`; False: stop fetching."""
-        try:
-            self._wait_for_work()
-        except OSError as error:
-            if not self._stopping.is_set():
-                log.warning("cannot reach the queue (%s); trying again in 1 s", error)
-                self._stopping.wait(1.0)
-        except QueueClosed as error:
-            if not self._stopping.is_set():
-                self._fail_worker(error)
-            return False
-        except Exception as error:  # a bug: stop rather than spin on it
-            log.exception("the fetcher failed while idle")
-            self._fail_worker(error)
-            return False
-        return True
-
-    def _acks_lost(self, acks: list[Run], error: BaseException) -> None:
-        assert self._settler is not None
-        for run in acks:
-            self._settler.acked(run, error if isinstance(error, OSError) else ConnectionError(str(error)))
-            self._monitor.remove(run)
 
     def _fail_worker(self, error: BaseException) -> None:
         log.error("worker %s stops: %s: %s", self.name, type(error).__name__, error)
@@ -318,17 +306,15 @@ class Worker:
         self._monitor.add(run)
         self._handoff.put(run)
 
-    def _wait_for_work(self) -> None:
+    def _idle(self) -> None:
+        """Nothing was due: block until a commit or the next due time, at most `idle_wait`."""
         assert self.source is not None
         stats = self.source.stats()
         dues = [time for time in (stats.get("next_available_at"), stats.get("next_deadline")) if time is not None]
         now = self.clock()
         wake_at = min([now + self.idle_wait, *dues])
-        if wake_at > now and not self._stopping.is_set() and self._pending.begin_waiting():
-            try:
-                self.source.wait(seconds_until(wake_at, now, self.units_per_second))
-            finally:
-                self._pending.end_waiting()
+        if wake_at > now and not self._stopping.is_set():
+            self.source.wait(seconds_until(wake_at, now, self.units_per_second))
 
     def _executor(self) -> None:
         assert self._settler is not None
@@ -362,7 +348,8 @@ class Worker:
             return False
         if not self._settler.claim(run):
             return False
-        if self._pending.queue_ack(run, self._stopping):
+        if self._batched_acks:
+            self._pending.queue_ack(run)
             return True
         try:
             self.source.ack(run.lease, now=self.clock())
@@ -425,6 +412,9 @@ class Worker:
         error = {"type": "Shutdown", "message": "the worker stopped before the handler finished"}
         for run in self._monitor.runs():
             self._settler.abandon(run, "interrupted", "shutdown", 0, error)
+        self._pending.close()  # the acker sends the acks still queued, then ends
+        if self._acker_thread is not None:
+            self._acker_thread.join(_ACKER_JOIN_SECONDS)
         self._finish()
 
     def _finish(self) -> None:

@@ -9,11 +9,10 @@ and `fail` (dead at once). They pass the error as
 error); with an older source the error is only logged, and a permanent
 failure falls back to `cancel`, which makes the task dead as `fail` would.
 
-`ack_and_reserve` is the worker's busy path: the acks of the tasks that
-finished since the last call and the next reserve, together. Through a
-client with `pipeline()` they are one round trip (which the server commits
-together); on a `Queue` with `batch()` they wait for one fsync; otherwise
-they are plain calls, one after another.
+`ack_many` is the worker's busy path: the acks of the tasks that finished
+since the last batch, together. Through a client with `pipeline()` they
+are one round trip (which the server commits together); on a `Queue` with
+`batch()` they wait for one fsync; otherwise they are plain calls.
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ from typing import Any, Protocol
 
 from walqueue import Lease, StaleLease, Task
 
-__all__ = ["MAX_ERROR_CHARS", "Source", "ack_and_reserve", "error_of", "fail", "release_failed"]
+__all__ = ["MAX_ERROR_CHARS", "Source", "ack_many", "error_of", "fail", "release_failed"]
 
 #: The longest error message the worker sends (the engine bounds what it stores too).
 MAX_ERROR_CHARS = 2000
@@ -96,32 +95,23 @@ def fail(source: Source, lease: Lease, *, now: int, error: dict[str, str]) -> No
         source.cancel(lease.task_id)
 
 
-def ack_and_reserve(
-    source: Source, acks: list[Lease], *, now: int, worker: str, lease_seconds: int, limit: int
-) -> tuple[list[BaseException | None], list[Lease]]:
-    """Ack `acks`, then reserve up to `limit` (0: none), together; each ack's error (or None), and the leases.
+def ack_many(source: Source, acks: list[Lease], *, now: int) -> list[BaseException | None]:
+    """Ack every lease of `acks` together; each one's `StaleLease`, or None. Any other failure is raised.
 
-    An ack's `StaleLease` is returned in its place; any other failure
-    (a lost connection: whether the acks happened is unknown) is raised.
+    Through a client's pipeline that is one round trip; in a `Queue.batch`
+    one fsync; otherwise one call after another.
     """
     pipeline = getattr(source, "pipeline", None)
     if pipeline is not None:
         calls = pipeline()
         for lease in acks:
             calls.ack(lease, now=now)
-        if limit:
-            calls.reserve(worker, now=now, lease_seconds=lease_seconds, limit=limit)
-        results = calls.execute(raise_on_error=False)
         errors: list[BaseException | None] = []
-        for result in results[: len(acks)]:
+        for result in calls.execute(raise_on_error=False):
             if isinstance(result, BaseException) and not isinstance(result, StaleLease):
                 raise result
             errors.append(result if isinstance(result, BaseException) else None)
-        if not limit:
-            return errors, []
-        if isinstance(results[-1], BaseException):
-            raise results[-1]
-        return errors, list(results[-1])
+        return errors
     batch = getattr(source, "batch", None)
     errors = []
     with batch() if batch is not None else contextlib.nullcontext():
@@ -132,5 +122,4 @@ def ack_and_reserve(
                 errors.append(error)
             else:
                 errors.append(None)
-        leases = source.reserve(worker, now=now, lease_seconds=lease_seconds, limit=limit) if limit else []
-    return errors, leases
+    return errors
