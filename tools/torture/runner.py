@@ -20,6 +20,7 @@ from . import (
     kill,
     os_faults,
     server_kill,
+    workers,
 )
 from .harness import Report, quiet_walqueue_logging
 from .kill_child import kill_zygote
@@ -47,6 +48,7 @@ REGISTRY: tuple[Campaign, ...] = (
     Campaign("server-kill", 0.1, server_kill.campaign_server_kill),  # walqueue-serve
     Campaign("client-kill", 0.06, client_kill.campaign_client_kill),
     Campaign("hostile-clients", 0.06, hostile_clients.campaign_hostile_clients),
+    Campaign("workers", 0.08, workers.campaign_workers),  # walqueue-worker --processes
 )
 CAMPAIGNS = tuple(campaign.name for campaign in REGISTRY)
 BUDGET_SHARES = {campaign.name: campaign.share for campaign in REGISTRY}

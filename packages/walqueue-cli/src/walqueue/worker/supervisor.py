@@ -39,6 +39,7 @@ SOCKET_NAME = "worker.sock"
 #: The longest path a Unix socket address may hold on Linux (108 bytes with the final NUL).
 _MAX_SOCKET_PATH = 107
 _SERVER_START_SECONDS = 30.0
+_SERVER_START_TRIES = 5  # a server killed by a signal while it starts is started again, this often
 _KILL_MARGIN_SECONDS = 10.0
 _RESTART_PAUSE = (0.1, 5.0)  # after a child that lived less than a second: doubling up to the cap
 _ALIVE_SECONDS = 1.0
@@ -122,8 +123,15 @@ class Supervisor:
     def start(self) -> bool:
         """Start the server (if any) and wait until it answers, then the children; False if the server failed."""
         if self.server is not None:
-            self.server.start()
-            if not self._server_ready():
+            for _ in range(_SERVER_START_TRIES):
+                self.server.start()
+                if self._server_ready():
+                    break
+                status = self.server.exited()
+                if status is None or status >= 0:
+                    return False  # it refused to start (2: DIR cannot be opened, 3: the socket): say so
+                log.warning("walqueue-serve was killed while starting; starting it again")
+            else:
                 return False
         for child in self.children:
             child.start()
@@ -138,7 +146,8 @@ class Supervisor:
         while time.monotonic() < give_up:
             status = self.server.process.poll()
             if status is not None:
-                log.error("walqueue-serve exited with status %d before it listened (see its message above)", status)
+                if status >= 0:
+                    log.error("walqueue-serve exited with status %d before it listened (see its message above)", status)
                 self.exit_status = status if status in (2, 3) else 3
                 return False
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
