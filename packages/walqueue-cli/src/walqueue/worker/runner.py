@@ -242,7 +242,13 @@ class Worker:
 
     def stats(self) -> dict[str, Any]:
         """The counters of every outcome (`report.OUTCOMES`), `processed`, `running` and `rate` (tasks/s)."""
-        return self.report.snapshot(0 if self._monitor is None else len(self._monitor))
+        return self.report.snapshot(self._running())
+
+    def _running(self) -> int:
+        """Handlers running now (prefetched leases waiting for a thread are not counted)."""
+        if self._monitor is None:
+            return 0
+        return sum(1 for run in self._monitor.runs() if run.begun and not run.finished)
 
     # -- the threads -----------------------------------------------------------------------
 
@@ -391,7 +397,7 @@ class Worker:
     def _maybe_summary(self) -> None:
         if self.summary_every is not None and time.monotonic() >= self._next_summary:
             self._next_summary = time.monotonic() + self.summary_every
-            self.report.summary(len(self._monitor))
+            self.report.summary(self._running())
 
     def _lifecycle(self) -> None:
         """Wait for `stop`, then: no more reserves, the grace, release what still runs, close."""
@@ -425,7 +431,7 @@ class Worker:
         if self._directory is not None and self.source is not None:
             assert isinstance(self.source, Queue)
             self.source.close()
-        self.report.summary(len(self._monitor))
+        self.report.summary(self._running())
         log.info("worker %s stopped", self.name)
         self._done.set()
 
