@@ -1,11 +1,11 @@
-"""A deliberately simple reference model of the queue's semantics (SPEC §2).
+"""A deliberately simple reference model of the queue's semantics (CONTRACT §2).
 
 `Model` answers every call the way `walqueue.Queue` must, with plain dicts and
 linear scans, no disk and no cleverness, so that it can be read against the
-SPEC sentence by sentence. Tests run the same program against a `Queue` and a
+contract (docs/CONTRACT.md) sentence by sentence. Tests run the same program against a `Queue` and a
 `Model` and compare results, errors and states.
 
-The model counts transactions exactly as the SPEC does, so `last_seq` is
+The model counts transactions exactly as the contract does, so `last_seq` is
 comparable too:
 
 - a `put`/`put_many` that creates tasks is one transaction; identical retries
@@ -17,7 +17,7 @@ comparable too:
 
 Public API (stable; crash campaigns and the torture harness import it):
 
-- `Model()` with `put`, `put_many`, `reserve`, `ack`, `release`, `extend`,
+- `Model()` with `put`, `put_many`, `reserve`, `ack`, `release`, `fail`, `extend`,
   `redrive`, `cancel` (the lease lifecycle calls), `get`, `tasks`, `counts()`,
   `next_available_at()`, `next_deadline()` (the two lifecycle keys of
   `stats()`), `last_seq` (property), `clone()` and `reap(now)` (the
@@ -30,7 +30,7 @@ Public API (stable; crash campaigns and the torture harness import it):
 - `directory_digest(directory)` and `read_frames(path)`: small helpers for
   tests that look at the bytes a queue wrote.
 
-Decisions the SPEC leaves to the implementation, taken here as the team
+Decisions the contract leaves to the implementation, taken here as the team
 documented them: ints are `int` but never `bool`, with 0 <= x < 2**63
 (outside: `ValueError`, wrong type: `TypeError`); names are non-empty `str`
 of at most 1,024 UTF-8 bytes; payload nesting depth is at most 64 (the
@@ -94,7 +94,7 @@ __all__ = [
     "wal_bodies",
 ]
 
-#: The frame bound of SPEC §3 (bytes of one frame body).
+#: The frame bound of CONTRACT §3 (bytes of one frame body).
 MAX_FRAME_BYTES = 16 * 2**20
 #: The statuses, in the order `stats()["counts"]` lists them.
 STATUSES: tuple[str, ...] = ("ready", "leased", "completed", "dead")
@@ -211,7 +211,7 @@ def _cut(text: str, limit: int) -> str:
 
 
 class Model:
-    """The reference semantics of `walqueue.Queue` (SPEC §2), in memory.
+    """The reference semantics of `walqueue.Queue` (CONTRACT §2), in memory.
 
     State: `_tasks` maps a task id to a record (a plain dict with the fields of
     a snapshot record, `identity` as the canonical bytes of the put), `_keys`
@@ -254,12 +254,12 @@ class Model:
         available_at: int = 0,
         max_attempts: int = 3,
     ) -> str:
-        """Create a task, or return `task_id` for an identical retry (SPEC §2 put)."""
+        """Create a task, or return `task_id` for an identical retry (CONTRACT §2 put)."""
         request = self._request(task_id, payload, key, available_at, max_attempts)
         return self._put_requests([request])[0]
 
     def put_many(self, tasks: Iterable[Mapping[str, Any]]) -> list[str]:
-        """All-or-nothing: one transaction for every new task (SPEC §2 put_many)."""
+        """All-or-nothing: one transaction for every new task (CONTRACT §2 put_many)."""
         if isinstance(tasks, (str, bytes, Mapping)) or not isinstance(tasks, Iterable):
             raise TypeError("put_many takes an iterable of mappings")
         requests = []
@@ -365,7 +365,7 @@ class Model:
         return ids
 
     def reserve(self, worker: str, *, now: int, lease_seconds: int, limit: int = 1) -> list[Lease]:
-        """Reap expired leases (own transaction), then lease ready tasks (SPEC §2 reserve)."""
+        """Reap expired leases (own transaction), then lease ready tasks (CONTRACT §2 reserve)."""
         _check_name(worker, "worker")
         _check_int(now, "now", 0)
         _check_int(lease_seconds, "lease_seconds", 1)
@@ -480,7 +480,7 @@ class Model:
         return record
 
     def ack(self, lease: Lease, *, now: int) -> None:
-        """Complete the leased task; its payload is dropped (SPEC §2 ack)."""
+        """Complete the leased task; its payload is dropped (CONTRACT §2 ack)."""
         self._check_token(lease, now)
         record = self._owner_record(lease, now)
         self._commit()
@@ -502,7 +502,7 @@ class Model:
         record["last_error"] = last_error
 
     def release(self, lease: Lease, *, now: int, delay: int = 0, error: Mapping[str, str] | None = None) -> None:
-        """Give the task back, or bury it when its attempts are spent (SPEC §2 release)."""
+        """Give the task back, or bury it when its attempts are spent (CONTRACT §2 release)."""
         checked = _check_error(error)
         self._check_token(lease, now)
         _check_int(delay, "delay", 0)

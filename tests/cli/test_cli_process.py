@@ -1,4 +1,4 @@
-"""The real consumer program (SPEC §6), driven as a co-process through pipes.
+"""The real consumer program (CONTRACT §6), driven as a co-process through pipes.
 
 Every test writes one request and reads its answer before writing the next,
 as a client of `python -m walqueue.cli DIR` would: an answer that is not

@@ -1,4 +1,4 @@
-"""The consumer's protocol (SPEC §6) without a process or a directory.
+"""The consumer's protocol (CONTRACT §6) without a process or a directory.
 
 A small fake queue stands in for `Queue`: it records every call, so each test
 can prove both the answer and that a refused line never reached the queue.
@@ -270,7 +270,7 @@ def test_stats_and_compact_answer_their_fields() -> None:
 
 
 def test_every_op_of_the_spec_table_is_known() -> None:
-    # SPEC §6's table, plus `wait` (the server's long poll) and extend, redrive, cancel.
+    # CONTRACT §6's table, plus `wait` (the server's long poll) and extend, redrive, cancel.
     spec = {"put", "put_many", "reserve", "ack", "release", "get", "tasks", "stats", "compact"}
     assert spec | {"wait", "extend", "redrive", "cancel"} <= set(OPS)
     assert set(OPS) == set(CALLS)

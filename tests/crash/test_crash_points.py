@@ -10,7 +10,7 @@ the step is replayed on copies of the directory and killed by
 `InjectedCrash` at each of its phase calls in turn; each copy must reopen
 at once and equal the model as it was before the step, or as it was after
 exactly those of the step's transactions whose frames were complete when
-it died (SPEC §4 rules 6 and 7). One of those crashed copies (chosen by the
+it died (CONTRACT §4 rules 6 and 7). One of those crashed copies (chosen by the
 seed) then becomes the main line, and the workload continues from it, so
 recovery is also tested from states that only crashes produce.
 """

@@ -1,4 +1,4 @@
-"""`walqueue-fsck --replay` agrees with opening (SPEC §7), over a sweep of damaged copies of one store.
+"""`walqueue-fsck --replay` agrees with opening (CONTRACT §7), over a sweep of damaged copies of one store.
 
 The store is written by a real `Queue` and holds every kind of file: a
 published CURRENT and its snapshot, an orphan snapshot and a CURRENT.tmp

@@ -23,12 +23,18 @@ def test_background_campaign() -> None:
     assert counts["crash copies"] + counts["faults"] * 2 <= counts["fsck agreed"], report.line()
 
 
+#: What the threaded lives must reach; on a loaded machine the campaign runs past its budget for them.
+THREADED_TARGETS = {
+    "lives with 4 threads": 5,
+    "lives with 16 threads": 5,
+    "threaded operations done": 300,
+    "threaded in flight applied": 10,
+    "killed with a snapshot unpublished": 1,
+}
+
+
 def test_kill_campaign_threaded_lives() -> None:
-    report = run_campaign("kill", 2, 9.0)
+    report = run_campaign("kill", 2, 9.0, targets=THREADED_TARGETS)
     assert report.passed, report.line() + "\n" + "\n".join(report.divergences)
-    counts = report.counts
-    assert counts.get("lives with 4 threads", 0) >= 5, report.line()
-    assert counts.get("lives with 16 threads", 0) >= 5, report.line()
-    assert counts.get("threaded operations done", 0) >= 300, report.line()
-    assert counts.get("threaded in flight applied", 0) >= 10, report.line()
-    assert counts.get("killed with a snapshot unpublished", 0) >= 1, report.line()
+    for what, least in THREADED_TARGETS.items():
+        assert report.counts.get(what, 0) >= least, report.line()

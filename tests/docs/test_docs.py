@@ -69,7 +69,8 @@ def quoted_tool_commands() -> list[tuple[str, str, list[str]]]:
     commands: list[tuple[str, str, list[str]]] = []
     for path in DOCS + PACKAGE_READMES:
         for match in TOOL_COMMAND.finditer(path.read_text(encoding="utf-8")):
-            options = [word.split("=")[0] for word in match.group(2).split() if word.startswith("--")]
+            words = match.group(2).split()
+            options = [word.split("=")[0] for word in words if re.fullmatch(r"--[a-zA-Z][\w-]*(=\S*)?", word)]
             commands.append((str(path.relative_to(REPO_ROOT)), match.group(1), options))
     return commands
 

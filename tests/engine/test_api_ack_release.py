@@ -1,4 +1,4 @@
-"""SPEC §2 `ack` / `release`, every `StaleLease` case, and the `Lease` token.
+"""CONTRACT §2 `ack` / `release`, every `StaleLease` case, and the `Lease` token.
 
 A stale token changes nothing at all: the directory's bytes hash the same and
 `last_seq` does not move.

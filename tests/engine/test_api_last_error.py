@@ -15,7 +15,7 @@ import hashlib
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from hypothesis import given, settings
@@ -24,6 +24,9 @@ from hypothesis import strategies as st
 from model import nothing_written, wal_bodies
 from walqueue import LastError, Lease, Queue, StaleLease, Task, WrongStatus
 from walqueue.engine.validate import ERROR_MESSAGE_BYTES, ERROR_TYPE_BYTES, MAX_FRAME_BYTES, RECORD_WORST_CASE_EXTRA
+
+if TYPE_CHECKING:
+    from conftest import RunPython
 
 BAD_INPUT = {"type": "ValueError", "message": "bad input"}
 
@@ -371,3 +374,14 @@ def test_a_store_written_without_the_new_calls_is_byte_for_byte_the_previous_ver
     assert digests == PREVIOUS_VERSION_DIGESTS
     with Queue(qdir, sync=False, compact_bytes=None) as q:  # and it opens as before, with no last error anywhere
         assert all(task.last_error is None for task in q.tasks())
+
+
+def test_fsck_replays_a_store_with_errors_and_fails_and_counts_its_tasks(qdir: Path, run_python: RunPython) -> None:
+    with Queue(qdir, sync=False, compact_bytes=None) as q:
+        q.release(leased(q, "a"), now=1, error=BAD_INPUT)
+        q.fail(leased(q, "b"), now=2, error={"type": "KeyError", "message": "no handler"})
+        q.put("c", {})
+        q.cancel("c", error={"type": "Cancelled", "message": "by ops"}, now=3)
+    result = run_python(["-m", "walqueue.format.fsck", "--replay", str(qdir)])
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "counts    ready 1, leased 0, completed 0, dead 2" in result.stdout

@@ -1,4 +1,4 @@
-"""SPEC §2 ownership: one `Queue` per directory, and when ownership ends.
+"""CONTRACT §2 ownership: one `Queue` per directory, and when ownership ends.
 
 `DirectoryLocked` in this process and from another one; the lock is free
 again after `close()`, after the object is garbage-collected, and at once

@@ -1,4 +1,4 @@
-"""SPEC §2 poisoning: a hook that raises kills the queue, nothing else does.
+"""CONTRACT §2 poisoning: a hook that raises kills the queue, nothing else does.
 
 If the hook raises (`InjectedCrash` or any other exception) the exception
 propagates unchanged, the queue releases its files and lock at once, and

@@ -1,4 +1,4 @@
-"""SPEC §2 `put` and `put_many`: creation, identity, idempotent retries, conflicts.
+"""CONTRACT §2 `put` and `put_many`: creation, identity, idempotent retries, conflicts.
 
 Every failing or idempotent call is checked at the byte level: the directory's
 files hash the same before and after, and `last_seq` does not move.

@@ -1,4 +1,4 @@
-"""SPEC §2 reads (`get`, `tasks`, `stats`, `last_seq`), payload copies, `compact()`.
+"""CONTRACT §2 reads (`get`, `tasks`, `stats`, `last_seq`), payload copies, `compact()`.
 
 Reads never write a frame; returned payloads are copies; `stats()` has the
 documented keys; `compact()` changes no answer and, with nothing appended,

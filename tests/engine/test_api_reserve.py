@@ -1,4 +1,4 @@
-"""SPEC §2 `reserve`: the reap transaction, then the lease transaction.
+"""CONTRACT §2 `reserve`: the reap transaction, then the lease transaction.
 
 Ordering by (available_at, task_id) with Python str comparison, `limit`,
 availability, attempts/generation, expiry to ready or dead, and the exact

@@ -1,4 +1,4 @@
-"""SPEC §2: calls on one `Queue` are serialized; sharing it between threads is safe.
+"""CONTRACT §2: calls on one `Queue` are serialized; sharing it between threads is safe.
 
 Several threads reserve, ack and release on one queue: no lease is lost or
 handed out twice, every transaction is counted once, and readers running at

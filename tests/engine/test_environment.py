@@ -239,7 +239,7 @@ def test_close_from_a_signal_handler_inside_a_call_never_hangs(qdir: Path, phase
         signal.signal(signal.SIGUSR1, previous)
     with Queue(qdir, sync=False) as reopened:  # the lock was released as the call returned
         # Before the write or halfway through it: nothing (a torn tail is cut).
-        # Once the frame is whole it may come back (SPEC §4 rule 6).
+        # Once the frame is whole it may come back (CONTRACT §4 rule 6).
         assert _ids(reopened) in ([["t"], []] if phase == "wal.append.written" else [[]])
 
 

@@ -1,4 +1,4 @@
-"""SPEC §4 recovery, through the public API and crafted bytes.
+"""CONTRACT §4 recovery, through the public API and crafted bytes.
 
 - Restart equivalence: after random workloads with compaction at random
   points, reopening gives every read and every later answer the model gives.

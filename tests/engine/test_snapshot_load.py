@@ -4,7 +4,7 @@
 record and builds it; `from_records` calls it for every record and adds the
 bookkeeping (order, unique keys, heaps, counts, the paused GC). These tests
 hold the acceptor to `reference_outcome`, an independent, deliberately
-plain statement of SPEC §3's record and the transitions' invariants:
+plain statement of CONTRACT §3's record and the transitions' invariants:
 
 - the acceptor accepts exactly what the rules allow, record by record, on
   valid and on damaged records, with Python values and with values

@@ -164,7 +164,7 @@ def states(draw: st.DrawFn, max_steps: int = 14) -> State:
 
 
 def record_dict(state: State, task_id: str) -> dict[str, Any]:
-    """The SPEC §3 snapshot record of a task, built from the public reads alone."""
+    """The CONTRACT §3 snapshot record of a task, built from the public reads alone."""
     found = task(state, task_id)
     return {
         "task": found.task_id,

@@ -1,4 +1,4 @@
-"""Canonical JSON (SPEC §3): one value, one byte string, and the strict body parser."""
+"""Canonical JSON (CONTRACT §3): one value, one byte string, and the strict body parser."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ json_values = st.recursive(
 
 
 def spec_expression(value: Any) -> bytes:
-    """The definition of canonical JSON, written exactly as SPEC §3 writes it."""
+    """The definition of canonical JSON, written exactly as CONTRACT §3 writes it."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
 
 

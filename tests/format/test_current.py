@@ -1,4 +1,4 @@
-"""CURRENT (SPEC §3, §4.2): exactly one valid frame, every field checked, replaced atomically."""
+"""CURRENT (CONTRACT §3, §4.2): exactly one valid frame, every field checked, replaced atomically."""
 
 from __future__ import annotations
 

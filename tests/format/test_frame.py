@@ -1,4 +1,4 @@
-"""Frames (SPEC §3): ``len`` (4 bytes, big-endian) + canonical JSON body + SHA-256 of the body.
+"""Frames (CONTRACT §3): ``len`` (4 bytes, big-endian) + canonical JSON body + SHA-256 of the body.
 
 Here: encoding, the layout byte by byte, the bounds, `decode_frame` (exactly
 one frame, as CURRENT holds) and the error type. Reading a stream of frames

@@ -1,4 +1,4 @@
-"""walqueue-fsck (SPEC §7): what it reports, how it exits, and that it never changes a byte.
+"""walqueue-fsck (CONTRACT §7): what it reports, how it exits, and that it never changes a byte.
 
 Stores are built two ways: byte by byte with the format layer's primitives
 (so that every kind of damage can be placed exactly), and by `Queue`

@@ -1,4 +1,4 @@
-"""The torn-tail scan's candidate search (SPEC §4.5): exactly the offsets where a length in bounds starts.
+"""The torn-tail scan's candidate search (CONTRACT §4.5): exactly the offsets where a length in bounds starts.
 
 `_length_candidates` finds them with C-speed searches instead of a Python
 loop per byte; these tests hold it to the plain definition, and check that a

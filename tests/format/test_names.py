@@ -1,4 +1,4 @@
-"""File names (SPEC §3): exactly `wal-` + 20 digits + `.log` and `snapshot-` + 20 digits + `.snap`.
+"""File names (CONTRACT §3): exactly `wal-` + 20 digits + `.log` and `snapshot-` + 20 digits + `.snap`.
 
 Strict parsing is what keeps a stray file (a backup, a hand-made copy) from
 ever being read as part of the log.

@@ -1,4 +1,4 @@
-"""`scan_frames`: the tuple-yielding reader under `read_frames` and replay (SPEC §3 frames, §4.5 torn tails).
+"""`scan_frames`: the tuple-yielding reader under `read_frames` and replay (CONTRACT §3 frames, §4.5 torn tails).
 
 It reads a file in chunks and walks frames by offsets inside a chunk, so the
 risky places are the chunk boundaries: a length, a body or a digest cut by

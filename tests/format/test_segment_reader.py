@@ -1,7 +1,7 @@
-"""Reading a segment (SPEC §3 frames, §4.5 torn tails): `read_frames` over a stream of frames.
+"""Reading a segment (CONTRACT §3 frames, §4.5 torn tails): `read_frames` over a stream of frames.
 
 The reader must give back exactly the complete frames of a file, classify an
-incomplete final frame as a torn tail only where SPEC §4.5 allows it, and
+incomplete final frame as a torn tail only where CONTRACT §4.5 allows it, and
 turn everything else (a bad length, a digest mismatch, a body that is not
 JSON, a damaged length hidden before a later complete frame) into
 `CorruptStore` naming the file and the offset of the frame at fault.
@@ -216,7 +216,7 @@ def test_any_single_bit_flip_is_corrupt_except_a_longer_last_length(
 ) -> None:
     """Every flip is CorruptStore at the damaged frame's offset, with exactly the frames before it read.
 
-    The one exception is SPEC §4.5's documented limit: a flip in the LAST
+    The one exception is CONTRACT §4.5's documented limit: a flip in the LAST
     frame's length that makes it longer looks exactly like a torn write of a
     longer frame, so it reads as a torn tail at that frame's start (and the
     frames before it are intact). Nothing else may be taken for a torn tail.

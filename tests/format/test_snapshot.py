@@ -1,7 +1,7 @@
-"""Snapshots (SPEC §3): header, bodies of records, footer, and nothing after it.
+"""Snapshots (CONTRACT §3): header, bodies of records, footer, and nothing after it.
 
 The writer streams records into bounded bodies; the reader streams them back
-and checks everything SPEC §3 lists: header and footer agree on sequence and
+and checks everything CONTRACT §3 lists: header and footer agree on sequence and
 count, exactly that many records, strictly increasing task ids, unique keys,
 nothing after the footer, and the size and SHA-256 that CURRENT recorded.
 """

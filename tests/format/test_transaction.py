@@ -1,4 +1,4 @@
-"""The WAL transaction envelope (SPEC §3): ``{"seq": S, "ops": [op, ...]}``, S >= 1, ops non-empty.
+"""The WAL transaction envelope (CONTRACT §3): ``{"seq": S, "ops": [op, ...]}``, S >= 1, ops non-empty.
 
 The format layer checks the envelope and each op's name; what an op means is
 the engine's state machine's business.

@@ -28,7 +28,7 @@ BENCH = REPO_ROOT / "tools" / "bench"
 
 sys.path.insert(0, str(REPO_ROOT / "tools"))
 from bench import backends as bench_backends  # noqa: E402
-from bench.registry import WORKLOADS, resolve  # noqa: E402
+from bench.registry import BY_NAME, WORKLOADS, resolve  # noqa: E402
 
 #: Every workload and the ratios/figures each must report.
 EXPECTED_FIGURES: dict[str, set[str]] = {
@@ -445,3 +445,28 @@ def test_performance_doc_maps_every_letter_to_its_name() -> None:
     text = (REPO_ROOT / "docs" / "PERFORMANCE.md").read_text(encoding="utf-8")
     for workload in WORKLOADS:
         assert f"| {workload.letter} | `{workload.name}` |" in text, workload.name
+
+
+def test_targets_markdown_has_a_column_per_run(tiny_run: tuple[dict[str, Any], str], tmp_path: Path) -> None:
+    report, _ = tiny_run
+    first, second = tmp_path / "one.json", tmp_path / "two.json"
+    first.write_text(json.dumps(report), encoding="utf-8")
+    only_a = {**report, "workloads": {"put_durable": report["workloads"]["put_durable"]}}
+    second.write_text(json.dumps(only_a), encoding="utf-8")
+    proc = subprocess.run(
+        [sys.executable, str(BENCH), "--targets-markdown", str(first), str(second)],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert lines[0].count("Python 3.") == 2
+    rows = {tuple(cell.strip() for cell in line.strip("|").split("|")[:2]) for line in lines[2:]}
+    assert rows == {(f"{BY_NAME[w].name} ({BY_NAME[w].letter})", f) for w, f in EXPECTED_TARGETS}
+    put_row = next(line for line in lines if "| put_durable (a) | walqueue_vs_sqlite |" in line)
+    assert "met" in put_row.split("|")[-3] and "met" in put_row.split("|")[-2]
+    cycle_row = next(line for line in lines if "| cpu_per_call (d) | put_walqueue_vs_sqlite |" in line)
+    assert cycle_row.split("|")[-2].strip() == ""  # the second run left that workload out

@@ -1,7 +1,7 @@
 """WALQueue against SQLite and the fsync floor: one process, interleaved, ratios per repetition.
 
-    python tools/bench                          default scale (a minute or two on 2 cores)
-    python tools/bench --scale big              the big figures (several minutes)
+    python tools/bench                          default scale (about 5 minutes on 2 cores)
+    python tools/bench --scale big              the big figures (10-15 minutes)
     python tools/bench --scale tiny             every workload in seconds (the smoke test)
     python tools/bench --json out.json          also write every figure as JSON
     python tools/bench --only put_durable,d     run some workloads only (names or letters)

@@ -5,7 +5,7 @@ uses (`put`, `put_many`, `reserve`, `ack`, `release`, `close`), with the same
 keyword names, so that one timing loop drives all three backends alike.
 
 SqliteQueue
-    The standard library's `sqlite3` implementing WALQueue's semantics (SPEC
+    The standard library's `sqlite3` implementing WALQueue's semantics (CONTRACT
     §2): a `tasks` table holding status, available_at, attempts, generation,
     worker, deadline and a unique key; `reserve` = reap + select by
     (available_at, task_id) through a partial index + update, in one

@@ -18,7 +18,7 @@ from typing import Any
 from . import ROOT
 from .harness import Context, fmt_value
 from .registry import WORKLOADS, Workload, resolve
-from .report import filesystem, loadavg, markdown, print_result, targets_table
+from .report import filesystem, loadavg, markdown, print_result, targets_markdown, targets_table
 from .scales import SCALE_REPS
 
 _DESCRIPTION = "WALQueue against SQLite and the fsync floor: one process, interleaved, ratios per repetition."
@@ -39,6 +39,12 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--keep", action="store_true", help="keep the stores after the run")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     parser.add_argument("--markdown", metavar="JSON", help="print the tables of an earlier run's JSON and exit")
+    parser.add_argument(
+        "--targets-markdown",
+        metavar="JSON",
+        nargs="+",
+        help="print one table of every target, a column per earlier run's JSON, and exit",
+    )
     for workload in WORKLOADS:
         if workload.plot is not None:
             parser.add_argument(
@@ -129,6 +135,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.list:
         for workload in WORKLOADS:
             print(f"{workload.name:<26} ({workload.letter})  {workload.summary}")
+        return 0
+    if args.targets_markdown:
+        reports = []
+        for path in args.targets_markdown:
+            with open(path, encoding="utf-8") as file:
+                reports.append(json.load(file))
+        print(targets_markdown(reports))
         return 0
     if args.markdown:
         with open(args.markdown, encoding="utf-8") as file:

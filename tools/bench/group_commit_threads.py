@@ -7,6 +7,7 @@ import os
 import statistics
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from .backends import FloorLog
@@ -142,68 +143,72 @@ def _timed_phase(callers: list[Any], phase: str, prefix: str, total: int) -> tup
     return max(span[1] for span in done) - min(span[0] for span in done), sum(span[2] for span in done)
 
 
-def run(ctx: Context) -> dict[str, Any]:
-    s = ctx.scale
-    total, reps = s["ops"], s["reps"]
-    if total % max(THREADS):
-        raise SystemExit(f"scale error: group_commit_threads ops {total} must split evenly over {max(THREADS)} threads")
-    names = [f"{backend}_{n}" for n in THREADS for backend in THREAD_BACKENDS]
+@dataclass
+class _Measured:
+    """Seconds per operation, fsyncs per operation and CPU share, per phase and configuration."""
+
+    puts_per: dict[str, list[float]]
+    cycles_per: dict[str, list[float]]
+    fsyncs: dict[str, dict[str, list[float]]]
+    cpu_share: dict[str, dict[str, list[float]]]
+
+
+def _open_configurations(ctx: Context, fill_count: int, closers: list[Any]) -> dict[str, list[Any]]:
+    """Per configuration ("walqueue_8", ...), what each of its threads calls; every store filled and warm."""
     callers: dict[str, list[Any]] = {}
-    closers: list[Any] = []
-    try:
-        for n in THREADS:
-            queue = open_backend("walqueue", ctx.dir(f"h-walqueue-{n}"), durable=True)
-            closers.append(queue)
-            callers[f"walqueue_{n}"] = [queue] * n
-            path = str(ctx.dir(f"h-sqlite-{n}") / "queue.sqlite")
-            connections = [open_for_processes("sqlite", path) for _ in range(n)]
-            closers.extend(connections)
-            callers[f"sqlite_{n}"] = connections
-            floor = open_backend("floor", ctx.dir(f"h-floor-{n}"), durable=True)
-            closers.append(floor)
-            callers[f"floor_{n}"] = [_LockedFloor(floor, threading.Lock())] * n
-        for name in names:
-            first = callers[name][0]
-            target = first._floor if isinstance(first, _LockedFloor) else first
-            fill(target, "hfill", total * reps + 50)  # every cycle of every repetition finds a ready task
-            warm_puts(target, "warm")
-            warm_cycles(target)
-        ctx.log(f"group_commit_threads: {len(names)} stores filled with {total * reps + 50} tasks each")
-        puts_per: dict[str, list[float]] = {name: [] for name in names}
-        cycles_per: dict[str, list[float]] = {name: [] for name in names}
-        fsyncs: dict[str, dict[str, list[float]]] = {"puts": {}, "cycles": {}}
-        cpu_share: dict[str, dict[str, list[float]]] = {"puts": {}, "cycles": {}}
-        with _FsyncCounter() as counter:
-            for rep in range(reps):
-                shift = rep % len(names)
-                for name in names[shift:] + names[:shift]:
-                    for phase, per in (("puts", puts_per), ("cycles", cycles_per)):
-                        gc.collect()
-                        counter.take()
-                        seconds, cpu = _timed_phase(callers[name], phase, f"r{rep}", total)
-                        synced = counter.take()
-                        per[name].append(seconds / total)
-                        cpu_share[phase].setdefault(name, []).append(cpu / seconds)
-                        if not name.startswith("sqlite"):
-                            fsyncs[phase].setdefault(name, []).append(synced / total)
-                    ctx.log(
-                        f"group_commit_threads: rep {rep} {name}: {1 / puts_per[name][-1]:,.0f} puts/s,"
-                        f" {1 / cycles_per[name][-1]:,.0f} cycles/s"
-                    )
-    finally:
-        for backend in closers:
-            backend.close()
-    backends: dict[str, Any] = {}
-    for label, per in (("puts", puts_per), ("cycles", cycles_per)):
-        block = {}
-        for name, samples in per.items():
-            fig = figure(samples, "s/op", better="lower")
-            fig["clock"] = "wall"
-            fig["other_clock"] = dict(summary(samples), clock="wall")
-            block[name] = fig
-        backends[label] = block
+    for n in THREADS:
+        queue = open_backend("walqueue", ctx.dir(f"h-walqueue-{n}"), durable=True)
+        closers.append(queue)
+        callers[f"walqueue_{n}"] = [queue] * n
+        path = str(ctx.dir(f"h-sqlite-{n}") / "queue.sqlite")
+        connections = [open_for_processes("sqlite", path) for _ in range(n)]
+        closers.extend(connections)
+        callers[f"sqlite_{n}"] = connections
+        floor = open_backend("floor", ctx.dir(f"h-floor-{n}"), durable=True)
+        closers.append(floor)
+        callers[f"floor_{n}"] = [_LockedFloor(floor, threading.Lock())] * n
+    for name in [f"{backend}_{n}" for n in THREADS for backend in THREAD_BACKENDS]:
+        first = callers[name][0]
+        target = first._floor if isinstance(first, _LockedFloor) else first
+        fill(target, "hfill", fill_count)  # every cycle of every repetition finds a ready task
+        warm_puts(target, "warm")
+        warm_cycles(target)
+    ctx.log(f"group_commit_threads: {len(callers)} stores filled with {fill_count} tasks each")
+    return callers
+
+
+def _measure(ctx: Context, callers: dict[str, list[Any]], total: int, reps: int) -> _Measured:
+    """Both phases of every configuration once per repetition, the order rotating."""
+    names = [f"{backend}_{n}" for n in THREADS for backend in THREAD_BACKENDS]
+    measured = _Measured(
+        {name: [] for name in names},
+        {name: [] for name in names},
+        {"puts": {}, "cycles": {}},
+        {"puts": {}, "cycles": {}},
+    )
+    with _FsyncCounter() as counter:
+        for rep in range(reps):
+            shift = rep % len(names)
+            for name in names[shift:] + names[:shift]:
+                for phase, per in (("puts", measured.puts_per), ("cycles", measured.cycles_per)):
+                    gc.collect()
+                    counter.take()
+                    seconds, cpu = _timed_phase(callers[name], phase, f"r{rep}", total)
+                    synced = counter.take()
+                    per[name].append(seconds / total)
+                    measured.cpu_share[phase].setdefault(name, []).append(cpu / seconds)
+                    if not name.startswith("sqlite"):
+                        measured.fsyncs[phase].setdefault(name, []).append(synced / total)
+                ctx.log(
+                    f"group_commit_threads: rep {rep} {name}: {1 / measured.puts_per[name][-1]:,.0f} puts/s,"
+                    f" {1 / measured.cycles_per[name][-1]:,.0f} cycles/s"
+                )
+    return measured
+
+
+def _ratios(measured: _Measured) -> dict[str, Any]:
     ratios: dict[str, Any] = {}
-    for label, per in (("puts", puts_per), ("cycles", cycles_per)):
+    for label, per in (("puts", measured.puts_per), ("cycles", measured.cycles_per)):
         ratios[f"{label}_walqueue8_vs_walqueue1"] = figure(
             speed_ratio(per, "walqueue_8", "walqueue_1"), "x", target=(">=", 4.0)
         )
@@ -216,26 +221,50 @@ def run(ctx: Context) -> dict[str, Any]:
             note="information: against one writer paying one fsync per operation",
         )
         ratios[f"{label}_walqueue1_fsyncs_per_op"] = figure(
-            fsyncs[label]["walqueue_1"],
+            measured.fsyncs[label]["walqueue_1"],
             "fsyncs/op",
             better="lower",
             note="information: os.fsync calls per operation with one thread"
             + (" (a cycle commits twice)" if label == "cycles" else ""),
         )
         ratios[f"{label}_walqueue8_fsyncs_per_op"] = figure(
-            fsyncs[label]["walqueue_8"],
+            measured.fsyncs[label]["walqueue_8"],
             "fsyncs/op",
             better="lower",
             note="information: os.fsync calls per operation with 8 threads: how many operations one fsync covered",
         )
         for n in (1, 8):
             ratios[f"{label}_walqueue{n}_cpu_share"] = figure(
-                cpu_share[label][f"walqueue_{n}"],
+                measured.cpu_share[label][f"walqueue_{n}"],
                 "share",
                 better="lower",
                 note=f"information: CPU time of the {n} caller thread(s), summed, over the phase's wall time"
                 " (the interpreter lock lets about 100% run Python at once)",
             )
+    return ratios
+
+
+def run(ctx: Context) -> dict[str, Any]:
+    s = ctx.scale
+    total, reps = s["ops"], s["reps"]
+    if total % max(THREADS):
+        raise SystemExit(f"scale error: group_commit_threads ops {total} must split evenly over {max(THREADS)} threads")
+    closers: list[Any] = []
+    try:
+        callers = _open_configurations(ctx, total * reps + 50, closers)
+        measured = _measure(ctx, callers, total, reps)
+    finally:
+        for backend in closers:
+            backend.close()
+    backends: dict[str, Any] = {}
+    for label, per in (("puts", measured.puts_per), ("cycles", measured.cycles_per)):
+        block = {}
+        for name, samples in per.items():
+            fig = figure(samples, "s/op", better="lower")
+            fig["clock"] = "wall"
+            fig["other_clock"] = dict(summary(samples), clock="wall")
+            block[name] = fig
+        backends[label] = block
     return {
         "clock": "wall",
         "title": f"group commit: {total} durable puts, then {total} reserve+ack, from 1-16 threads",
@@ -248,16 +277,16 @@ def run(ctx: Context) -> dict[str, Any]:
             "floor": "one FloorLog, each commit (append + fsync) under one lock: one fsync per operation",
             "fsyncs_per_op": {
                 label: {name: statistics.median(values) for name, values in per.items()}
-                for label, per in fsyncs.items()
+                for label, per in measured.fsyncs.items()
             },
             "cpu_share": {
                 label: {name: statistics.median(values) for name, values in per.items()}
-                for label, per in cpu_share.items()
+                for label, per in measured.cpu_share.items()
             },
         },
-        "series": {"puts": puts_per, "cycles": cycles_per},
+        "series": {"puts": measured.puts_per, "cycles": measured.cycles_per},
         "backends": backends,
-        "ratios": ratios,
+        "ratios": _ratios(measured),
     }
 
 

@@ -8,6 +8,7 @@ import math
 import shutil
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from walqueue import Queue
@@ -89,9 +90,8 @@ def _percentile(ordered: list[float], fraction: float) -> float:
     return ordered[max(0, math.ceil(fraction * len(ordered)) - 1)]
 
 
-def run(ctx: Context) -> dict[str, Any]:
-    s = ctx.scale
-    n, rounds, min_pairs = s["tasks"], s["rounds"], s["min_pairs"]
+def _template(ctx: Context, n: int) -> tuple[Path, int]:
+    """A store of `n` ready tasks that never compacted (its whole state is live WAL), and its size."""
     template = ctx.dir("i-template") / "q"
     queue = Queue(template, sync=False, compact_bytes=None)
     fill(queue, "i", n)
@@ -103,7 +103,70 @@ def run(ctx: Context) -> dict[str, Any]:
             f"scale error: latency_while_compacting template of {template_bytes} bytes would not trigger compaction"
         )
     ctx.log(f"latency_while_compacting: template of {n} tasks, {template_bytes:,} bytes of WAL, never compacted")
+    return template, template_bytes
 
+
+class _Rounds:
+    """The windows of every round, compacting and not, and what they measured."""
+
+    def __init__(self, ctx: Context, template: Path, min_pairs: int, watcher: _Compactions, none_queue: Any) -> None:
+        self.ctx, self.template, self.min_pairs = ctx, template, min_pairs
+        self.watcher, self.none_queue = watcher, none_queue
+        self.lat: dict[str, dict[str, list[float]]] = {
+            kind: {"compaction": [], "none": []} for kind in ("put", "cycle")
+        }
+        self.compaction_seconds: list[float] = []
+        self.pairs_per_round: list[int] = []
+        self.snapshot_bytes: list[int] = []
+        self.none_compactions = 0
+        self.slowest: dict[str, list[list[float]]] = {"put": [], "cycle": []}
+
+    def none_window(self, rep: int, pairs: int) -> None:
+        before = len(self.watcher.published)
+        gc.collect()
+        put_s, cycle_s, _ = _window(self.none_queue, f"n{rep}", pairs)
+        self.none_compactions += len(self.watcher.published) - before
+        self.lat["put"]["none"] += put_s
+        self.lat["cycle"]["none"] += cycle_s
+
+    def compaction_window(self, rep: int) -> int:
+        directory = self.ctx.dir(f"i-compaction-{rep}")
+        shutil.copytree(self.template, directory / "q")
+        queue = Queue(directory / "q", sync=True, compact_bytes=COMPACT_BYTES)
+        watcher = self.watcher
+        try:
+            before = len(watcher.published)
+            snapshot_seq = queue.stats()["snapshot_seq"]
+            gc.collect()
+            start = time.perf_counter()
+            put_s, cycle_s, started = _window(queue, f"c{rep}", self.min_pairs, lambda: len(watcher.published) > before)
+            published = watcher.published[before:]
+            if queue.stats()["snapshot_seq"] == snapshot_seq:
+                raise RuntimeError(
+                    "latency_while_compacting: the engine logged a compaction that stats() does not show"
+                )
+        finally:
+            queue.close()
+        shutil.rmtree(directory)
+        self.compaction_seconds.extend(at - start for at, _ in published)
+        published_at = published[0][0]
+        for kind, seconds in (("put", put_s), ("cycle", cycle_s)):
+            self.slowest[kind] += [
+                [round(seconds[k], 6), rep, round(started[k] - start, 3), round(published_at - started[k], 3)]
+                for k in sorted(range(len(seconds)), key=seconds.__getitem__)[-5:]
+            ]
+        self.snapshot_bytes.extend(size for _, size in published)
+        self.lat["put"]["compaction"] += put_s
+        self.lat["cycle"]["compaction"] += cycle_s
+        self.pairs_per_round.append(len(put_s))
+        self.ctx.log(
+            f"latency_while_compacting: round {rep}: compaction published after"
+            f" {published[0][0] - start:.2f} s, {len(put_s)} pairs"
+        )
+        return len(put_s)
+
+
+def _measure(ctx: Context, template: Path, rounds: int, min_pairs: int) -> _Rounds:
     none_dir = ctx.dir("i-none") / "q"
     shutil.copytree(template, none_dir)
     none_queue = Queue(none_dir, sync=True, compact_bytes=None)
@@ -114,69 +177,23 @@ def run(ctx: Context) -> dict[str, Any]:
     level = logger.level
     logger.addHandler(watcher)
     logger.setLevel(logging.INFO)
-    lat: dict[str, dict[str, list[float]]] = {kind: {"compaction": [], "none": []} for kind in ("put", "cycle")}
-    compaction_seconds: list[float] = []
-    pairs_per_round: list[int] = []
-    snapshot_bytes: list[int] = []
-    none_compactions = 0
-    slowest: dict[str, list[list[float]]] = {"put": [], "cycle": []}
+    measured = _Rounds(ctx, template, min_pairs, watcher, none_queue)
     try:
-
-        def none_window(rep: int, pairs: int) -> None:
-            nonlocal none_compactions
-            before = len(watcher.published)
-            gc.collect()
-            put_s, cycle_s, _ = _window(none_queue, f"n{rep}", pairs)
-            none_compactions += len(watcher.published) - before
-            lat["put"]["none"] += put_s
-            lat["cycle"]["none"] += cycle_s
-
-        def compaction_window(rep: int) -> int:
-            directory = ctx.dir(f"i-compaction-{rep}")
-            shutil.copytree(template, directory / "q")
-            queue = Queue(directory / "q", sync=True, compact_bytes=COMPACT_BYTES)
-            try:
-                before = len(watcher.published)
-                snapshot_seq = queue.stats()["snapshot_seq"]
-                gc.collect()
-                start = time.perf_counter()
-                put_s, cycle_s, started = _window(queue, f"c{rep}", min_pairs, lambda: len(watcher.published) > before)
-                published = watcher.published[before:]
-                if queue.stats()["snapshot_seq"] == snapshot_seq:
-                    raise RuntimeError(
-                        "latency_while_compacting: the engine logged a compaction that stats() does not show"
-                    )
-            finally:
-                queue.close()
-            shutil.rmtree(directory)
-            compaction_seconds.extend(at - start for at, _ in published)
-            published_at = published[0][0]
-            for kind, seconds in (("put", put_s), ("cycle", cycle_s)):
-                slowest[kind] += [
-                    [round(seconds[k], 6), rep, round(started[k] - start, 3), round(published_at - started[k], 3)]
-                    for k in sorted(range(len(seconds)), key=seconds.__getitem__)[-5:]
-                ]
-            snapshot_bytes.extend(size for _, size in published)
-            lat["put"]["compaction"] += put_s
-            lat["cycle"]["compaction"] += cycle_s
-            pairs_per_round.append(len(put_s))
-            ctx.log(
-                f"latency_while_compacting: round {rep}: compaction published after"
-                f" {published[0][0] - start:.2f} s, {len(put_s)} pairs"
-            )
-            return len(put_s)
-
         for rep in range(rounds):
             # The none window right after, as long: the two modes seconds apart, alike in size.
-            none_window(rep, compaction_window(rep))
+            measured.none_window(rep, measured.compaction_window(rep))
     finally:
         logger.removeHandler(watcher)
         logger.setLevel(level)
         none_queue.close()
-    if none_compactions:
-        raise RuntimeError(f"latency_while_compacting: {none_compactions} compactions with compact_bytes=None")
+    if measured.none_compactions:
+        raise RuntimeError(f"latency_while_compacting: {measured.none_compactions} compactions with compact_bytes=None")
+    return measured
+
+
+def _ratios(measured: _Rounds) -> dict[str, Any]:
     stats: dict[str, dict[str, dict[str, float]]] = {}
-    for kind, modes in lat.items():
+    for kind, modes in measured.lat.items():
         stats[kind] = {}
         for mode, samples in modes.items():
             samples.sort()
@@ -200,14 +217,25 @@ def run(ctx: Context) -> dict[str, Any]:
             better="lower",
         )
     ratios["compactions"] = figure(
-        [float(len(compaction_seconds))], "compactions", note="information: automatic compactions in the windows"
+        [float(len(measured.compaction_seconds))],
+        "compactions",
+        note="information: automatic compactions in the windows",
     )
     ratios["compaction_seconds"] = figure(
-        compaction_seconds,
+        measured.compaction_seconds,
         "s/compaction",
         better="lower",
         note="information: from the call that triggered it to the publication, per round",
     )
+    return ratios
+
+
+def run(ctx: Context) -> dict[str, Any]:
+    s = ctx.scale
+    n, rounds, min_pairs = s["tasks"], s["rounds"], s["min_pairs"]
+    template, template_bytes = _template(ctx, n)
+    measured = _measure(ctx, template, rounds, min_pairs)
+    ratios = _ratios(measured)
     return {
         "clock": "wall",
         "title": f"latency of durable puts and reserve+ack cycles with {n:,} tasks, compacting or not",
@@ -215,21 +243,21 @@ def run(ctx: Context) -> dict[str, Any]:
             "tasks": n,
             "rounds": rounds,
             "min_pairs_per_window": min_pairs,
-            "pairs_per_round": pairs_per_round,
+            "pairs_per_round": measured.pairs_per_round,
             "compact_bytes": COMPACT_BYTES,
             "template_wal_bytes": template_bytes,
-            "snapshot_bytes": snapshot_bytes,
-            "next_compaction_after_wal_bytes": [2 * size for size in snapshot_bytes],
-            "compactions_with_compaction_disabled": none_compactions,
+            "snapshot_bytes": measured.snapshot_bytes,
+            "next_compaction_after_wal_bytes": [2 * size for size in measured.snapshot_bytes],
+            "compactions_with_compaction_disabled": measured.none_compactions,
             "slowest_while_compacting": {
                 "columns": ["seconds", "round", "started after the trigger (s)", "started before the publication (s)"],
-                **{kind: sorted(rows, reverse=True)[:10] for kind, rows in slowest.items()},
+                **{kind: sorted(rows, reverse=True)[:10] for kind, rows in measured.slowest.items()},
             },
             "window": "alternating durable put and reserve+ack, one thread, until the compaction is published",
         },
         "series": {
             kind: {mode: [round(x, 7) for x in samples] for mode, samples in modes.items()}
-            for kind, modes in lat.items()
+            for kind, modes in measured.lat.items()
         },
         "backends": {},
         "ratios": ratios,

@@ -46,7 +46,7 @@ def run(ctx: Context) -> dict[str, Any]:
     """Opening a store whose last frame is torn, with megabytes of zeros after its length.
 
     The torn-tail rule must look for a complete frame anywhere after the
-    torn one's start (SPEC §4.5); that scan runs in C over the tail, so the
+    torn one's start (CONTRACT §4.5); that scan runs in C over the tail, so the
     open costs about what reading that many bytes of healthy log costs.
     """
     s = ctx.scale

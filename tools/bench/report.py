@@ -119,6 +119,49 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def targets_markdown(reports: list[dict[str, Any]]) -> str:
+    """One table of every target, a column per run (its date, commit, scale and Python): docs/PERFORMANCE.md §4.
+
+    A target a run did not measure (a workload it left out) is blank in its column. With more runs
+    than targets (repeated runs of one workload) the table turns: a row per run, a column per target.
+    """
+    columns = []
+    cells: dict[tuple[str, str], dict[int, str]] = {}
+    order: list[tuple[str, str]] = []
+    targets: dict[tuple[str, str], str] = {}
+    for index, report in enumerate(reports):
+        meta = report["meta"]
+        date = meta.get("date") or str(meta.get("started", "?"))[:10]
+        columns.append(f"{date}, {meta.get('commit') or 'unknown'}, `{meta['scale']}`, Python {meta['python']}")
+        for key, result in report["workloads"].items():
+            for name, fig in result["ratios"].items():
+                if fig["target"] is None:
+                    continue
+                row = (label(key, result), name)
+                if row not in cells:
+                    cells[row] = {}
+                    order.append(row)
+                targets[row] = fig["target"]
+                value = fmt_value(fig["median"], fig["unit"])
+                cells[row][index] = f"{value} met" if fig["met"] else f"**{value} not met**"
+    if len(reports) > len(order):  # many runs of few targets: a row per run reads better
+        lines = [
+            "| run | " + " | ".join(f"{row[0]} {row[1]} {targets[row]}" for row in order) + " |",
+            "|---|" + "---:|" * len(order),
+        ]
+        for index, column in enumerate(columns):
+            lines.append(f"| {column} | " + " | ".join(cells[row].get(index, "") for row in order) + " |")
+        return "\n".join(lines)
+    lines = [
+        "| workload | figure | target | " + " | ".join(columns) + " |",
+        "|---|---|---|" + "---:|" * len(columns),
+    ]
+    for row in order:
+        values = " | ".join(cells[row].get(index, "") for index in range(len(reports)))
+        lines.append(f"| {row[0]} | {row[1]} | {targets[row]} | {values} |")
+    return "\n".join(lines)
+
+
 def label(key: str, result: dict[str, Any]) -> str:
     """A workload as the tables name it, `name (letter)`, also for a JSON written when keys were letters."""
     if key in BY_LETTER:

@@ -1,4 +1,10 @@
-"""server_processes (alias j): several processes through walqueue-serve, against SQLite (and persist-queue)."""
+"""server_processes (alias j): several processes through walqueue-serve, against SQLite (and persist-queue).
+
+Also: the server's CPU per request (from /proc, with a server whose fsync is
+off, so the disk is out of the figure) and the client processes' CPU, for
+8 processes of puts and then of gets; and one client's 100 puts sent as one
+pipeline (one round trip) against 100 single calls.
+"""
 
 from __future__ import annotations
 
@@ -18,9 +24,9 @@ from .harness import LEASE_SECONDS, NOW, Context, figure, payload, pyplot, summa
 
 #: Sizes at each scale (with the run's `reps` unless set here): `ctx.scale` during the run.
 SCALES: dict[str, dict[str, int]] = {
-    "tiny": {"ops": 48, "reps": 1, "rtt_calls": 50},
-    "default": {"ops": 480, "reps": 3, "rtt_calls": 400},
-    "big": {"ops": 2400, "reps": 5, "rtt_calls": 2000},
+    "tiny": {"ops": 48, "reps": 1, "rtt_calls": 50, "cpu_ops": 400, "pipelines": 3},
+    "default": {"ops": 480, "reps": 3, "rtt_calls": 400, "cpu_ops": 8000, "pipelines": 20},
+    "big": {"ops": 2400, "reps": 5, "rtt_calls": 2000, "cpu_ops": 24000, "pipelines": 60},
 }
 
 
@@ -121,10 +127,18 @@ def _run_processes(kind: str, target: str, processes: int, total: int) -> tuple[
     return puts_seconds, cycles_seconds
 
 
+#: A server with its fsync off (`Server(sync=False)`; the command line has no such option on purpose).
+_UNSYNCED_SERVER = (
+    "import sys; from walqueue.cli.server import Server; "
+    "server = Server(sys.argv[1], sys.argv[2], sync=False); server.start(); "
+    "print('listening', flush=True); sys.exit(server.serve_forever())"
+)
+
+
 class _Served:
     """A walqueue-serve process for one configuration (started untimed, stopped with SIGTERM)."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *, sync: bool = True) -> None:
         import select
         import subprocess
 
@@ -136,14 +150,21 @@ class _Served:
         roots = [str(Path(entry).parent) for entry in walqueue.__path__]
         env["PYTHONPATH"] = os.pathsep.join(roots + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
         command = [sys.executable, "-m", "walqueue.cli.serve", str(directory), "--socket", self.socket_path]
-        self.process = subprocess.Popen(
-            [*command, "--log-level", "WARNING"], stdout=subprocess.PIPE, env=env, bufsize=0
-        )
+        command += ["--log-level", "WARNING"]
+        if not sync:
+            command = [sys.executable, "-c", _UNSYNCED_SERVER, str(directory), self.socket_path]
+        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, env=env, bufsize=0)
         assert self.process.stdout is not None
         ready, _, _ = select.select([self.process.stdout], [], [], 60)
         if not ready or not self.process.stdout.readline():
             self.process.kill()
             raise RuntimeError("server_processes: walqueue-serve did not start")
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU the server process has used so far (/proc/PID/stat)."""
+        with open(f"/proc/{self.process.pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def stop(self) -> None:
         self.process.terminate()
@@ -201,6 +222,8 @@ def run(ctx: Context) -> dict[str, Any]:
                 f" {total / cycles_seconds:,.0f} cycles/s"
             )
     rtt = _round_trips(ctx, s["rtt_calls"])
+    cpu = _server_cpu(ctx, s["cpu_ops"], reps)
+    pipelined = _pipelined(ctx, s["pipelines"])
     backends: dict[str, Any] = {}
     for label, per in (("puts", puts_per), ("cycles", cycles_per)):
         block = {}
@@ -231,6 +254,8 @@ def run(ctx: Context) -> dict[str, Any]:
                 note="information: persist-queue's SQLiteAckQueue from 8 processes",
             )
     ratios.update(rtt["ratios"])
+    ratios.update(cpu)
+    ratios.update(pipelined)
     return {
         "clock": "wall",
         "title": f"several processes through walqueue-serve: {total} durable puts, then {total} reserve+ack",
@@ -245,6 +270,101 @@ def run(ctx: Context) -> dict[str, Any]:
         "series": {"puts": puts_per, "cycles": cycles_per},
         "backends": backends,
         "ratios": ratios,
+    }
+
+
+def _cpu_worker(op: str, target: str, prefix: str, count: int, barrier: Any, results: Any) -> None:
+    from walqueue.cli import Client
+
+    client = Client(target, timeout=120)
+    client.stats()
+    barrier.wait()
+    before = os.times()
+    if op == "put":
+        for i in range(count):
+            client.put(f"{prefix}-{i}", payload(i))
+    else:
+        for i in range(count):
+            client.get(f"{prefix}-{i}")
+    after = os.times()
+    results.put((after.user - before.user) + (after.system - before.system))
+    client.close()
+
+
+def _cpu_phase(served: _Served, op: str, total: int, processes: int = 8) -> tuple[float, float]:
+    """Server CPU and client CPU (seconds, all processes) for `total` calls of `op` from `processes` clients."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    barrier = context.Barrier(processes + 1)
+    results = context.Queue()
+    workers = [
+        context.Process(
+            target=_cpu_worker, args=(op, served.socket_path, f"p{n}", total // processes, barrier, results)
+        )
+        for n in range(processes)
+    ]
+    for worker in workers:
+        worker.start()
+    barrier.wait(120)
+    start = served.cpu_seconds()
+    client_cpu = sum(results.get(timeout=600) for _ in workers)
+    server_cpu = served.cpu_seconds() - start
+    for worker in workers:
+        worker.join(60)
+    return server_cpu, client_cpu
+
+
+def _server_cpu(ctx: Context, total: int, reps: int) -> dict[str, Any]:
+    """CPU per request of the server (fsync off) and of its clients, from 8 processes: puts, then gets."""
+    samples: dict[str, list[float]] = {"put": [], "get": [], "client_put": [], "client_get": []}
+    for rep in range(reps):
+        served = _Served(ctx.dir(f"j-cpu-{rep}") / "q", sync=False)
+        try:
+            for op in ("put", "get"):
+                server_cpu, client_cpu = _cpu_phase(served, op, total)
+                samples[op].append(server_cpu / total)
+                samples[f"client_{op}"].append(client_cpu / total)
+                ctx.log(
+                    f"server_processes: rep {rep} server CPU per {op} {server_cpu / total * 1e6:.1f} us,"
+                    f" clients' {client_cpu / total * 1e6:.1f} us"
+                )
+        finally:
+            served.stop()
+    return {
+        "server_cpu_per_put": figure(samples["put"], "s/op", target=("<=", 80e-6), better="lower"),
+        "server_cpu_per_get": figure(samples["get"], "s/op", target=("<=", 40e-6), better="lower"),
+        "clients_cpu_per_put": figure(samples["client_put"], "s/op", better="lower", note="information: 8 clients"),
+        "clients_cpu_per_get": figure(samples["client_get"], "s/op", better="lower", note="information: 8 clients"),
+    }
+
+
+def _pipelined(ctx: Context, rounds: int) -> dict[str, Any]:
+    """One client: 100 durable puts in one pipeline (one round trip) against 100 single puts."""
+    from walqueue.cli import Client
+
+    served = _Served(ctx.dir("j-pipeline") / "q")
+    ratios: list[float] = []
+    try:
+        with Client(served.socket_path, timeout=120) as client:
+            for n in range(rounds):
+                start = time.perf_counter()
+                for i in range(100):
+                    client.put(f"single-{n}-{i}", payload(i))
+                single = time.perf_counter() - start
+                start = time.perf_counter()
+                with client.pipeline() as batch:
+                    for i in range(100):
+                        batch.put(f"piped-{n}-{i}", payload(i))
+                piped = time.perf_counter() - start
+                ratios.append(single / piped)
+    finally:
+        served.stop()
+    ctx.log(f"server_processes: 100 puts in one pipeline are {statistics.median(ratios):.1f}x faster than 100 calls")
+    return {
+        "pipeline_100_puts_vs_100_calls": figure(
+            ratios, "x", note="information: one client, durable puts, one round trip against 100"
+        )
     }
 
 

@@ -22,7 +22,7 @@ command reproduces it (the kill campaign's moments of death are seeded too,
 but when a signal lands depends on the machine's speed). `--seconds` is shared
 out among the campaigns; each does a fixed minimum of work however short its
 share (every truncation of its first store, for the bytes campaign).
-Faults are injected only from outside the engine: the hook of SPEC §5, the
+Faults are injected only from outside the engine: the hook of CONTRACT §5, the
 ``os`` module's functions, the bytes of files, and SIGKILL.
 
 Importing this package makes `walqueue` and the model importable (see

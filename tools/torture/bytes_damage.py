@@ -203,7 +203,7 @@ def allowed_after_flip(store: Store, name: str, offset: int) -> Allowed:
         return _allowed_outside_the_log(store, name)
     frames = store.frames[name]
     if name == store.newest and frames and frames[-1].start <= offset < frames[-1].start + 4:
-        # A damaged length in the very last frame looks exactly like a torn write (SPEC §4 rule 5).
+        # A damaged length in the very last frame looks exactly like a torn write (CONTRACT §4 rule 5).
         return Allowed(corrupt=True, seq=_seq_before(store, name, frames[-1].start), torn=True)
     return Allowed(corrupt=True)
 
@@ -338,7 +338,7 @@ def _judge(
 
 
 def _judge_fsck(fsck: Any, result: dict[str, Any] | None, torn: bool, where: str, report: Report) -> None:
-    """fsck --replay says 2 iff opening raised CorruptStore, 1 iff it cut a torn tail, else 0 (SPEC §7)."""
+    """fsck --replay says 2 iff opening raised CorruptStore, 1 iff it cut a torn tail, else 0 (CONTRACT §7)."""
     want = 2 if result is None else 1 if torn else 0
     if fsck.exit_code != want:
         findings = "; ".join(f"{f.severity} {f.kind} {f.file}@{f.offset}: {f.message}" for f in fsck.findings[:3])

@@ -18,7 +18,7 @@ from .workload import PhaseLog
 
 
 def check_poisoned(queue: Queue, where: str, report: Report) -> None:
-    """After a crash or an OS error: every call raises QueueClosed, close() raises nothing (SPEC §2)."""
+    """After a crash or an OS error: every call raises QueueClosed, close() raises nothing (CONTRACT §2)."""
     probes: list[tuple[str, Callable[[], Any]]] = [
         ("tasks()", lambda: queue.tasks()),
         ("last_seq", lambda: queue.last_seq),
@@ -41,7 +41,7 @@ def check_poisoned(queue: Queue, where: str, report: Report) -> None:
 
 
 def open_through_recovery_crashes(path: Path, report: Report, crashed: set[str], where: str, **options: Any) -> Queue:
-    """Open `path`, first dying at each recovery phase call in turn (SPEC §4 rule 5, §5).
+    """Open `path`, first dying at each recovery phase call in turn (CONTRACT §4 rule 5, §5).
 
     Opening may report only `recover.truncate.*`, each at most once; a crash
     at either must leave a directory that opens to the same state. fsck,
@@ -68,7 +68,7 @@ def open_through_recovery_crashes(path: Path, report: Report, crashed: set[str],
 
 
 def open_checked_by_fsck(path: Path, report: Report, where: str, **options: Any) -> Queue:
-    """Ask `walqueue-fsck --replay` about `path`, then open it; the two must agree (SPEC §7).
+    """Ask `walqueue-fsck --replay` about `path`, then open it; the two must agree (CONTRACT §7).
 
     After a crash, a kill or an OS error nothing is corrupt: fsck must say 1
     exactly when opening cuts a torn tail and 0 otherwise, and its replay

@@ -4,7 +4,7 @@ automatic compaction, reaps) are killed with `InjectedCrash` at every
 phase call of every step, on a copy of the directory. Each copy is reopened
 at once (first crashing again at each recovery phase) and must equal the
 model before the step, or after exactly those of its transactions whose
-frames were complete (the ``wal.append.written`` phases reached, SPEC §4
+frames were complete (the ``wal.append.written`` phases reached, CONTRACT §4
 rules 6 and 7). The workload then goes on, sometimes from a crashed copy.
 """
 

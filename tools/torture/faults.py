@@ -144,7 +144,7 @@ def _call_target(name: str, args: tuple[Any, ...]) -> str:
 def transactions_written(written: list[tuple[int, bytes]]) -> int:
     """How many complete WAL transaction frames the successful writes of one step hold.
 
-    This is what SPEC §4 rule 6 turns on, read from the bytes themselves, so
+    This is what CONTRACT §4 rule 6 turns on, read from the bytes themselves, so
     it needs no hook: each descriptor's writes of the step start at a frame
     boundary (appends, a new snapshot, a new CURRENT.tmp), so each stream
     parses from its start; only bodies of the form {"seq", "ops"} count.

@@ -17,7 +17,7 @@ from walqueue import (
 )
 
 RECOVERY_PHASES = ("recover.truncate.before", "recover.truncate.after")
-#: The errors a call may raise without anything being wrong (SPEC §2).
+#: The errors a call may raise without anything being wrong (CONTRACT §2).
 DOCUMENTED_ERRORS: tuple[type[Exception], ...] = (KeyConflict, StaleLease, TypeError, ValueError)
 #: How many divergence messages a campaign keeps (it counts them all).
 MAX_MESSAGES = 12
@@ -34,7 +34,7 @@ TARGET_OVERTIME = 1.0
 class Report:
     """What one campaign did (ordered counts) and what went wrong.
 
-    `divergences` are disagreements with the model or the SPEC; `gaps` are
+    `divergences` are disagreements with the model or the contract (docs/CONTRACT.md); `gaps` are
     coverage promises the run did not keep (a phase never crashed at). Either
     fails the campaign.
     """

@@ -210,7 +210,7 @@ def _kill_unit(seed: int, unit: int, directory: Path, over: Callable[[], bool], 
 def check_life(
     directory: Path, seed: int, unit: int, epoch: int, life: ChildLife, model: Model, report: Report, where: str
 ) -> Model:
-    """Replay the child's reported calls in the model; the reopened store must match (SPEC §4 rules 6, 7)."""
+    """Replay the child's reported calls in the model; the reopened store must match (CONTRACT §4 rules 6, 7)."""
     workload = kill_workload(seed, unit, epoch)
     in_flight: tuple[Op, Expected] | None = None
     for position, (index, description) in enumerate(life.begun):

@@ -19,6 +19,7 @@ from . import (
     hostile_clients,
     kill,
     os_faults,
+    pipeline_disconnect,
     server_kill,
     workers,
 )
@@ -48,6 +49,7 @@ REGISTRY: tuple[Campaign, ...] = (
     Campaign("server-kill", 0.1, server_kill.campaign_server_kill),  # walqueue-serve
     Campaign("client-kill", 0.06, client_kill.campaign_client_kill),
     Campaign("hostile-clients", 0.06, hostile_clients.campaign_hostile_clients),
+    Campaign("pipeline-disconnect", 0.06, pipeline_disconnect.campaign_pipeline_disconnect),
     Campaign("workers", 0.08, workers.campaign_workers),  # walqueue-worker --processes
 )
 CAMPAIGNS = tuple(campaign.name for campaign in REGISTRY)

@@ -3,8 +3,10 @@
 The library has no command of its own; this prints the version of the
 installed (or source-tree) WALQueue and which of its commands are available:
 `walqueue` (walqueue-cli, the JSON-lines consumer: `python -m walqueue.cli
-DIRECTORY`) and `walqueue-fsck` (walqueue-format, the offline inspector:
-`python -m walqueue.format.fsck DIRECTORY`). It takes no directory on
+DIRECTORY`), `walqueue-serve` (walqueue-cli, the server for several
+processes: `python -m walqueue.cli.serve DIRECTORY --socket PATH`) and
+`walqueue-fsck` (walqueue-format, the offline inspector: `python -m
+walqueue.format.fsck DIRECTORY`). It takes no directory on
 purpose: an accidental `python -m walqueue DIR` must not open (and create) a
 queue. Exit status 0; a usage error exits 64 (EX_USAGE).
 """
@@ -47,6 +49,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     cli = "available" if _available("walqueue.cli") else "not installed (walqueue-cli)"
     print(f"walqueue {__version__}: a durable single-writer task queue (from walqueue import Queue)")
     print(f"  walqueue DIRECTORY       JSON-lines consumer, also python -m walqueue.cli DIRECTORY: {cli}")
+    print(
+        "  walqueue-serve DIRECTORY --socket PATH  server for several processes, "
+        f"also python -m walqueue.cli.serve: {cli}"
+    )
     print("  walqueue-fsck DIRECTORY  offline inspector, also python -m walqueue.format.fsck DIRECTORY: available")
     return 0
 

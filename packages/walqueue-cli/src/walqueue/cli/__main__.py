@@ -128,7 +128,15 @@ def _argument_parser() -> argparse.ArgumentParser:
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("directory", metavar="DIRECTORY", help="the queue directory (created if missing)")
+    parser.add_argument(
+        "directory", metavar="DIRECTORY", help="the queue directory (created if missing, unless --no-create)"
+    )
+    parser.add_argument(
+        "--no-create",
+        dest="create",
+        action="store_false",
+        help="refuse a missing DIRECTORY (exit 2, nothing created) instead of creating an empty queue",
+    )
     parser.add_argument("--version", action="version", version=version_line("walqueue"))
     return parser
 
@@ -182,7 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     arguments = _argument_parser().parse_args(argv)
     _log_warnings()
     try:
-        queue = Queue(arguments.directory, sync=True)
+        queue = Queue(arguments.directory, sync=True, create=arguments.create)
     except KeyboardInterrupt:
         return interrupted("walqueue")
     except (CorruptStore, DirectoryLocked, OSError) as error:

@@ -15,7 +15,7 @@ from typing import Final
 
 from walqueue.format import MAX_FRAME_BYTES
 
-__all__ = ["MAX_LINE_BYTES", "OVERLONG", "LineReader", "discard_line", "read_bounded_line"]
+__all__ = ["MAX_LINE_BYTES", "OVERLONG", "LineReader", "RequestLine", "discard_line", "read_bounded_line"]
 
 #: The longest request line (newline excluded) that is read and parsed. A
 #: stored transaction's frame body is at most `MAX_FRAME_BYTES`, and a request
@@ -34,6 +34,9 @@ class _Overlong(enum.Enum):
 
 #: What `LineReader` and `read_bounded_line` give for a line longer than their limit.
 OVERLONG: Final = _Overlong.OVERLONG
+
+#: One item of what `LineReader.feed` gives: a complete line, or `OVERLONG`.
+RequestLine = bytearray | _Overlong
 
 
 class LineReader:

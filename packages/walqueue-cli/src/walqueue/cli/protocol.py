@@ -54,6 +54,7 @@ __all__ = [
     "MAX_LINE_BYTES",
     "MAX_WAIT_SECONDS",
     "NAMED_ERRORS",
+    "USABLE_AFTER",
     "NO_ID",
     "OPS",
     "BadRequest",
@@ -362,6 +363,12 @@ def _message(error: BaseException) -> str:
 NAMED_ERRORS: Final[tuple[type[Exception], ...]] = (KeyConflict, StaleLease, WrongStatus)
 
 
+#: The `OSError`s after which an op leaves the queue usable (it raised before writing anything):
+#: answered under the class's name, not `Fatal`. A compaction that meets an obstacle (a directory
+#: named like the file it must create) is one; any other `OSError` poisons the queue.
+USABLE_AFTER: Final[Mapping[str, tuple[type[OSError], ...]]] = {"compact": (FileExistsError,)}
+
+
 def execute(request: Request, queue: QueueLike, waiter: Waiter = no_other_writer) -> Reply:
     """Call the queue and shape its outcome; never raises an `Exception`."""
     request_id = request.request_id
@@ -369,6 +376,8 @@ def execute(request: Request, queue: QueueLike, waiter: Waiter = no_other_writer
         call = OPS[request.op]
         method = waiter if call.blocks else getattr(queue, call.name)
         fields = call.answer_fields(call.invoke(method, request.arguments))
+    except USABLE_AFTER.get(request.op, ()) as error:
+        return Reply(error_answer(type(error).__name__, _message(error), request_id))
     except NAMED_ERRORS as error:
         # The class's own name, also for a subclass of it (a client matches names, not subclasses).
         name = next(named.__name__ for named in NAMED_ERRORS if isinstance(error, named))

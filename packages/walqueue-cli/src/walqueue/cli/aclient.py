@@ -1,0 +1,266 @@
+"""`AsyncClient`: `Client` for asyncio, with any number of calls in flight on one connection.
+
+The bytes are `walqueue.cli.exchange.Exchange`'s, as for `Client`; this
+module only moves them with asyncio's readiness callbacks. Calls share one
+connection (the server answers in order, so no call waits for a round trip
+of its own), except `wait`, which takes a connection of its own so that a
+long poll holds up no other call. A line is written whole or the
+connection is given up: a call counts as sent once its line reached the
+server's socket, and one that did not is sent again whatever it is (a
+server that closed an idle connection costs nothing). The retry rule for a
+sent call is `Client`'s. A call cancelled in flight leaves the connection
+as it is; its answer, when it comes, is dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections import deque
+from collections.abc import Awaitable, Iterable, Mapping
+from typing import Any, Unpack
+
+from walqueue import Lease, QueueClosed, Task
+from walqueue.cli import shaping
+from walqueue.cli.exchange import ClientSettings, Exchange, Outcome, ServerError
+from walqueue.cli.shaping import OutgoingCall, PutOptions
+
+__all__ = ["AsyncClient"]
+
+_RECV_BYTES = 2**16
+
+
+class _Lost(Exception):
+    """A connection ended with this call in flight; `sent`: its line had reached the server whole."""
+
+    def __init__(self, error: BaseException, sent: bool) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.sent = sent
+
+
+class _Link:
+    """One connection, its `Exchange`, the futures of its calls in flight (oldest first) and their line ends."""
+
+    def __init__(self, sock: socket.socket, loop: asyncio.AbstractEventLoop) -> None:
+        self.sock = sock
+        self.loop = loop
+        self.exchange = Exchange()
+        self.waiting: deque[tuple[asyncio.Future[Outcome[Any]], int]] = deque()
+        self.out = bytearray()
+        self.written = 0  # bytes handed to the kernel so far
+        self.queued = 0  # bytes of lines made so far
+        self.broken: BaseException | None = None
+        loop.add_reader(sock.fileno(), self._on_readable)
+
+    @classmethod
+    async def connect(cls, path: str) -> _Link:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.setblocking(False)
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.sock_connect(sock, path)
+        except BaseException:
+            sock.close()
+            raise
+        return cls(sock, loop)
+
+    def submit(self, call: OutgoingCall[Any]) -> asyncio.Future[Outcome[Any]]:
+        """Write `call`'s line (whole, or the connection is given up) and return the future of its outcome."""
+        future: asyncio.Future[Outcome[Any]] = self.loop.create_future()
+        line = self.exchange.send(call)
+        self.queued += len(line)
+        self.waiting.append((future, self.queued))
+        if self.out:
+            self.out += line
+        else:
+            try:
+                sent = self.sock.send(line)
+            except BlockingIOError:
+                sent = 0
+            except OSError as error:
+                self.fail(error)
+                return future
+            self.written += sent
+            if sent < len(line):
+                self.out += line[sent:]
+                self.loop.add_writer(self.sock.fileno(), self._on_writable)
+        return future
+
+    def _on_writable(self) -> None:
+        try:
+            sent = self.sock.send(self.out)
+        except BlockingIOError:
+            return
+        except OSError as error:
+            self.fail(error)
+            return
+        self.written += sent
+        del self.out[:sent]
+        if not self.out:
+            self.loop.remove_writer(self.sock.fileno())
+
+    def _on_readable(self) -> None:
+        try:
+            data = self.sock.recv(_RECV_BYTES)
+        except BlockingIOError:
+            return
+        except OSError as error:
+            self.fail(error)
+            return
+        if not data:
+            self.fail(ConnectionResetError("the server closed the connection before answering"))
+            return
+        try:
+            answered = self.exchange.receive(data)
+        except ServerError as error:  # out of step with the server: nothing more on it can be trusted
+            self.fail(error)
+            return
+        for _, outcome in answered:
+            future, _ = self.waiting.popleft()
+            if not future.done():  # a cancelled caller's answer is dropped
+                future.set_result(outcome)
+
+    def fail(self, error: BaseException) -> None:
+        """Give the connection up: each call in flight learns whether its line had been written whole."""
+        if self.broken is not None:
+            return
+        self.broken = error
+        fd = self.sock.fileno()
+        if fd >= 0:
+            self.loop.remove_reader(fd)
+            self.loop.remove_writer(fd)
+        self.sock.close()
+        self.exchange.lost()
+        while self.waiting:
+            future, end = self.waiting.popleft()
+            if not future.done():
+                future.set_exception(_Lost(error, sent=end <= self.written))
+
+    @property
+    def idle(self) -> bool:
+        return not self.waiting and self.broken is None
+
+
+class AsyncClient(ClientSettings):
+    """`Client` for asyncio: the same methods as coroutines; concurrent calls share one connection.
+
+    `last_seq` is awaitable: ``await client.last_seq``. A `wait` counts the
+    commits made since its connection's previous wait (or since it was
+    opened): it may wake for a commit the caller already saw, never miss one
+    made after the caller's previous call.
+    """
+
+    def _setup(self) -> None:
+        self._shared: _Link | None = None
+        self._idle_waits: list[_Link] = []
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close every connection; calls in flight raise `QueueClosed`."""
+        self._closed = True
+        links = [*self._idle_waits, *([self._shared] if self._shared else [])]
+        self._shared, self._idle_waits = None, []
+        for link in links:
+            link.fail(QueueClosed("this client is closed"))
+
+    async def _link(self, call: OutgoingCall[Any]) -> _Link:
+        if self._closed:
+            raise QueueClosed("this client is closed")
+        if call.op == "wait":
+            while self._idle_waits:
+                link = self._idle_waits.pop()
+                if link.idle:
+                    return link
+            return await _Link.connect(self.socket_path)
+        if self._shared is None or self._shared.broken is not None:
+            self._shared = None
+            link = await _Link.connect(self.socket_path)
+            if self.closed:
+                link.fail(QueueClosed("this client is closed"))
+                raise QueueClosed("this client is closed")
+            self._shared = link
+        return self._shared
+
+    async def _submit[T](self, call: OutgoingCall[T]) -> T:
+        rule = self._retry_rule()
+        timeout = self._call_timeout(call.extra_seconds)
+        while True:
+            try:
+                link = await self._link(call)
+            except OSError as error:  # nothing was sent
+                await asyncio.sleep(rule.pause(error))
+                continue
+            try:
+                outcome: Outcome[T] = await asyncio.wait_for(asyncio.shield(link.submit(call)), timeout)
+            except TimeoutError as error:
+                link.fail(error)  # the server stopped answering: give this connection up
+                lost = _Lost(error, sent=True)
+            except _Lost as error:
+                lost = error
+            else:
+                if isinstance(outcome.error, ConnectionRefusedError):
+                    link.fail(outcome.error)
+                elif call.op == "wait" and not self._closed:
+                    self._idle_waits.append(link)
+                return outcome.unwrap()
+            if self.closed:
+                raise QueueClosed("this client is closed") from lost.error
+            refusal = rule.lost(call, lost.error) if lost.sent else None
+            if refusal is not None:
+                raise refusal
+            await asyncio.sleep(rule.pause(lost.error))
+
+    # -- the Queue API, as coroutines ------------------------------------------------------
+
+    async def put(self, task_id: str, payload: dict[str, Any], **options: Unpack[PutOptions]) -> str:
+        return await self._submit(shaping.put(task_id, payload, **options))
+
+    async def put_many(self, tasks: Iterable[Mapping[str, Any]]) -> list[str]:
+        return await self._submit(shaping.put_many(tasks))
+
+    async def reserve(self, worker: str, *, now: int, lease_seconds: int, limit: int = 1) -> list[Lease]:
+        return await self._submit(shaping.reserve(worker, now, lease_seconds, limit))
+
+    async def ack(self, lease: Lease, *, now: int) -> None:
+        return await self._submit(shaping.ack(lease, now))
+
+    async def release(self, lease: Lease, *, now: int, delay: int = 0) -> None:
+        return await self._submit(shaping.release(lease, now, delay))
+
+    async def extend(self, lease: Lease, *, now: int, lease_seconds: int) -> Lease:
+        return await self._submit(shaping.extend(lease, now, lease_seconds))
+
+    async def redrive(self, task_id: str, *, available_at: int, extra_attempts: int = 1) -> None:
+        return await self._submit(shaping.redrive(task_id, available_at, extra_attempts))
+
+    async def cancel(self, task_id: str) -> None:
+        return await self._submit(shaping.cancel(task_id))
+
+    async def get(self, task_id: str) -> Task | None:
+        return await self._submit(shaping.get(task_id))
+
+    async def tasks(self, status: str | None = None) -> list[Task]:
+        return await self._submit(shaping.tasks(status))
+
+    async def stats(self) -> dict[str, Any]:
+        return await self._submit(shaping.stats())
+
+    @property
+    def last_seq(self) -> Awaitable[int]:
+        async def read() -> int:
+            return int((await self.stats())["last_seq"])
+
+        return read()
+
+    async def compact(self) -> None:
+        return await self._submit(shaping.compact())
+
+    async def wait(self, timeout: float) -> bool:
+        """`Client.wait` as a coroutine, on a connection of its own (see the class's docstring)."""
+        return await self._submit(shaping.wait(timeout))

@@ -1,0 +1,155 @@
+"""One connection's side of the protocol as bytes in and bytes out, with no I/O of its own (the h11 way).
+
+The event loop (`walqueue.cli.eventloop`) owns the sockets; a `Conversation`
+holds what a connection sent but was not yet executed and what it was
+answered but did not yet read, and says what the loop may do next:
+
+- `received(data)` splits the stream into request lines (`LineReader`:
+  no line held beyond the line bound); ``b""`` is the end of the stream,
+  whose unterminated last line still counts as a request.
+- `next_line()` hands out the next request in arrival order, unless a
+  parked ``wait`` holds the connection (answers stay in order) or the
+  answers not yet read have reached `output_limit` (then nothing more runs
+  for it: a client that pipelines without reading holds at most one
+  answer beyond that bound).
+- `wants_input()` is false while the requests not yet executed reach
+  `input_limit` bytes, or once the stream ended: the loop stops reading,
+  and the kernel's buffers push back on the client.
+- `answer(line)`, `to_send()`, `sent(n)`: the output buffer.
+- `finished()`: the stream ended and everything was executed and written.
+
+`seen` is the last sequence a request of this connection looked at: a
+``wait`` counts only commits after it, so a ``reserve`` that found nothing
+followed by ``wait`` misses no commit made in between.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any, Final
+
+from walqueue.cli.lines import OVERLONG, LineReader, RequestLine
+
+__all__ = ["DEFAULT_INPUT_LIMIT", "DEFAULT_OUTPUT_LIMIT", "Conversation", "Line"]
+
+#: Bytes of complete requests not yet executed before the loop stops reading a connection.
+DEFAULT_INPUT_LIMIT: Final = 2**20
+#: Bytes of answers not yet read before the loop stops executing a connection's requests.
+DEFAULT_OUTPUT_LIMIT: Final = 2**20
+
+#: A request line (newline included), or `OVERLONG` for one that crossed the line bound.
+Line = RequestLine
+
+
+class Conversation:
+    """The buffers and the position of one connection; see the module's docstring."""
+
+    __slots__ = (
+        "number",
+        "seen",
+        "parked_until",
+        "parked_id",
+        "answered",
+        "_reader",
+        "_pending",
+        "_pending_bytes",
+        "_output",
+        "_ended",
+        "_input_limit",
+        "_output_limit",
+    )
+
+    def __init__(
+        self,
+        number: int,
+        seen: int,
+        *,
+        line_limit: int,
+        input_limit: int = DEFAULT_INPUT_LIMIT,
+        output_limit: int = DEFAULT_OUTPUT_LIMIT,
+    ) -> None:
+        self.number = number
+        self.seen = seen
+        #: The deadline (monotonic seconds) of a parked ``wait``, or None when none is parked.
+        self.parked_until: float | None = None
+        #: The id of the parked ``wait`` request (`protocol.NO_ID` when it had none).
+        self.parked_id: Any = None
+        self.answered = 0
+        self._reader = LineReader(line_limit)
+        self._pending: deque[Line] = deque()
+        self._pending_bytes = 0
+        self._output = bytearray()
+        self._ended = False
+        self._input_limit = input_limit
+        self._output_limit = output_limit
+
+    # -- input ---------------------------------------------------------------------
+
+    def received(self, data: bytes) -> None:
+        """Bytes the peer sent; ``b""`` means it will send no more."""
+        if self._ended:
+            return
+        if data:
+            lines: list[Line] = list(self._reader.feed(data))
+        else:
+            self._ended = True
+            last = self._reader.end()
+            lines = [] if last is None else [last]
+        for line in lines:
+            self._pending.append(line)
+            self._pending_bytes += 0 if line is OVERLONG else len(line)
+
+    @property
+    def ended(self) -> bool:
+        return self._ended
+
+    def wants_input(self) -> bool:
+        return not self._ended and self._pending_bytes < self._input_limit
+
+    def runnable(self) -> bool:
+        """Whether `next_line` would hand out a request now."""
+        return bool(self._pending) and self.parked_until is None and len(self._output) < self._output_limit
+
+    def next_line(self) -> Line | None:
+        if not self.runnable():
+            return None
+        line = self._pending.popleft()
+        self._pending_bytes -= 0 if line is OVERLONG else len(line)
+        return line
+
+    def park(self, until: float, request_id: Any) -> None:
+        """A ``wait`` holds this connection until `until` or a commit; later requests stay queued."""
+        self.parked_until = until
+        self.parked_id = request_id
+
+    def unpark(self) -> Any:
+        """The parked ``wait`` is answered now; returns its request id."""
+        request_id, self.parked_id, self.parked_until = self.parked_id, None, None
+        return request_id
+
+    def drop_pending(self) -> int:
+        """Forget the requests not started (the server stops); returns how many there were."""
+        count = len(self._pending)
+        self._pending.clear()
+        self._pending_bytes = 0
+        return count
+
+    # -- output --------------------------------------------------------------------
+
+    def answer(self, line: bytes) -> None:
+        self._output += line
+        self.answered += 1
+
+    def to_send(self) -> bytearray:
+        """The answers not yet sent, as they are (no copy): hand it to `send`, then call `sent`; never keep it."""
+        return self._output
+
+    def sent(self, count: int) -> None:
+        del self._output[:count]
+
+    @property
+    def unsent(self) -> int:
+        return len(self._output)
+
+    def finished(self) -> bool:
+        return self._ended and not self._pending and self.parked_until is None and not self._output

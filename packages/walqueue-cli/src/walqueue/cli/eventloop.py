@@ -1,0 +1,435 @@
+"""The server's one event loop: it owns the `Queue`, every connection, and the order of their answers.
+
+One thread does everything, in turns (the shape of Redis's event loop and
+of PostgreSQL's group commit):
+
+1. Wait (`selectors`: epoll where there is one, so descriptor numbers past
+   1024 are fine) for the listener, the connections and the stop and
+   signal pipes; read once from every ready connection.
+2. Execute every complete request, connection by connection in arrival
+   order, at most `turn_cap` per connection per turn (one pipelining client
+   cannot starve the others), all inside one ``queue.batch()``: no call
+   waits for durability.
+3. Leave the batch: ONE fsync covers every transaction of the turn. Only
+   then are the answers put in the connections' output buffers, so no
+   answer leaves before the fsync that covers its request, reads included.
+   Should that fsync fail, every answer of the turn becomes ``Fatal``.
+4. Answer the parked ``wait`` requests that a commit (now durable) or their
+   deadline released, and send what the sockets take without blocking.
+
+Bounds: a line is at most the line bound (`LineReader`); a connection's
+unexecuted requests and unread answers are bounded (`Conversation`), and
+past them the loop stops reading that connection, so the kernel pushes
+back on its sender; a connection whose answers make no progress for
+`write_timeout` seconds is dropped (time without progress, however large
+the answer). A parked ``wait`` costs no thread: it is a deadline here.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import selectors
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from walqueue import Queue
+from walqueue.cli.conversation import Conversation
+from walqueue.cli.lines import OVERLONG, RequestLine
+from walqueue.cli.listener import peer_of
+from walqueue.cli.protocol import (
+    NO_ID,
+    BadRequest,
+    bad_request_answer,
+    encode_answer,
+    error_answer,
+    execute,
+    is_blank,
+    overlong_answer,
+    parse_request,
+    success_answer,
+)
+from walqueue.engine.calltable import CALLS
+
+__all__ = ["DEFAULT_TURN_CAP", "Limits", "Loop"]
+
+log = logging.getLogger("walqueue.serve")
+
+#: Requests of one connection executed in one turn, at most.
+DEFAULT_TURN_CAP: Final = 64
+#: Connections accepted in one turn, at most (the others wait in the backlog).
+_ACCEPTS_PER_TURN: Final = 16
+#: A failed accept (EMFILE: no descriptor left) pauses accepting this long, instead of spinning.
+_ACCEPT_PAUSE: Final = 0.1
+_RECV_BYTES: Final = 2**18
+_READ: Final = selectors.EVENT_READ
+_WRITE: Final = selectors.EVENT_WRITE
+_LISTENER: Final = "listener"
+#: Whether each call may commit a transaction (else the queue's last sequence cannot have moved).
+_WRITES: Final = {name: call.writes for name, call in CALLS.items()}
+_PIPE: Final = "pipe"
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What one connection may cost the server."""
+
+    max_clients: int
+    write_timeout: float
+    line_limit: int
+    turn_cap: int = DEFAULT_TURN_CAP
+
+
+@dataclass(slots=True, eq=False)
+class _Client:
+    sock: socket.socket
+    talk: Conversation
+    who: str
+    mask: int = 0
+    #: When the answers waiting in the output buffer last moved (or started waiting).
+    progress_at: float = field(default_factory=time.monotonic)
+
+
+class Loop:
+    """The turns of the event loop for one queue and one listener; `run` returns when `stopping()` says so."""
+
+    def __init__(
+        self,
+        queue: Queue,
+        listener: socket.socket,
+        pipes: list[int],
+        limits: Limits,
+        stopping: Callable[[], bool],
+    ) -> None:
+        self._queue = queue
+        self._listener = listener
+        self._limits = limits
+        self._stopping = stopping
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(listener, _READ, _LISTENER)
+        for pipe in pipes:
+            self._selector.register(pipe, _READ, _PIPE)
+        self._clients: dict[int, _Client] = {}
+        #: Connections that may have a request to run (in the order they became so): checked each turn.
+        self._candidates: dict[_Client, None] = {}
+        #: Connections whose answers are not all sent: watched for the write timeout.
+        self._stalled: set[_Client] = set()
+        self._parked: set[_Client] = set()
+        self._accept_paused_until: float | None = None
+        self._numbers = 0
+        #: The queue's last sequence, as of the last request that may have written (the loop is its only writer).
+        self._seq = queue.last_seq
+        #: Set when a request's answer was `Fatal`: the queue is poisoned and the server must stop.
+        self.fatal = False
+
+    # -- the turn ------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Turn until `stopping()`; then answer parked waits, flush what can be flushed, close every connection."""
+        select = self._selector.select
+        try:
+            while not self._stopping() and not self.fatal:
+                for key, mask in select(self._timeout()):
+                    self._dispatch(key, mask)
+                if self._stopping():
+                    break
+                self._execute_turn()
+                self._release_parked()
+                self._expire_writers()
+                self._resume_accepting()
+        finally:
+            self._shutdown()
+
+    def _timeout(self) -> float | None:
+        """How long the next select may sleep: not at all while requests are runnable, else until the next deadline."""
+        if self._candidates:
+            return 0.0
+        deadlines = [client.talk.parked_until or 0.0 for client in self._parked]
+        write_timeout = self._limits.write_timeout
+        deadlines += [client.progress_at + write_timeout for client in self._stalled]
+        if self._accept_paused_until is not None:
+            deadlines.append(self._accept_paused_until)
+        deadline = min(deadlines, default=None)
+        return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+    def _dispatch(self, key: selectors.SelectorKey, mask: int) -> None:
+        data = key.data
+        if data is _LISTENER:
+            self._accept()
+        elif data is _PIPE:
+            _drain(key.fd)
+        else:
+            client: _Client = data
+            if mask & _READ:
+                self._read(client)
+            if mask & _WRITE and client.sock.fileno() >= 0:
+                self._flush(client)
+
+    def _execute_turn(self) -> None:
+        """Every runnable request of this turn in one batch, then the answers (only after its fsync)."""
+        runnable = [client for client in self._candidates if client.talk.runnable()]
+        self._candidates.clear()
+        if not runnable:
+            return
+        staged: list[tuple[_Client, dict[str, Any]]] = []
+        cap = self._limits.turn_cap
+        try:
+            with self._queue.batch():
+                for client in runnable:
+                    talk = client.talk
+                    for _ in range(cap):
+                        line = talk.next_line()
+                        if line is None:
+                            break
+                        answer = self._answer(client, line)
+                        if answer is not None:
+                            staged.append((client, answer))
+                        if self.fatal:
+                            break
+                    if self.fatal:
+                        break
+        except Exception as error:  # the fsync that covered the turn failed: no answer may claim it happened
+            log.error("the fsync of a batch failed (%s: %s); every answer of it is Fatal", type(error).__name__, error)
+            message = f"{type(error).__name__}: {error}"
+            staged = [(client, error_answer("Fatal", message, answer.get("id", NO_ID))) for client, answer in staged]
+            self.fatal = True
+        for client, answer in staged:
+            self._deliver(client, answer)
+        for client in runnable:
+            self._flush(client)
+            if client.sock.fileno() >= 0 and client.talk.runnable():  # its cap was reached: the next turn
+                self._candidates[client] = None
+        if self.fatal:
+            log.error("the queue is poisoned; stopping")
+
+    def _answer(self, client: _Client, line: RequestLine) -> dict[str, Any] | None:
+        """The answer to one line (None: a blank line, or a `wait` that parked)."""
+        if line is OVERLONG:
+            return overlong_answer(self._limits.line_limit)
+        if is_blank(line):
+            return None
+        parsed = parse_request(line)
+        if isinstance(parsed, BadRequest):
+            return bad_request_answer(parsed)
+        if parsed.op == "wait":
+            return self._wait(client, parsed.arguments["timeout"], parsed.request_id)
+        reply = execute(parsed, self._queue)
+        if reply.fatal:
+            self.fatal = True
+            return reply.answer
+        if _WRITES[parsed.op]:
+            self._seq = self._queue.last_seq
+        # This loop is the queue's only writer: `_seq` is exactly the state this request looked at.
+        client.talk.seen = self._seq
+        return reply.answer
+
+    def _wait(self, client: _Client, timeout: float, request_id: Any) -> dict[str, Any] | None:
+        """Answer at once when a commit came after what this connection last saw; else park until one does."""
+        talk = client.talk
+        last = self._seq
+        if last > talk.seen:
+            talk.seen = last
+            return success_answer({"committed": True}, request_id)
+        if timeout <= 0:
+            return success_answer({"committed": False}, request_id)
+        talk.park(time.monotonic() + timeout, request_id)
+        self._parked.add(client)
+        return None
+
+    def _release_parked(self) -> None:
+        """Answer the parked waits a (durable) commit or their deadline released. Outside any batch."""
+        if not self._parked:
+            return
+        last = self._seq  # durable: every batch has been left (and synced) by now
+        now = time.monotonic()
+        for client in list(self._parked):
+            talk = client.talk
+            assert talk.parked_until is not None
+            committed = last > talk.seen
+            if not committed and now < talk.parked_until:
+                continue
+            if committed:
+                talk.seen = last
+            self._parked.discard(client)
+            self._deliver(client, success_answer({"committed": committed}, talk.unpark()))
+            self._candidates[client] = None  # requests it pipelined behind the wait
+            self._flush(client)
+
+    # -- connections -------------------------------------------------------------------
+
+    def _accept(self) -> None:
+        for _ in range(_ACCEPTS_PER_TURN):
+            try:
+                sock, _ = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except ConnectionAbortedError:
+                continue
+            except OSError as error:  # e.g. EMFILE: keep serving the others, try again shortly
+                log.warning("accept failed: %s; accepting again in %.1f s", error, _ACCEPT_PAUSE)
+                self._selector.unregister(self._listener)
+                self._accept_paused_until = time.monotonic() + _ACCEPT_PAUSE
+                return
+            self._admit(sock)
+
+    def _resume_accepting(self) -> None:
+        if self._accept_paused_until is not None and time.monotonic() >= self._accept_paused_until:
+            self._accept_paused_until = None
+            self._selector.register(self._listener, _READ, _LISTENER)
+
+    def _admit(self, sock: socket.socket) -> None:
+        sock.setblocking(False)
+        peer = peer_of(sock)
+        who = str(peer) if peer else "peer unknown"
+        limit = self._limits.max_clients
+        if len(self._clients) >= limit:
+            log.warning("refusing a client (%s): %d clients already", who, limit)
+            answer = error_answer("TooManyClients", f"the server has {limit} clients already")
+            try:
+                sock.send(encode_answer(answer))  # small: the empty socket buffer takes it whole
+            except OSError:
+                pass
+            _close_quietly(sock)
+            return
+        self._numbers += 1
+        talk = Conversation(self._numbers, self._seq, line_limit=self._limits.line_limit)
+        client = _Client(sock, talk, who)
+        self._clients[sock.fileno()] = client
+        self._update_interest(client)
+        log.info("client %d connected (%s)", talk.number, who)
+
+    def _read(self, client: _Client) -> None:
+        try:
+            data = client.sock.recv(_RECV_BYTES)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:  # reset: it went away; what it did not see answered never started
+            self._close(client)
+            return
+        client.talk.received(data)
+        if client.talk.runnable():
+            self._candidates[client] = None
+        self._update_interest(client)
+
+    def _deliver(self, client: _Client, answer: dict[str, Any]) -> None:
+        talk = client.talk
+        if not talk.unsent:
+            client.progress_at = time.monotonic()
+        talk.answer(encode_answer(answer))
+
+    def _flush(self, client: _Client) -> None:
+        """Send what the socket takes now; never blocks. Closes a connection that is done or gone."""
+        talk = client.talk
+        if talk.unsent:
+            try:
+                sent = client.sock.send(talk.to_send())
+            except (BlockingIOError, InterruptedError):
+                sent = 0
+            except OSError:  # it went away; its requests were completed
+                self._close(client)
+                return
+            if sent:
+                talk.sent(sent)
+                client.progress_at = time.monotonic()
+                if talk.runnable():  # its answers fell below the bound: its requests may run again
+                    self._candidates[client] = None
+        if talk.unsent:
+            self._stalled.add(client)
+        else:
+            self._stalled.discard(client)
+        if talk.finished():
+            self._close(client)
+        else:
+            self._update_interest(client)
+
+    def _expire_writers(self) -> None:
+        """Drop each connection whose answers made no progress for `write_timeout` seconds."""
+        timeout = self._limits.write_timeout
+        now = time.monotonic()
+        for client in [c for c in self._stalled if now - c.progress_at >= timeout]:
+            log.warning(
+                "client %d read none of its answers for %.0f s (%d bytes unread); disconnecting it",
+                client.talk.number,
+                timeout,
+                client.talk.unsent,
+            )
+            self._close(client)
+
+    def _update_interest(self, client: _Client) -> None:
+        talk = client.talk
+        mask = (_READ if talk.wants_input() else 0) | (_WRITE if talk.unsent else 0)
+        if mask == client.mask:
+            return
+        if client.mask == 0:
+            self._selector.register(client.sock, mask, client)
+        elif mask == 0:
+            self._selector.unregister(client.sock)
+        else:
+            self._selector.modify(client.sock, mask, client)
+        client.mask = mask
+        if talk.finished():
+            self._close(client)
+
+    def _close(self, client: _Client) -> None:
+        fileno = client.sock.fileno()
+        if fileno < 0:
+            return
+        if client.mask:
+            self._selector.unregister(client.sock)
+            client.mask = 0
+        self._clients.pop(fileno, None)
+        self._parked.discard(client)
+        self._stalled.discard(client)
+        self._candidates.pop(client, None)
+        _close_quietly(client.sock)
+        log.info("client %d disconnected after %d requests", client.talk.number, client.talk.answered)
+
+    # -- stopping ------------------------------------------------------------------------
+
+    def _shutdown(self) -> None:
+        """Answer parked waits (false), drop requests not started, flush for a bounded time, close everything."""
+        if self._accept_paused_until is None:
+            self._selector.unregister(self._listener)
+        for client in list(self._parked):
+            self._parked.discard(client)
+            self._deliver(client, success_answer({"committed": False}, client.talk.unpark()))
+        for client in list(self._clients.values()):
+            client.talk.received(b"")  # read nothing more: the connection closes once its answers are out
+            client.talk.drop_pending()
+            self._flush(client)
+        deadline = time.monotonic() + min(self._limits.write_timeout, _STOP_FLUSH_SECONDS)
+        while self._clients and (left := deadline - time.monotonic()) > 0:
+            for key, _ in self._selector.select(left):
+                if key.data is _PIPE:
+                    _drain(key.fd)
+                elif isinstance(key.data, _Client):
+                    self._flush(key.data)
+        for client in list(self._clients.values()):
+            self._close(client)
+        self._selector.close()
+
+
+#: How long a stopping server keeps sending answers already made to clients that read them slowly.
+_STOP_FLUSH_SECONDS: Final = 10.0
+
+
+def _drain(fd: int) -> None:
+    """Read a non-blocking pipe until it is empty (or closed)."""
+    try:
+        while os.read(fd, 512):
+            pass
+    except (BlockingIOError, InterruptedError):
+        pass
+    except OSError:
+        pass
+
+
+def _close_quietly(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    sock.close()

@@ -1,0 +1,196 @@
+"""`Server`: one queue directory served on one Unix socket, from start to a clean stop.
+
+The loop itself is `walqueue.cli.eventloop`; this module holds the order
+of starting and stopping, which is where a server must never leave
+something behind or touch what another owns:
+
+- An existing directory is opened first, so a second server for it stops
+  at `DirectoryLocked` before it could look at the first one's socket. A
+  missing directory is created only after the socket is bound, so a
+  server that cannot listen creates nothing; should the opening then fail,
+  the socket file it bound is removed again.
+- `stop()` is safe from a signal handler or another thread: a flag and one
+  byte down a pipe that the loop watches. The loop answers parked waits,
+  drops requests not started, flushes answers already made (for a bounded
+  time), closes the queue, and removes the socket file if it is still the
+  one this server bound.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from pathlib import Path
+
+from walqueue import CorruptStore, DirectoryLocked, Queue, WalQueueError
+from walqueue.cli.eventloop import DEFAULT_TURN_CAP, Limits, Loop
+from walqueue.cli.lines import MAX_LINE_BYTES
+from walqueue.cli.listener import SocketInUse, bind_socket, remove_socket_file
+
+__all__ = [
+    "DEFAULT_MAX_CLIENTS",
+    "DEFAULT_MODE",
+    "DEFAULT_WRITE_TIMEOUT",
+    "EXIT_CANNOT_OPEN",
+    "EXIT_FATAL",
+    "EXIT_OK",
+    "EXIT_SOCKET",
+    "Server",
+    "StartFailed",
+]
+
+log = logging.getLogger("walqueue.serve")
+
+#: Exit statuses: a clean stop; a fatal (poisoning) error; DIR could not be
+#: opened (corrupt, locked by another owner, missing under --no-create); the
+#: socket could not be taken. A usage error is 64 (walqueue.format.cmdline).
+EXIT_OK = 0
+EXIT_FATAL = 1
+EXIT_CANNOT_OPEN = 2
+EXIT_SOCKET = 3
+
+DEFAULT_MAX_CLIENTS = 64
+DEFAULT_MODE = 0o600
+DEFAULT_WRITE_TIMEOUT = 30.0
+
+
+class StartFailed(WalQueueError):
+    """The server could not start; `status` is its exit status, the message says why. Nothing was left behind."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class Server:
+    """One queue directory served on one Unix socket. `main` drives it; tests may too.
+
+    `start()` (or `open_queue()` and `bind()`, in the order `opens_first()`
+    says); then `serve_forever()` until `stop()`; it returns the exit status.
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        socket_path: str | os.PathLike[str],
+        *,
+        mode: int = DEFAULT_MODE,
+        max_clients: int = DEFAULT_MAX_CLIENTS,
+        write_timeout: float = DEFAULT_WRITE_TIMEOUT,
+        line_limit: int = MAX_LINE_BYTES,
+        sync: bool = True,
+        create: bool = True,
+        turn_cap: int = DEFAULT_TURN_CAP,
+    ) -> None:
+        self.directory = Path(directory)
+        self.socket_path = os.fspath(socket_path)
+        self.mode = mode
+        self.limits = Limits(max_clients, write_timeout, line_limit, turn_cap)
+        self.sync = sync
+        self.create = create
+        self._queue: Queue | None = None
+        self._listener: socket.socket | None = None
+        self._socket_inode: int | None = None
+        self._stop_read, self._stop_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._stopping = False
+        self._exit_status = EXIT_OK
+
+    # -- starting --------------------------------------------------------------------
+
+    def opens_first(self) -> bool:
+        """Whether the directory is opened before the socket is bound: when it exists (see the module)."""
+        return os.path.lexists(self.directory) or not self.create
+
+    def start(self) -> None:
+        """Open the queue and bind the socket, in the safe order; `StartFailed` undoes what was done."""
+        if self.opens_first():
+            self._open_or_fail()
+            try:
+                self._bind_or_fail()
+            except BaseException:
+                self.close_queue()
+                raise
+        else:
+            self._bind_or_fail()
+            try:
+                self._open_or_fail()
+            except BaseException:
+                self.unbind()
+                raise
+
+    def _open_or_fail(self) -> None:
+        try:
+            self.open_queue()
+        except (CorruptStore, DirectoryLocked, OSError) as error:
+            message = f"cannot open {self.directory}: {type(error).__name__}: {error}"
+            if isinstance(error, FileNotFoundError) and not self.create:
+                message += " (--no-create: the queue must exist already; create it first, or drop --no-create)"
+            raise StartFailed(EXIT_CANNOT_OPEN, message) from error
+
+    def _bind_or_fail(self) -> None:
+        try:
+            self.bind()
+        except (SocketInUse, OSError) as error:
+            raise StartFailed(EXIT_SOCKET, f"cannot listen on {self.socket_path}: {error}") from error
+
+    def open_queue(self) -> None:
+        self._queue = Queue(self.directory, sync=self.sync, create=self.create)
+
+    def close_queue(self) -> None:
+        if self._queue is not None:
+            self._queue.close()
+
+    def bind(self) -> None:
+        self._listener, self._socket_inode = bind_socket(self.socket_path, self.mode)
+
+    def unbind(self) -> None:
+        """Close the listener and remove its socket file (a start that failed after binding)."""
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+            remove_socket_file(self.socket_path, self._socket_inode)
+
+    # -- serving -------------------------------------------------------------------------
+
+    def stop(self, status: int = EXIT_OK) -> None:
+        """Begin a graceful stop (async-signal-safe enough: a flag and a pipe write)."""
+        if status != EXIT_OK:
+            self._exit_status = status
+        self._stopping = True
+        try:
+            os.write(self._stop_write, b"x")
+        except OSError:
+            pass
+
+    def serve_forever(self, wakeup: int | None = None) -> int:
+        """Serve until `stop()` (or a poisoned queue); returns the exit status.
+
+        `wakeup` is the read end of the pipe given to `signal.set_wakeup_fd`
+        (non-blocking): the loop watches it so that a signal that lands just
+        before it sleeps (or on another thread) still wakes it, and its
+        Python handler (which calls `stop()`) then runs in this thread.
+        """
+        assert self._queue is not None and self._listener is not None, "start() first"
+        limits = self.limits
+        log.info(
+            "serving %s on %s (mode %o, at most %d clients, pid %d)",
+            self.directory,
+            self.socket_path,
+            self.mode,
+            limits.max_clients,
+            os.getpid(),
+        )
+        pipes = [self._stop_read] if wakeup is None else [self._stop_read, wakeup]
+        loop = Loop(self._queue, self._listener, pipes, limits, lambda: self._stopping)
+        try:
+            loop.run()
+        finally:
+            if loop.fatal:
+                self._exit_status = EXIT_FATAL
+            self._queue.close()
+            self.unbind()
+            os.close(self._stop_read)
+            os.close(self._stop_write)
+            log.info("stopped serving %s", self.directory)
+        return self._exit_status
