@@ -43,9 +43,12 @@ class Report:
         """Count `event` for one run (it has ended) and log its line."""
         with self._lock:
             self._counts[event] += 1
+        level = _LEVELS.get(event, logging.WARNING)
+        if not log.isEnabledFor(level):
+            return  # the busy path: no record built for a line nobody reads
         fields = {"event": event, "task": task, "attempt": attempt, "ms": ms, "worker": self.worker, **extra}
         log.log(
-            _LEVELS.get(event, logging.WARNING),
+            level,
             "%s %s (attempt %d, %d ms)%s",
             event,
             task,
