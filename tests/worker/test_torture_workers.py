@@ -4,7 +4,6 @@ SIGKILLed at random under load, then every task, handler run and periodic firing
 
 from __future__ import annotations
 
-import inspect
 import sys
 from pathlib import Path
 
@@ -13,17 +12,10 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 from torture.runner import run_campaign  # noqa: E402
 
-from walqueue.cli.client import Client  # noqa: E402
-
 #: Lower bounds a bounded run must reach: about a third of what a loaded two-core machine does.
 MINIMUM_COUNTS = {"units": 1, "tasks": 40, "handler runs": 40, "periodic firings": 3, "worker kills": 2}
 
 
-@pytest.mark.xfail(
-    "error" not in inspect.signature(Client.release).parameters,
-    reason="through walqueue-serve a dead task's last error needs the client's error argument",
-    strict=True,
-)
 @pytest.mark.timeout(300)
 def test_the_workers_campaign_finds_no_divergence() -> None:
     report = run_campaign("workers", 1, 12.0, MINIMUM_COUNTS)

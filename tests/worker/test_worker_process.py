@@ -9,7 +9,6 @@ when they finish, so the test sees progress without opening the queue
 
 from __future__ import annotations
 
-import inspect
 import os
 import signal
 import subprocess
@@ -46,18 +45,6 @@ def handle(job, context):
 """
 
 WAIT = 60.0
-
-
-def _client_keeps_errors() -> bool:
-    from walqueue.cli.client import Client
-
-    return "error" in inspect.signature(Client.release).parameters
-
-
-#: Through walqueue-serve the last error needs the protocol's `error` argument (added with the engine's).
-needs_errors_over_the_socket = pytest.mark.xfail(
-    not _client_keeps_errors(), reason="Client.release takes no error yet", strict=True
-)
 
 
 @pytest.fixture
@@ -195,7 +182,6 @@ def test_sigterm_releases_a_stuck_handlers_lease_after_the_grace_and_exits_0(app
         assert task.last_error is not None and task.last_error.type == "Shutdown"
 
 
-@needs_errors_over_the_socket
 @pytest.mark.timeout(120)
 def test_a_hard_timeout_ends_the_process_and_a_new_one_runs_the_rest(app: Path, src_pythonpath: str) -> None:
     side_log = app / "side.log"

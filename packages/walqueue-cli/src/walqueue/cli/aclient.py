@@ -230,8 +230,11 @@ class AsyncClient(ClientSettings):
     async def ack(self, lease: Lease, *, now: int) -> None:
         return await self._submit(shaping.ack(lease, now))
 
-    async def release(self, lease: Lease, *, now: int, delay: int = 0) -> None:
-        return await self._submit(shaping.release(lease, now, delay))
+    async def release(self, lease: Lease, *, now: int, delay: int = 0, error: Mapping[str, str] | None = None) -> None:
+        return await self._submit(shaping.release(lease, now, delay, error))
+
+    async def fail(self, lease: Lease, *, now: int, error: Mapping[str, str] | None = None) -> None:
+        return await self._submit(shaping.fail(lease, now, error))
 
     async def extend(self, lease: Lease, *, now: int, lease_seconds: int) -> Lease:
         return await self._submit(shaping.extend(lease, now, lease_seconds))

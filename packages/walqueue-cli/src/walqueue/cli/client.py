@@ -261,8 +261,13 @@ class Client(ClientSettings):
     def ack(self, lease: Lease, *, now: int) -> None:
         return self._submit(shaping.ack(lease, now))
 
-    def release(self, lease: Lease, *, now: int, delay: int = 0) -> None:
-        return self._submit(shaping.release(lease, now, delay))
+    def release(self, lease: Lease, *, now: int, delay: int = 0, error: Mapping[str, str] | None = None) -> None:
+        """`Queue.release`; `error` (``{"type", "message"}``) becomes the task's last error. Never retried once sent."""
+        return self._submit(shaping.release(lease, now, delay, error))
+
+    def fail(self, lease: Lease, *, now: int, error: Mapping[str, str] | None = None) -> None:
+        """`Queue.fail`: a permanent failure, the task dead at once, `error` its last error. Never retried once sent."""
+        return self._submit(shaping.fail(lease, now, error))
 
     def extend(self, lease: Lease, *, now: int, lease_seconds: int) -> Lease:
         """`Queue.extend`: a heartbeat; returns the token with the new deadline. Never retried once sent."""

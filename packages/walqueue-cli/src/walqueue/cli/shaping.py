@@ -30,7 +30,7 @@ from walqueue.engine.callkinds import MAX_WAIT_SECONDS
 from walqueue.engine.calltable import CALLS
 from walqueue.engine.records import STATUSES
 from walqueue.engine.types import plain_lease
-from walqueue.engine.validate import MAX_INT, check_int, check_name, check_timeout
+from walqueue.engine.validate import MAX_INT, check_error, check_int, check_name, check_timeout
 
 __all__ = ["OutgoingCall", "PutOptions"]
 
@@ -114,14 +114,28 @@ def ack(lease: Lease, now: int) -> OutgoingCall[None]:
     return _outgoing("ack", lease, now=now)
 
 
-def release(lease: Lease, now: int, delay: int) -> OutgoingCall[None]:
+def release(lease: Lease, now: int, delay: int, error: Mapping[str, str] | None = None) -> OutgoingCall[None]:
     token = _lease_token(lease)
+    check_error(error)
     check_int(now, "now")
     check_int(delay, "delay")
     if now + delay > MAX_INT:
         raise ValueError(f"now + delay exceeds {MAX_INT}")
     _owner(token, now)
-    return _outgoing("release", lease, now=now, delay=delay)
+    return _outgoing("release", lease, now=now, delay=delay, error=_plain_error(error))
+
+
+def fail(lease: Lease, now: int, error: Mapping[str, str] | None = None) -> OutgoingCall[None]:
+    token = _lease_token(lease)
+    check_error(error)
+    check_int(now, "now")
+    _owner(token, now)
+    return _outgoing("fail", lease, now=now, error=_plain_error(error))
+
+
+def _plain_error(error: Mapping[str, str] | None) -> dict[str, str] | None:
+    """The error as a plain dict for the request (a checked mapping: exactly "type" and "message")."""
+    return None if error is None else {"type": error["type"], "message": error["message"]}
 
 
 def extend(lease: Lease, now: int, lease_seconds: int) -> OutgoingCall[Lease]:
