@@ -9,6 +9,7 @@ when they finish, so the test sees progress without opening the queue
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -204,3 +205,46 @@ def test_a_hard_timeout_ends_the_process_and_a_new_one_runs_the_rest(app: Path, 
         assert stuck is not None and stuck.status == "dead"
         assert stuck.last_error is not None and stuck.last_error.type == "Timeout"
         assert reopened.stats()["counts"] == {"ready": 0, "leased": 0, "completed": 3, "dead": 1}
+
+
+@pytest.mark.timeout(120)
+def test_a_second_sigterm_releases_at_once_without_waiting_for_the_grace(app: Path, src_pythonpath: str) -> None:
+    side_log = app / "side.log"
+    with Queue(app / "q") as producer:
+        producer.put("stuck", {"stuck": True})
+    worker = start_worker(
+        [str(app / "q"), "side_tasks:handle", "--grace", "3600"], app, worker_env(src_pythonpath, side_log)
+    )
+    wait_for(lambda: side_lines(side_log, "start"), worker)
+    worker.send_signal(signal.SIGTERM)
+    time.sleep(0.5)  # the first signal is acted on: the grace of an hour has begun
+    worker.send_signal(signal.SIGTERM)
+    _, stderr = worker.communicate(timeout=WAIT)
+    assert worker.returncode == 0, stderr
+    assert "releasing at once" in stderr
+    with Queue(app / "q") as reopened:
+        task = reopened.get("stuck")
+        assert task is not None and (task.status, task.worker) == ("ready", None)
+
+
+@pytest.mark.timeout(120)
+def test_json_lines_logging_gives_one_line_per_outcome_and_a_summary(app: Path, src_pythonpath: str) -> None:
+    side_log = app / "side.log"
+    with Queue(app / "q") as producer:
+        producer.put_many([{"task_id": f"job-{n}", "payload": {}} for n in range(3)])
+    worker = start_worker(
+        [str(app / "q"), "side_tasks:handle", "--log-json", "--summary", "0.2"],
+        app,
+        worker_env(src_pythonpath, side_log),
+    )
+    wait_for(lambda: len(side_lines(side_log, "done")) == 3, worker)
+    time.sleep(0.5)  # a summary line or two
+    worker.send_signal(signal.SIGTERM)
+    _, stderr = worker.communicate(timeout=WAIT)
+    assert worker.returncode == 0, stderr
+    lines = [json.loads(line) for line in stderr.splitlines()]
+    outcomes = [line for line in lines if line.get("event") == "completed"]
+    assert sorted(line["task"] for line in outcomes) == ["job-0", "job-1", "job-2"]
+    assert all(line["attempt"] == 1 and line["logger"] == "walqueue.worker" for line in outcomes)
+    summaries = [line for line in lines if line.get("event") == "summary"]
+    assert summaries and summaries[-1]["counts"]["completed"] == 3 and summaries[-1]["counts"]["processed"] == 3
