@@ -37,7 +37,7 @@ from typing import Any
 
 from walqueue import Queue
 
-from .harness import Report
+from .harness import TARGET_OVERTIME, Report
 
 HANDLERS = """
 import os, time
@@ -98,12 +98,13 @@ class Unit:
 
 
 def campaign_workers(seed: int, budget: float, report: Report) -> None:
-    """Units of kills under load until the budget is spent (at least one)."""
+    """Units of kills under load until the budget is spent (at least one; longer while short of the targets)."""
     deadline = time.monotonic() + budget
+    overtime = deadline + budget * TARGET_OVERTIME
     root = Path(tempfile.mkdtemp(prefix="wq-workers-", dir="/tmp"))  # DIR/worker.sock must fit in sun_path
     try:
         number = 0
-        while number == 0 or time.monotonic() < deadline:
+        while number == 0 or time.monotonic() < deadline or (time.monotonic() < overtime and report.short_of_targets()):
             unit = Unit(root / f"u{number}", random.Random(f"{seed}:{number}"), report, f"--seed {seed} unit {number}")
             _run_unit(unit)
             report.count("units")

@@ -133,9 +133,9 @@ class Monitor:
                 run.context.heartbeats += 1
 
     def run_forever(
-        self, clock: Clock, units_per_second: int, stop: threading.Event, every: Callable[[], None]
+        self, clock: Clock, units_per_second: int, stop: threading.Event, every: Callable[[], float]
     ) -> None:
-        """The thread's body: tick, then sleep until the next due time (woken by `add`), until `stop`."""
+        """The thread's body: tick and `every()`, then sleep until either is due (woken by `add`), until `stop`."""
         while not stop.is_set():
             now = clock()
             try:
@@ -143,11 +143,10 @@ class Monitor:
             except Exception:  # a bug or a poisoned queue: keep the thread alive for the others
                 log.exception("the monitor's tick failed")
                 due = None
-            every()
+            sleep = min(MAX_SLEEP_SECONDS, every())  # `every` returns the seconds until it wants to run again
             now = clock()
-            sleep = (
-                MAX_SLEEP_SECONDS if due is None else min(MAX_SLEEP_SECONDS, seconds_until(due, now, units_per_second))
-            )
+            if due is not None:
+                sleep = min(sleep, seconds_until(due, now, units_per_second))
             with self._changed:
                 self._sleeping_until = now + int(sleep * units_per_second)
                 if not stop.is_set():

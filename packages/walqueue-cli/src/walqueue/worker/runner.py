@@ -394,10 +394,14 @@ class Worker:
     def _monitor_thread(self) -> None:
         self._monitor.run_forever(self.clock, self.units_per_second, self._monitor_stop, self._maybe_summary)
 
-    def _maybe_summary(self) -> None:
-        if self.summary_every is not None and time.monotonic() >= self._next_summary:
+    def _maybe_summary(self) -> float:
+        """Log the summary line when it is due; the seconds until the next one (infinity: never)."""
+        if self.summary_every is None:
+            return float("inf")
+        if time.monotonic() >= self._next_summary:
             self._next_summary = time.monotonic() + self.summary_every
             self.report.summary(self._running())
+        return max(0.0, self._next_summary - time.monotonic())
 
     def _lifecycle(self) -> None:
         """Wait for `stop`, then: no more reserves, the grace, release what still runs, close."""
