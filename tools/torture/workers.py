@@ -13,7 +13,8 @@ store, in the unit's own directory). Then SIGTERM, and the checks:
   allows: dead only with a `Permanent` error, or with its attempts used up;
   completed only if a run of it ended well;
 - every handler run is accounted for: each start has its end, or ran in a
-  process this campaign killed; no run has an attempt beyond the task's;
+  process this campaign killed, or past the grace of the final stop (its
+  lease then released); no run has an attempt beyond the task's;
 - nothing acknowledged is lost: every task seen completed during the run
   is completed at the end;
 - no periodic firing is enqueued twice: one task per firing time, each a
@@ -89,6 +90,7 @@ class Unit:
     report: Report
     where: str
     killed: set[int] = field(default_factory=set)
+    stopped: set[int] = field(default_factory=set)  # the worker processes that got the final SIGTERM
     completed_seen: set[str] = field(default_factory=set)
     started: float = 0.0
 
@@ -217,6 +219,7 @@ def _run_unit(unit: Unit) -> None:
             time.sleep(unit.rng.uniform(0.1, 0.6))
             if unit.rng.random() < 0.6:
                 _kill_one(unit, supervisor)
+        unit.stopped = {pid for pid, command in _children(supervisor.pid) if "walqueue.worker" in command}
         supervisor.send_signal(signal.SIGTERM)
         status = supervisor.wait(30)
         if status != 0:
@@ -280,11 +283,22 @@ def _check(unit: Unit, tasks: dict[str, dict[str, Any]], elapsed: float) -> None
         task = final.get(task_id)
         if task is None or attempt > task.attempts:
             report.diverge(f"{where}: a run of {task_id} attempt {attempt} the store never leased")
-        if end is None and pid not in unit.killed:
-            report.diverge(f"{where}: the run of {task_id} attempt {attempt} in {pid} never ended, and was not killed")
-        if end is None:
+        if end is None and pid in unit.killed:
             report.count("runs cut by a kill")
+        elif end is None and pid in unit.stopped and _released_at_shutdown(task, attempt):
+            report.count("runs cut by the stop")  # past the grace: released, then the process ended
+        elif end is None:
+            report.diverge(f"{where}: the run of {task_id} attempt {attempt} in {pid} never ended, and was not killed")
     _check_firings(unit, final, elapsed)
+
+
+def _released_at_shutdown(task: Any, attempt: int) -> bool:
+    """Whether `task`'s attempt `attempt` was given back by a stopping worker (or the task went on after it)."""
+    if task is None:
+        return False
+    error = task.last_error
+    shutdown = error is not None and error.type == "Shutdown" and error.attempt == attempt
+    return shutdown or task.attempts > attempt
 
 
 def _check_firings(unit: Unit, final: dict[str, Any], elapsed: float) -> None:
