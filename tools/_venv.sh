@@ -12,12 +12,16 @@
 # Sources need no reinstall (the installs are editable); a changed pin,
 # version, entry point or interpreter rebuilds the venv from scratch, since an
 # editable install keeps reporting the old metadata otherwise.
+#
+# It also makes sure the dashboard's browser tests have a browser
+# (`walqueue_browser`, below: apt-get as root only).
 
 WALQUEUE_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 WALQUEUE_VENV="$WALQUEUE_ROOT/.venv"
 
 walqueue_venv() {
     local python wanted stamp_file
+    walqueue_browser
     python="$(bash "$WALQUEUE_ROOT/tools/find-python.sh")" || return 1
 
     wanted="$("$python" - "$WALQUEUE_ROOT" <<'PY'
@@ -54,4 +58,25 @@ PY
         -e "$WALQUEUE_ROOT/packages/walqueue-cli" || return 1
     # Written last: an interrupted or failed setup is redone on the next run.
     printf '%s\n' "$wanted" >"$stamp_file"
+}
+
+# The dashboard's browser tests drive Debian's chromium through its own
+# chromedriver (selenium never downloads one). When either is missing and we
+# run as root with apt-get (CI on a fresh machine), install both, quietly;
+# otherwise leave the machine alone: the browser tests then skip, saying why.
+# Idempotent: nothing is run when both are on PATH. Never fails the caller.
+walqueue_browser() {
+    if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then
+        return 0
+    fi
+    if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+        return 0
+    fi
+    echo "walqueue: installing chromium and chromium-driver for the dashboard's browser tests" >&2
+    if ! { DEBIAN_FRONTEND=noninteractive apt-get update -qq \
+        && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+            chromium chromium-driver; } >/dev/null 2>&1; then
+        echo "walqueue: could not install chromium (the browser tests will say so)" >&2
+    fi
+    return 0
 }

@@ -253,3 +253,21 @@ def test_an_async_stale_ack_raises_stale_lease_as_queue_does(server: ServerProce
                 await client.ack(lease, now=100)
 
     asyncio.run(scenario())
+
+
+def test_an_async_client_serves_on_in_a_second_event_loop(server: ServerProcess) -> None:
+    client = AsyncClient(server.socket_path, timeout=30)
+    assert asyncio.run(client.put("first", {})) == "first"
+    assert asyncio.run(client.put("second", {})) == "second"  # the first loop, and its connection, are gone
+    asyncio.run(client.close())
+
+
+def test_a_cancelled_async_call_leaves_the_connection_in_step(server: ServerProcess) -> None:
+    async def scenario() -> None:
+        async with AsyncClient(server.socket_path, timeout=30) as client:
+            slow = asyncio.ensure_future(client.tasks())
+            slow.cancel()
+            assert await client.put("after", {}) == "after"
+            assert (await client.get("after")) is not None
+
+    asyncio.run(scenario())

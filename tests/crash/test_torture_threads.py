@@ -11,15 +11,16 @@ from __future__ import annotations
 
 from torture.runner import run_campaign
 
+#: What the background campaign must reach; on a loaded machine it runs past its budget for them.
+BACKGROUND_TARGETS = {"crash copies": 150, "faults": 8, "faults writing the snapshot": 2, "orphans cleared": 20}
+
 
 def test_background_campaign() -> None:
-    report = run_campaign("background", 1, 9.0)
+    report = run_campaign("background", 1, 9.0, targets=BACKGROUND_TARGETS)
     assert report.passed, report.line() + "\n" + "\n".join(report.divergences)
     counts = report.counts
-    assert counts["crash copies"] >= 150, report.line()
-    assert counts["faults"] >= 8, report.line()
-    assert counts.get("faults writing the snapshot", 0) >= 2, report.line()
-    assert counts.get("orphans cleared", 0) >= 20, report.line()
+    for what, least in BACKGROUND_TARGETS.items():
+        assert counts.get(what, 0) >= least, report.line()
     assert counts["crash copies"] + counts["faults"] * 2 <= counts["fsck agreed"], report.line()
 
 

@@ -23,7 +23,13 @@ from hypothesis import strategies as st
 
 from model import nothing_written, wal_bodies
 from walqueue import LastError, Lease, Queue, StaleLease, Task, WrongStatus
-from walqueue.engine.validate import ERROR_MESSAGE_BYTES, ERROR_TYPE_BYTES, MAX_FRAME_BYTES, RECORD_WORST_CASE_EXTRA
+from walqueue.engine.validate import (
+    ERROR_MESSAGE_BYTES,
+    ERROR_TYPE_BYTES,
+    MAX_FRAME_BYTES,
+    RECORD_WORST_CASE_EXTRA,
+    cut_text,
+)
 
 if TYPE_CHECKING:
     from conftest import RunPython
@@ -177,6 +183,22 @@ def test_a_long_type_is_cut_too_and_a_message_at_the_bound_is_kept_whole(q: Queu
     error = last_error(q)
     assert error is not None and error.message == message
     assert error.type.endswith("... [cut: 1000 bytes]") and len(error.type) == ERROR_TYPE_BYTES
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.text(max_size=300), limit=st.integers(30, 400))
+def test_cutting_keeps_the_longest_prefix_that_fits_beside_its_marker(text: str, limit: int) -> None:
+    """`validate.cut_text`, against the rule stated plainly: whole characters, marker included, within `limit`."""
+    size = len(text.encode("utf-8"))
+    cut = cut_text(text, limit)
+    if size <= limit:
+        assert cut == text
+        return
+    marker = f"... [cut: {size} bytes]"
+    kept = cut.removesuffix(marker)
+    assert cut.endswith(marker) and text.startswith(kept)
+    assert len(cut.encode("utf-8")) <= limit
+    assert len((text[: len(kept) + 1] + marker).encode("utf-8")) > limit  # one more character would not fit
 
 
 def test_lone_surrogates_are_written_as_their_escapes(q: Queue) -> None:

@@ -141,7 +141,7 @@ def test_a_failure_while_publishing_poisons_the_queue_and_loses_nothing_acknowle
             time.sleep(0.001)
     except QueueClosed:
         pass
-    _wait_for(lambda: queue._closed)  # noqa: SLF001 - the publication failed: poisoned
+    _wait_for(lambda: queue._guard.closed)  # noqa: SLF001 - the publication failed: poisoned
     with pytest.raises(QueueClosed):
         queue.put("after", {})
     queue.close()
@@ -201,13 +201,13 @@ def test_the_covered_files_are_deleted_after_the_lock_is_released(qdir: Path, mo
     original = compaction.delete_files
 
     def delete_files(directory: object, names: list[str], *, sync: bool) -> None:
-        held.append(queue._mutex._is_owned())  # type: ignore[attr-defined]  # noqa: SLF001
+        held.append(queue._guard.mutex._is_owned())  # type: ignore[attr-defined]  # noqa: SLF001
         original(directory, names, sync=sync)  # type: ignore[arg-type]
 
     monkeypatch.setattr(compaction, "delete_files", delete_files)
     model = Model()
     _fill(queue, model, "a", 300)
-    _wait_for(lambda: queue.stats()["snapshot_seq"] > 0 and not queue._background_running())  # noqa: SLF001
+    _wait_for(lambda: queue.stats()["snapshot_seq"] > 0 and not queue._compactor.running())  # noqa: SLF001
     assert held and not any(held)
     live = queue.stats()
     queue.close()

@@ -27,10 +27,8 @@ def _put(state: State, source: SnapshotSource, task_ids: list[str]) -> None:
     plan, _ = plan_puts(state, [put_op(task_id, {"n": 1}) for task_id in task_ids])
     if not plan.ops:
         return
-    source.before_change([op["task"] for op in plan.ops], state.tasks)
-    apply(state, {"seq": state.last_seq + 1, "ops": plan.ops}, _planned=True)
-    for op in plan.ops:
-        source.created(op["task"])
+    source.before_change(plan.ops, state.tasks)
+    source.created(apply(state, {"seq": state.last_seq + 1, "ops": plan.ops}, _planned=True))
 
 
 def _listed(frozen: compaction.FrozenState, pauses: list[int] | None = None) -> list[str]:

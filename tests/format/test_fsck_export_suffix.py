@@ -10,6 +10,8 @@ which recreate the tasks in a new queue.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import re
@@ -23,7 +25,7 @@ from test_fsck import unchanged
 
 from walqueue import CorruptStore, Queue
 from walqueue.format import snapshot_name
-from walqueue.format.fsck import EXIT_CORRUPT, EXIT_HEALTHY, check
+from walqueue.format.fsck import EXIT_CORRUPT, EXIT_HEALTHY, check, main
 from walqueue.format.salvage import SalvageError, export_suffix, salvage
 
 if TYPE_CHECKING:
@@ -66,6 +68,10 @@ def test_opening_refuses_and_salvage_points_to_the_export(tmp_path: Path) -> Non
     assert (plan.base, plan.last_seq, plan.intact_dropped) == (None, 0, [[11, 110]])
     with pytest.raises(SalvageError, match="--export-suffix"):
         salvage(store, tmp_path / "salvaged")
+    text = io.StringIO()
+    with contextlib.redirect_stdout(text):
+        assert main([str(store)]) == EXIT_CORRUPT
+    assert "keeps nothing: export the intact transactions after the gap with --export-suffix OUT" in text.getvalue()
 
 
 def test_the_export_holds_every_intact_later_transaction_as_the_log_holds_it(tmp_path: Path) -> None:

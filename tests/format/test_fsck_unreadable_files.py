@@ -7,7 +7,8 @@ name the file as unreadable (a permission error), not blame a bit flip, and
 salvage must refuse (an error) rather than write a store without those puts
 and report that it dropped nothing. CI runs as root, where mode 000 is
 readable, so the refusal to open is simulated by patching the one place
-that opens store files, and a subprocess test drops privileges when it can.
+that opens store files, and one test forks a child that drops root's
+privileges before it reads a real mode-000 segment.
 """
 
 from __future__ import annotations
@@ -15,11 +16,9 @@ from __future__ import annotations
 import contextlib
 import errno
 import io
+import json
 import os
-import shutil
 import stat
-import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,6 +33,7 @@ from walqueue.format.fsck import EXIT_CORRUPT, check, main
 from walqueue.format.fsck.render import describe_plan
 from walqueue.format.salvage import SalvageError, salvage, survey
 
+#: The unprivileged user a root test process drops to.
 NOBODY = 65534
 
 
@@ -48,10 +48,8 @@ def store_with_snapshot(directory: Path) -> Path:
     return directory
 
 
-@pytest.fixture
-def unreadable_segment(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """Make `wal-...2.log` refuse to open with EACCES, as mode 000 does for a non-root process."""
-    name = wal_name(2)
+def refuse_to_open(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    """Make store file `name` refuse to open with EACCES, as mode 000 does for a non-root process."""
     real = StoreDirectory.open_regular
 
     def open_regular(self: StoreDirectory, entry: str, what: str, *, max_size: int | None = None) -> int:
@@ -60,7 +58,13 @@ def unreadable_segment(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
         return real(self, entry, what, max_size=max_size)
 
     monkeypatch.setattr(StoreDirectory, "open_regular", open_regular)
-    yield name
+
+
+@pytest.fixture
+def unreadable_segment(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """The live segment `wal-...2.log`, which holds the newest puts, cannot be opened."""
+    refuse_to_open(monkeypatch, wal_name(2))
+    yield wal_name(2)
 
 
 def test_fsck_names_an_unreadable_segment_as_unreadable_not_as_a_bit_flip(
@@ -101,6 +105,18 @@ def test_salvage_refuses_when_a_live_segment_cannot_be_read(tmp_path: Path, unre
     assert "cannot read" in err.getvalue() and "drops no transaction" not in stdout.getvalue()
 
 
+def test_an_unreadable_current_is_unreadable_not_damaged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = store_with_snapshot(tmp_path / "q")
+    refuse_to_open(monkeypatch, "CURRENT")
+    report = check(store)
+    assert [(f.severity, f.kind, f.file) for f in report.findings if f.severity != "note"] == [
+        ("error", "unreadable", "CURRENT")
+    ]
+    assert [c.kind for c in report.causes] == ["unreadable"]
+    with pytest.raises(SalvageError, match="cannot read CURRENT"):
+        salvage(store, tmp_path / "out")
+
+
 def test_a_read_error_in_the_middle_of_a_segment_is_unreadable_too(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -118,41 +134,60 @@ def test_a_read_error_in_the_middle_of_a_segment_is_unreadable_too(
         salvage(store, tmp_path / "out")
 
 
-def _can_drop_privileges() -> bool:
-    return os.geteuid() != 0 or (hasattr(os, "setuid") and shutil.which("true") is not None)
+def _in_unprivileged_child(store: Path, out: Path) -> dict[str, object]:
+    """Check and salvage `store` in a forked child that cannot override file modes; its results.
+
+    Root drops to nobody first (the modules are already imported, so the
+    child reads no source file); any other user just runs, since mode 000
+    already applies to it.
+    """
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        status = 1
+        try:
+            os.close(read_end)
+            if os.geteuid() == 0:
+                os.setgroups([])
+                os.setgid(NOBODY)
+                os.setuid(NOBODY)
+            stdout, stderr = io.StringIO(), io.StringIO()
+            with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+                checked = main([str(store)])
+                salvaged = main(["--salvage", str(out), str(store)])
+            result = {
+                "checked": checked,
+                "salvaged": salvaged,
+                "stdout": stdout.getvalue(),
+                "stderr": stderr.getvalue(),
+            }
+            os.write(write_end, json.dumps(result).encode())
+            status = 0
+        finally:
+            os._exit(status)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        data = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, "the unprivileged child failed"
+    return dict(json.loads(data))
 
 
 @pytest.mark.timeout(120)
-def test_a_mode_000_segment_in_a_process_without_privileges(src_pythonpath: str) -> None:
-    """The real thing: chmod 000, and a process that cannot override it (root drops to nobody)."""
-    if not _can_drop_privileges():
-        pytest.skip("cannot run a process without root's permission override here")
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_mode_000_segment_in_a_process_without_privileges() -> None:
+    """The real thing: chmod 000, read by a process that cannot override it (root drops to nobody)."""
     with tempfile.TemporaryDirectory(prefix="walqueue-unreadable-") as top:
-        os.chmod(top, 0o755)
+        os.chmod(top, 0o777)
         store = store_with_snapshot(Path(top) / "q")
         for path in [store, *store.iterdir()]:
             os.chmod(path, 0o755 if path.is_dir() else 0o644)
         (store / wal_name(2)).chmod(0)
-        outs = Path(top) / "outs"
-        outs.mkdir()
-        os.chmod(outs, 0o777)
-        user = {"user": NOBODY} if os.geteuid() == 0 else {}
-        env = {**os.environ, "PYTHONPATH": src_pythonpath}
-        command = [sys.executable, "-m", "walqueue.format.fsck"]
-        try:
-            checked = subprocess.run(
-                [*command, str(store)], env=env, capture_output=True, text=True, timeout=60, check=False, **user
-            )
-        except PermissionError:
-            pytest.skip("the interpreter cannot be run by an unprivileged user here (or the user cannot be switched)")
-        if "No module named" in checked.stderr:
-            pytest.skip("the source tree is not readable by an unprivileged user")
-        assert checked.returncode == EXIT_CORRUPT, checked.stderr
-        assert "[unreadable]" in checked.stdout and "bit flip" not in checked.stdout
-        salvaged = subprocess.run(
-            [*command, "--salvage", str(outs / "new"), str(store)],
-            env=env, capture_output=True, text=True, timeout=60, check=False, **user,
-        )  # fmt: skip
-        assert salvaged.returncode == EXIT_CORRUPT, salvaged.stdout
-        assert "cannot read" in salvaged.stderr and "drops no transaction" not in salvaged.stdout
+        result = _in_unprivileged_child(store, Path(top) / "new")
         (store / wal_name(2)).chmod(stat.S_IRUSR | stat.S_IWUSR)
+    assert result["checked"] == EXIT_CORRUPT, result
+    stdout = str(result["stdout"])
+    assert f"{wal_name(2)}: cannot read: Permission denied [unreadable]" in stdout
+    assert "bit flip" not in stdout and "drops no transaction" not in stdout
+    assert result["salvaged"] == EXIT_CORRUPT
+    assert f"cannot read {wal_name(2)}" in str(result["stderr"])

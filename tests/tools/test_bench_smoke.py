@@ -84,6 +84,11 @@ EXPECTED_FIGURES: dict[str, set[str]] = {
         "cycles_serve8_vs_serve1",
         "rtt_get_client_vs_queue",
         "rtt_put_client_vs_queue",
+        "server_cpu_per_put",
+        "server_cpu_per_get",
+        "clients_cpu_per_put",
+        "clients_cpu_per_get",
+        "pipeline_100_puts_vs_100_calls",
     },
 }
 if importlib.util.find_spec("persistqueue") is not None:  # (j) compares with persist-queue when it can
@@ -122,6 +127,8 @@ EXPECTED_TARGETS = {
     ("open_torn_tail", "torn_over_healthy"),
     ("server_processes", "puts_serve8_vs_sqlite8"),
     ("server_processes", "cycles_serve8_vs_sqlite8"),
+    ("server_processes", "server_cpu_per_put"),
+    ("server_processes", "server_cpu_per_get"),
 }
 if HUEY:
     EXPECTED_TARGETS |= {

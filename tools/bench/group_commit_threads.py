@@ -87,7 +87,7 @@ class _FsyncCounter:
     def __enter__(self) -> _FsyncCounter:
         real, lock = self._real, self._lock
 
-        def counting_fsync(fd: int) -> None:
+        def counting_fsync(fd: Any) -> None:
             with lock:
                 self._calls += 1
             real(fd)

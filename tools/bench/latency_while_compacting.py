@@ -51,7 +51,7 @@ class _Compactions(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         if record.msg.startswith("compacted through sequence"):
-            self.published.append((time.perf_counter(), int(record.args[-1])))  # type: ignore[index]
+            self.published.append((time.perf_counter(), int(record.args[-1])))  # type: ignore[index, arg-type]
 
 
 def _window(

@@ -56,9 +56,8 @@ def run(ctx: Context) -> dict[str, Any]:
     queue = Queue(healthy_dir, sync=False, compact_bytes=None)
     n = 0
     while queue.stats()["wal_bytes"] < tail_bytes:
-        batch = [{"task_id": task_id("k", n + i), "payload": payload(n + i)} for i in range(FILL_BATCH)]
-        for item in batch:
-            queue.put(item["task_id"], item["payload"])
+        for i in range(n, n + FILL_BATCH):
+            queue.put(task_id("k", i), payload(i))
         n += FILL_BATCH
     healthy_bytes = queue.stats()["wal_bytes"]
     queue.close()

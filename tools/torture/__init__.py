@@ -2,7 +2,7 @@
 
     python tools/torture [--seed N] [--seconds S] [--campaign NAME ...]
 
-(or ``python -m torture ...`` with tools/ on sys.path). Ten campaigns, each
+(or ``python -m torture ...`` with tools/ on sys.path). Eleven campaigns, each
 seeded and reproducible, each comparing the real `walqueue.Queue` (or
 `walqueue-serve`) with the reference model of `tests/model.py`. Each campaign
 is one module of this package, named after it; its docstring says what it

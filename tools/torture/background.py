@@ -13,7 +13,6 @@ import itertools
 import os
 import random
 import tempfile
-import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +28,7 @@ from walqueue.format.names import CURRENT_TMP_NAME, LOCK_NAME, parse_wal_name
 
 from .checks import check_poisoned, compare_views, open_checked_by_fsck, view_difference
 from .faults import FAULT_ERRNOS, FAULTABLE, FaultInjector, injected
-from .harness import Abort, Dirs, Report, remove, scratch_root
+from .harness import Abort, Budget, Dirs, Report, remove, scratch_root
 from .workload import Expected, Workload, count_lifecycle_call, expected_states, outcome
 
 BACKGROUND_STEPS = 150
@@ -56,17 +55,17 @@ def campaign_background(seed: int, budget: float, report: Report) -> None:
     nothing; a failure while publishing may poison it; either way the
     reopened store holds every acknowledged call.
     """
-    deadline = time.monotonic() + budget
+    clock = Budget(budget, report)
     report.counts.update({"steps": 0, "crash copies": 0, "faults": 0})
     crashed_before: set[str] = set()
     temporary = tempfile.TemporaryDirectory(prefix="walqueue-background-", dir=scratch_root())
     with temporary as tmp, injected(FaultInjector()) as injector:
         for unit in itertools.count():
-            if unit >= 2 and time.monotonic() >= deadline:
+            if unit >= 2 and clock.over():
                 break
             dirs = Dirs(Path(tmp) / f"u{unit}")
             try:
-                _background_unit(seed, unit, dirs, deadline, injector, report, crashed_before)
+                _background_unit(seed, unit, dirs, clock, injector, report, crashed_before)
             except Abort as exc:
                 report.diverge(str(exc))
             except Exception:
@@ -89,7 +88,7 @@ class _CrashCopy:
 
 
 def _background_unit(
-    seed: int, unit: int, dirs: Dirs, deadline: float, injector: FaultInjector, report: Report, crashed: set[str]
+    seed: int, unit: int, dirs: Dirs, clock: Budget, injector: FaultInjector, report: Report, crashed: set[str]
 ) -> None:
     dirs.root.mkdir()
     rng = random.Random(f"background:{seed}:{unit}")
@@ -117,7 +116,7 @@ def _background_unit(
     arm()
     try:
         for step in range(BACKGROUND_STEPS):
-            if step >= 20 and time.monotonic() >= deadline:
+            if step >= 20 and clock.over():
                 break
             op = workload.next_op(model)
             where = f"{base} step {step} ({op.describe()})"

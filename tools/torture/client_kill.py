@@ -68,7 +68,7 @@ def campaign_client_kill(seed: int, budget: float, report: Report) -> None:
             while victim_number < 10 or time.monotonic() < deadline:
                 _kill_one_client(rng, victim_number, socket_path, observer, report, f"--seed {seed} client-kill")
                 victim_number += 1
-            served = view(observer)
+            served = view(observer)  # type: ignore[arg-type]  # a Client has the reads of a Queue
         if server.stop() != 0:
             report.diverge("client-kill: SIGTERM did not exit 0")
         with Queue(root / "q", sync=False) as reopened:

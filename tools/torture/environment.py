@@ -272,9 +272,9 @@ class EnvLife:
                 status = _child_tries_everything(queue)
             finally:
                 os._exit(status)
-        status = _wait_child(pid, ENV_STEP_TIMEOUT)
-        if status != 0:
-            self.report.diverge(f"{where}: a forked child's inherited queue {'hung' if status is None else status}")
+        waited = _wait_child(pid, ENV_STEP_TIMEOUT)
+        if waited != 0:
+            self.report.diverge(f"{where}: a forked child's inherited queue {'hung' if waited is None else waited}")
         else:
             self.report.count("child calls refused", len(CHILD_PROBES))
         self._op(where)
@@ -302,7 +302,7 @@ class EnvLife:
         self.hook.children.clear()
 
     def _close_by_signal(
-        self, where: str, signum: signal.Signals, arm: Callable[[], None], disarm: Callable[[], None]
+        self, where: str, signum: signal.Signals, arm: Callable[[], object], disarm: Callable[[], object]
     ) -> None:
         """Run ops until a signal handler's close() ends the life; every reopen state must be explainable."""
         assert self.queue is not None

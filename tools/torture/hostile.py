@@ -233,25 +233,7 @@ class HostileCalls:
             spec = self.put_spec()
             return Call(f"put {short(spec)}", lambda t: t.put(**spec), list(spec.values()))
         if kind == "put_many":
-            items: Any = [
-                self.put_spec() if rng.random() < 0.5 else self._valid_item() for _ in range(rng.randrange(4))
-            ]
-            if rng.random() < 0.3:
-                items.insert(rng.randrange(len(items) + 1), rng.choice(HOSTILE_SCALARS + ({"payload": {}},)))
-            container = rng.random()
-            if container < 0.1:
-                items = rng.choice([None, "tasks", b"x", {"task_id": "b", "payload": {}}, 7])
-            elif container < 0.2:
-                items = tuple(items)
-            elif container < 0.3:
-                listed = list(items)  # a generator, made anew for each target (the first would drain it)
-                return Call(
-                    f"put_many (generator of) {short(listed)}",
-                    lambda t: t.put_many(item for item in listed),
-                    listed,
-                )
-            arguments = list(items) if isinstance(items, (list, tuple)) else [items]
-            return Call(f"put_many {short(items)}", lambda t: t.put_many(items), arguments)
+            return self._put_many_call()
         if kind == "reserve":
             worker = self.pick(HOSTILE_NAMES, "w1")
             when = self.pick(HOSTILE_INTS, now)
@@ -283,29 +265,53 @@ class HostileCalls:
                 [lease, when, lease_seconds],
             )
         if kind in ("redrive", "cancel"):
-            wanted = ("dead",) if kind == "redrive" else ("ready", "leased")
-            fitting = [t.task_id for t in model.tasks() if t.status in wanted] or ["b1"]
-            task_id = self.pick(HOSTILE_NAMES + ("b1", "b2", "nobody"), rng.choice(fitting))
-            if kind == "cancel":
-                return Call(f"cancel {short(task_id)}", lambda t: t.cancel(task_id), [task_id])
-            available_at = self.pick(HOSTILE_INTS, now)
-            if rng.random() < 0.3:  # the default extra_attempts
-                return Call(
-                    f"redrive {short([task_id, available_at])}",
-                    lambda t: t.redrive(task_id, available_at=available_at),
-                    [task_id, available_at],
-                )
-            extra = self.pick(HOSTILE_INTS, rng.choice([1, 2]))
-            return Call(
-                f"redrive {short([task_id, available_at, extra])}",
-                lambda t: t.redrive(task_id, available_at=available_at, extra_attempts=extra),
-                [task_id, available_at, extra],
-            )
+            return self._redrive_or_cancel_call(kind, model, now)
         if kind == "get":
             task_id = rng.choice(HOSTILE_NAMES + ("b1", "b2"))
             return Call(f"get {short(task_id)}", lambda t: t.get(task_id), [task_id])
         status = rng.choice(HOSTILE_STATUSES)
         return Call(f"tasks {short(status)}", lambda t: t.tasks(status), [status])
+
+    def _put_many_call(self) -> Call:
+        rng = self.rng
+        items: Any = [self.put_spec() if rng.random() < 0.5 else self._valid_item() for _ in range(rng.randrange(4))]
+        if rng.random() < 0.3:
+            items.insert(rng.randrange(len(items) + 1), rng.choice(HOSTILE_SCALARS + ({"payload": {}},)))
+        container = rng.random()
+        if container < 0.1:
+            items = rng.choice([None, "tasks", b"x", {"task_id": "b", "payload": {}}, 7])
+        elif container < 0.2:
+            items = tuple(items)
+        elif container < 0.3:
+            listed = list(items)  # a generator, made anew for each target (the first would drain it)
+            return Call(
+                f"put_many (generator of) {short(listed)}",
+                lambda t: t.put_many(item for item in listed),
+                listed,
+            )
+        arguments = list(items) if isinstance(items, (list, tuple)) else [items]
+        return Call(f"put_many {short(items)}", lambda t: t.put_many(items), arguments)
+
+    def _redrive_or_cancel_call(self, kind: str, model: Model, now: int) -> Call:
+        rng = self.rng
+        wanted = ("dead",) if kind == "redrive" else ("ready", "leased")
+        fitting = [t.task_id for t in model.tasks() if t.status in wanted] or ["b1"]
+        task_id = self.pick(HOSTILE_NAMES + ("b1", "b2", "nobody"), rng.choice(fitting))
+        if kind == "cancel":
+            return Call(f"cancel {short(task_id)}", lambda t: t.cancel(task_id), [task_id])
+        available_at = self.pick(HOSTILE_INTS, now)
+        if rng.random() < 0.3:  # the default extra_attempts
+            return Call(
+                f"redrive {short([task_id, available_at])}",
+                lambda t: t.redrive(task_id, available_at=available_at),
+                [task_id, available_at],
+            )
+        extra = self.pick(HOSTILE_INTS, rng.choice([1, 2]))
+        return Call(
+            f"redrive {short([task_id, available_at, extra])}",
+            lambda t: t.redrive(task_id, available_at=available_at, extra_attempts=extra),
+            [task_id, available_at, extra],
+        )
 
     def _valid_item(self) -> dict[str, Any]:
         self.serial += 1

@@ -31,7 +31,7 @@ from model import Model, view
 from walqueue.format.current import read_current
 
 from .checks import open_checked_by_fsck, view_difference
-from .harness import TARGET_OVERTIME, Abort, Report, remove
+from .harness import Abort, Budget, Report, remove
 from .kill_child import (
     CHILD_BOOTSTRAP,
     CHILD_TIMEOUT,
@@ -146,28 +146,17 @@ class Zygote:
 
 def campaign_kill(seed: int, budget: float, report: Report) -> None:
     """SIGKILL a child running a seeded workload at random moments; reopen and compare after each kill."""
-    deadline = time.monotonic() + budget
-    overtime = deadline + budget * TARGET_OVERTIME
+    clock = Budget(budget, report)
     report.counts.update({"kills": 0, "operations done": 0, "in flight": 0})
-
-    def over() -> bool:
-        now = time.monotonic()
-        if now < deadline:
-            return False
-        if now < overtime and report.short_of_targets():
-            if "ran past its budget to reach its targets" not in report.notes:
-                report.notes.append("ran past its budget to reach its targets")
-            return False
-        return True
 
     with tempfile.TemporaryDirectory(prefix="walqueue-kill-") as tmp, tempfile.TemporaryFile() as errors:
         zygote = Zygote(child_environment(), errors)
         try:
             for unit in itertools.count():
-                if unit and over():
+                if unit and clock.over():
                     break
                 try:
-                    _kill_unit(seed, unit, Path(tmp) / f"u{unit}", over, zygote, report)
+                    _kill_unit(seed, unit, Path(tmp) / f"u{unit}", clock.over, zygote, report)
                 except Abort as exc:
                     report.diverge(str(exc))
                     if zygote.process.poll() is not None:
@@ -360,13 +349,8 @@ def _check_threaded_life(
         got = view(reopened)
     finally:
         reopened.close()
-    start, end = model.last_seq, got["last_seq"]
-    owners = dict(life.frames)
-    if sorted(owners) != list(range(start + 1, start + 1 + len(owners))):
-        raise Abort(f"{where}: the frames reported are not consecutive from {start + 1}")
-    if owners and max(owners) > end:
-        raise Abort(f"{where}: frame {max(owners)} was written before the kill, the reopened store ends at {end}")
-    log = [owners.get(seq) for seq in range(start + 1, end + 1)]
+    start = model.last_seq
+    log = _log_owners(life, start, got["last_seq"], where)
     replays = {
         f"T{n}": _ThreadReplay(ThreadOps(seed, unit, epoch, f"T{n}"), life.thread_done.get(f"T{n}", {}))
         for n in range(threads)
@@ -378,32 +362,10 @@ def _check_threaded_life(
         owner = log[position]
         if owner is None:
             break  # the last frames, written just before the kill, without their lines
-        replay = replays.get(owner)
-        op = None if replay is None else replay.head()
-        if replay is None or op is None:
+        current = replays.get(owner)
+        if current is None or current.head() is None:
             raise Abort(f"{where}: frame {start + position + 1} is from {owner}, which has no call left")
-        label = f"{where} {owner} call {replay.index} ({op.describe()}) at frame {start + position + 1}"
-        before = model.clone() if not replay.acknowledged else None
-        text, value = answer_of(op, model)
-        wrote = model.last_seq - (start + position)
-        span = log[position : position + wrote]
-        if wrote == 0:
-            raise Abort(f"{label}: the model writes nothing here")
-        if any(who not in (owner, None) for who in span) or (replay.acknowledged and None in span):
-            raise Abort(f"{label}: the model writes {wrote} frames, the log has {span}")
-        if replay.acknowledged:
-            if text_digest(text) != replay.done[replay.index]:
-                raise Abort(f"{label}: answered differently from the model")
-            report.count("threaded operations done")
-            count_lifecycle_call(report, op, text, "threaded acknowledged")
-        else:
-            report.count("threaded in flight applied")
-            if len(span) < wrote:  # the log ends inside the call: a reserve, reaped only
-                if op.kind != "reserve" or before is None or len(span) != 1:
-                    raise Abort(f"{label}: {len(span)} of its {wrote} frames in the log")
-                model = reap_only(before, op.args["now"])
-                report.count("threaded in flight reaped only")
-        replay.consume(value)
+        model, wrote = _replay_logged_call(current, owner, log, position, start, model, report, where)
         position += wrote
     if position < len(log):  # frames without lines: the call in flight of one of the threads
         model = _resolve_unreported_tail(replays, model, got, report, where)
@@ -419,6 +381,54 @@ def _check_threaded_life(
     if view(model) != got:
         raise Abort(f"{where}: the reopened store differs from the model's replay: {view_difference(got, view(model))}")
     return model
+
+
+def _log_owners(life: ChildLife, start: int, end: int, where: str) -> list[str | None]:
+    """The thread that wrote each frame after `start`, up to the reopened store's `end` (None: no line said)."""
+    owners = dict(life.frames)
+    if sorted(owners) != list(range(start + 1, start + 1 + len(owners))):
+        raise Abort(f"{where}: the frames reported are not consecutive from {start + 1}")
+    if owners and max(owners) > end:
+        raise Abort(f"{where}: frame {max(owners)} was written before the kill, the reopened store ends at {end}")
+    return [owners.get(seq) for seq in range(start + 1, end + 1)]
+
+
+def _replay_logged_call(
+    replay: _ThreadReplay,
+    owner: str,
+    log: list[str | None],
+    position: int,
+    start: int,
+    model: Model,
+    report: Report,
+    where: str,
+) -> tuple[Model, int]:
+    """Apply `owner`'s next call, whose frames start at `position` of the log; the model and its frame count."""
+    op = replay.head()
+    assert op is not None
+    label = f"{where} {owner} call {replay.index} ({op.describe()}) at frame {start + position + 1}"
+    before = model.clone() if not replay.acknowledged else None
+    text, value = answer_of(op, model)
+    wrote = model.last_seq - (start + position)
+    span = log[position : position + wrote]
+    if wrote == 0:
+        raise Abort(f"{label}: the model writes nothing here")
+    if any(who not in (owner, None) for who in span) or (replay.acknowledged and None in span):
+        raise Abort(f"{label}: the model writes {wrote} frames, the log has {span}")
+    if replay.acknowledged:
+        if text_digest(text) != replay.done[replay.index]:
+            raise Abort(f"{label}: answered differently from the model")
+        report.count("threaded operations done")
+        count_lifecycle_call(report, op, text, "threaded acknowledged")
+    else:
+        report.count("threaded in flight applied")
+        if len(span) < wrote:  # the log ends inside the call: a reserve, reaped only
+            if op.kind != "reserve" or before is None or len(span) != 1:
+                raise Abort(f"{label}: {len(span)} of its {wrote} frames in the log")
+            model = reap_only(before, op.args["now"])
+            report.count("threaded in flight reaped only")
+    replay.consume(value)
+    return model, wrote
 
 
 def _resolve_unreported_tail(

@@ -85,7 +85,7 @@ def campaign_pipeline_disconnect(seed: int, budget: float, report: Report) -> No
                 counts[prefix] = count
                 number += 1
             time.sleep(0.1)  # a reset connection's requests already read may still be executing
-            served = view(observer)
+            served = view(observer)  # type: ignore[arg-type]  # a Client has the reads of a Queue
             transactions = observer.last_seq
         if server.stop() != 0:
             report.diverge("pipeline-disconnect: SIGTERM did not exit 0")

@@ -23,7 +23,7 @@ from walqueue import (
 from .checks import compare_views
 from .harness import Abort, Report, scratch_root
 from .served import SERVER_CLIENTS, SERVER_KILL_DELAY, ServedQueue, socket_dir
-from .workload import Workload, expected_states, outcome
+from .workload import Expected, Op, Workload, expected_states, outcome
 
 
 def campaign_server_kill(seed: int, budget: float, report: Report) -> None:
@@ -51,6 +51,35 @@ def campaign_server_kill(seed: int, budget: float, report: Report) -> None:
     finally:
         shutil.rmtree(root, ignore_errors=True)
         shutil.rmtree(sockets, ignore_errors=True)
+
+
+def _judge_step(
+    label: str, op: Op, expected: Expected, answer: str | None, kills: list[dict[str, Any]], report: Report
+) -> Model:
+    """The model after one step: its answer (None: ConnectionError) and the views reopened after kills meanwhile."""
+    if answer is not None:
+        report.count("operations answered")
+        if answer != expected.answer:
+            raise Abort(f"{label}: answered {answer[:120]}, the model {expected.answer[:120]}")
+    if not kills:
+        if answer is None:
+            raise Abort(f"{label}: ConnectionError without a kill")
+        return expected.after
+    report.count("steps hit by a kill")
+    candidates = {id(state): state for state in expected.by_seq.values()}
+    for seen in kills:
+        if not any(seen == view(state) for state in candidates.values()):
+            report.diverge(f"{label}: after a kill the store holds a state the model never had")
+            raise Abort(label)
+    if answer is None:
+        report.count("in flight, not retried")
+        matching = [state for state in expected.by_seq.values() if view(state) == kills[-1]]
+        model = matching[-1]
+        report.count("in-flight applied" if model.last_seq > expected.before.last_seq else "in-flight not applied")
+        return model
+    if op.kind in ("put", "put_many"):
+        report.count("puts retried across a restart")
+    return expected.after
 
 
 def _server_kill_unit(
@@ -109,32 +138,7 @@ def _server_kill_unit(
                 time.sleep(0.005)  # a kill is under way: wait for its reopened view
             kills = views_after_kill[kills_before:]
             label = f"{where} step {step} ({op.describe()})"
-            if answer is not None:
-                report.count("operations answered")
-                if answer != expected.answer:
-                    raise Abort(f"{label}: answered {answer[:120]}, the model {expected.answer[:120]}")
-            if kills:
-                report.count("steps hit by a kill")
-                candidates = {id(state): state for state in expected.by_seq.values()}
-                for seen in kills:
-                    if not any(seen == view(state) for state in candidates.values()):
-                        report.diverge(f"{label}: after a kill the store holds a state the model never had")
-                        raise Abort(label)
-                if answer is None:
-                    report.count("in flight, not retried")
-                    matching = [state for state in expected.by_seq.values() if view(state) == kills[-1]]
-                    model = matching[-1]
-                    report.count(
-                        "in-flight applied" if model.last_seq > expected.before.last_seq else "in-flight not applied"
-                    )
-                else:
-                    if op.kind in ("put", "put_many"):
-                        report.count("puts retried across a restart")
-                    model = expected.after
-            elif answer is None:
-                raise Abort(f"{label}: ConnectionError without a kill")
-            else:
-                model = expected.after
+            model = _judge_step(label, op, expected, answer, kills, report)
             step += 1
         report.count("steps", step)
     finally:

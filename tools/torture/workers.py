@@ -38,7 +38,7 @@ from typing import Any
 
 from walqueue import Queue
 
-from .harness import TARGET_OVERTIME, Report
+from .harness import Budget, Report
 
 HANDLERS = """
 import os, time
@@ -101,12 +101,11 @@ class Unit:
 
 def campaign_workers(seed: int, budget: float, report: Report) -> None:
     """Units of kills under load until the budget is spent (at least one; longer while short of the targets)."""
-    deadline = time.monotonic() + budget
-    overtime = deadline + budget * TARGET_OVERTIME
+    time_left = Budget(budget, report)
     root = Path(tempfile.mkdtemp(prefix="wq-workers-", dir="/tmp"))  # DIR/worker.sock must fit in sun_path
     try:
         number = 0
-        while number == 0 or time.monotonic() < deadline or (time.monotonic() < overtime and report.short_of_targets()):
+        while number == 0 or not time_left.over():
             unit = Unit(root / f"u{number}", random.Random(f"{seed}:{number}"), report, f"--seed {seed} unit {number}")
             _run_unit(unit)
             report.count("units")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -170,90 +171,128 @@ class Workload:
         """Choose the next call from the seed and from `target`'s state (a Queue or a Model)."""
         rng = self.rng
         self.now += rng.choice([0, 1, 1, 2, 5])
-        now = self.now
         kind = rng.choices(self.KINDS, weights=self.weights)[0]
-        if kind in ("retry", "conflict") and self.puts:
-            spec = dict(rng.choice(self.puts))
-            if kind == "conflict":
-                spec["payload"] = {"other": rng.randrange(3)}
-            return Op("put", {"spec": spec})
-        if kind == "put_many":
-            items = [self.new_spec() for _ in range(rng.randrange(1, 4))]
-            if len(self.puts) > len(items) and rng.random() < 0.4:
-                items.append(dict(rng.choice(self.puts[: -len(items)])))
-            return Op("put_many", {"items": items})
-        if kind == "reserve":
-            return Op(
-                "reserve",
-                {
-                    "worker": rng.choice(["w1", "w2", "w3"]),
-                    "now": now,
-                    "lease_seconds": rng.choice([1, 2, 4, 10]),
-                    "limit": rng.choice([1, 2, 3, 5]),
-                },
-            )
-        if kind in ("ack", "release"):
-            leased = target.tasks("leased")
-            if leased:
-                lease = token_for(rng.choice(leased))
-                if kind == "ack":
-                    return Op("ack", {"lease": lease, "now": now})
-                return Op("release", {"lease": lease, "now": now, "delay": rng.choice([0, 1, 3])})
-        if kind == "extend":
-            leased = target.tasks("leased")
-            if leased:
-                # Mostly a heartbeat of a lease not yet over; sometimes one at or past its deadline (stale).
-                live = [t for t in leased if t.deadline is not None and t.deadline > now]
-                task = rng.choice(live if live and rng.random() < 0.85 else leased)
-                lease = token_for(task)
-                if rng.random() < 0.3:
-                    lease = Lease(lease.task_id, lease.worker, lease.generation)  # the three fields alone
-                return Op("extend", {"lease": lease, "now": now, "lease_seconds": rng.choice([1, 2, 4, 10])})
-        if kind in ("redrive", "cancel"):
-            tasks = target.tasks()
-            wanted = ("dead",) if kind == "redrive" else ("ready", "leased")
-            fitting = [t.task_id for t in tasks if t.status in wanted]
-            if fitting or tasks:
-                # Mostly a task in the status the call needs; sometimes any task or an unknown one (WrongStatus).
-                roll = rng.random()
-                if fitting and roll < 0.8:
-                    task_id = rng.choice(fitting)
-                elif tasks and roll < 0.95:
-                    task_id = rng.choice(tasks).task_id
-                else:
-                    task_id = f"{self.prefix}missing"
-                if kind == "cancel":
-                    return Op("cancel", {"task_id": task_id})
-                return Op(
-                    "redrive",
-                    {
-                        "task_id": task_id,
-                        "available_at": now + rng.choice([0, 0, 2]),
-                        "extra_attempts": rng.choice([1, 1, 2]),
-                    },
-                )
-        if kind == "stale":
-            touched = [t for t in target.tasks() if t.generation > 0]
-            if touched:
-                lease = token_for(rng.choice(touched))
-                forged = rng.choice(["generation", "worker", "as-is"])
-                if forged == "generation":
-                    lease = Lease(lease.task_id, lease.worker, lease.generation - 1, 0, 0, {})
-                elif forged == "worker":
-                    lease = Lease(lease.task_id, "w9", lease.generation, 0, 0, {})
-                # Forged for every lease call this workload makes (a weight of 0 turns extend off).
-                verbs = ["ack", "release"] + (["extend"] if self.weights[self.KINDS.index("extend")] else [])
-                verb = rng.choice(verbs)
-                return Op(verb, {"lease": lease, "now": now, "delay": 0, "lease_seconds": 5})
+        chooser = self._CHOOSERS.get(kind)
+        op = None if chooser is None else chooser(self, kind, target, self.now)
+        return op if op is not None else Op("put", {"spec": self.new_spec()})
+
+    def _repeat_put(self, kind: str, target: Any, now: int) -> Op | None:
+        if not self.puts:
+            return None
+        spec = dict(self.rng.choice(self.puts))
+        if kind == "conflict":
+            spec["payload"] = {"other": self.rng.randrange(3)}
+        return Op("put", {"spec": spec})
+
+    def _put_many(self, kind: str, target: Any, now: int) -> Op | None:
+        rng = self.rng
+        items = [self.new_spec() for _ in range(rng.randrange(1, 4))]
+        if len(self.puts) > len(items) and rng.random() < 0.4:
+            items.append(dict(rng.choice(self.puts[: -len(items)])))
+        return Op("put_many", {"items": items})
+
+    def _reserve(self, kind: str, target: Any, now: int) -> Op | None:
+        rng = self.rng
+        return Op(
+            "reserve",
+            {
+                "worker": rng.choice(["w1", "w2", "w3"]),
+                "now": now,
+                "lease_seconds": rng.choice([1, 2, 4, 10]),
+                "limit": rng.choice([1, 2, 3, 5]),
+            },
+        )
+
+    def _settle(self, kind: str, target: Any, now: int) -> Op | None:
+        leased = target.tasks("leased")
+        if not leased:
+            return None
+        lease = token_for(self.rng.choice(leased))
+        if kind == "ack":
+            return Op("ack", {"lease": lease, "now": now})
+        return Op("release", {"lease": lease, "now": now, "delay": self.rng.choice([0, 1, 3])})
+
+    def _extend(self, kind: str, target: Any, now: int) -> Op | None:
+        rng = self.rng
+        leased = target.tasks("leased")
+        if not leased:
+            return None
+        # Mostly a heartbeat of a lease not yet over; sometimes one at or past its deadline (stale).
+        live = [t for t in leased if t.deadline is not None and t.deadline > now]
+        task = rng.choice(live if live and rng.random() < 0.85 else leased)
+        lease = token_for(task)
+        if rng.random() < 0.3:
+            lease = Lease(lease.task_id, lease.worker, lease.generation)  # the three fields alone
+        return Op("extend", {"lease": lease, "now": now, "lease_seconds": rng.choice([1, 2, 4, 10])})
+
+    def _redrive_or_cancel(self, kind: str, target: Any, now: int) -> Op | None:
+        rng = self.rng
+        tasks = target.tasks()
+        wanted = ("dead",) if kind == "redrive" else ("ready", "leased")
+        fitting = [t.task_id for t in tasks if t.status in wanted]
+        if not (fitting or tasks):
+            return None
+        # Mostly a task in the status the call needs; sometimes any task or an unknown one (WrongStatus).
+        roll = rng.random()
+        if fitting and roll < 0.8:
+            task_id = rng.choice(fitting)
+        elif tasks and roll < 0.95:
+            task_id = rng.choice(tasks).task_id
+        else:
+            task_id = f"{self.prefix}missing"
+        if kind == "cancel":
+            return Op("cancel", {"task_id": task_id})
+        return Op(
+            "redrive",
+            {
+                "task_id": task_id,
+                "available_at": now + rng.choice([0, 0, 2]),
+                "extra_attempts": rng.choice([1, 1, 2]),
+            },
+        )
+
+    def _stale(self, kind: str, target: Any, now: int) -> Op | None:
+        rng = self.rng
+        touched = [t for t in target.tasks() if t.generation > 0]
+        if not touched:
+            return None
+        lease = token_for(rng.choice(touched))
+        forged = rng.choice(["generation", "worker", "as-is"])
+        if forged == "generation":
+            lease = Lease(lease.task_id, lease.worker, lease.generation - 1, 0, 0, {})
+        elif forged == "worker":
+            lease = Lease(lease.task_id, "w9", lease.generation, 0, 0, {})
+        # Forged for every lease call this workload makes (a weight of 0 turns extend off).
+        verbs = ["ack", "release"] + (["extend"] if self.weights[self.KINDS.index("extend")] else [])
+        verb = rng.choice(verbs)
+        return Op(verb, {"lease": lease, "now": now, "delay": 0, "lease_seconds": 5})
+
+    def _read_or_compact(self, kind: str, target: Any, now: int) -> Op | None:
+        rng = self.rng
         if kind == "compact":
             return Op("compact", {})
         if kind == "get":
             known = [t.task_id for t in target.tasks()]
             task_id = rng.choice(known) if known and rng.random() < 0.8 else f"{self.prefix}missing"
             return Op("get", {"task_id": task_id})
-        if kind == "tasks":
-            return Op("tasks", {"status": rng.choice([None, "ready", "leased", "completed", "dead"])})
-        return Op("put", {"spec": self.new_spec()})
+        return Op("tasks", {"status": rng.choice([None, "ready", "leased", "completed", "dead"])})
+
+    #: The chooser of each kind of call; a kind without one (or whose chooser finds nothing to do) is a new put.
+    _CHOOSERS: dict[str, Callable[[Workload, str, Any, int], Op | None]] = {
+        "retry": _repeat_put,
+        "conflict": _repeat_put,
+        "put_many": _put_many,
+        "reserve": _reserve,
+        "ack": _settle,
+        "release": _settle,
+        "extend": _extend,
+        "redrive": _redrive_or_cancel,
+        "cancel": _redrive_or_cancel,
+        "stale": _stale,
+        "compact": _read_or_compact,
+        "get": _read_or_compact,
+        "tasks": _read_or_compact,
+    }
 
 
 def reap_only(model: Model, now: int) -> Model:

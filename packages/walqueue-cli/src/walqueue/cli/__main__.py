@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import BinaryIO
 
 from walqueue import CorruptStore, DirectoryLocked, Queue
+from walqueue.cli import shell
 from walqueue.cli.protocol import (
     MAX_DEPTH,
     MAX_LINE_BYTES,
@@ -44,6 +45,9 @@ _DESCRIPTION = """\
 Serve a WALQueue directory over JSON lines: one request per line on stdin,
 one answer per line on stdout, flushed at once, in order. The queue is opened
 with sync=True (every transaction is fsynced before it is answered).
+`walqueue --socket PATH` speaks the same lines to a queue that walqueue-serve
+owns, and has operator verbs (dead, redrive, cancel, stats, metrics): see
+`walqueue --socket PATH --help`.
 """
 
 
@@ -187,6 +191,8 @@ def _log_warnings() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the consumer; returns the exit status instead of exiting."""
+    if shell.wants_shell(sys.argv[1:] if argv is None else argv):
+        return shell.main(argv)  # a queue another process serves: walqueue --socket PATH --help
     arguments = _argument_parser().parse_args(argv)
     _log_warnings()
     try:

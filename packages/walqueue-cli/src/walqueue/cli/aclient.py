@@ -127,7 +127,7 @@ class _Link:
             return
         self.broken = error
         fd = self.sock.fileno()
-        if fd >= 0:
+        if fd >= 0 and not self.loop.is_closed():
             self.loop.remove_reader(fd)
             self.loop.remove_writer(fd)
         self.sock.close()
@@ -172,12 +172,17 @@ class AsyncClient(ClientSettings):
     async def _link(self, call: OutgoingCall[Any]) -> _Link:
         if self._closed:
             raise QueueClosed("this client is closed")
+        loop = asyncio.get_running_loop()
         if call.op == "wait":
             while self._idle_waits:
                 link = self._idle_waits.pop()
-                if link.idle:
+                if link.idle and link.loop is loop:
                     return link
+                link.fail(ConnectionAbortedError("not reused"))
             return await _Link.connect(self.socket_path)
+        shared = self._shared
+        if shared is not None and shared.loop is not loop:  # the client is used from another event loop now
+            shared.fail(ConnectionAbortedError("the client moved to another event loop"))
         if self._shared is None or self._shared.broken is not None:
             self._shared = None
             link = await _Link.connect(self.socket_path)

@@ -116,9 +116,10 @@ class _Connection:
                 if not data:
                     raise ConnectionResetError("the server closed the connection before answering")
                 outcomes.extend(outcome for _, outcome in exchange.receive(data))
-        except OSError as error:
+        except (OSError, ServerError) as error:
             exchange.lost()
-            return outcomes, sum(1 for end in ends if end <= offset), error
+            lost = error if isinstance(error, OSError) else ConnectionResetError(f"out of step: {error}")
+            return outcomes, sum(1 for end in ends if end <= offset), lost
         return outcomes, len(calls), None
 
     def close(self) -> None:
@@ -205,7 +206,11 @@ class Client(ClientSettings):
             except OSError as unreachable:  # nothing was sent
                 time.sleep(rule.pause(unreachable))
                 continue
-            outcomes, written, lost = connection.run([calls[i] for i in todo], timeout)
+            try:
+                outcomes, written, lost = connection.run([calls[i] for i in todo], timeout)
+            except BaseException:  # KeyboardInterrupt mid-exchange: its answers must never meet a later call
+                self._drop(connection)
+                raise
             for index, outcome in zip(todo, outcomes, strict=False):
                 results[index] = outcome
             refused = next((o.error for o in outcomes if isinstance(o.error, ConnectionRefusedError)), None)

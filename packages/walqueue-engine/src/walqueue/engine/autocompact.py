@@ -1,116 +1,199 @@
-"""The size trigger of compaction: a snapshot written in the background, then published under the lock.
+"""The compaction controller: when to compact, the background snapshot, and its publication under the lock.
 
-`Queue._commit` calls `compact_automatically` once the live WAL outgrew its
-threshold (compaction.py's policy). The snapshot is written by a
+`Queue._commit` asks `Compactor.at` (the live WAL size past which
+compaction is due, compaction.py's policy) after every transaction and
+calls `trigger` once it is exceeded. The snapshot is then written by a
 `BackgroundSnapshot` thread while later calls proceed, and published by
-`finish_background`, which that thread calls holding the queue's lock; an
-obstacle in the directory postpones it for another threshold's worth of
-WAL instead of failing the call that set it off. These functions reach into
-the `Queue` they serve, as calls.py does: the two are one unit kept in two
-files so that queue.py holds the calls and this file the policy's moving
-parts (docs/DECISIONS.md, "Compaction off the hot path").
+`_finish`, which that thread calls holding the queue's lock; an obstacle in
+the directory postpones it for another threshold's worth of WAL instead of
+failing the call that set it off (docs/DECISIONS.md, "Compaction off the
+hot path"). `compact_now` is `Queue.compact()`'s compaction, in the
+caller's thread.
+
+Its inputs are explicit: the files (`store`, `wal`), the snapshot
+bookkeeping (`source`), the durability to drain before a segment is sealed,
+and the guard of the queue's calls (its lock, its activity count, whether
+it is closed, and `release`, which poisons). The state is passed to each
+call that snapshots it.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
-from typing import TYPE_CHECKING
 
+from walqueue.engine.calls import CallGuard
 from walqueue.engine.compaction import (
     BackgroundSnapshot,
     FrozenState,
+    SnapshotSource,
     check_room,
+    compact,
     compaction_threshold,
     covered_files,
     publish,
     seal,
 )
-from walqueue.engine.wal import no_hook
+from walqueue.engine.durability import Durability
+from walqueue.engine.state import State
+from walqueue.engine.wal import Hook, WalWriter, no_hook
+from walqueue.format.current import Current
 from walqueue.format.directory import StoreDirectory
 from walqueue.format.snapshot import SnapshotInfo
 
-if TYPE_CHECKING:
-    from walqueue.engine.queue import Queue
-
-__all__ = ["compact_automatically", "finish_background", "postpone"]
+__all__ = ["Compactor"]
 
 log = logging.getLogger("walqueue")
 
 
-def compact_automatically(queue: Queue) -> None:
-    """The size trigger: a snapshot written in the background (in this call, when a hook watches).
+class Compactor:
+    """What compaction knows of one queue: the published snapshot, the threshold, the background thread."""
 
-    An obstacle in the directory postpones it instead of failing the call.
-    """
-    try:
-        check_room(queue._store, queue._wal, queue._state.last_seq)
-    except FileExistsError as exc:
-        log.warning("automatic compaction postponed: %s", exc)
-        postpone(queue)
-        return
-    if queue._hook is not no_hook:
-        # The phases must come in order in the caller's thread: compact here.
-        queue._compact_now()
-        return
-    queue._durability.drain()
-    seal(queue._wal, no_hook)
-    frozen = queue._source.freeze(queue._state)
-    # The thread gets a descriptor of its own: whatever happens to this
-    # queue's, its writes and its cleanup stay in this very directory.
-    assert queue._store.fd is not None
-    directory = StoreDirectory(queue._store.path, os.dup(queue._store.fd))
-    background = BackgroundSnapshot(
-        directory,
-        frozen,
-        sync=queue._sync,
-        lock=queue._mutex,
-        finish=functools.partial(finish_background, queue),
-        activity=lambda: queue._serialized.entered,  # changes with every call: the thread steps aside
+    __slots__ = (
+        "store",
+        "wal",
+        "source",
+        "current",
+        "snapshot_size",
+        "at",
+        "background",
+        "_compact_bytes",
+        "_sync",
+        "_hook",
+        "_durability",
+        "_guard",
     )
-    queue._background = background
-    background.start()
 
+    def __init__(
+        self,
+        store: StoreDirectory,
+        wal: WalWriter,
+        state: State,
+        current: Current | None,
+        snapshot_size: int,
+        *,
+        compact_bytes: int | None,
+        sync: bool,
+        hook: Hook,
+        durability: Durability,
+        guard: CallGuard,
+    ) -> None:
+        self.store = store
+        self.wal = wal
+        #: The task ids in order and a running snapshot's pre-images (`Queue._commit` feeds it).
+        self.source = SnapshotSource(state)
+        #: The published CURRENT (None before the first snapshot).
+        self.current = current
+        self.snapshot_size = snapshot_size
+        #: Live WAL bytes past which compaction is due (None: only `compact()` compacts).
+        self.at = compaction_threshold(snapshot_size, compact_bytes)
+        self.background: BackgroundSnapshot | None = None
+        self._compact_bytes = compact_bytes
+        self._sync = sync
+        self._hook = hook
+        self._durability = durability
+        self._guard = guard
 
-def postpone(queue: Queue) -> None:
-    threshold = compaction_threshold(queue._snapshot_size, queue._compact_bytes)
-    assert threshold is not None  # only the size trigger gets here
-    queue._compact_at = queue._wal.wal_bytes + threshold
+    @property
+    def snapshot_seq(self) -> int:
+        return 0 if self.current is None else self.current.seq
 
+    def running(self) -> bool:
+        background = self.background
+        return background is not None and background.running
 
-def finish_background(
-    queue: Queue, frozen: FrozenState, info: SnapshotInfo | None, error: BaseException | None
-) -> list[str] | None:
-    """Publish a background snapshot; return the files its thread deletes next, after the lock.
+    def compact_now(self, state: State) -> None:
+        """Compact in the caller's thread (under the queue's lock); `check_room` first."""
+        self._durability.drain()  # a segment is sealed, and a sequence snapshotted, only once synced
+        current, size = compact(
+            self.store, state, self.source, self.wal, self.current, hook=self._hook, sync=self._sync
+        )
+        self.current = current
+        if size is not None:
+            self._published(size)
 
-    Called by its thread, holding the lock unless the queue is closing.
-    """
-    if queue._closed or info is None:
-        queue._source.thaw(frozen, written=False)
-        if error is not None and not queue._closed:
-            log.error("background snapshot through sequence %d failed, the WAL keeps everything: %s", frozen.seq, error)
-            postpone(queue)
-        return None
-    try:
-        # Something put in the way while the snapshot was written: nothing
-        # is published yet, so the snapshot stays an orphan and nothing is lost.
-        check_room(queue._store, queue._wal, frozen.seq)
-    except FileExistsError as exc:
-        queue._source.thaw(frozen, written=False)
-        log.warning("publishing the background snapshot postponed: %s", exc)
-        postpone(queue)
-        return None
-    try:
-        current = publish(queue._store, queue._wal, frozen, info, hook=no_hook, sync=queue._sync, delete=False)
-        covered = covered_files(queue._store, queue._wal.first_live, frozen.seq)
-    except BaseException as exc:
-        queue._source.thaw(frozen, written=False)
-        log.error("publishing the snapshot through sequence %d failed; the queue is closed: %s", frozen.seq, exc)
-        queue._poison()
-        return None
-    queue._source.thaw(frozen, written=True)
-    queue._current = current
-    queue._snapshot_size = info.size
-    queue._compact_at = compaction_threshold(info.size, queue._compact_bytes)
-    return covered
+    def trigger(self, state: State) -> None:
+        """The size trigger: a snapshot written in the background (in this call, when a hook watches).
+
+        An obstacle in the directory postpones it instead of failing the call.
+        """
+        try:
+            check_room(self.store, self.wal, state.last_seq)
+        except FileExistsError as exc:
+            log.warning("automatic compaction postponed: %s", exc)
+            self._postpone()
+            return
+        if self._hook is not no_hook:
+            # The phases must come in order in the caller's thread: compact here.
+            self.compact_now(state)
+            return
+        self._durability.drain()
+        seal(self.wal, no_hook)
+        frozen = self.source.freeze(state)
+        # The thread gets a descriptor of its own: whatever happens to this
+        # queue's, its writes and its cleanup stay in this very directory.
+        assert self.store.fd is not None
+        directory = StoreDirectory(self.store.path, os.dup(self.store.fd))
+        guard = self._guard
+        background = BackgroundSnapshot(
+            directory,
+            frozen,
+            sync=self._sync,
+            lock=guard.mutex,
+            finish=self._finish,
+            activity=lambda: guard.entered,  # changes with every call: the thread steps aside
+        )
+        self.background = background
+        background.start()
+
+    def stop(self) -> None:
+        """Stop and join a background snapshot (the queue is closing): a new owner never meets its files."""
+        background = self.background
+        if background is not None:
+            background.cancel()
+            background.join()
+
+    def _published(self, size: int) -> None:
+        self.snapshot_size = size
+        self.at = compaction_threshold(size, self._compact_bytes)
+
+    def _postpone(self) -> None:
+        threshold = compaction_threshold(self.snapshot_size, self._compact_bytes)
+        assert threshold is not None  # only the size trigger gets here
+        self.at = self.wal.wal_bytes + threshold
+
+    def _finish(self, frozen: FrozenState, info: SnapshotInfo | None, error: BaseException | None) -> list[str] | None:
+        """Publish a background snapshot; return the files its thread deletes next, after the lock.
+
+        Called by its thread, holding the lock unless the queue is closing.
+        """
+        closed = self._guard.closed
+        if closed or info is None:
+            self.source.thaw(frozen, written=False)
+            if error is not None and not closed:
+                log.error(
+                    "background snapshot through sequence %d failed, the WAL keeps everything: %s", frozen.seq, error
+                )
+                self._postpone()
+            return None
+        try:
+            # Something put in the way while the snapshot was written: nothing
+            # is published yet, so the snapshot stays an orphan and nothing is lost.
+            check_room(self.store, self.wal, frozen.seq)
+        except FileExistsError as exc:
+            self.source.thaw(frozen, written=False)
+            log.warning("publishing the background snapshot postponed: %s", exc)
+            self._postpone()
+            return None
+        try:
+            current = publish(self.store, self.wal, frozen, info, hook=no_hook, sync=self._sync, delete=False)
+            covered = covered_files(self.store, self.wal.first_live, frozen.seq)
+        except BaseException as exc:
+            self.source.thaw(frozen, written=False)
+            log.error("publishing the snapshot through sequence %d failed; the queue is closed: %s", frozen.seq, exc)
+            self._guard.release(drain=False)  # poisoned
+            return None
+        self.source.thaw(frozen, written=True)
+        self.current = current
+        self._published(info.size)
+        return covered

@@ -176,16 +176,21 @@ class SnapshotSource:
         self._preimages: dict[str, Record | None] | None = None
         self._merged: list[str] = []
 
-    def created(self, task_id: str) -> None:
-        """A put created `task_id` (after `before_change`, under the queue's lock)."""
-        self._new.append(task_id)
+    def created(self, task_ids: Iterable[str]) -> None:
+        """A transaction created the tasks `task_ids` (what `apply` reports, under the queue's lock)."""
+        self._new.extend(task_ids)
 
-    def before_change(self, task_ids: Iterable[str], tasks: Mapping[str, Record]) -> None:
-        """Keep the records a running snapshot must still see, before the tasks in `task_ids` change."""
+    def before_change(self, ops: Iterable[Mapping[str, Any]], tasks: Mapping[str, Record]) -> None:
+        """Keep the records a running snapshot must still see, before the tasks the `ops` name change.
+
+        Called before every transaction is applied; without a snapshot
+        running it costs one test.
+        """
         preimages = self._preimages
         if preimages is None:
             return
-        for task_id in task_ids:
+        for op in ops:
+            task_id = op["task"]
             if task_id not in preimages:
                 preimages[task_id] = tasks.get(task_id)
 

@@ -27,22 +27,16 @@ Every call waits this way before it answers, reads included, for the state
 it looked at (docs/DECISIONS.md, "Group commit"): no answer ever shows a
 transaction that a power cut could still take away.
 
-`Queue.wait` waits here too (`wait_for_commit`), for a transaction that is
-durable, so that a woken thread that reads the queue sees what woke it. A
-committing call announces its transactions on its way out (`announce`),
-holding no other lock; `fail` is the only code that takes the commit
-condition while holding another lock (the queue's), so a `close()` from a
-signal handler that interrupted a waiting thread never takes the queue's
-lock (see `Queue.close`): it only wakes that very thread, through the
-re-entrant condition that thread may hold at that moment.
+The fsync itself is the log writer's (`WalWriter.sync`), the one place that
+makes the log durable. What a thread is doing meanwhile (for a signal
+handler that interrupts it) is the caller's to record (calls.py), and the
+wake-ups of `Queue.wait` are commits.py's: this module is group commit only.
 """
 
 from __future__ import annotations
 
 import errno
-import os
 import threading
-from collections.abc import Callable
 
 from walqueue.engine.types import QueueClosed
 from walqueue.engine.wal import WalWriter
@@ -69,10 +63,6 @@ class Durability:
         "_target",
         "_syncing",
         "_failure",
-        "_local",
-        "_commits",
-        "_watchers",
-        "_announced",
     )
 
     def __init__(self, seq: int, wal: WalWriter, *, grouped: bool) -> None:
@@ -84,10 +74,6 @@ class Durability:
         self._target = seq
         self._syncing = False
         self._failure: OSError | QueueClosed | None = None
-        self._local = _ThreadFlags()
-        self._commits = threading.Condition(threading.RLock())
-        self._watchers = 0  # threads in wait_for_commit: only then does a commit notify
-        self._announced = seq
 
     @property
     def grouped(self) -> bool:
@@ -99,64 +85,6 @@ class Durability:
         if not self._grouped:
             self.durable = seq
 
-    def waiting_here(self) -> bool:
-        """Whether this thread is inside `wait` or `wait_for_commit` (so is a signal handler that interrupted it)."""
-        local = self._local
-        return local.waiting or local.commit_waiting
-
-    def batching_here(self) -> bool:
-        """Whether the calling thread is inside `Queue.batch()` (its calls leave the wait to the batch's exit)."""
-        return self._local.batching > 0
-
-    def commit_waiting_here(self) -> bool:
-        """Whether this thread is inside `wait_for_commit` (so is a signal handler that interrupted it)."""
-        return self._local.commit_waiting
-
-    def seen(self) -> int:
-        """The last sequence the calling thread's calls have seen (the durable one, if it made none).
-
-        Each call records it as it ends (`Serialized.__exit__`, calls.py,
-        writes ``_local.seen`` inline: it is on the path of every call).
-        """
-        seen = self._local.seen
-        return self.durable if seen is None else seen
-
-    def wait_for_commit(self, after: int, timeout: float, stop: Callable[[], bool]) -> bool:
-        """Block until a transaction later than `after` is durable (True) or `timeout` seconds pass (False).
-
-        Ends early, with `QueueClosed`, once the queue fails or `stop()` (a
-        close deferred by a signal handler) says so.
-        """
-        commits = self._commits
-        self._local.commit_waiting = True
-        try:
-            with commits:
-                self._watchers += 1
-                try:
-                    committed = commits.wait_for(
-                        lambda: self.durable > after or self._failure is not None or stop(), timeout
-                    )
-                finally:
-                    self._watchers -= 1
-                if self._failure is not None or stop():
-                    raise QueueClosed("the queue was closed or poisoned during the wait")
-                if committed:
-                    self._local.seen = self.durable
-                return committed
-        finally:
-            self._local.commit_waiting = False
-
-    def announce(self) -> None:
-        """Wake `wait_for_commit` if a transaction became durable since the last time. Call holding no lock."""
-        if self._watchers and self.durable > self._announced:
-            self.wake()
-
-    def wake(self) -> None:
-        """Wake every `wait_for_commit`, to look at the durable sequence and the failure again."""
-        with self._commits:
-            self._announced = max(self._announced, self.durable)
-            self._commits.notify_all()
-
     def wait(self, needed: int) -> None:
         """Return once every transaction up to `needed` is durable; the fsync error if that cannot be.
 
@@ -166,28 +94,23 @@ class Durability:
         ones, who leads the next fsync (which covers all of them): no thread
         is woken only to find that it must sleep again.
         """
-        lock = self._lock
-        self._local.waiting = True
-        try:
-            with lock:
-                try:
-                    while self.durable < needed:
-                        if self._failure is not None:
-                            raise _echo(self._failure)
-                        if not self._syncing:
-                            self._lead()
-                        elif needed <= self._target:
-                            self._covered.wait()
-                        else:
-                            self._later.wait()
-                except BaseException:
-                    # This thread may have been the one woken to lead next (a signal
-                    # handler raised in its wait): pass that on, or the others sleep on.
-                    self._covered.notify()
-                    self._later.notify()
-                    raise
-        finally:
-            self._local.waiting = False
+        with self._lock:
+            try:
+                while self.durable < needed:
+                    if self._failure is not None:
+                        raise _echo(self._failure)
+                    if not self._syncing:
+                        self._lead()
+                    elif needed <= self._target:
+                        self._covered.wait()
+                    else:
+                        self._later.wait()
+            except BaseException:
+                # This thread may have been the one woken to lead next (a signal
+                # handler raised in its wait): pass that on, or the others sleep on.
+                self._covered.notify()
+                self._later.notify()
+                raise
 
     def drain(self) -> None:
         """Make everything written durable now (under the queue's lock, before sealing or closing)."""
@@ -208,13 +131,10 @@ class Durability:
                 self._failure = error
             self._covered.notify_all()
             self._later.notify_all()
-        self.wake()
 
     def forget_after_fork(self) -> None:
         """In a forked child: a fresh condition, since another thread may have held this one at the fork."""
         self._new_conditions()
-        self._commits = threading.Condition(threading.RLock())
-        self._watchers = 0
         self._syncing = False
         self._failure = QueueClosed("a forked child's copy of the queue")
 
@@ -239,10 +159,9 @@ class Durability:
         self._syncing = True
         target = self._target = self.written
         try:
-            fd = self._wal.fd()
             lock.release()
             try:
-                os.fsync(fd)
+                self._wal.sync()
             finally:
                 lock.acquire()
         except OSError as exc:
@@ -263,19 +182,6 @@ class Durability:
             self._covered, self._later = later, covered
         if self._failure is None and target > self.durable:
             self.durable = target
-
-
-class _ThreadFlags(threading.local):
-    """What the calling thread is doing here; class attributes are every new thread's defaults.
-
-    Read by every call on its way in (`waiting_here`), so plain attribute
-    reads rather than ``getattr`` with a default.
-    """
-
-    waiting: bool = False
-    commit_waiting: bool = False
-    seen: int | None = None
-    batching: int = 0  # depth of `Queue.batch()` contexts: calls then leave the wait to the batch's exit
 
 
 def _echo(failure: OSError | QueueClosed) -> OSError | QueueClosed:

@@ -2,37 +2,44 @@
 
 O(n): for tests and offline checks (`walqueue-fsck --replay`), never on a
 live path. Kept out of state.py, which holds what changes a task; this only
-reads, reaching into the state's private indexes as their one auditor. It
-raises explicitly, so that ``python -O`` cannot turn it into a silent no-op.
+reads the records and the indexes the state hands it (it imports nothing of
+state.py, so the two form no circle). It raises explicitly, so that
+``python -O`` cannot turn it into a silent no-op.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
 
 from walqueue.engine.heaps import pruned
-from walqueue.engine.records import COMPLETED, DEAD, DIGEST_BYTES, LEASED, READY, STATUSES
-
-if TYPE_CHECKING:
-    from walqueue.engine.state import State
+from walqueue.engine.records import COMPLETED, DEAD, DIGEST_BYTES, LEASED, READY, STATUSES, HeapEntry, Record
 
 __all__ = ["check_invariants"]
 
 
-def check_invariants(state: State) -> None:
-    """Verify every index of `state` against its records; `AssertionError` names the first broken one."""
+def check_invariants(
+    tasks: Mapping[str, Record],
+    lookup_key: Callable[[str], str | None],
+    *,
+    ready: list[HeapEntry],
+    leases: list[HeapEntry],
+    counts: Mapping[str, int],
+    dead: set[str],
+    key_owner: Mapping[str, str],
+) -> None:
+    """Verify every index of a state against its `tasks`; `AssertionError` names the first broken one."""
 
     def require(condition: bool, what: str) -> None:
         if not condition:
             raise AssertionError(f"state invariant broken: {what}")
 
-    counts = dict.fromkeys(STATUSES, 0)
-    live_ready = {id(entry) for entry in state._ready}
-    live_leases = {id(entry) for entry in state._leases}
-    for task_id, record in state.tasks.items():
+    found = dict.fromkeys(STATUSES, 0)
+    live_ready = {id(entry) for entry in ready}
+    live_leases = {id(entry) for entry in leases}
+    for task_id, record in tasks.items():
         require(record.task_id == task_id, f"task {task_id!r} is filed under another id")
-        counts[record.status] += 1
-        require(state.lookup_key(record.key) == task_id, f"key of task {task_id!r} does not lead back to it")
+        found[record.status] += 1
+        require(lookup_key(record.key) == task_id, f"key of task {task_id!r} does not lead back to it")
         leased = record.status == LEASED
         require((record.worker is not None) == leased, f"worker of {record.status} task {task_id!r}")
         require((record.deadline is not None) == leased, f"deadline of {record.status} task {task_id!r}")
@@ -52,10 +59,10 @@ def check_invariants(state: State) -> None:
             )
         else:
             require(record.entry is None, f"{record.status} task {task_id!r} is still in a heap")
-    require(counts == state._counts, f"counts {state._counts} differ from the records' {counts}")
-    dead = {task_id for task_id, record in state.tasks.items() if record.status == DEAD}
-    require(dead == state._dead, "the set of dead tasks differs from the records")
-    custom_keys = sum(1 for record in state.tasks.values() if record.key != record.task_id)
-    require(len(state._key_owner) == custom_keys, "the key index holds keys of no task")
-    for heap, live, name in ((state._ready, counts[READY], "ready"), (state._leases, counts[LEASED], "lease")):
-        require(pruned(heap, state.tasks, live) is heap, f"the {name} heap holds too many stale entries")
+    require(found == counts, f"counts {dict(counts)} differ from the records' {found}")
+    dead_ids = {task_id for task_id, record in tasks.items() if record.status == DEAD}
+    require(dead_ids == dead, "the set of dead tasks differs from the records")
+    custom_keys = sum(1 for record in tasks.values() if record.key != record.task_id)
+    require(len(key_owner) == custom_keys, "the key index holds keys of no task")
+    for heap, live, name in ((ready, found[READY], "ready"), (leases, found[LEASED], "lease")):
+        require(pruned(heap, tasks, live) is heap, f"the {name} heap holds too many stale entries")

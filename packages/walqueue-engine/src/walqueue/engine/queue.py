@@ -35,15 +35,10 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from walqueue.engine import ops
-from walqueue.engine.autocompact import compact_automatically
-from walqueue.engine.calls import OPEN_QUEUES, Batch, Serialized
-from walqueue.engine.compaction import (
-    BackgroundSnapshot,
-    SnapshotSource,
-    check_room,
-    compact,
-    compaction_threshold,
-)
+from walqueue.engine.autocompact import Compactor
+from walqueue.engine.calls import OPEN_GUARDS, Batch, CallGuard
+from walqueue.engine.commits import CommitNotices
+from walqueue.engine.compaction import check_room
 from walqueue.engine.durability import Durability
 from walqueue.engine.ownership import DirectoryLock
 from walqueue.engine.recovery import recover
@@ -100,16 +95,8 @@ class Queue:
         create: bool = True,
     ) -> None:
         path = check_queue_options(directory, hook, sync, create, compact_bytes)
-        self._closed = True  # until fully open, so that __del__/close on failure are harmless
-        self._close_pending = False
-        self._depth = 0
-        self._local = threading.local()  # what this thread is doing that a signal handler may interrupt
-        self._mutex = threading.RLock()
-        self._serialized = Serialized(self)
         self._directory = path
         self._pid = os.getpid()
-        self._sync = sync
-        self._compact_bytes = compact_bytes
         self._user_hook = hook
         self._hook: Hook = no_hook if hook is None else self._call_hook
         # Resolved once: the directory is then held by its descriptor.
@@ -128,18 +115,38 @@ class Queue:
         except BaseException:
             self._store_closer()
             raise
-        self._store = store
         self._state = recovered.state
-        self._current = recovered.current
         self._wal = recovered.wal
-        self._snapshot_size = recovered.snapshot_size
-        self._compact_at = compaction_threshold(recovered.snapshot_size, compact_bytes)
-        self._source = SnapshotSource(recovered.state)
-        self._background: BackgroundSnapshot | None = None
         # Group commit whenever frames are synced and no hook must see each one synced in its phases.
-        self._durability = Durability(recovered.state.last_seq, recovered.wal, grouped=sync and hook is None)
-        self._closed = False
-        OPEN_QUEUES.add(self)
+        self._durability = durability = Durability(
+            recovered.state.last_seq, recovered.wal, grouped=sync and hook is None
+        )
+        self._commits = CommitNotices(durability)
+        self._guard = guard = self._new_guard()
+        self._compactor = Compactor(
+            store,
+            recovered.wal,
+            recovered.state,
+            recovered.current,
+            recovered.snapshot_size,
+            compact_bytes=compact_bytes,
+            sync=sync,
+            hook=self._hook,
+            durability=durability,
+            guard=guard,
+        )
+        self._source = self._compactor.source  # fed by every commit: kept at hand
+        OPEN_GUARDS.add(guard)
+
+    def _new_guard(self) -> CallGuard:
+        return CallGuard(
+            self._durability,
+            self._commits,
+            where=self._directory,
+            release=self._release_files,
+            closed_error=self._closed_error,
+            on_fork=self._abandon_in_child,
+        )
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -152,112 +159,49 @@ class Queue:
         """
         if os.getpid() != self._pid:
             return  # a forked child's copy, closed already at the fork
-        durability = getattr(self, "_durability", None)
-        if durability is not None and durability.commit_waiting_here():
-            # A signal handler that interrupted this thread's `wait`: taking the
-            # lock could deadlock (durability.py); the wait ends and releases.
-            self._closed = self._close_pending = True
-            durability.wake()
-            return
-        with self._mutex:
-            local = self._local
-            if getattr(local, "releasing", False):
-                return  # a signal handler interrupted this thread's own release, which goes on
-            if (
-                self._depth
-                or getattr(local, "joining", False)
-                or (durability is not None and durability.waiting_here())
-            ):
-                # Interrupted inside a call, a wait for an fsync or a join of the
-                # snapshot thread: joining or waiting again here would wait for
-                # this very thread. The interrupted step releases the files.
-                self._closed = self._close_pending = True
-                return
-            self._release(drain=True)
+        guard = getattr(self, "_guard", None)
+        if guard is not None:  # None: the queue never opened, and released what it had
+            guard.close()
 
-    def _release_if_pending(self) -> None:
-        """Finish a close() that a signal handler deferred to the step it interrupted."""
-        if self._close_pending:
-            with self._mutex:
-                if self._close_pending:
-                    self._close_pending = False
-                    self._release(drain=True)
+    def _release_files(self, drain: bool) -> None:
+        """Close the files and give up the ownership; with `drain`, first sync what callers wait for.
 
-    def _join_background(self) -> None:
-        """Wait for a background snapshot to end (never while holding the lock: it publishes under it)."""
-        background = getattr(self, "_background", None)
-        if background is not None:
-            self._local.joining = True
+        Called by the guard (`CallGuard.release`), holding the queue's lock.
+        """
+        guard = self._guard
+        guard.closed = True
+        OPEN_GUARDS.discard(guard)
+        # Stopped and gone before the ownership is: a new owner must never
+        # meet the background snapshot's files. It never waits blindly for the lock we hold.
+        self._compactor.stop()
+        durability = self._durability
+        if drain and not durability.failed:
             try:
-                background.join()
-            finally:
-                self._local.joining = False
-            self._release_if_pending()
-
-    def _release(self, *, drain: bool = False) -> None:
-        """Close the files and give up the ownership; with `drain`, first sync what callers wait for."""
-        local = getattr(self, "_local", None)
-        if local is None:
-            self._release_files(drain=drain)
-            return
-        local.releasing = True
-        try:
-            self._release_files(drain=drain)
-        finally:
-            local.releasing = False
-
-    def _release_files(self, *, drain: bool) -> None:
-        self._closed = True
-        OPEN_QUEUES.discard(self)
-        background = getattr(self, "_background", None)
-        if background is not None:
-            # Stopped and gone before the ownership is: a new owner must never
-            # meet this thread's files. It never waits blindly for the lock we hold.
-            background.cancel()
-            background.join()
-        durability = getattr(self, "_durability", None)
-        if durability is not None:
-            if drain and not durability.failed:
-                try:
-                    durability.drain()
-                except OSError:
-                    pass  # the waiters get the error; close() itself never raises
-            durability.fail(QueueClosed(f"the queue on {self._directory} was closed before this call was synced"))
-        wal = getattr(self, "_wal", None)
-        if wal is not None:
-            wal.close()
-        ownership = getattr(self, "_ownership", None)
-        if ownership is not None:
-            ownership.release()
-        closer = getattr(self, "_store_closer", None)
-        if closer is not None:
-            closer()
+                durability.drain()
+            except OSError:
+                pass  # the waiters get the error; close() itself never raises
+        durability.fail(QueueClosed(f"the queue on {self._directory} was closed before this call was synced"))
+        self._commits.wake()
+        self._wal.close()
+        self._ownership.release()
+        self._store_closer()
 
     def _abandon_in_child(self) -> None:
-        """Right after a fork, in the child: close this inherited copy without touching the parent's ownership."""
-        self._closed = True
-        self._close_pending = False
-        self._depth = 0
-        self._mutex = threading.RLock()  # another thread may have held it at the fork
-        self._serialized = Serialized(self)
+        """Right after a fork, in the child: close this inherited copy without touching the parent's ownership.
+
+        A new guard, closed, with a lock of its own (another thread may have
+        held the old one at the fork); a call under way releases the old one.
+        """
         self._durability.forget_after_fork()
+        self._commits.forget_after_fork()
+        self._guard = self._new_guard()
+        self._guard.closed = True
         self._wal.close()
         self._ownership.abandon()
         self._store_closer()
 
     def _poison(self) -> None:
-        self._release()
-
-    def _wait_durable(self, needed: int) -> None:
-        """Wait (outside the lock) until transaction `needed` is durable; a failed fsync poisons the queue."""
-        try:
-            self._durability.wait(needed)
-        except OSError:
-            with self._mutex:
-                self._release()
-            raise
-        finally:
-            self._release_if_pending()  # close() from a signal handler that interrupted the wait
+        self._guard.release(drain=False)
 
     def __enter__(self) -> Queue:
         return self
@@ -265,17 +209,17 @@ class Queue:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _raise_closed(self) -> None:
+    def _closed_error(self) -> QueueClosed:
         if os.getpid() != self._pid:
-            raise QueueClosed(
+            return QueueClosed(
                 f"the queue on {self._directory} belongs to process {self._pid}; "
                 "a forked child must open a Queue of its own (once the parent has closed it)"
             )
-        raise QueueClosed(f"the queue on {self._directory} is closed; open a new one")
+        return QueueClosed(f"the queue on {self._directory} is closed; open a new one")
 
     def _check_open(self) -> None:
-        if self._closed:
-            self._raise_closed()
+        if self._guard.closed:
+            raise self._closed_error()
 
     def _call_hook(self, phase: str) -> None:
         """The user's hook, then a check that the hook neither closed the queue nor forked this process.
@@ -290,16 +234,17 @@ class Queue:
         self._user_hook(phase)
         if os.getpid() != self._pid:
             raise QueueClosed(f"the hook forked; the child may not continue the write to {self._directory}")
-        if self._close_pending:
+        guard = getattr(self, "_guard", None)  # None while opening: recovery's phases come first
+        if guard is not None and guard.close_pending:
             raise QueueClosed(f"the queue on {self._directory} was closed during the call (at {phase})")
 
     # -- the one write path ---------------------------------------------------------
 
     def _commit(self, plan: ops.Plan) -> None:
         """Write, sync and apply the transaction a planner made (its ops and their canonical JSON)."""
-        if self._closed:
+        if self._guard.closed:
             # Closed by a signal handler or the hook of this very call: nothing is written.
-            self._raise_closed()
+            raise self._closed_error()
         state = self._state
         seq = state.last_seq + 1
         # ValueError for an oversize transaction, before anything is written.
@@ -312,31 +257,17 @@ class Queue:
                 append_with_phases(wal, frame, self._hook)
             tx_ops = plan.ops
             source = self._source
-            source.before_change([op["task"] for op in tx_ops], state.tasks)
-            apply(state, {"seq": seq, "ops": tx_ops}, _planned=True)
-            for op in tx_ops:
-                if op["op"] == "put":
-                    source.created(op["task"])
+            source.before_change(tx_ops, state.tasks)  # a running snapshot keeps what these ops replace
+            created = apply(state, {"seq": seq, "ops": tx_ops}, _planned=True)
+            if created:
+                source.created(created)
             self._durability.wrote(seq)
-            if self._compact_at is not None and wal.wal_bytes > self._compact_at and not self._background_running():
-                compact_automatically(self)
+            compactor = self._compactor
+            if compactor.at is not None and wal.wal_bytes > compactor.at and not compactor.running():
+                compactor.trigger(state)
         except BaseException:
             self._poison()
             raise
-
-    def _background_running(self) -> bool:
-        background = self._background
-        return background is not None and background.running
-
-    def _compact_now(self) -> None:
-        self._durability.drain()  # a segment is sealed, and a sequence snapshotted, only once synced
-        current, size = compact(
-            self._store, self._state, self._source, self._wal, self._current, hook=self._hook, sync=self._sync
-        )
-        self._current = current
-        if size is not None:
-            self._snapshot_size = size
-            self._compact_at = compaction_threshold(size, self._compact_bytes)
 
     # -- writes --------------------------------------------------------------------
 
@@ -366,7 +297,7 @@ class Queue:
         self._check_open()
         # Validation reads only the caller's values: done before the lock is taken.
         op = ops.put_op(task_id, payload, key=key, available_at=available_at, max_attempts=max_attempts)
-        with self._serialized:
+        with self._guard:
             plan = ops.plan_put(self._state, op)
             if plan is not None:
                 self._commit(plan)
@@ -388,7 +319,7 @@ class Queue:
         # The caller's iterable and mappings run their own code: all of it
         # runs here, before the lock is taken (it may even call this queue).
         put_ops = [ops.put_op_from_mapping(item) for item in tasks]
-        with self._serialized:
+        with self._guard:
             plan, task_ids = ops.plan_puts(self._state, put_ops)
             if plan.ops:
                 self._commit(plan)
@@ -410,7 +341,7 @@ class Queue:
         """
         self._check_open()
         ops.validate_reserve_args(worker, now, lease_seconds, limit)
-        with self._serialized:
+        with self._guard:
             for reap in ops.plan_reap(self._state, now, self._state.last_seq + 1, _checked=True):
                 self._commit(reap)
             lease = ops.plan_lease(
@@ -432,7 +363,7 @@ class Queue:
         """
         self._check_open()
         lease = plain_lease(lease)
-        with self._serialized:
+        with self._guard:
             self._commit(ops.plan_ack(self._state, lease, now))
 
     def release(self, lease: Lease, *, now: int, delay: int = 0, error: Mapping[str, str] | None = None) -> None:
@@ -446,7 +377,7 @@ class Queue:
         """
         self._check_open()
         lease, checked = plain_lease(lease), check_error(error)
-        with self._serialized:
+        with self._guard:
             self._commit(ops.plan_release(self._state, lease, now, delay, checked))
 
     def fail(self, lease: Lease, *, now: int, error: Mapping[str, str] | None = None) -> None:
@@ -459,7 +390,7 @@ class Queue:
         """
         self._check_open()
         lease, checked = plain_lease(lease), check_error(error)
-        with self._serialized:
+        with self._guard:
             self._commit(ops.plan_fail(self._state, lease, now, checked))
 
     def extend(self, lease: Lease, *, now: int, lease_seconds: int) -> Lease:
@@ -475,7 +406,7 @@ class Queue:
         """
         self._check_open()
         lease = plain_lease(lease)
-        with self._serialized:
+        with self._guard:
             self._commit(ops.plan_extend(self._state, lease, now, lease_seconds))
             return self._state.lease_for(lease.task_id)
 
@@ -490,7 +421,7 @@ class Queue:
         Example: ``for task in queue.tasks("dead"): queue.redrive(task.task_id, available_at=now)``
         """
         self._check_open()
-        with self._serialized:
+        with self._guard:
             self._commit(ops.plan_redrive(self._state, task_id, available_at, extra_attempts))
 
     def cancel(self, task_id: str, *, error: Mapping[str, str] | None = None, now: int | None = None) -> None:
@@ -503,7 +434,7 @@ class Queue:
         """
         self._check_open()
         checked = check_error(error)
-        with self._serialized:
+        with self._guard:
             self._commit(ops.plan_cancel(self._state, task_id, checked, now))
 
     def batch(self) -> Batch:
@@ -523,7 +454,7 @@ class Queue:
 
         Example: ``with queue.batch(): answers = [queue.put(t, {}) for t in ids]``  (then send them)
         """
-        return Batch(self)
+        return Batch(self._guard)
 
     def wait(self, timeout: float) -> bool:
         """Block until another thread commits a transaction, or `timeout` seconds pass; return whether one did.
@@ -539,18 +470,15 @@ class Queue:
         """
         self._check_open()
         timeout = check_timeout(timeout)
-        durability = self._durability
-        if durability.batching_here():
+        guard = self._guard
+        if guard.flags.batching:
             raise ReentrantCall(
                 "wait inside Queue.batch() would hold back the batch's answers; leave the batch, then wait"
             )
-        after = durability.seen()
-        with self._serialized:  # the checks of every call: closed, re-entrant
+        after = guard.seen()
+        with guard:  # the checks of every call: closed, re-entrant
             pass
-        try:
-            return durability.wait_for_commit(after, min(timeout, threading.TIMEOUT_MAX), lambda: self._closed)
-        finally:
-            self._release_if_pending()  # close() from a signal handler that interrupted the wait
+        return guard.wait_for_commit(after, min(timeout, threading.TIMEOUT_MAX))
 
     def compact(self) -> None:
         """Write a snapshot of the state, publish it, and delete the WAL it covers.
@@ -563,14 +491,17 @@ class Queue:
         and their crash safety: docs/FORMAT.md.
         """
         self._check_open()
+        compactor = self._compactor
         while True:
-            self._join_background()
-            with self._serialized:
-                if self._background_running():
+            background = compactor.background
+            if background is not None:
+                self._guard.join(background.join)  # never holding the lock: the thread publishes under it
+            with self._guard:
+                if compactor.running():
                     continue  # another call started one meanwhile: wait for it too
-                check_room(self._store, self._wal, self._state.last_seq)
+                check_room(compactor.store, self._wal, self._state.last_seq)
                 try:
-                    self._compact_now()
+                    compactor.compact_now(self._state)
                 except BaseException:
                     self._poison()
                     raise
@@ -588,7 +519,7 @@ class Queue:
         self._check_open()
         if not isinstance(task_id, str):
             raise TypeError(f"task_id must be a str, not {type(task_id).__name__}")
-        with self._serialized:
+        with self._guard:
             return self._state.get_task(task_id)
 
     def tasks(self, status: Status | None = None) -> list[Task]:
@@ -600,7 +531,7 @@ class Queue:
 
         Example: ``for task in queue.tasks("dead"): print(task.task_id)``  (the dead letters)
         """
-        with self._serialized:
+        with self._guard:
             return self._state.list_tasks(status)
 
     def stats(self) -> Stats:
@@ -614,11 +545,11 @@ class Queue:
 
         Example: ``queue.stats()["counts"]["ready"]``
         """
-        with self._serialized:
+        with self._guard:
             return {
                 "counts": self._state.counts(),
                 "last_seq": self._state.last_seq,
-                "snapshot_seq": 0 if self._current is None else self._current.seq,
+                "snapshot_seq": self._compactor.snapshot_seq,
                 "wal_bytes": self._wal.wal_bytes,
                 "segments": self._wal.segments,
                 "next_available_at": self._state.next_available_at(),
@@ -628,9 +559,9 @@ class Queue:
     @property
     def last_seq(self) -> int:
         """The sequence number of the last committed transaction (0 when none). Raises `QueueClosed`."""
-        with self._serialized:
+        with self._guard:
             return self._state.last_seq
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else f"last_seq={self._state.last_seq}"
+        state = "closed" if self._guard.closed else f"last_seq={self._state.last_seq}"
         return f"<Queue {self._directory!r} {state}>"

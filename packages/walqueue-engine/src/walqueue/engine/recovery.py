@@ -11,7 +11,6 @@ told had succeeded.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -158,40 +157,31 @@ def _recover(directory: StoreDirectory, *, hook: Hook, sync: bool) -> Recovered:
         with LiveSegment(directory, number, newest=number == newest) as segment, paused_gc():
             _replay_segment(state, segment.frames(), segment.path, rule, progress, snapshot_size + wal_bytes)
         end = segment.end
-        wal_bytes += segment.kept_bytes
+        wal_bytes += end.size  # a torn tail (of the newest segment only) is cut below, by the writer
     if progress is not None:
         progress.finish()
 
     newest_path = directory.file_path(wal_name(newest))
     rule.check_end(newest_path)
     fd = directory.open_append(wal_name(newest), "WAL segment")
+    # The writer owns the descriptor from here (and closes it if it is dropped).
+    wal = WalWriter(
+        directory, first_live=first_live, newest=newest, fd=fd, newest_size=end.size, wal_bytes=wal_bytes, sync=sync
+    )
     try:
         if end.torn_offset is not None:
             log.warning(
                 "truncating a torn tail of %d bytes at byte %d of %s", end.torn_bytes, end.torn_offset, newest_path
             )
             hook("recover.truncate.before")
-            os.ftruncate(fd, end.torn_offset)
-            if sync:
-                os.fsync(fd)
+            wal.truncate(end.torn_offset)
             hook("recover.truncate.after")
-        elif sync:
+        else:
             # What opening recovered is what every read will show: make the
             # newest segment durable now, in case its last frames were
             # written by a process that died before its fsync.
-            os.fsync(fd)
-        newest_size = end.size if end.torn_offset is None else end.torn_offset
-        os.lseek(fd, newest_size, os.SEEK_SET)
+            wal.sync()
     except BaseException:
-        os.close(fd)
+        wal.close()
         raise
-    wal = WalWriter(
-        directory,
-        first_live=first_live,
-        newest=newest,
-        fd=fd,
-        newest_size=newest_size,
-        wal_bytes=wal_bytes,
-        sync=sync,
-    )
     return Recovered(state, current, wal, snapshot_size)

@@ -172,9 +172,13 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
 
     The loop body is the one acceptor of a record: it checks every field and
     invariant, raising `TypeError`/`ValueError` at the first flaw (turned
-    into `InvalidTransaction` naming the record), and builds the record. It
-    is inline, not a function per record, because opening a store runs it
-    once per task and a call costs a visible share of that. `decoded=True`
+    into `InvalidTransaction` naming the record), and builds the record.
+
+    WARNING: this function is longer than the house's 80 lines on purpose.
+    The loop body is inline, not a function per record, because opening a
+    store runs it once per task and a call per record costs a visible share
+    of the snapshot load (docs/PERFORMANCE.md, bench (e), the load rate
+    target); split it only with a measurement that shows no loss. `decoded=True`
     says the values came straight from the JSON decoder, so payloads are
     checked as `check_payload(decoded=True)` does. A key equal to the task
     id is stored as the task id's own string, and the status as the

@@ -1,7 +1,8 @@
 """The queue's state machine: the state, the table of op kinds, and `apply`, the only transitions.
 
-Everything that changes a task lives in this file, and this file knows no
-files, clocks, threads or hooks. Live operations and recovery both call the
+Everything that changes a task goes through this file (the transitions
+themselves, what each kind does to its record, are transitions.py), and
+neither knows files, clocks, threads or hooks. Live operations and recovery both call the
 same `apply(state, transaction)`, so a transaction means exactly the same
 thing whether it was just written or is being replayed years later. The
 shapes of a stored task are in records.py; building a state from a
@@ -38,14 +39,15 @@ error op comes just before the release, fail or cancel it explains, in
 the same transaction.
 
 Adding an op kind: one `OpKind` row in `OP_KINDS` (name, fields, from-status,
-transition), its transition function here, a planner in ops.py, and the
+transition), its transition function in transitions.py, its name in
+`walqueue.format.transaction.OP_NAMES`, and a planner in ops.py with the
 `Queue` method that commits the planner's output. Keys, dispatch, the JSON
 template and the size bound follow from the row (optable.py).
 
-The format layer owns the list of op names (`walqueue.format.transaction.OP_NAMES`,
-which replay and `walqueue-fsck` check every frame against), since it
-cannot import the engine; this module refuses to import unless `OP_KINDS`
-has exactly those names.
+The format layer owns the list of op names (`OP_NAMES`, which replay and
+`walqueue-fsck` check every frame against), since it cannot import the
+engine; this module refuses to import unless `OP_KINDS` has exactly those
+names.
 
 Why the indexes: the ready and lease orders are heaps with lazy deletion
 (heaps.py), so a transition never searches a heap. The same heaps list the
@@ -59,33 +61,32 @@ budget).
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Protocol
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
-from walqueue.engine.heaps import HEAP_SLACK, pruned
+from walqueue.engine import transitions
+from walqueue.engine.heaps import HEAP_SLACK, due, first_time, live_ids, pruned
 from walqueue.engine.invariants import check_invariants
-from walqueue.engine.optable import Field, Op, OpKind
-from walqueue.engine.reads import StateReads
+from walqueue.engine.optable import Field, OpKind
 from walqueue.engine.records import (
     COMPLETED,
     DEAD,
     LEASED,
     READY,
     STATUSES,
-    ErrorFields,
     HeapEntry,
     InvalidTransaction,
     Record,
     TaskRecord,
     Tombstone,
-    check_error_fits,
-    expiry_error,
+    decode_payload,
     identity_digest,
     request_identity,
 )
 from walqueue.engine.snapshot_load import check_snapshot_seq, load_records
-from walqueue.engine.validate import check_name, check_payload, check_record_fits
-from walqueue.format.canonical import canonical_str
+from walqueue.engine.transitions import NOTHING_STAGED, OpError, Staging, Transition
+from walqueue.engine.types import Lease, Task, new_lease
+from walqueue.engine.validate import MAX_INT, check_int, check_name
 from walqueue.format.transaction import OP_NAMES
 
 __all__ = [
@@ -107,7 +108,7 @@ __all__ = [
 ]
 
 
-class State(StateReads):
+class State:
     """All tasks, their key index, the ready and lease orders, and the last sequence.
 
     Mutated only by `apply` (and built by `from_records`, from snapshot_load's pieces); every other method
@@ -128,7 +129,7 @@ class State(StateReads):
         #: The ids of the dead tasks (the ready and leased ones are in their heaps).
         self._dead: set[str] = set()
 
-    # -- reads (the rest are StateReads', reads.py) ------------------------------
+    # -- reads --------------------------------------------------------------
 
     def __len__(self) -> int:
         return len(self.tasks)
@@ -147,6 +148,100 @@ class State(StateReads):
         return True
 
     __hash__ = None  # type: ignore[assignment]
+
+    def lookup_key(self, key: str) -> str | None:
+        """The id of the task that owns `key`, or ``None`` if the key is unknown.
+
+        A task whose id equals `key` owns it only if its key is its id too.
+        """
+        owner = self._key_owner.get(key)
+        if owner is not None:
+            return owner
+        record = self.tasks.get(key)
+        if record is not None and record.key == key:
+            return key
+        return None
+
+    def get_task(self, task_id: str) -> Task | None:
+        """A fresh view of the task (its payload decoded anew, so a copy), or ``None``."""
+        record = self.tasks.get(task_id)
+        return None if record is None else record.to_task()
+
+    def list_tasks(self, status: str | None = None) -> list[Task]:
+        """Every task (or every task with `status`), ordered by task id.
+
+        O(k log k) for the k tasks returned, but for ``"completed"``, which
+        walks every task once some are completed (and costs nothing when none is).
+        """
+        if status is not None and (type(status) is not str or status not in STATUSES):
+            raise ValueError(f"status must be one of {', '.join(STATUSES)} or None, not {status!r}")
+        tasks = self.tasks
+        ids: Iterable[str]
+        if status is None:
+            ids = tasks
+        elif not self._counts[status]:
+            return []
+        elif status == READY or status == LEASED:
+            ids = live_ids(self._ready if status == READY else self._leases, tasks)
+        elif status == DEAD:
+            ids = self._dead
+        else:
+            ids = [task_id for task_id, record in tasks.items() if record.status == status]
+        return [tasks[task_id].to_task() for task_id in sorted(ids)]
+
+    def counts(self) -> dict[str, int]:
+        """The number of tasks per status, always with exactly the four status keys."""
+        return dict(self._counts)
+
+    def next_available_at(self) -> int | None:
+        """The smallest `available_at` of a ready task (None: none is ready); amortized O(log n)."""
+        return first_time(self._ready, self.tasks)
+
+    def next_deadline(self) -> int | None:
+        """The earliest deadline of a leased task (None: none is leased); amortized O(log n)."""
+        return first_time(self._leases, self.tasks)
+
+    def identity(self, task_id: str) -> bytes:
+        """The 32-byte identity digest of the task's original put (`KeyError` if unknown)."""
+        return self.tasks[task_id].identity
+
+    def lease_for(self, task_id: str) -> Lease:
+        """The lease token of a leased task (`KeyError` if unknown, `ValueError` if not leased)."""
+        record = self.tasks[task_id]
+        if record.status != LEASED or record.worker is None or record.deadline is None:
+            raise ValueError(f"task {task_id!r} is {record.status}, not leased")
+        return new_lease(
+            record.task_id,
+            record.worker,
+            record.generation,
+            record.deadline,
+            record.attempts,
+            decode_payload(record.digest_and_payload),
+        )
+
+    # -- planner support ------------------------------------------------------
+
+    def peek_ready(self, now: int, limit: int) -> list[str]:
+        """Up to `limit` ready task ids with ``available_at <= now``, in (available_at, task id) order.
+
+        O(k log n) for k results (heaps.due).
+        """
+        check_int(now, "now")
+        check_int(limit, "limit", 1)
+        return due(self._ready, self.tasks, now, limit)
+
+    def peek_expired(self, now: int) -> list[str]:
+        """Every leased task id with ``deadline <= now``, in (deadline, task id) order."""
+        check_int(now, "now")
+        return due(self._leases, self.tasks, now, MAX_INT)
+
+    # -- snapshot support -----------------------------------------------------
+
+    def iter_record_json(self) -> Iterator[bytes]:
+        """Every task's snapshot record as canonical JSON bytes, in task-id order."""
+        tasks = self.tasks
+        for task_id in sorted(tasks):
+            yield tasks[task_id].record_json()
 
     @classmethod
     def from_records(cls, seq: int, records: Iterable[Mapping[str, Any]], *, decoded: bool = False) -> State:
@@ -171,17 +266,26 @@ class State(StateReads):
 
     # -- commit (apply's second half) -----------------------------------------
 
-    def _commit(self, staged: Iterable[tuple[str, Record]], seq: int) -> None:
-        """Install the staged (task id, record) pairs, each replacing the task's record, and advance to `seq`."""
+    def _commit(self, staged: Iterable[tuple[str, Record]], seq: int) -> Sequence[str]:
+        """Install the staged (task id, record) pairs, each replacing the task's record, and advance to `seq`.
+
+        Returns the ids of the tasks this created, in op order (the snapshot
+        bookkeeping needs them; no list is made when there are none).
+        """
         tasks = self.tasks
         counts = self._counts
         dead = self._dead
+        created: list[str] | None = None
         for task_id, record in staged:
             old = tasks.get(task_id)
             status = record.status
             if old is None:
                 if record.key != task_id:
                     self._key_owner[record.key] = task_id
+                if created is None:
+                    created = [task_id]
+                else:
+                    created.append(task_id)
             else:
                 counts[old.status] -= 1
                 if old.status == DEAD:
@@ -208,6 +312,7 @@ class State(StateReads):
             self._ready = pruned(self._ready, tasks, counts[READY])
         if len(self._leases) > 2 * counts[LEASED] + HEAP_SLACK:
             self._leases = pruned(self._leases, tasks, counts[LEASED])
+        return () if created is None else created
 
     def check_invariants(self) -> None:
         """Verify every index against the records; `AssertionError` names the first broken one.
@@ -215,43 +320,18 @@ class State(StateReads):
         O(n): for tests and offline checks (`walqueue-fsck --replay`), never
         on a live path (invariants.py).
         """
-        check_invariants(self)
+        check_invariants(
+            self.tasks,
+            self.lookup_key,
+            ready=self._ready,
+            leases=self._leases,
+            counts=self._counts,
+            dead=self._dead,
+            key_owner=self._key_owner,
+        )
 
 
 # -- apply ---------------------------------------------------------------------
-
-
-class _OpError(Exception):
-    """An op-level refusal; `apply` adds the transaction, the op's index and its name."""
-
-
-class _EncodedPut(Protocol):
-    """What a planned put carries as its payload (ops.py's carrier): its canonical JSON and identity digest."""
-
-    canonical: bytes
-    identity: bytes
-
-
-class _Staging:
-    """The records a transaction has touched so far, the keys its puts claimed, and where its ops come from.
-
-    Later ops of the same transaction see these instead of the committed
-    records; nothing here is visible in the `State` until the commit. A
-    transaction of one op (most of them) has no later op to inform, so it
-    shares an empty one from `_NOTHING_STAGED`, which transitions only read.
-    """
-
-    __slots__ = ("records", "keys", "decoded", "planned")
-
-    def __init__(self, decoded: bool, planned: bool) -> None:
-        self.records: dict[str, Record] = {}
-        self.keys: set[str] = set()
-        self.decoded = decoded
-        self.planned = planned
-
-
-#: The shared empty staging of one-op transactions, by (`decoded`, `_planned`).
-_NOTHING_STAGED = {(d, p): _Staging(d, p) for d in (False, True) for p in (False, True)}
 
 
 def _describe(value: object) -> str:
@@ -260,150 +340,6 @@ def _describe(value: object) -> str:
         return f"an int of {value.bit_length()} bits"
     return f"{value!r:.80}"
 
-
-def _with(
-    record: Record,
-    status: str,
-    available_at: int,
-    max_attempts: int,
-    worker: str | None,
-    deadline: int | None,
-    last_error: ErrorFields | None,
-) -> TaskRecord:
-    """A not-completed record like `record` (same payload, attempts, generation) but for the fields given."""
-    return TaskRecord(
-        record.task_id,
-        record.key,
-        status,
-        record.digest_and_payload,
-        available_at,
-        max_attempts,
-        record.attempts,
-        record.generation,
-        worker,
-        deadline,
-        last_error,
-    )
-
-
-def _unleased(record: Record, available_at: int, last_error: ErrorFields | None) -> TaskRecord:
-    """Where expire and release send a leased task: ready again, or dead once its attempts are spent."""
-    status = DEAD if record.attempts >= record.max_attempts else READY
-    return _with(record, status, available_at, record.max_attempts, None, None, last_error)
-
-
-def _held(record: Record, op: Op) -> Record:
-    """The leased record an expire/ack/release op names, if the op's generation is the lease's."""
-    if op["generation"] != record.generation:
-        raise _OpError(
-            f"task {record.task_id!r:.100} is leased with generation {record.generation}, not {op['generation']}"
-        )
-    return record
-
-
-# Each transition takes the task's current record (None for a kind that
-# creates its task) and a valid op of its kind: `_stage` has checked the op's
-# keys and field values (unless a planner made it) and the record's status.
-
-
-def _put(state: State, staging: _Staging, record: Record | None, op: Op) -> Record:
-    task_id, key, available_at, max_attempts = op["task"], op["key"], op["available_at"], op["max_attempts"]
-    payload = op["payload"]
-    if staging.planned:
-        # ops.put_op checked this op's names, numbers and payload, and encoded it, once.
-        encoded: _EncodedPut = payload
-        payload_json, digest = encoded.canonical, encoded.identity
-    else:
-        payload_json = check_payload(payload, staging.decoded)
-        task_json = canonical_str(task_id)
-        check_record_fits(payload_json, task_json, task_json if key == task_id else canonical_str(key))
-        digest = identity_digest(task_json, payload_json, available_at, max_attempts)
-    if key in staging.keys or state.lookup_key(key) is not None:
-        raise _OpError(f"key {key!r:.100} is already known")
-    return TaskRecord(task_id, key, READY, digest + payload_json, available_at, max_attempts, 0, 0, None, None, None)
-
-
-def _lease(state: State, staging: _Staging, record: Record | None, op: Op) -> Record:
-    assert record is not None
-    generation = op["generation"]
-    if generation != record.generation + 1:
-        raise _OpError(f"lease generation must be {record.generation + 1}, not {generation}")
-    return TaskRecord(
-        record.task_id,
-        record.key,
-        LEASED,
-        record.digest_and_payload,
-        record.available_at,
-        record.max_attempts,
-        record.attempts + 1,
-        generation,
-        op["worker"],
-        op["deadline"],
-        record.last_error,
-    )
-
-
-def _expire(state: State, staging: _Staging, record: Record | None, op: Op) -> Record:
-    assert record is not None and record.deadline is not None  # a leased record always has one
-    return _unleased(_held(record, op), record.deadline, expiry_error(record))
-
-
-def _ack(state: State, staging: _Staging, record: Record | None, op: Op) -> Record:
-    assert record is not None
-    _held(record, op)
-    return Tombstone.of(
-        record.task_id,
-        record.key,
-        record.identity,
-        record.available_at,
-        record.max_attempts,
-        record.attempts,
-        record.generation,
-    )
-
-
-def _release(state: State, staging: _Staging, record: Record | None, op: Op) -> Record:
-    assert record is not None
-    return _unleased(_held(record, op), op["available_at"], record.last_error)
-
-
-def _extend(state: State, staging: _Staging, record: Record | None, op: Op) -> Record:
-    assert record is not None
-    _held(record, op)
-    return _with(
-        record, LEASED, record.available_at, record.max_attempts, record.worker, op["deadline"], record.last_error
-    )
-
-
-def _redrive(state: State, staging: _Staging, record: Record | None, op: Op) -> Record:
-    assert record is not None
-    max_attempts = op["max_attempts"]
-    if max_attempts <= record.max_attempts:  # a redrive grants attempts; so a ready task has some left
-        raise _OpError(f"redrive max_attempts must exceed {record.max_attempts}, not {max_attempts}")
-    return _with(record, READY, op["available_at"], max_attempts, None, None, record.last_error)
-
-
-def _cancel(state: State, staging: _Staging, record: Record | None, op: Op) -> Record:
-    assert record is not None
-    return _with(record, DEAD, record.available_at, record.max_attempts, None, None, record.last_error)
-
-
-def _fail(state: State, staging: _Staging, record: Record | None, op: Op) -> Record:
-    assert record is not None
-    _held(record, op)
-    return _with(record, DEAD, record.available_at, record.max_attempts, None, None, record.last_error)
-
-
-def _error(state: State, staging: _Staging, record: Record | None, op: Op) -> Record:
-    assert record is not None
-    last_error = (op["type"], op["message"], record.attempts, op["at"])
-    check_error_fits(record, last_error)
-    return _with(
-        record, record.status, record.available_at, record.max_attempts, record.worker, record.deadline, last_error
-    )
-
-
-_Transition = Callable[[State, _Staging, Record | None, Op], Record]
 
 #: The one declaration of every op kind (SPEC §3): name, fields besides ``op`` and ``task``, the
 #: status its task must have (None: it creates the task), and its transition.
@@ -419,26 +355,30 @@ OP_KINDS: dict[str, OpKind] = {
                 ("max_attempts", Field.POSITIVE_INT),
             ),
             None,
-            _put,
+            transitions.put,
         ),
         OpKind(
             "lease",
             (("worker", Field.NAME), ("generation", Field.POSITIVE_INT), ("deadline", Field.INT)),
             READY,
-            _lease,
+            transitions.lease,
         ),
-        OpKind("expire", (("generation", Field.POSITIVE_INT),), LEASED, _expire),
-        OpKind("ack", (("generation", Field.POSITIVE_INT),), LEASED, _ack),
-        OpKind("release", (("generation", Field.POSITIVE_INT), ("available_at", Field.INT)), LEASED, _release),
-        OpKind("extend", (("generation", Field.POSITIVE_INT), ("deadline", Field.INT)), LEASED, _extend),
-        OpKind("redrive", (("available_at", Field.INT), ("max_attempts", Field.POSITIVE_INT)), DEAD, _redrive),
-        OpKind("cancel", (), (READY, LEASED), _cancel),
-        OpKind("fail", (("generation", Field.POSITIVE_INT),), LEASED, _fail),
+        OpKind("expire", (("generation", Field.POSITIVE_INT),), LEASED, transitions.expire),
+        OpKind("ack", (("generation", Field.POSITIVE_INT),), LEASED, transitions.ack),
+        OpKind(
+            "release", (("generation", Field.POSITIVE_INT), ("available_at", Field.INT)), LEASED, transitions.release
+        ),
+        OpKind("extend", (("generation", Field.POSITIVE_INT), ("deadline", Field.INT)), LEASED, transitions.extend),
+        OpKind(
+            "redrive", (("available_at", Field.INT), ("max_attempts", Field.POSITIVE_INT)), DEAD, transitions.redrive
+        ),
+        OpKind("cancel", (), (READY, LEASED), transitions.cancel),
+        OpKind("fail", (("generation", Field.POSITIVE_INT),), LEASED, transitions.fail),
         OpKind(
             "error",
             (("type", Field.ERROR_TYPE), ("message", Field.ERROR_MESSAGE), ("at", Field.INT)),
             (READY, LEASED),
-            _error,
+            transitions.error,
         ),
     )
 }
@@ -455,7 +395,7 @@ if frozenset(OP_KINDS) != OP_NAMES:
 OP_KEYS: dict[str, frozenset[str]] = {name: kind.keys for name, kind in OP_KINDS.items()}
 
 
-def _stage(state: State, staging: _Staging, seq: int, index: int, op: object) -> Record:
+def _stage(state: State, staging: Staging, seq: int, index: int, op: object) -> Record:
     """The record op `index` of transaction `seq` leads to, or `InvalidTransaction`.
 
     The one place that admits an op. An op a planner made (`staging.planned`)
@@ -480,30 +420,30 @@ def _stage(state: State, staging: _Staging, seq: int, index: int, op: object) ->
             if not staging.planned:
                 check_name(task_id, "task")
             if task_id in state.tasks or task_id in staging.records:
-                raise _OpError(f"task {task_id!r:.100} already exists")
+                raise OpError(f"task {task_id!r:.100} already exists")
             if not staging.planned:
                 kind.check_fields(op)
             record = None
         else:
             if type(task_id) is not str:
-                raise _OpError(f"task must be a str, not {type(task_id).__name__}")
+                raise OpError(f"task must be a str, not {type(task_id).__name__}")
             record = staging.records.get(task_id)
             if record is None:
                 record = state.tasks.get(task_id)
             if record is None:
-                raise _OpError(f"unknown task {task_id!r:.100}")
+                raise OpError(f"unknown task {task_id!r:.100}")
             if not staging.planned:  # a flawed field is named before a wrong status
                 kind.check_fields(op)
             if record.status not in statuses:
-                raise _OpError(f"task {task_id!r:.100} is {record.status}, not {' or '.join(sorted(statuses))}")
-        transition: _Transition = kind.transition
+                raise OpError(f"task {task_id!r:.100} is {record.status}, not {' or '.join(sorted(statuses))}")
+        transition: Transition = kind.transition
         return transition(state, staging, record, op)
-    except (_OpError, TypeError, ValueError) as exc:  # a check's TypeError/ValueError names the field
+    except (OpError, TypeError, ValueError) as exc:  # a check's TypeError/ValueError names the field
         raise InvalidTransaction(f"transaction {seq} op {index} ({name}): {exc}") from None
 
 
-def apply(state: State, tx: Mapping[str, Any], *, decoded: bool = False, _planned: bool = False) -> None:
-    """Apply transaction `tx` (``{"seq": S, "ops": [...]}``) to `state`, whole or not at all.
+def apply(state: State, tx: Mapping[str, Any], *, decoded: bool = False, _planned: bool = False) -> Sequence[str]:
+    """Apply transaction `tx` (``{"seq": S, "ops": [...]}``) to `state`, whole or not at all; return the new task ids.
 
     Every op is checked first, against the state as the earlier ops of the
     same transaction would leave it (staged copies of the touched records);
@@ -532,10 +472,9 @@ def apply(state: State, tx: Mapping[str, Any], *, decoded: bool = False, _planne
     if len(ops) == 1:
         # Nothing later in the transaction can see this op's result.
         op = ops[0]
-        record = _stage(state, _NOTHING_STAGED[decoded, _planned], seq, 0, op)
-        state._commit(((op["task"], record),), seq)  # a valid op's task is its task id
-        return
-    staging = _Staging(decoded, _planned)
+        record = _stage(state, NOTHING_STAGED[decoded, _planned], seq, 0, op)
+        return state._commit(((op["task"], record),), seq)  # a valid op's task is its task id
+    staging = Staging(decoded, _planned)
     staged = staging.records
     for index, op in enumerate(ops):
         record = _stage(state, staging, seq, index, op)
@@ -543,4 +482,4 @@ def apply(state: State, tx: Mapping[str, Any], *, decoded: bool = False, _planne
         if task_id not in staged and task_id not in state.tasks:  # the op created its task: its key is taken
             staging.keys.add(record.key)
         staged[task_id] = record
-    state._commit(staged.items(), seq)
+    return state._commit(staged.items(), seq)

@@ -185,6 +185,19 @@ def check_int(value: object, what: str, minimum: int = 0) -> int:
     return value
 
 
+# What `check_payload(decoded=True)` relies on. The JSON decoder builds only
+# exact dicts (with str keys), lists, strs, ints, floats, bools and None, so
+# the type walk cannot fail and is skipped when the canonical bytes settle
+# the bounds. Fewer than `_SHORT_PAYLOAD_BYTES` bytes hold no int of more
+# than `MAX_PAYLOAD_INT_BITS` bits, and every level of nesting opens with
+# ``{`` or ``[``, so no more of those bytes than `MAX_PAYLOAD_DEPTH` means no
+# deeper nesting (brackets inside strings only make the count more
+# cautious); below `_SHALLOW_PAYLOAD_BYTES` there is no room for deeper
+# nesting at all. A non-finite float (JSON's 1e999) or a lone surrogate
+# fails the encoding. Anything those bytes do not settle takes the walk,
+# which also names the flaw, so the verdict and the bytes are the same
+# either way.
+#
 # An int of more than MAX_PAYLOAD_INT_BITS bits is at least 2**14000 > 10**4214,
 # so it has at least 4,215 decimal digits: a canonical payload shorter than
 # that can hold no such int.
@@ -208,19 +221,11 @@ def check_payload(payload: object, decoded: bool = False) -> bytes:
     instead of being expanded.
 
     `decoded=True` says that `payload` came straight out of the JSON decoder
-    (recovery), as h11's ``_parsed`` says a header came from its own parser:
-    the decoder builds only exact dicts (with str keys), lists, strs, ints,
-    floats, bools and None, so the type walk cannot fail and is skipped when
-    the canonical bytes settle the bounds. Fewer than `_SHORT_PAYLOAD_BYTES`
-    bytes hold no int of more than `MAX_PAYLOAD_INT_BITS` bits, and every
-    level of nesting opens with ``{`` or ``[``, so no more of those bytes
-    than `MAX_PAYLOAD_DEPTH` means no deeper nesting (brackets inside strings
-    only make the count more cautious); below `_SHALLOW_PAYLOAD_BYTES` there
-    is no room for deeper nesting at all. A non-finite float (JSON's 1e999)
-    or a lone surrogate fails the encoding. Anything those bytes do not
-    settle takes the walk, which also names the flaw, so the verdict and the
-    bytes are the same either way. Never pass `decoded=True` for a value
-    built in Python.
+    (recovery, a front end's request), as h11's ``_parsed`` says a header
+    came from its own parser: the type walk is then skipped when the
+    canonical bytes settle the bounds (why that is sound: the comment above
+    `_SHORT_PAYLOAD_BYTES`). Never pass `decoded=True` for a value built in
+    Python.
     """
     if decoded and type(payload) is dict:
         try:
@@ -302,6 +307,7 @@ def cut_text(text: str, limit: int) -> str:
     The marker names the original size, so an operator knows the message
     goes on; the prefix ends on a character boundary. Deterministic: the
     planner cuts before writing, and the same text always gives the same bytes.
+    `text` must be encodable (`check_error` escapes lone surrogates first).
     """
     if len(text) * 4 <= limit:  # no character takes more than 4 bytes
         return text

@@ -71,7 +71,8 @@ class WalWriter:
         self.wal_bytes = wal_bytes
         self._fd: int | None = None
         self._closer: weakref.finalize[[int], WalWriter] | None = None
-        self._adopt(fd)
+        self._adopt(fd)  # from here the writer owns the descriptor (closed when the writer goes)
+        os.lseek(fd, newest_size, os.SEEK_SET)  # the descriptor has no O_APPEND: writes go at its offset
         self._size = newest_size
         self._sync = sync
 
@@ -98,6 +99,15 @@ class WalWriter:
         """Make every byte written to the newest segment so far durable (with `sync=True`)."""
         if self._sync:
             os.fsync(self.fd())
+
+    def truncate(self, size: int) -> None:
+        """Cut the newest segment to `size` bytes (a torn tail, at opening) and sync the cut."""
+        fd = self.fd()
+        os.ftruncate(fd, size)
+        self.sync()
+        os.lseek(fd, size, os.SEEK_SET)
+        self.wal_bytes -= self._size - size  # the cut bytes were counted as live
+        self._size = size
 
     def fd(self) -> int:
         """The newest segment's descriptor, read again at every use.

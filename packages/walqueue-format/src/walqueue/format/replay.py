@@ -58,7 +58,7 @@ class StateMachine:
 
     new_state: Callable[[], ReplayState]
     from_records: Callable[[int, Iterable[Mapping[str, Any]]], ReplayState]
-    apply: Callable[[Any, Mapping[str, Any]], None]
+    apply: Callable[[Any, Mapping[str, Any]], object]  # what it returns (the new task ids) is not used
     invalid: type[Exception]
 
 

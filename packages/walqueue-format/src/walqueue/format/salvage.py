@@ -199,6 +199,11 @@ class SalvageResult:
     files: list[str]
     check_status: str
 
+    @property
+    def succeeded(self) -> bool:
+        """True when `out` checks healthy (the `--salvage` exit status 0)."""
+        return self.check_status == "healthy"
+
     def to_json(self) -> dict[str, Any]:
         """The result as a JSON object (the `--salvage --json` report)."""
         return {
@@ -235,13 +240,30 @@ def _fsync_file(path: str) -> None:
         os.close(fd)
 
 
-def _refuse_unsalvageable(source_dir: str, plan: SalvagePlan) -> None:
-    """Refuse a salvage that could not say what it drops, or that would keep nothing."""
+def _surveyed(
+    directory: str | os.PathLike[str], engine: bool | None, progress: Progress | None
+) -> tuple[str, Survey, SalvagePlan]:
+    """The survey of `directory` and its plan, for a command that writes what it found."""
+    source_dir = os.fspath(directory)
+    if not os.path.isdir(source_dir):
+        raise SalvageError(f"{source_dir} is not a directory")
+    found = survey(source_dir, engine=engine, progress=progress)
+    assert found.plan is not None
+    return source_dir, found, found.plan
+
+
+def _refuse_unreadable(source_dir: str, plan: SalvagePlan) -> None:
+    """Refuse to write anything while a file is unreadable: what it holds could be neither kept nor counted."""
     if plan.unreadable:
         raise SalvageError(
             f"cannot read {', '.join(plan.unreadable)} in {source_dir}: what it holds is unknown, so a salvage "
             "could drop transactions without counting them; fix the permissions (or the disk) and run it again"
         )
+
+
+def _refuse_unsalvageable(source_dir: str, plan: SalvagePlan) -> None:
+    """Refuse a salvage that could not say what it drops, or that would keep nothing."""
+    _refuse_unreadable(source_dir, plan)
     if plan.base is None and plan.last_seq == 0:
         suffix = ""
         if plan.intact_dropped:
@@ -274,13 +296,8 @@ def salvage(
     """
     from walqueue.format.fsck.check import check  # fsck's cli imports this module: imported here, not at the top
 
-    source_dir = os.fspath(directory)
+    source_dir, found, plan = _surveyed(directory, engine, progress)
     out_dir = os.fspath(out)
-    if not os.path.isdir(source_dir):
-        raise SalvageError(f"{source_dir} is not a directory")
-    found = survey(source_dir, engine=engine, progress=progress)
-    plan = found.plan
-    assert plan is not None
     _refuse_unsalvageable(source_dir, plan)
     _prepare_out(source_dir, out_dir)
     files = _write_history(SurveySource(source_dir), found, plan, out_dir)
@@ -339,6 +356,11 @@ class ExportResult:
     exported: list[list[int]]
     transactions: int
 
+    @property
+    def succeeded(self) -> bool:
+        """Always true: an export that could not be written raised instead."""
+        return True
+
     def to_json(self) -> dict[str, Any]:
         """The result as a JSON object (the `--export-suffix --json` report)."""
         return {
@@ -367,15 +389,9 @@ def export_suffix(
     `directory`. Raises `SalvageError` when a file is unreadable or nothing
     intact is dropped.
     """
-    source_dir = os.fspath(directory)
+    source_dir, found, plan = _surveyed(directory, engine, progress)
     out_path = os.fspath(out)
-    if not os.path.isdir(source_dir):
-        raise SalvageError(f"{source_dir} is not a directory")
-    found = survey(source_dir, engine=engine, progress=progress)
-    plan = found.plan
-    assert plan is not None
-    if plan.unreadable:
-        raise SalvageError(f"cannot read {', '.join(plan.unreadable)} in {source_dir}: fix that first")
+    _refuse_unreadable(source_dir, plan)
     seqs = [seq for first, last in plan.intact_dropped for seq in range(first, last + 1)]
     if not seqs:
         raise SalvageError(f"nothing to export from {source_dir}: a salvage drops no intact transaction")

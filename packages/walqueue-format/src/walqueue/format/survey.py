@@ -252,6 +252,8 @@ class Survey:
     current: Current | None = None
     current_present: bool = False
     current_problem: str | None = None
+    #: False when CURRENT exists but could not be read at all (`current_problem` says why).
+    current_readable: bool = True
     snapshots: list[SnapshotSurvey] = field(default_factory=list)
     segments: list[SegmentSurvey] = field(default_factory=list)
     #: seq -> (segment file, offset, size) of the first intact frame holding it.
@@ -264,7 +266,7 @@ class Survey:
 
     def unreadable(self) -> list[str]:
         """The files that could not be read (permissions, I/O errors): their contents are unknown."""
-        names = [CURRENT_NAME] if self.current_problem is not None and self.current_problem.startswith("cannot") else []
+        names = [] if self.current_readable else [CURRENT_NAME]
         names += [s.file for s in self.snapshots if not s.readable]
         names += [s.file for s in self.segments if s.unreadable is not None]
         return names
@@ -274,6 +276,7 @@ class Survey:
         return {
             "current_present": self.current_present,
             "current_problem": self.current_problem,
+            "current_readable": self.current_readable,
             "snapshots": [s.to_json() for s in self.snapshots],
             "segments": [s.to_json() for s in self.segments],
             "intact": self.intact(),
@@ -326,6 +329,7 @@ def read_survey(directory: str | os.PathLike[str], *, progress: Progress | None 
         result.current_problem = exc.reason
     except OSError as exc:
         result.current_problem = cannot_read(exc)
+        result.current_readable = False
     named = None if result.current is None else result.current.snapshot
     for seq, name in sorted(listing.snapshots.items()):
         result.snapshots.append(_survey_snapshot(source, name, seq, name == named))

@@ -43,7 +43,7 @@ def _unreadable_causes(found: Survey) -> list[Cause]:
     """Files that could not be read: a permission or I/O problem, which says nothing about their bytes."""
     reasons = {s.file: s.reason for s in found.snapshots if not s.readable}
     reasons.update({s.file: s.unreadable for s in found.segments if s.unreadable is not None})
-    if found.current_problem is not None and found.current_problem.startswith("cannot"):
+    if not found.current_readable:
         reasons["CURRENT"] = found.current_problem
     return [
         Cause(
@@ -81,12 +81,11 @@ def _current_causes(found: Survey, current_missing: bool, held: str) -> list[Cau
                 "CURRENT was probably deleted or lost",
             )
         ]
-    problem = found.current_problem
-    if found.current_present and found.current is None and not (problem or "").startswith("cannot"):
+    if found.current_present and found.current is None and found.current_readable:
         return [
             Cause(
                 "current-damaged",
-                f"CURRENT is damaged ({problem}), probably truncated or overwritten; {snap}; {held}",
+                f"CURRENT is damaged ({found.current_problem}), probably truncated or overwritten; {snap}; {held}",
             )
         ]
     return []

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib import resources
 from typing import Any
 
@@ -111,36 +111,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.salvage is not None:
-            return _salvage_main(args.directory, args.salvage, args.json, args.replay)
+            return _write_main("salvage", args.directory, args.salvage, args.json, args.replay)
         if args.export_suffix is not None:
-            return _export_main(args.directory, args.export_suffix, args.json, args.replay)
+            return _write_main("export", args.directory, args.export_suffix, args.json, args.replay)
         return _check_main(args.directory, args.json, args.replay)
     except KeyboardInterrupt:
         return interrupted("walqueue-fsck")
 
 
-def _salvage_main(directory: str, out: str, as_json: bool, replay: bool) -> int:
-    progress = Progress.to_terminal(f"salvaging {show(directory)}", 0)
+def _write_main(action: str, directory: str, out: str, as_json: bool, replay: bool) -> int:
+    """`--salvage` or `--export-suffix`: write from DIRECTORY to OUT, report, and pick the exit status."""
+    # Looked up at each call (not kept in a table), so that a test can replace either one.
+    write: Callable[..., Any] = salvage if action == "salvage" else export_suffix
+    render: Callable[[Any], str] = render_salvage if action == "salvage" else render_export
+    progress = Progress.to_terminal(f"{action} {show(directory)}", 0)
     try:
-        result = salvage(directory, out, engine=True if replay else None, progress=progress)
+        result = write(directory, out, engine=True if replay else None, progress=progress)
     except (SalvageError, CorruptStore, OSError, RuntimeError) as exc:
         progress.finish()
-        print(f"walqueue-fsck: salvage: {exc}", file=sys.stderr)
+        print(f"walqueue-fsck: {action}: {exc}", file=sys.stderr)
         return EXIT_CORRUPT
-    print(json.dumps(result.to_json(), sort_keys=True) if as_json else render_salvage(result))
-    return EXIT_HEALTHY if result.check_status == "healthy" else EXIT_CORRUPT
-
-
-def _export_main(directory: str, out: str, as_json: bool, replay: bool) -> int:
-    progress = Progress.to_terminal(f"exporting from {show(directory)}", 0)
-    try:
-        result = export_suffix(directory, out, engine=True if replay else None, progress=progress)
-    except (SalvageError, CorruptStore, OSError, RuntimeError) as exc:
-        progress.finish()
-        print(f"walqueue-fsck: export: {exc}", file=sys.stderr)
-        return EXIT_CORRUPT
-    print(json.dumps(result.to_json(), sort_keys=True) if as_json else render_export(result))
-    return EXIT_HEALTHY
+    print(json.dumps(result.to_json(), sort_keys=True) if as_json else render(result))
+    return EXIT_HEALTHY if result.succeeded else EXIT_CORRUPT
 
 
 def _check_main(directory: str, as_json: bool, replay: bool) -> int:

@@ -56,9 +56,12 @@ def _survey_lines(report: Report) -> Iterator[str]:
     unreadable = found.unreadable()
     if unreadable:
         yield f"  unknown   cannot read {', '.join(map(show, unreadable))}: what they hold is not counted"
-    if found.plan is not None:
-        for line in describe_plan(found.plan):
+    plan = found.plan
+    if plan is not None:
+        for line in describe_plan(plan):
             yield f"  salvage   {line}"
+        if plan.intact_dropped and plan.base is None and plan.last_seq == 0:
+            yield "  salvage   keeps nothing: export the intact transactions after the gap with --export-suffix OUT"
 
 
 def _summary_lines(report: Report) -> Iterator[str]:
@@ -109,8 +112,6 @@ def describe_plan(plan: SalvagePlan) -> list[str]:
             f"cannot read {', '.join(map(show, plan.unreadable))}: the transactions there are unknown and not "
             "counted; a salvage refuses until every file can be read"
         )
-    if plan.intact_dropped and plan.base is None and plan.last_seq == 0:
-        lines.append("keeps nothing: export the intact transactions after the gap with --export-suffix OUT")
     return lines
 
 

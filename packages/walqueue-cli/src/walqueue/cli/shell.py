@@ -1,0 +1,288 @@
+"""`walqueue --socket PATH [VERB ...]`: a shell for a queue that walqueue-serve owns.
+
+Why: while walqueue-serve owns a directory, ``walqueue DIR`` gets
+`DirectoryLocked`, and an operator has no way in. With ``--socket`` the
+consumer speaks the very same JSON lines to the running server instead
+(each line sent as it is, each answer written back as it came), and a few
+verbs do the usual chores from a shell script:
+
+  dead [--group G] [--limit N] [--format text|json|ids]
+        the dead letters with their last errors (text: one tab-separated line each)
+  redrive [--available-at T] [--extra-attempts N] TASK_ID... | -
+  cancel TASK_ID... | -        (``-``: the ids are read from stdin, one a line)
+  stats                        the server's stats() as one JSON object
+  metrics                      the server's metrics() as one JSON object (counters, gauges, histograms)
+
+so that ``walqueue --socket S dead --group G --format ids | walqueue --socket S redrive -``
+redrives one error group.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any, BinaryIO, Final, TextIO
+
+from walqueue import QueueClosed, WrongStatus
+from walqueue.cli.protocol import (
+    MAX_LINE_BYTES,
+    OVERLONG,
+    discard_line,
+    encode_answer,
+    is_blank,
+    overlong_answer,
+    read_bounded_line,
+)
+from walqueue.format.cmdline import EX_USAGE, EXIT_INTERRUPTED, UsageParser, interrupted, version_line
+
+__all__ = [
+    "EXIT_CANNOT_CONNECT",
+    "EXIT_CONNECTION_LOST",
+    "EXIT_FATAL",
+    "EXIT_OK",
+    "EXIT_SOME_REFUSED",
+    "main",
+    "wants_shell",
+]
+
+EXIT_OK: Final = 0
+#: relay: a Fatal answer was relayed (the server's queue was poisoned) or stdout was closed.
+EXIT_FATAL: Final = 1
+#: redrive/cancel: at least one task was refused (WrongStatus, a bad id); the others were done.
+EXIT_SOME_REFUSED: Final = 1
+#: The server could not be reached (no socket, nobody listening, permission denied).
+EXIT_CANNOT_CONNECT: Final = 2
+#: The connection was lost, or the server answered something this shell cannot read.
+EXIT_CONNECTION_LOST: Final = 3
+
+_EPILOG = f"""\
+without a verb, the shell relays JSON lines: each request line read from
+stdin goes to the server as it is, and its answer comes back on stdout (the
+protocol of `walqueue DIRECTORY --help`, served by the process that owns
+the directory).
+
+dead --format: text (default) prints "TASK_ID<TAB>ATTEMPTS<TAB>ERROR" per
+line (ERROR is "-" when none was recorded); json prints one JSON object a
+line (task_id, attempts, max_attempts, payload_excerpt, last_error, group);
+ids prints the task ids alone, ready to be piped into redrive - or cancel -.
+
+exit status:
+  0    done (relay: end of input)
+  1    relay: a Fatal answer was relayed, or stdout was closed;
+       redrive/cancel: at least one task was refused (reported on stderr),
+       every other one was done
+  2    the server could not be reached at PATH (is walqueue-serve running?)
+  3    the connection was lost, or the server's answer could not be read
+  {EX_USAGE}   usage error
+  {EXIT_INTERRUPTED}  interrupted by Ctrl-C
+"""
+
+
+def wants_shell(argv: Sequence[str]) -> bool:
+    """Whether this command line is for the shell (it names ``--socket``) rather than a directory."""
+    return any(arg == "--socket" or arg.startswith("--socket=") for arg in argv)
+
+
+class _Unreachable(Exception):
+    """The server cannot be reached."""
+
+
+class _Lost(Exception):
+    """The connection broke, or an answer made no sense."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = UsageParser(
+        prog="walqueue",
+        description="Talk to a queue served by walqueue-serve, over its Unix socket.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--socket", required=True, metavar="PATH", help="the socket walqueue-serve listens on")
+    parser.add_argument(
+        "--timeout", type=float, default=60.0, metavar="SECONDS", help="how long a verb's call may take (default 60)"
+    )
+    parser.add_argument("--version", action="version", version=version_line("walqueue"))
+    verbs = parser.add_subparsers(dest="verb", metavar="VERB")
+    dead = verbs.add_parser("dead", help="list the dead letters with their last errors")
+    dead.add_argument("--group", help="only this error group (its id, as the dashboard shows it)")
+    dead.add_argument("--limit", type=int, default=None, help="at most this many (default: all)")
+    dead.add_argument("--format", choices=("text", "json", "ids"), default="text")
+    redrive = verbs.add_parser("redrive", help="make dead tasks ready again")
+    redrive.add_argument(
+        "--available-at",
+        type=int,
+        default=None,
+        metavar="T",
+        help="when they become due (default: now, in seconds since the epoch)",
+    )
+    redrive.add_argument("--extra-attempts", type=int, default=1, metavar="N")
+    redrive.add_argument("task_ids", nargs="+", metavar="TASK_ID", help="task ids, or - to read them from stdin")
+    cancel = verbs.add_parser("cancel", help="make ready or leased tasks dead")
+    cancel.add_argument("task_ids", nargs="+", metavar="TASK_ID", help="task ids, or - to read them from stdin")
+    verbs.add_parser("stats", help="print the server's stats() as JSON")
+    verbs.add_parser("metrics", help="print the server's metrics() as JSON")
+    return parser
+
+
+def _connect(path: str) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(path)
+    except OSError as error:
+        sock.close()
+        raise _Unreachable(f"cannot reach walqueue-serve at {path}: {error.strerror or error}") from None
+    return sock
+
+
+def relay(sock: socket.socket, requests: BinaryIO, answers: BinaryIO) -> int:
+    """Send each non-blank line of `requests` and write its answer line; stop after a Fatal answer."""
+    incoming = sock.makefile("rb")
+    while (line := read_bounded_line(requests.readline, MAX_LINE_BYTES)) is not None:
+        if line is OVERLONG:
+            answers.write(encode_answer(overlong_answer(MAX_LINE_BYTES)))
+            answers.flush()
+            discard_line(requests.readline)
+            continue
+        if is_blank(line):
+            continue
+        try:
+            sock.sendall(bytes(line) if line.endswith(b"\n") else bytes(line) + b"\n")
+            answer = incoming.readline()
+        except OSError as error:
+            raise _Lost(f"the connection to the server broke: {error}") from None
+        if not answer.endswith(b"\n"):
+            raise _Lost("the server closed the connection before answering")
+        answers.write(answer)
+        answers.flush()
+        if _is_fatal(answer):
+            return EXIT_FATAL
+    return EXIT_OK
+
+
+def _is_fatal(answer: bytes) -> bool:
+    try:
+        value = json.loads(answer)
+    except ValueError:
+        raise _Lost("the server's answer is not JSON") from None
+    return isinstance(value, dict) and value.get("error") == "Fatal"
+
+
+def _ids(task_ids: Sequence[str], stdin: TextIO) -> Iterable[str]:
+    for task_id in task_ids:
+        if task_id == "-":
+            yield from (line.rstrip("\n") for line in stdin if line.strip())
+        else:
+            yield task_id
+
+
+def _change(client: Any, verb: str, arguments: argparse.Namespace, stdin: TextIO) -> int:
+    refused = 0
+    available_at = getattr(arguments, "available_at", None)
+    if available_at is None:
+        available_at = int(time.time())
+    for task_id in _ids(arguments.task_ids, stdin):
+        try:
+            if verb == "redrive":
+                client.redrive(task_id, available_at=available_at, extra_attempts=arguments.extra_attempts)
+            else:
+                client.cancel(task_id)
+        except (WrongStatus, ValueError, TypeError) as error:
+            refused += 1
+            print(f"walqueue: {verb} {task_id!r} refused: {error}", file=sys.stderr)
+    return EXIT_SOME_REFUSED if refused else EXIT_OK
+
+
+def _dead(client: Any, arguments: argparse.Namespace, out: TextIO) -> int:
+    from walqueue.dashboard.source import Source, error_of, group_id, task_view
+
+    source = Source(client)
+    after: str | None = None
+    left = arguments.limit
+    while left is None or left > 0:
+        page = source.page("dead", after, 500)
+        for task in page.tasks:
+            if arguments.group is not None and group_id(error_of(task)) != arguments.group:
+                continue
+            _print_dead(task_view(task, int(time.time())), arguments.format, out)
+            if left is not None:
+                left -= 1
+                if left == 0:
+                    break
+        if page.next_after is None:
+            break
+        after = page.next_after
+    return EXIT_OK
+
+
+def _print_dead(view: dict[str, Any], form: str, out: TextIO) -> None:
+    if form == "ids":
+        out.write(view["task_id"] + "\n")
+    elif form == "json":
+        keys = ("task_id", "attempts", "max_attempts", "payload_excerpt", "last_error", "group")
+        out.write(json.dumps({key: view[key] for key in keys}, ensure_ascii=False) + "\n")
+    else:
+        error = view["last_error"]
+        text = "-" if error is None else f"{error.get('type', '')}: {error.get('message', '')}"
+        flat = " ".join(text.split())  # one line per task, whatever the message holds
+        out.write(f"{view['task_id']}\t{view['attempts']}\t{flat}\n")
+
+
+def _read(path: str, op: str, timeout: float) -> Any:
+    """One read call sent as its JSON line (``stats``, ``metrics``), and its answer's field of the same name."""
+    with _connect(path) as sock:
+        sock.settimeout(timeout)
+        try:
+            sock.sendall(json.dumps({"op": op}).encode() + b"\n")
+            line = sock.makefile("rb").readline()
+        except OSError as error:
+            raise _Lost(f"the connection to the server broke: {error}") from None
+    try:
+        answer = json.loads(line)
+    except ValueError:
+        raise _Lost("the server closed the connection before answering") from None
+    if not isinstance(answer, dict) or answer.get("ok") is not True or op not in answer:
+        message = answer.get("message") if isinstance(answer, dict) else None
+        raise _Lost(f"the server refused {op}: {message or answer!r} (a server without it?)")
+    return answer[op]
+
+
+def _verb(arguments: argparse.Namespace) -> int:
+    from walqueue.cli.client import Client
+
+    with Client(arguments.socket, timeout=arguments.timeout, reconnect_seconds=0) as client:
+        try:
+            if arguments.verb in ("redrive", "cancel"):
+                return _change(client, arguments.verb, arguments, sys.stdin)
+            if arguments.verb == "dead":
+                return _dead(client, arguments, sys.stdout)
+            print(json.dumps(_read(arguments.socket, arguments.verb, arguments.timeout), sort_keys=True))
+            return EXIT_OK
+        except (ConnectionError, TimeoutError, QueueClosed) as error:
+            raise _Lost(str(error)) from None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the shell; returns the exit status."""
+    arguments = _parser().parse_args(argv)
+    try:
+        if arguments.verb is None:
+            with _connect(arguments.socket) as sock:
+                return relay(sock, sys.stdin.buffer, sys.stdout.buffer)
+        _connect(arguments.socket).close()  # unreachable: say so now, as exit 2, before any change
+        return _verb(arguments)
+    except KeyboardInterrupt:
+        return interrupted("walqueue")
+    except _Unreachable as error:
+        print(f"walqueue: {error}", file=sys.stderr)
+        return EXIT_CANNOT_CONNECT
+    except _Lost as error:
+        print(f"walqueue: {error}; check walqueue-serve's log, then retry", file=sys.stderr)
+        return EXIT_CONNECTION_LOST
+    except BrokenPipeError:
+        print("walqueue: stdout was closed; stopping", file=sys.stderr)
+        return EXIT_FATAL

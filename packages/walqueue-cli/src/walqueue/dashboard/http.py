@@ -1,0 +1,221 @@
+"""Where the dashboard runs: a `wsgiref` server on its own threads, and the ``--http`` options that place it.
+
+Why its own threads: the queue server's request path must not wait for a
+browser. `serve_in_thread` answers each HTTP connection on a daemon thread
+(a slow or silent client holds only its own thread, for at most
+`CONNECTION_TIMEOUT` seconds per read), and a sampler thread reads the
+metrics every `SAMPLE_SECONDS` for the throughput chart.
+
+Binding: loopback by default. Any other address needs ``--http-allow-remote``
+and an access token (``--http-token-file``, or the ``WALQUEUE_HTTP_TOKEN``
+environment variable; never a command-line argument, which other users can
+read in the process list).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import logging
+import os
+import socket
+import socketserver
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
+
+from walqueue.dashboard.web import check_access_token
+
+__all__ = [
+    "CONNECTION_TIMEOUT",
+    "HttpOptions",
+    "RunningServer",
+    "SAMPLE_SECONDS",
+    "add_http_arguments",
+    "http_options",
+    "is_loopback",
+    "parse_address",
+    "serve_in_thread",
+    "start_dashboard",
+]
+
+log = logging.getLogger("walqueue.dashboard")
+
+#: Seconds a connection may stay silent before it is dropped.
+CONNECTION_TIMEOUT: Final = 10.0
+#: Seconds between two readings of the metrics for the throughput chart.
+SAMPLE_SECONDS: Final = 5.0
+#: The environment variable that may hold the access token.
+TOKEN_ENVIRONMENT: Final = "WALQUEUE_HTTP_TOKEN"
+
+WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+class _Handler(WSGIRequestHandler):
+    """wsgiref's handler with a read timeout, and its access log through `logging` instead of stderr."""
+
+    timeout = CONNECTION_TIMEOUT
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class's name)
+        log.debug("%s %s", self.address_string(), format % args)
+
+
+class _ThreadingServer(socketserver.ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+    block_on_close = False
+
+
+class _ThreadingServer6(_ThreadingServer):
+    address_family = socket.AF_INET6
+
+
+@dataclass
+class RunningServer:
+    """A dashboard being served: its address, and `stop()` to end it (idempotent)."""
+
+    host: str
+    port: int
+    server: WSGIServer
+    thread: threading.Thread
+    stopping: threading.Event
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/"
+
+    def stop(self) -> None:
+        """Stop answering, close the listening socket and end the sampler (idempotent)."""
+        if not self.stopping.is_set():
+            self.stopping.set()
+            self.server.shutdown()
+            self.server.server_close()
+            self.thread.join()
+
+
+def serve_in_thread(
+    app: WsgiApp, host: str = "127.0.0.1", port: int = 0, *, sample: Callable[[], None] | None = None
+) -> RunningServer:
+    """Serve `app` on ``host:port`` (port 0: any free one) from daemon threads; returns at once.
+
+    `sample`, if given (a `Dashboard`'s ``sample``), is called every
+    `SAMPLE_SECONDS` on a thread of its own until `stop()`; a failure there
+    is logged and sampling goes on. Raises `OSError` if the address cannot
+    be bound.
+    """
+    server_class = _ThreadingServer6 if ":" in host else _ThreadingServer
+    server = server_class((host, port), _Handler)
+    server.set_app(app)
+    stopping = threading.Event()
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True, name="walqueue-dashboard-http"
+    )
+    thread.start()
+    if sample is not None:
+        threading.Thread(
+            target=_sampling, args=(sample, stopping), daemon=True, name="walqueue-dashboard-sampler"
+        ).start()
+    bound_port = server.server_address[1]
+    return RunningServer(host, int(bound_port), server, thread, stopping)
+
+
+def start_dashboard(backend: Any, options: HttpOptions) -> RunningServer:
+    """Serve the dashboard of `backend` (a `Queue` or a `Client`) as `options` say, sampling for its chart.
+
+    What ``walqueue-serve --http`` runs beside its socket. Raises `OSError`
+    if the address cannot be bound.
+    """
+    from walqueue.dashboard.app import Dashboard
+
+    app = Dashboard(backend, actions=options.actions, access_token=options.token)
+    running = serve_in_thread(app, options.host, options.port, sample=app.sample)
+    log.info("dashboard on %s (actions %s)", running.url, "enabled" if options.actions else "disabled")
+    return running
+
+
+def _sampling(sample: Callable[[], None], stopping: threading.Event) -> None:
+    while not stopping.wait(SAMPLE_SECONDS):
+        try:
+            sample()
+        except Exception:
+            log.exception("the dashboard's sampler failed (it keeps trying)")
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    """``HOST:PORT``, ``[IPV6]:PORT`` or ``:PORT`` (loopback) as ``(host, port)``; `ValueError` naming the fault."""
+    host, colon, port_text = text.rpartition(":")
+    if not colon or not port_text.isascii() or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise ValueError(f"--http wants HOST:PORT with a port from 0 to 65535, not {text!r}")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    host = host or "127.0.0.1"
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        if host != "localhost":
+            raise ValueError(f"--http wants an IP address (or localhost), not {host!r}") from None
+    return host, int(port_text)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` (an IP address or ``localhost``) is reachable from this machine only."""
+    return host == "localhost" or ipaddress.ip_address(host).is_loopback
+
+
+@dataclass(frozen=True)
+class HttpOptions:
+    """Where and how to serve the dashboard, checked: a non-loopback host always has a token."""
+
+    host: str
+    port: int
+    actions: bool
+    token: str | None
+
+
+def add_http_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``--http`` options, for `walqueue-serve` (or any command that serves a dashboard)."""
+    group = parser.add_argument_group("dashboard")
+    group.add_argument(
+        "--http",
+        metavar="HOST:PORT",
+        help="serve the dashboard, /metrics and the JSON API here (loopback, e.g. 127.0.0.1:8080)",
+    )
+    group.add_argument(
+        "--http-allow-remote",
+        action="store_true",
+        help="allow a non-loopback --http address (then an access token is required)",
+    )
+    group.add_argument(
+        "--http-token-file", metavar="PATH", help=f"read the access token from PATH (or set {TOKEN_ENVIRONMENT})"
+    )
+    group.add_argument(
+        "--http-actions",
+        action="store_true",
+        help="enable redrive and cancel from the dashboard (POST with the page's token; logged)",
+    )
+
+
+def http_options(arguments: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> HttpOptions | None:
+    """The checked options, or None without ``--http``; `ValueError` (a usage error) naming what is wrong."""
+    if arguments.http is None:
+        if arguments.http_allow_remote or arguments.http_token_file or arguments.http_actions:
+            raise ValueError("--http-allow-remote, --http-token-file and --http-actions need --http")
+        return None
+    host, port = parse_address(arguments.http)
+    token = environ.get(TOKEN_ENVIRONMENT) or None
+    if arguments.http_token_file:
+        try:
+            with open(arguments.http_token_file, encoding="utf-8") as file:
+                token = file.read().strip()
+        except (OSError, UnicodeDecodeError) as error:
+            raise ValueError(f"cannot read --http-token-file: {error}") from None
+    if token is not None:
+        check_access_token(token)
+    if not is_loopback(host):
+        if not arguments.http_allow_remote:
+            raise ValueError(f"--http {host} is not a loopback address: add --http-allow-remote (and a token)")
+        if token is None:
+            raise ValueError(f"a non-loopback --http needs an access token: --http-token-file or {TOKEN_ENVIRONMENT}")
+    return HttpOptions(host, port, bool(arguments.http_actions), token)

@@ -1,0 +1,126 @@
+"""`/metrics`: a `metrics()` reading in the Prometheus text exposition format, version 0.0.4.
+
+Why by hand: the format is a few lines of text, and WALQueue takes no
+runtime dependency; the tests parse this output with `prometheus_client`'s
+own parser. Naming follows Prometheus's conventions: every name starts with
+``walqueue_``, counters end in ``_total``, durations are ``_seconds`` and
+sizes ``_bytes``; the only labels are a task's status and a server's op
+(a handful of values each, never a task id or a worker name).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+from typing import Any, Final
+
+__all__ = ["CONTENT_TYPE", "COUNTER_HELP", "render"]
+
+CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
+
+#: Each counter of `Queue.metrics()`: its exposition name (without ``_total``) and its HELP text.
+COUNTER_HELP: Final[Mapping[str, tuple[str, str]]] = {
+    "puts": ("walqueue_puts", "Tasks created by put or put_many."),
+    "duplicate_puts": ("walqueue_duplicate_puts", "Puts answered as identical retries, writing nothing."),
+    "reserves": ("walqueue_reserves", "Tasks leased by reserve."),
+    "acks": ("walqueue_acks", "Leased tasks completed by ack."),
+    "releases": ("walqueue_releases", "Leased tasks given back by release."),
+    "expiries": ("walqueue_expiries", "Leases that ran out before an ack or release."),
+    "deaths": ("walqueue_deaths", "Tasks that died out of attempts (after a release or an expiry)."),
+    "redrives": ("walqueue_redrives", "Dead tasks made ready again."),
+    "cancels": ("walqueue_cancels", "Ready or leased tasks cancelled (made dead)."),
+    "extends": ("walqueue_extends", "Lease deadlines moved by extend."),
+    "stale_leases": ("walqueue_stale_lease_refusals", "ack, release or extend refused with StaleLease."),
+    "fsyncs": ("walqueue_fsyncs", "fsync calls of the write-ahead log's group commit."),
+    "compactions": ("walqueue_compactions", "Snapshots published (compactions)."),
+}
+
+_GAUGES: Final = (
+    ("wal_bytes", "walqueue_wal_bytes", "Bytes of live write-ahead log after the snapshot."),
+    ("segments", "walqueue_wal_segments", "Live write-ahead log segments."),
+    ("last_seq", "walqueue_last_seq", "Sequence number of the last committed transaction."),
+    ("snapshot_seq", "walqueue_snapshot_seq", "Sequence number the published snapshot covers."),
+)
+
+_HISTOGRAMS: Final = {
+    "fsync_seconds": ("walqueue_fsync_seconds", "Duration of each fsync of the write-ahead log."),
+    "commit_group_size": ("walqueue_commit_group_size", "Transactions made durable by one fsync."),
+}
+
+
+def _number(value: float) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, int):
+        return str(value)
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    if math.isnan(value):
+        return "NaN"
+    return repr(float(value))
+
+
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _header(name: str, kind: str, help_text: str) -> Iterator[str]:
+    yield f"# HELP {name} {help_text}"
+    yield f"# TYPE {name} {kind}"
+
+
+def _histogram(name: str, reading: Mapping[str, Any], labels: str = "") -> Iterator[str]:
+    cumulative = 0
+    bounds = [*reading["bounds"], math.inf]
+    for bound, count in zip(bounds, reading["counts"], strict=True):
+        cumulative += int(count)
+        yield f'{name}_bucket{{{labels}le="{_number(float(bound))}"}} {cumulative}'
+    braces = f"{{{labels.rstrip(',')}}}" if labels else ""
+    yield f"{name}_sum{braces} {_number(float(reading['sum']))}"
+    yield f"{name}_count{braces} {int(reading['count'])}"
+
+
+def _counters(counters: Mapping[str, int]) -> Iterator[str]:
+    for key, (name, help_text) in COUNTER_HELP.items():
+        if key in counters:
+            yield from _header(f"{name}_total", "counter", help_text)
+            yield f"{name}_total {int(counters[key])}"
+
+
+def _gauges(gauges: Mapping[str, Any]) -> Iterator[str]:
+    yield from _header("walqueue_tasks", "gauge", "Tasks by status.")
+    for status, count in sorted(gauges["tasks"].items()):
+        yield f'walqueue_tasks{{status="{_label(status)}"}} {int(count)}'
+    age = gauges.get("oldest_ready_age")
+    if age is not None:
+        help_text = "Age of the oldest due ready task against the reader's clock (now - available_at)."
+        yield from _header("walqueue_oldest_ready_age_seconds", "gauge", help_text)
+        yield f"walqueue_oldest_ready_age_seconds {int(age)}"
+    for key, name, help_text in _GAUGES:
+        if gauges.get(key) is not None:
+            yield from _header(name, "gauge", help_text)
+            yield f"{name} {int(gauges[key])}"
+
+
+def _histograms(histograms: Mapping[str, Any], requests: Mapping[str, Any]) -> Iterator[str]:
+    for key, (name, help_text) in _HISTOGRAMS.items():
+        if key in histograms:
+            yield from _header(name, "histogram", help_text)
+            yield from _histogram(name, histograms[key])
+    if requests:
+        yield from _header("walqueue_request_seconds", "histogram", "Server request duration by op.")
+        for op, reading in sorted(requests.items()):
+            yield from _histogram("walqueue_request_seconds", reading, f'op="{_label(op)}",')
+
+
+def render(metrics: Mapping[str, Any], extra: Mapping[str, tuple[str, str, float]] | None = None) -> str:
+    """The exposition text of one reading; `extra` adds gauges ``name -> (name, help, value)`` (the dashboard's own)."""
+    lines = [
+        *_counters(metrics.get("counters", {})),
+        *_gauges(metrics["gauges"]),
+        *_histograms(metrics.get("histograms", {}), metrics.get("request_seconds", {})),
+    ]
+    for name, help_text, value in (extra or {}).values():
+        lines.extend(_header(name, "gauge", help_text))
+        lines.append(f"{name} {_number(value)}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,299 @@
+// The WALQueue dashboard page: reads the JSON API every few seconds and fills the page.
+// Every value is set with textContent (never innerHTML), so a payload or an error
+// message is always shown as text, whatever it holds.
+"use strict";
+
+(function () {
+  const REFRESH_MS = 2000;
+  const SERIES = ["puts", "acks", "releases", "deaths"];
+  const SVG = "http://www.w3.org/2000/svg";
+  const actionsOn = meta("walqueue-actions") === "on";
+  const token = meta("walqueue-action-token");
+  const state = { leasesAfter: null, leasesNext: null, deadAfter: null, deadNext: null, group: null };
+
+  function meta(name) {
+    const node = document.querySelector('meta[name="' + name + '"]');
+    return node ? node.getAttribute("content") : "";
+  }
+
+  function $(id) { return document.getElementById(id); }
+
+  function text(id, value) { $(id).textContent = value; }
+
+  function el(tag, value, cls) {
+    const node = document.createElement(tag);
+    if (value !== undefined && value !== null) node.textContent = String(value);
+    if (cls) node.className = cls;
+    return node;
+  }
+
+  function duration(seconds) {
+    if (seconds === null || seconds === undefined) return "–";
+    const sign = seconds < 0 ? "-" : "";
+    let s = Math.abs(Math.round(seconds));
+    const d = Math.floor(s / 86400); s -= d * 86400;
+    const h = Math.floor(s / 3600); s -= h * 3600;
+    const m = Math.floor(s / 60); s -= m * 60;
+    const parts = [];
+    if (d) parts.push(d + "d");
+    if (h) parts.push(h + "h");
+    if (m && !d) parts.push(m + "m");
+    if (!d && !h) parts.push(s + "s");
+    return sign + parts.join(" ");
+  }
+
+  function bytes(n) {
+    if (n === null || n === undefined) return "–";
+    const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let i = 0;
+    while (n >= 1024 && i < units.length - 1) { n /= 1024; i += 1; }
+    return (i ? n.toFixed(1) : String(n)) + " " + units[i];
+  }
+
+  function when(epoch, now) {
+    if (epoch === null || epoch === undefined) return "–";
+    const iso = new Date(epoch * 1000).toISOString().replace(".000Z", "Z");
+    if (now === undefined) return iso;
+    const delta = epoch - now;
+    return iso + " (" + (delta > 0 ? "in " + duration(delta) : duration(-delta) + " ago") + ")";
+  }
+
+  // A quantile's upper bound from a histogram reading {bounds, counts, sum, count}.
+  function quantile(h, q) {
+    if (!h || !h.count) return null;
+    const target = q * h.count;
+    let seen = 0;
+    for (let i = 0; i < h.counts.length; i += 1) {
+      seen += h.counts[i];
+      if (seen >= target) return i < h.bounds.length ? h.bounds[i] : Infinity;
+    }
+    return Infinity;
+  }
+
+  function ms(seconds) {
+    if (seconds === null) return "–";
+    if (seconds === Infinity) return "> 1 s";
+    return (seconds * 1000).toFixed(seconds < 0.001 ? 2 : 1) + " ms";
+  }
+
+  async function getJSON(url) {
+    const response = await fetch(url, { credentials: "same-origin", cache: "no-store" });
+    const body = await response.json();
+    if (!response.ok) throw new Error(body.error || response.statusText);
+    return body;
+  }
+
+  async function post(action, fields) {
+    const body = new URLSearchParams(fields);
+    const response = await fetch("api/actions/" + action, {
+      method: "POST",
+      credentials: "same-origin",
+      headers: { "X-WALQueue-Token": token, "Content-Type": "application/x-www-form-urlencoded" },
+      body: body.toString(),
+    });
+    const answer = await response.json();
+    if (!response.ok) throw new Error(answer.error || response.statusText);
+    return answer;
+  }
+
+  function actionButton(label, action, fields) {
+    const button = el("button", label, "act");
+    button.type = "button";
+    button.dataset.action = action;
+    button.addEventListener("click", async function () {
+      button.disabled = true;
+      try {
+        const answer = await post(action, fields);
+        text("action-result", action + ": " + answer.done + " done, " + answer.skipped + " skipped" +
+          (answer.more ? " (more left: repeat)" : ""));
+      } catch (error) {
+        text("action-result", action + " failed: " + error.message);
+      }
+      button.disabled = false;
+      refresh();
+    });
+    return button;
+  }
+
+  function renderOverview(o) {
+    for (const status of ["ready", "leased", "completed", "dead"]) {
+      text("count-" + status, String(o.counts[status]));
+    }
+    text("oldest-age", o.oldest_ready_age === null ? "none due" : duration(o.oldest_ready_age));
+    text("next-due", when(o.next_available_at, o.now));
+    text("next-deadline", when(o.next_deadline, o.now));
+    text("wal-bytes", bytes(o.wal_bytes) + " in " + o.segments + " segment" + (o.segments === 1 ? "" : "s"));
+    text("last-seq", String(o.last_seq));
+    const behind = o.last_seq - o.snapshot_seq;
+    const changed = o.moments.snapshot_changed_at;
+    text("snapshot", o.snapshot_seq ? "seq " + o.snapshot_seq + ", " + behind + " transactions behind" +
+      (changed ? ", published " + duration(o.now - changed) + " ago" : "") : "none yet");
+    const compactions = o.counters.compactions;
+    const seen = o.moments.compaction_seen_at;
+    text("compaction", compactions === undefined ? "–" :
+      compactions + " since the queue opened" + (seen ? ", last " + duration(o.now - seen) + " ago" : ""));
+    const fsync = o.fsync_seconds;
+    text("fsyncs", o.counters.fsyncs === undefined ? "–" : String(o.counters.fsyncs));
+    text("fsync-latency", fsync && fsync.count ? "mean " + ms(fsync.sum / fsync.count) + ", p50 ≤ " +
+      ms(quantile(fsync, 0.5)) + ", p99 ≤ " + ms(quantile(fsync, 0.99)) : "no fsync yet");
+    const group = o.commit_group_size;
+    text("group-size", group && group.count ? "mean " + (group.sum / group.count).toFixed(1) + ", p99 ≤ " +
+      quantile(group, 0.99) : "–");
+  }
+
+  function svg(tag, attrs) {
+    const node = document.createElementNS(SVG, tag);
+    for (const name in attrs) node.setAttribute(name, String(attrs[name]));
+    return node;
+  }
+
+  function renderChart(t) {
+    const chart = $("chart");
+    while (chart.firstChild) chart.removeChild(chart.firstChild);
+    const W = 720, H = 180, left = 40, bottom = 20, top = 10;
+    const n = t.minutes.length;
+    let max = 1;
+    for (const name of SERIES) for (const v of t.series[name]) if (v !== null && v > max) max = v;
+    const x = (i) => left + (i * (W - left - 10)) / Math.max(1, n - 1);
+    const y = (v) => top + (H - top - bottom) * (1 - v / max);
+    chart.appendChild(svg("line", { x1: left, y1: y(0), x2: W - 10, y2: y(0), class: "axis" }));
+    chart.appendChild(svg("line", { x1: left, y1: top, x2: left, y2: y(0), class: "axis" }));
+    const label = (value, attrs) => { const node = svg("text", attrs); node.textContent = value; chart.appendChild(node); };
+    label(String(max), { x: left - 4, y: top + 8, "text-anchor": "end" });
+    label("0", { x: left - 4, y: y(0), "text-anchor": "end" });
+    label("-60 min", { x: left, y: H - 4 });
+    label("now", { x: W - 10, y: H - 4, "text-anchor": "end" });
+    for (const name of SERIES) {
+      let d = "";
+      let pen = false;
+      t.series[name].forEach(function (v, i) {
+        if (v === null) { pen = false; return; }
+        d += (pen ? " L" : " M") + x(i).toFixed(1) + " " + y(v).toFixed(1);
+        pen = true;
+      });
+      const path = svg("path", { d: d.trim() || "M0 0", fill: "none", stroke: "currentColor", "stroke-width": 2,
+        class: "series s-" + name });
+      path.dataset.series = name;
+      const points = t.series[name].filter((v) => v !== null);
+      path.dataset.total = String(points.reduce((a, b) => a + b, 0));
+      chart.appendChild(path);
+    }
+    chart.dataset.rendered = "yes";
+  }
+
+  function renderLegend() {
+    const legend = $("legend");
+    for (const name of SERIES) legend.appendChild(el("span", name, "s-" + name));
+  }
+
+  function emptyRow(body, message, columns) {
+    const cell = el("td", message, "muted");
+    cell.colSpan = columns;
+    body.appendChild(el("tr")).appendChild(cell);
+  }
+
+  function renderLeases(page, now) {
+    const body = document.querySelector("#leases tbody");
+    body.replaceChildren();
+    for (const task of page.tasks) {
+      const row = el("tr");
+      row.dataset.task = task.task_id;
+      row.append(el("td", task.task_id), el("td", task.worker), el("td", when(task.deadline)),
+        el("td", duration(task.time_left)), el("td", task.attempts + " / " + task.max_attempts));
+      const cell = el("td");
+      if (actionsOn) cell.appendChild(actionButton("cancel", "cancel", { task_id: task.task_id }));
+      row.appendChild(cell);
+      body.appendChild(row);
+    }
+    if (!page.tasks.length) emptyRow(body, "no leases", 6);
+    state.leasesNext = page.next_after;
+    $("leases-next").disabled = !page.next_after;
+  }
+
+  function errorText(error) {
+    if (!error) return "(no error recorded)";
+    return (error.type || "") + ": " + (error.message || "") + (error.attempt ? " (attempt " + error.attempt + ")" : "");
+  }
+
+  function renderGroups(g) {
+    const body = document.querySelector("#groups tbody");
+    body.replaceChildren();
+    for (const group of g.groups) {
+      const row = el("tr");
+      row.dataset.group = group.group;
+      row.append(el("td", group.type || "(none)"), el("td", group.message, "message"), el("td", String(group.count)));
+      const cell = el("td");
+      const show = el("button", "show");
+      show.type = "button";
+      show.addEventListener("click", function () { state.group = group.group; state.deadAfter = null; refresh(); });
+      cell.appendChild(show);
+      if (actionsOn) {
+        cell.appendChild(actionButton("redrive all", "redrive", { group: group.group }));
+        cell.appendChild(actionButton("cancel retrying", "cancel", { group: group.group }));
+      }
+      row.appendChild(cell);
+      body.appendChild(row);
+    }
+    if (!g.groups.length) emptyRow(body, "no dead letters", 4);
+    text("groups-note", g.truncated ? "grouped over the first " + g.scanned + " dead letters" : "");
+  }
+
+  function renderDead(page) {
+    const body = document.querySelector("#dead tbody");
+    body.replaceChildren();
+    for (const task of page.tasks) {
+      const row = el("tr");
+      row.dataset.task = task.task_id;
+      row.append(el("td", task.task_id), el("td", task.payload_excerpt, "payload"),
+        el("td", errorText(task.last_error), "message"), el("td", task.attempts + " / " + task.max_attempts));
+      const cell = el("td");
+      if (actionsOn) cell.appendChild(actionButton("redrive", "redrive", { task_id: task.task_id }));
+      row.appendChild(cell);
+      body.appendChild(row);
+    }
+    if (!page.tasks.length) emptyRow(body, "no dead letters", 5);
+    state.deadNext = page.next_after;
+    $("dead-next").disabled = !page.next_after;
+    text("dead-filter", state.group ? "(one error group)" : "");
+  }
+
+  function query(params) {
+    const q = new URLSearchParams();
+    for (const name in params) if (params[name] !== null && params[name] !== undefined) q.set(name, params[name]);
+    const s = q.toString();
+    return s ? "?" + s : "";
+  }
+
+  let busy = false;
+  async function refresh() {
+    if (busy) return;
+    busy = true;
+    try {
+      const overview = await getJSON("api/overview");
+      renderOverview(overview);
+      renderChart(await getJSON("api/throughput"));
+      renderLeases(await getJSON("api/leases" + query({ after: state.leasesAfter, limit: 20 })), overview.now);
+      renderGroups(await getJSON("api/dead/groups"));
+      renderDead(await getJSON("api/dead" + query({ after: state.deadAfter, group: state.group, limit: 20 })));
+      text("updated", "updated " + new Date().toISOString().replace(/\.\d+Z$/, "Z"));
+      $("error").hidden = true;
+    } catch (error) {
+      $("error").hidden = false;
+      text("error", "cannot read the queue: " + error.message);
+    } finally {
+      busy = false;
+    }
+  }
+
+  document.addEventListener("DOMContentLoaded", function () {
+    text("actions-state", actionsOn ? "actions enabled" : "read-only");
+    renderLegend();
+    $("leases-first").addEventListener("click", function () { state.leasesAfter = null; refresh(); });
+    $("leases-next").addEventListener("click", function () { state.leasesAfter = state.leasesNext; refresh(); });
+    $("dead-first").addEventListener("click", function () { state.deadAfter = null; refresh(); });
+    $("dead-next").addEventListener("click", function () { state.deadAfter = state.deadNext; refresh(); });
+    $("dead-all").addEventListener("click", function () { state.group = null; state.deadAfter = null; refresh(); });
+    refresh();
+    setInterval(refresh, REFRESH_MS);
+  });
+})();

@@ -1,0 +1,193 @@
+"""What a queue counts about itself: counters, two histograms, and the read that joins them with gauges.
+
+Why these shapes: a counter answers "how many failed in the last three
+days" where a gauge cannot, and the calls that move one are on the hot
+path, so a counter is a plain int attribute incremented where the call
+already knows what happened (no lock of its own: every increment happens
+under the queue's lock, or, for the fsync figures, under the group commit's
+lock). Gauges are not stored at all: they are read from the state when
+`Queue.metrics()` is called. Histograms have fixed buckets, so that a
+reader can subtract two readings bucket by bucket (Prometheus's rule).
+
+The engine never reads a clock for its decisions; the one clock here,
+`time.perf_counter`, only measures how long an fsync took, and nothing
+the queue decides depends on it.
+
+The names of the counters are the keys of `Queue.metrics()["counters"]`
+and, with ``walqueue_`` and ``_total`` around them, of the Prometheus
+exposition (walqueue.dashboard.prometheus); docs/DECISIONS.md lists them.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Mapping, Sequence
+from typing import Any, Final, TypedDict
+
+__all__ = [
+    "COUNTERS",
+    "FSYNC_SECONDS_BOUNDS",
+    "GROUP_SIZE_BOUNDS",
+    "REQUEST_SECONDS_BOUNDS",
+    "Counters",
+    "Histogram",
+    "HistogramReading",
+    "MetricsReading",
+    "RequestSeconds",
+    "read_metrics",
+]
+
+#: Every counter, in the order they are shown; each is an attribute of `Counters`.
+COUNTERS: Final = (
+    "puts",
+    "duplicate_puts",
+    "reserves",
+    "acks",
+    "releases",
+    "expiries",
+    "deaths",
+    "redrives",
+    "cancels",
+    "extends",
+    "stale_leases",
+    "fsyncs",
+    "compactions",
+)
+
+#: Upper bounds of the fsync-latency buckets, in seconds (a disk's fsync: 50 us to a stalled second).
+FSYNC_SECONDS_BOUNDS: Final = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
+#: Upper bounds of the commit-group buckets: transactions made durable by one fsync.
+GROUP_SIZE_BOUNDS: Final = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0)
+#: Upper bounds of a server's request-latency buckets, in seconds.
+REQUEST_SECONDS_BOUNDS: Final = (0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0, 5.0)
+
+
+class Counters:
+    """The counters of one queue since it was opened (a reopened queue starts again at zero).
+
+    `deaths` is not incremented anywhere: a task dies in a release or an
+    expiry, and counting that on the hot path would cost a status test per
+    op. It is derived when read, from the dead count's change since the
+    queue was opened: ``dead now - dead at open + redrives - cancels``
+    (a redrive takes one task out of the dead letters, a cancel puts one in).
+    """
+
+    __slots__ = COUNTERS + ("dead_at_open",)
+
+    def __init__(self, dead_at_open: int = 0) -> None:
+        self.puts = self.duplicate_puts = self.reserves = self.acks = self.releases = self.expiries = 0
+        self.deaths = self.redrives = self.cancels = self.extends = self.stale_leases = 0
+        self.fsyncs = self.compactions = 0
+        self.dead_at_open = dead_at_open
+
+    def reading(self, dead_now: int) -> dict[str, int]:
+        """Every counter by name, `deaths` derived from `dead_now`."""
+        values = {name: getattr(self, name) for name in COUNTERS}
+        values["deaths"] = dead_now - self.dead_at_open + self.redrives - self.cancels
+        return values
+
+
+class HistogramReading(TypedDict):
+    """A histogram as plain JSON: `counts[i]` observations ``<= bounds[i]`` (not cumulative), the last one above all."""
+
+    bounds: list[float]
+    counts: list[int]
+    sum: float
+    count: int
+
+
+class Histogram:
+    """Observations in fixed buckets, with their sum; `observe` is a bisect and two additions."""
+
+    __slots__ = ("bounds", "counts", "sum", "count")
+
+    def __init__(self, bounds: Sequence[float]) -> None:
+        if list(bounds) != sorted(set(bounds)) or not bounds:
+            raise ValueError("histogram bounds must be increasing and not empty")
+        self.bounds = tuple(float(bound) for bound in bounds)
+        self.counts = [0] * (len(self.bounds) + 1)  # the last bucket: above every bound (+Inf)
+        self.sum = 0.0
+        self.count = 0
+
+    def observe(self, value: float) -> None:
+        """Count `value` in the first bucket whose bound holds it (``value <= bound``)."""
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.sum += value
+        self.count += 1
+
+    def reading(self) -> HistogramReading:
+        """The buckets, sum and count as plain JSON values (a copy)."""
+        return {"bounds": list(self.bounds), "counts": list(self.counts), "sum": self.sum, "count": self.count}
+
+
+class RequestSeconds:
+    """A server's request durations, one histogram per op: `observe` from the request path, `reading` for metrics().
+
+    Only names from `ops` get a histogram of their own (any other, a client's
+    typo say, counts as ``"other"``), so the label stays low-cardinality.
+    Thread-safe without a lock of its own under CPython's GIL only for a
+    single observer thread per op; a server with several threads observes
+    under its own lock or accepts an occasional lost increment (it is a
+    latency figure, not an account).
+    """
+
+    __slots__ = ("_histograms",)
+
+    def __init__(self, ops: Sequence[str], bounds: Sequence[float] = REQUEST_SECONDS_BOUNDS) -> None:
+        self._histograms = {op: Histogram(bounds) for op in (*ops, "other")}
+
+    def observe(self, op: str, seconds: float) -> None:
+        """Count one request of `op` that took `seconds`."""
+        histogram = self._histograms.get(op)
+        (histogram if histogram is not None else self._histograms["other"]).observe(seconds)
+
+    def reading(self) -> dict[str, HistogramReading]:
+        """The ops that were observed at least once."""
+        return {op: histogram.reading() for op, histogram in self._histograms.items() if histogram.count}
+
+
+class MetricsReading(TypedDict):
+    """What `Queue.metrics()` returns (and `Client.metrics()`, over the wire, as the same JSON).
+
+    - `counters`: every name of `COUNTERS`, since the queue was opened;
+    - `gauges`: `tasks` (counts by status), `oldest_ready_age` (``now`` minus
+      the earliest `available_at` of a ready task, at least 0; None without
+      `now` or with no ready task), `next_available_at`, `next_deadline`,
+      `wal_bytes`, `segments`, `last_seq`, `snapshot_seq`;
+    - `histograms`: `fsync_seconds` and `commit_group_size`.
+    """
+
+    counters: dict[str, int]
+    gauges: dict[str, Any]
+    histograms: dict[str, HistogramReading]
+
+
+def read_metrics(
+    counters: Counters,
+    histograms: Mapping[str, Histogram],
+    stats: Mapping[str, Any],
+    now: int | None,
+    dead_now: int,
+) -> MetricsReading:
+    """Join the counters and histograms with the gauges of a `stats()` reading.
+
+    `dead_now` must be read under the same lock hold as the counters: `deaths`
+    is derived from it, and a counter must never go down between two readings.
+    """
+    counts: dict[str, int] = dict(stats["counts"])
+    first_ready = stats["next_available_at"]
+    age = None if now is None or first_ready is None else max(0, now - first_ready)
+    return {
+        "counters": counters.reading(dead_now),
+        "gauges": {
+            "tasks": counts,
+            "oldest_ready_age": age,
+            "next_available_at": first_ready,
+            "next_deadline": stats["next_deadline"],
+            "wal_bytes": stats["wal_bytes"],
+            "segments": stats["segments"],
+            "last_seq": stats["last_seq"],
+            "snapshot_seq": stats["snapshot_seq"],
+        },
+        "histograms": {name: histogram.reading() for name, histogram in histograms.items()},
+    }

@@ -1,0 +1,246 @@
+"""What each op kind does to its task's record: the transitions, and the staging they read.
+
+A task's last error (`ErrorFields`) is kept by every transition but three:
+expire derives `LeaseExpired` from the record, error sets the op's, and ack
+drops it with the payload.
+
+A transition takes the task's current record (None for a kind that creates
+its task) and a valid op of its kind, and returns the record the task will
+have; `state.apply` has checked the op's keys and field values (unless a
+planner made it) and the record's status, and installs what the
+transitions return only once every op of the transaction is valid. A
+transition raises `OpError` to refuse an op (apply names the transaction
+and the op). Nothing here changes a `State`: it only reads, through
+`StateReads`, which keeps this module free of state.py (which imports it
+for the table of kinds, `state.OP_KINDS`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from walqueue.engine.optable import Op
+from walqueue.engine.records import (
+    DEAD,
+    LEASED,
+    READY,
+    ErrorFields,
+    Record,
+    TaskRecord,
+    Tombstone,
+    check_error_fits,
+    expiry_error,
+    identity_digest,
+)
+from walqueue.engine.types import WalQueueError
+from walqueue.engine.validate import check_payload, check_record_fits
+from walqueue.format.canonical import canonical_str
+
+__all__ = [
+    "NOTHING_STAGED",
+    "OpError",
+    "StateReads",
+    "Staging",
+    "Transition",
+    "ack",
+    "cancel",
+    "error",
+    "expire",
+    "extend",
+    "fail",
+    "lease",
+    "put",
+    "redrive",
+    "release",
+]
+
+
+class StateReads(Protocol):
+    """What a transition reads of the state besides the op's own record."""
+
+    def lookup_key(self, key: str) -> str | None: ...
+
+
+class OpError(WalQueueError):
+    """An op-level refusal; `apply` turns it into `InvalidTransaction`, naming the transaction and the op."""
+
+
+class _EncodedPut(Protocol):
+    """What a planned put carries as its payload (ops.py's carrier): its canonical JSON and identity digest."""
+
+    canonical: bytes
+    identity: bytes
+
+
+class Staging:
+    """The records a transaction has touched so far, the keys its puts claimed, and where its ops come from.
+
+    Later ops of the same transaction see these instead of the committed
+    records; nothing here is visible in the `State` until the commit. A
+    transaction of one op (most of them) has no later op to inform, so it
+    shares an empty one from `NOTHING_STAGED`, which transitions only read.
+    """
+
+    __slots__ = ("records", "keys", "decoded", "planned")
+
+    def __init__(self, decoded: bool, planned: bool) -> None:
+        self.records: dict[str, Record] = {}
+        self.keys: set[str] = set()
+        self.decoded = decoded
+        self.planned = planned
+
+
+#: The shared empty staging of one-op transactions, by (`decoded`, `_planned`).
+NOTHING_STAGED = {(d, p): Staging(d, p) for d in (False, True) for p in (False, True)}
+
+
+def _with(
+    record: Record,
+    status: str,
+    available_at: int,
+    max_attempts: int,
+    worker: str | None,
+    deadline: int | None,
+    last_error: ErrorFields | None,
+) -> TaskRecord:
+    """A not-completed record like `record` (same payload, attempts, generation) but for the fields given."""
+    return TaskRecord(
+        record.task_id,
+        record.key,
+        status,
+        record.digest_and_payload,
+        available_at,
+        max_attempts,
+        record.attempts,
+        record.generation,
+        worker,
+        deadline,
+        last_error,
+    )
+
+
+def _unleased(record: Record, available_at: int, last_error: ErrorFields | None) -> TaskRecord:
+    """Where expire and release send a leased task: ready again, or dead once its attempts are spent."""
+    status = DEAD if record.attempts >= record.max_attempts else READY
+    return _with(record, status, available_at, record.max_attempts, None, None, last_error)
+
+
+def _held(record: Record, op: Op) -> Record:
+    """The leased record an expire/ack/release op names, if the op's generation is the lease's."""
+    if op["generation"] != record.generation:
+        raise OpError(
+            f"task {record.task_id!r:.100} is leased with generation {record.generation}, not {op['generation']}"
+        )
+    return record
+
+
+# Each transition takes the task's current record (None for a kind that
+# creates its task) and a valid op of its kind: `_stage` has checked the op's
+# keys and field values (unless a planner made it) and the record's status.
+
+
+def put(state: StateReads, staging: Staging, record: Record | None, op: Op) -> Record:
+    task_id, key, available_at, max_attempts = op["task"], op["key"], op["available_at"], op["max_attempts"]
+    payload = op["payload"]
+    if staging.planned:
+        # ops.put_op checked this op's names, numbers and payload, and encoded it, once.
+        encoded: _EncodedPut = payload
+        payload_json, digest = encoded.canonical, encoded.identity
+    else:
+        payload_json = check_payload(payload, staging.decoded)
+        task_json = canonical_str(task_id)
+        check_record_fits(payload_json, task_json, task_json if key == task_id else canonical_str(key))
+        digest = identity_digest(task_json, payload_json, available_at, max_attempts)
+    if key in staging.keys or state.lookup_key(key) is not None:
+        raise OpError(f"key {key!r:.100} is already known")
+    return TaskRecord(task_id, key, READY, digest + payload_json, available_at, max_attempts, 0, 0, None, None, None)
+
+
+def lease(state: StateReads, staging: Staging, record: Record | None, op: Op) -> Record:
+    assert record is not None
+    generation = op["generation"]
+    if generation != record.generation + 1:
+        raise OpError(f"lease generation must be {record.generation + 1}, not {generation}")
+    return TaskRecord(
+        record.task_id,
+        record.key,
+        LEASED,
+        record.digest_and_payload,
+        record.available_at,
+        record.max_attempts,
+        record.attempts + 1,
+        generation,
+        op["worker"],
+        op["deadline"],
+        record.last_error,
+    )
+
+
+def expire(state: StateReads, staging: Staging, record: Record | None, op: Op) -> Record:
+    assert record is not None and record.deadline is not None  # a leased record always has one
+    return _unleased(_held(record, op), record.deadline, expiry_error(record))
+
+
+def ack(state: StateReads, staging: Staging, record: Record | None, op: Op) -> Record:
+    assert record is not None
+    _held(record, op)
+    return Tombstone.of(
+        record.task_id,
+        record.key,
+        record.identity,
+        record.available_at,
+        record.max_attempts,
+        record.attempts,
+        record.generation,
+    )
+
+
+def release(state: StateReads, staging: Staging, record: Record | None, op: Op) -> Record:
+    assert record is not None
+    return _unleased(_held(record, op), op["available_at"], record.last_error)
+
+
+def extend(state: StateReads, staging: Staging, record: Record | None, op: Op) -> Record:
+    assert record is not None
+    _held(record, op)
+    return _with(
+        record, LEASED, record.available_at, record.max_attempts, record.worker, op["deadline"], record.last_error
+    )
+
+
+def redrive(state: StateReads, staging: Staging, record: Record | None, op: Op) -> Record:
+    assert record is not None
+    max_attempts = op["max_attempts"]
+    if max_attempts <= record.max_attempts:  # a redrive grants attempts; so a ready task has some left
+        raise OpError(f"redrive max_attempts must exceed {record.max_attempts}, not {max_attempts}")
+    return _with(record, READY, op["available_at"], max_attempts, None, None, record.last_error)
+
+
+def cancel(state: StateReads, staging: Staging, record: Record | None, op: Op) -> Record:
+    assert record is not None
+    return _with(record, DEAD, record.available_at, record.max_attempts, None, None, record.last_error)
+
+
+def fail(state: StateReads, staging: Staging, record: Record | None, op: Op) -> Record:
+    """A permanent failure: the holder's task is dead at once, whatever its attempts left."""
+    assert record is not None
+    _held(record, op)
+    return _with(record, DEAD, record.available_at, record.max_attempts, None, None, record.last_error)
+
+
+def error(state: StateReads, staging: Staging, record: Record | None, op: Op) -> Record:
+    """The task's last error becomes the op's, with the task's attempts; nothing else changes.
+
+    The writer puts it just before the release, fail or cancel it explains,
+    in the same transaction (the attempt is the record's, so it is not written).
+    """
+    assert record is not None
+    last_error = (op["type"], op["message"], record.attempts, op["at"])
+    check_error_fits(record, last_error)  # a ValueError, named by apply like a field's
+    return _with(
+        record, record.status, record.available_at, record.max_attempts, record.worker, record.deadline, last_error
+    )
+
+
+Transition = Callable[[StateReads, Staging, Record | None, Op], Record]

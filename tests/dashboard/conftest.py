@@ -1,0 +1,41 @@
+"""Fixtures of the dashboard tests: a real queue, its dashboard (read-only or acting), and one served over HTTP.
+
+`served` runs the dashboard on wsgiref in its own thread, the way
+walqueue-serve runs it, for tests that speak real HTTP.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from dashboard_helpers import NOW
+
+from walqueue import Queue
+from walqueue.dashboard import Dashboard, RunningServer, serve_in_thread
+
+
+@pytest.fixture
+def queue(tmp_path: Path) -> Iterator[Queue]:
+    with Queue(tmp_path / "q", sync=False) as opened:
+        yield opened
+
+
+@pytest.fixture
+def app(queue: Queue) -> Dashboard:
+    return Dashboard(queue, clock=lambda: NOW)
+
+
+@pytest.fixture
+def acting(queue: Queue) -> Dashboard:
+    return Dashboard(queue, actions=True, clock=lambda: NOW)
+
+
+@pytest.fixture
+def served(acting: Dashboard) -> Iterator[RunningServer]:
+    running = serve_in_thread(acting, "127.0.0.1", 0)
+    try:
+        yield running
+    finally:
+        running.stop()

@@ -1,0 +1,123 @@
+"""`walqueue --socket PATH`: the consumer and the operator verbs against a running walqueue-serve."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from walqueue.cli import Client
+
+pytestmark = pytest.mark.timeout(120)
+
+NOW = 1_800_000_000
+
+
+@pytest.fixture
+def served(src_pythonpath: str) -> Iterator[str]:
+    """A walqueue-serve process on a fresh directory; yields its socket path (short: sun_path holds 108 bytes)."""
+    place = Path(tempfile.mkdtemp(prefix="wq-", dir="/tmp"))
+    socket_path = str(place / "s")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "walqueue.cli.serve", str(place / "q"), "--socket", socket_path],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env={"PYTHONPATH": src_pythonpath, "PATH": "/usr/bin:/bin"},
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not Path(socket_path).exists():
+            assert process.poll() is None, process.stderr.read() if process.stderr else ""
+            assert time.monotonic() < deadline, "walqueue-serve did not start"
+            time.sleep(0.05)
+        yield socket_path
+    finally:
+        process.kill()
+        process.communicate(timeout=30)
+        shutil.rmtree(place, ignore_errors=True)
+
+
+def shell(src_pythonpath: str, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "walqueue.cli", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PYTHONPATH": src_pythonpath, "PATH": "/usr/bin:/bin"},
+    )
+
+
+def kill_through(client: Client, task_id: str) -> None:
+    client.put(task_id, {"n": task_id}, max_attempts=1)
+    (lease,) = client.reserve("w", now=NOW, lease_seconds=60)
+    client.release(lease, now=NOW)
+
+
+def test_the_consumer_relays_json_lines_to_the_server(served: str, src_pythonpath: str) -> None:
+    requests = (
+        '{"op": "put", "task_id": "a", "payload": {"x": 1}, "id": 1}\n'
+        "\n"
+        '{"op": "stats", "id": 2}\n'
+        "[1]\n"
+        '{"op": "get", "task_id": "a", "id": 3}\n'
+    )
+    result = shell(src_pythonpath, "--socket", served, stdin=requests)
+    assert result.returncode == 0, result.stderr
+    answers = [json.loads(line) for line in result.stdout.splitlines()]
+    assert answers[0] == {"id": 1, "ok": True, "task_id": "a"}
+    assert answers[1]["stats"]["counts"]["ready"] == 1
+    assert answers[2]["ok"] is False and answers[2]["error"] == "BadRequest"
+    assert answers[3]["task"]["payload"] == {"x": 1}
+
+
+def test_the_verbs_list_redrive_and_cancel_with_documented_statuses(served: str, src_pythonpath: str) -> None:
+    with Client(served) as client:
+        kill_through(client, "d1")
+        kill_through(client, "d2")
+        client.put("ready-1", {})
+    listed = shell(src_pythonpath, "--socket", served, "dead")
+    assert listed.returncode == 0, listed.stderr
+    assert [line.split("\t")[0] for line in listed.stdout.splitlines()] == ["d1", "d2"]
+    as_json = shell(src_pythonpath, "--socket", served, "dead", "--format", "json", "--limit", "1")
+    assert [json.loads(line)["task_id"] for line in as_json.stdout.splitlines()] == ["d1"]
+    ids = shell(src_pythonpath, "--socket", served, "dead", "--format", "ids").stdout
+    redriven = shell(src_pythonpath, "--socket", served, "redrive", "-", stdin=ids)
+    assert redriven.returncode == 0, redriven.stderr
+    again = shell(src_pythonpath, "--socket", served, "redrive", "d1", "ready-1")
+    assert again.returncode == 1 and "ready-1" in again.stderr
+    cancelled = shell(src_pythonpath, "--socket", served, "cancel", "ready-1")
+    assert cancelled.returncode == 0
+    stats = json.loads(shell(src_pythonpath, "--socket", served, "stats").stdout)
+    assert stats["counts"] == {"ready": 2, "leased": 0, "completed": 0, "dead": 1}
+
+
+def test_an_absent_server_is_exit_2_and_a_usage_error_64(tmp_path: Path, src_pythonpath: str) -> None:
+    missing = shell(src_pythonpath, "--socket", str(tmp_path / "nobody"), "stats")
+    assert missing.returncode == 2 and "cannot reach walqueue-serve" in missing.stderr
+    assert shell(src_pythonpath, "--socket", str(tmp_path / "nobody"), "frobnicate").returncode == 64
+    helped = shell(src_pythonpath, "--socket", "x", "--help")
+    assert helped.returncode == 0 and "exit status" in helped.stdout
+
+
+def test_the_dashboard_works_over_a_client_of_a_served_queue(served: str) -> None:
+    from dashboard_helpers import call
+
+    from walqueue.dashboard import Dashboard
+
+    with Client(served) as client:
+        kill_through(client, "gone")
+        client.put("waiting", {"<b>": "</script>"})
+        app = Dashboard(client, clock=lambda: NOW)
+        overview = call(app, "/api/overview").json()
+        assert overview["counts"] == {"ready": 1, "leased": 0, "completed": 0, "dead": 1}
+        assert [task["task_id"] for task in call(app, "/api/dead").json()["tasks"]] == ["gone"]
+        assert call(app, "/metrics").status == 200
+        assert call(app, "/api/dead", query="page=99999999").status == 400
