@@ -248,3 +248,12 @@ def test_json_lines_logging_gives_one_line_per_outcome_and_a_summary(app: Path, 
     assert all(line["attempt"] == 1 and line["logger"] == "walqueue.worker" for line in outcomes)
     summaries = [line for line in lines if line.get("event") == "summary"]
     assert summaries and summaries[-1]["counts"]["completed"] == 3 and summaries[-1]["counts"]["processed"] == 3
+
+
+def test_a_directory_owned_by_another_process_exits_2_and_says_what_to_do(run_python: RunPython, app: Path) -> None:
+    with Queue(app / "q") as owner:  # this process holds the directory's lock
+        owner.put("t", {})
+        env = dict(os.environ, WORKER_SIDE_LOG=str(app / "side.log"))
+        result = run_python(["-m", "walqueue.worker", str(app / "q"), "side_tasks:handle"], cwd=app, env=env)
+    assert result.returncode == 2, result.stderr
+    assert "DirectoryLocked" in result.stderr and "--socket PATH" in result.stderr

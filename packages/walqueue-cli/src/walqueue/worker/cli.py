@@ -267,7 +267,12 @@ def _run_here(directory: str | None, arguments: Any, handler: Callable[..., Any]
         try:
             source = Queue(directory)
         except (CorruptStore, DirectoryLocked, OSError) as error:
-            print(f"{PROG}: cannot open {directory}: {type(error).__name__}: {error}", file=sys.stderr)
+            hint = ""
+            if isinstance(error, DirectoryLocked):
+                hint = " (another process owns it: share it with --processes, or use its server with --socket PATH)"
+            elif isinstance(error, CorruptStore):
+                hint = " (run walqueue-fsck DIR)"
+            print(f"{PROG}: cannot open {directory}: {type(error).__name__}: {error}{hint}", file=sys.stderr)
             return EXIT_CANNOT_OPEN
     else:
         from walqueue.cli.client import Client
