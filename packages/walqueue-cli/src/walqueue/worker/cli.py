@@ -73,6 +73,9 @@ def _parser() -> UsageParser:
     parser.add_argument("--socket", metavar="PATH", help="use the walqueue-serve listening on PATH instead of DIR")
     parser.add_argument("--concurrency", type=_positive_int, default=1, metavar="N", help="threads per process (1)")
     parser.add_argument(
+        "--prefetch", type=_count, metavar="N", help="leases held beyond one per thread (default: one per thread)"
+    )
+    parser.add_argument(
         "--processes",
         type=_positive_int,
         metavar="P",
@@ -108,6 +111,16 @@ def _positive_int(text: str) -> int:
         value = 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected an int >= 1, not {text!r}")
+    return value
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an int >= 0, not {text!r}")
     return value
 
 
@@ -283,6 +296,7 @@ def _run_here(directory: str | None, arguments: Any, handler: Callable[..., Any]
             source,
             handler,
             concurrency=arguments.concurrency,
+            prefetch=arguments.prefetch,
             lease=milliseconds_of(arguments.lease),
             timeout=None if arguments.timeout is None else milliseconds_of(arguments.timeout),
             grace=round(arguments.grace * MILLISECONDS),

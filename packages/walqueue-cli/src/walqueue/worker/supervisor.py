@@ -211,6 +211,8 @@ class Supervisor:
 def _child_command(socket_path: str, spec: str, arguments: Any) -> list[str]:
     command = [sys.executable, "-m", "walqueue.worker", "--socket", socket_path, spec]
     command += ["--concurrency", str(arguments.concurrency), "--lease", repr(arguments.lease)]
+    if arguments.prefetch is not None:
+        command += ["--prefetch", str(arguments.prefetch)]
     command += ["--grace", repr(arguments.grace), "--summary", repr(arguments.summary)]
     command += ["--log-level", arguments.log_level]
     if arguments.timeout is not None:
