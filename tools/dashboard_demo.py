@@ -29,6 +29,11 @@ from walqueue import Queue  # noqa: E402
 from walqueue.dashboard import Dashboard, serve_in_thread  # noqa: E402
 
 START = 1_800_000_000
+ERRORS = (
+    ("TimeoutError", "POST https://hooks.example.org/orders timed out after 10 s"),
+    ("HTTPError", "503 Service Unavailable from hooks.example.org"),
+    ("ValueError", "payload field 'order' is not an int: '<script>alert(1)</script>'"),
+)
 
 
 class Clock:
@@ -54,7 +59,8 @@ def simulate(queue: Queue, app: Dashboard, clock: Clock, minutes: int = 60) -> N
         queue.put_many(tasks)
         for lease in queue.reserve(f"worker-{minute % 4}", now=now, lease_seconds=300, limit=wave + 20):
             if lease.task_id.startswith("webhook") and rng.random() < 0.4:
-                queue.release(lease, now=now, delay=30)
+                error = rng.choice(ERRORS)
+                queue.release(lease, now=now, delay=30, error={"type": error[0], "message": error[1]})
             else:
                 queue.ack(lease, now=now)
         app.sample()

@@ -172,3 +172,49 @@ def test_many_parked_waits_are_all_woken_by_one_commit(server: ServerProcess) ->
     RawConnection(server.socket_path).request(put("wake"))
     for index, waiter in enumerate(waiters):
         assert waiter.answer() == {"id": index, "ok": True, "committed": True}
+
+
+_FAILING_FSYNC_SERVER = """
+import errno, os, sys
+from walqueue.cli.serve import main
+
+real_fsync, flag = os.fsync, sys.argv[3]
+
+def fsync(fd):
+    if os.path.exists(flag):
+        raise OSError(errno.EIO, "injected fsync failure")
+    real_fsync(fd)
+
+os.fsync = fsync
+sys.exit(main([sys.argv[1], "--socket", sys.argv[2], "--log-level", "WARNING"]))
+"""
+
+
+def test_a_failed_fsync_makes_every_answer_of_its_turn_fatal_and_the_server_exits_1(place: Path) -> None:
+    import subprocess
+    import sys
+
+    from servers import child_environment
+
+    flag = place / "fail"
+    process = subprocess.Popen(
+        [sys.executable, "-c", _FAILING_FSYNC_SERVER, str(place / "q"), str(place / "s"), str(flag)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=child_environment(),
+    )
+    try:
+        assert process.stdout is not None and b"listening" in process.stdout.readline()
+        connection = RawConnection(str(place / "s"))
+        assert connection.request(put("kept", id=0))["ok"] is True
+        flag.touch()
+        connection.send(b"".join(line(put(f"lost{i}", id=i)) for i in range(1, 4)))
+        answers = [connection.answer() for _ in range(3)]
+        assert all(answer["ok"] is False and answer["error"] == "Fatal" for answer in answers), answers
+        assert [answer["id"] for answer in answers] == [1, 2, 3]
+        _, err = process.communicate(timeout=30)
+        assert process.returncode == 1, err
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate(timeout=30)

@@ -149,15 +149,16 @@ def test_the_event_stream_is_off_until_turned_on_and_then_writes_json_lines() ->
     import io
 
     log = logging.getLogger("walqueue.events")
-    assert not log.isEnabledFor(logging.INFO)
+    assert events.listening is False
     stream = io.StringIO()
     handler = events.log_events_to(stream)
     try:
+        assert events.listening is True
         events.emit(events.CANCEL, {"task_id": "t\n<b>", "worker": None})
     finally:
         log.removeHandler(handler)
-        log.setLevel(logging.WARNING)
         log.propagate = True
+        events.enable(False)
     (line,) = stream.getvalue().splitlines()
     record = json.loads(line)
     assert record["event"] == "task.cancel" and record["fields"] == {"task_id": "t\n<b>", "worker": None}

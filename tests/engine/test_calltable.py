@@ -239,3 +239,9 @@ def test_every_answer_kind_comes_back_as_the_queue_returned_it(tmp_path: Path) -
         assert _answer_round_trip(CALLS[name], result) == result, name
     assert isinstance(_answer_round_trip(CALLS["get"], results["get"]), Task)
     assert _answer_round_trip(CALLS["get"], None) is None
+
+
+def test_only_a_blocking_call_tells_a_client_how_long_it_may_block() -> None:
+    assert [name for name, call in CALLS.items() if call.blocks] == ["wait"]
+    assert CALLS["wait"].blocks_for(CALLS["wait"].request(2.5)) == 2.5
+    assert CALLS["stats"].blocks_for(CALLS["stats"].request()) == 0.0

@@ -127,6 +127,7 @@ EXPECTED_TARGETS = {
     ("open_torn_tail", "torn_over_healthy"),
     ("server_processes", "puts_serve8_vs_sqlite8"),
     ("server_processes", "cycles_serve8_vs_sqlite8"),
+    ("server_processes", "puts_serve8_vs_serve1"),
     ("server_processes", "server_cpu_per_put"),
     ("server_processes", "server_cpu_per_get"),
 }

@@ -24,7 +24,7 @@ from .harness import LEASE_SECONDS, NOW, Context, figure, payload, pyplot, summa
 
 #: Sizes at each scale (with the run's `reps` unless set here): `ctx.scale` during the run.
 SCALES: dict[str, dict[str, int]] = {
-    "tiny": {"ops": 48, "reps": 1, "rtt_calls": 50, "cpu_ops": 400, "pipelines": 3},
+    "tiny": {"ops": 48, "reps": 1, "rtt_calls": 50, "cpu_ops": 2000, "pipelines": 3},
     "default": {"ops": 480, "reps": 3, "rtt_calls": 400, "cpu_ops": 8000, "pipelines": 20},
     "big": {"ops": 2400, "reps": 5, "rtt_calls": 2000, "cpu_ops": 24000, "pipelines": 60},
 }
@@ -242,11 +242,13 @@ def run(ctx: Context) -> dict[str, Any]:
                 [b / a for a, b in zip(per["serve_8"], per["sqlite_8"], strict=True)], "x", target=(">=", 3.0)
             )
         if per["serve_1"] and per["serve_8"]:
-            ratios[f"{label}_serve8_vs_serve1"] = figure(
-                [b / a for a, b in zip(per["serve_8"], per["serve_1"], strict=True)],
-                "x",
-                note="information: scaling from 1 to 8 client processes",
-            )
+            scaling = [b / a for a, b in zip(per["serve_8"], per["serve_1"], strict=True)]
+            if label == "puts":  # one fsync for the requests of a turn: 8 clients must gain 3x over 1
+                ratios[f"{label}_serve8_vs_serve1"] = figure(scaling, "x", target=(">=", 3.0))
+            else:
+                ratios[f"{label}_serve8_vs_serve1"] = figure(
+                    scaling, "x", note="information: scaling from 1 to 8 client processes"
+                )
         if per.get("persist_queue_8") and per["serve_8"]:
             ratios[f"{label}_serve8_vs_persist_queue8"] = figure(
                 [b / a for a, b in zip(per["serve_8"], per["persist_queue_8"], strict=True)],

@@ -31,6 +31,8 @@ from .hostile import (
     BAD_CALLS_FIRST_UNIT,
     BAD_CALLS_PER_UNIT,
     CLI_LINES_PER_UNIT,
+    ERROR_MESSAGE_BYTES,
+    ERROR_TYPE_BYTES,
     FRAME_BOUND,
     RECORD_MARGIN,
     VIEW_EVERY,
@@ -138,6 +140,8 @@ def _judge_call(call: Call, queue: Queue, model: Model, directory: Path, report:
     kind = call.description.split(" ", 1)[0]
     if kind in LIFECYCLE_KINDS:
         report.count(f"hostile {kind} {'applied' if got == 'ok' else 'refused'}")
+    if call.error is not None and call.error[0] is not None:
+        _count_error_argument(call.error[0], got, report)
     if got == "undocumented":
         raise Abort(f"{where}: raised {type(error).__name__}: {str(error)[:200]}")
     if got != "ok":
@@ -163,6 +167,20 @@ def _judge_call(call: Call, queue: Queue, model: Model, directory: Path, report:
     return model
 
 
+def _count_error_argument(error: Any, got: str, report: Report) -> None:
+    """Count a call given an error: recorded (and whether the engine had to cut it), or refused."""
+    if got != "ok":
+        report.count("hostile error refused" if got == "argument" else "hostile error on a refused call")
+        return
+    report.count("hostile error recorded")
+    try:
+        sizes = [len(str(error[name]).encode("utf-8", "surrogatepass")) for name in ("type", "message")]
+    except Exception:  # noqa: BLE001 - an exotic mapping: recorded, its size unknown here
+        return
+    if sizes[0] > ERROR_TYPE_BYTES or sizes[1] > ERROR_MESSAGE_BYTES:
+        report.count("hostile error cut")
+
+
 # -- the CLI --------------------------------------------------------------------------
 
 
@@ -178,12 +196,22 @@ _RAW_LINES: tuple[bytes, ...] = (
     b'{"op":"put","task_id":"t","payload":{"a":1,"a":2}}', b"   ", b"\t", b"\r", b'{"op":"tasks","status":null}',
     b'{"op":"reserve","worker":"w","now":0,"lease_seconds":1,"limit":1.0}',
     b'{"op":"put","task_id":"t","payload":{},"max_attempts":true}',
+    b'{"op":"cancel","task_id":"c1","error":{"type":"E","message":"m"}}',
+    b'{"op":"fail","lease":{"task_id":"c1","worker":"w1","generation":1},"now":1,"error":{"type":"E","type":"F","message":""}}',
+)  # fmt: skip
+#: The `error` of a release, fail or cancel line: valid, cut by the engine, or refused.
+_JSON_ERRORS: tuple[Any, ...] = (
+    None, {"type": "ValueError", "message": "bad input"}, {"type": "E", "message": ""},
+    {"type": "T" * 300, "message": "é" * 1500}, {"type": "E", "message": "x" * 5000},
+    {"type": "E\ud800", "message": "\udcff"}, {"type": "", "message": "m"}, {"type": "E"}, {},
+    {"type": "E", "message": "m", "attempt": 1}, {"type": 1, "message": "m"},
+    {"type": "E", "message": None}, {"type": "E", "message": {"m": 1}}, "E: m", ["E", "m"], 1, True,
 )  # fmt: skip
 
 
 def _cli_request(rng: random.Random, model: Model, foreign: list[Lease], serial: int) -> dict[str, Any]:
     op = rng.choice(
-        ["put", "put", "put_many", "reserve", "ack", "release", "extend", "redrive", "cancel"]
+        ["put", "put", "put_many", "reserve", "ack", "release", "extend", "redrive", "cancel", "fail"]
         + ["get", "tasks", "stats", "compact"]
     )
     request: dict[str, Any] = {"op": op}
@@ -193,7 +221,7 @@ def _cli_request(rng: random.Random, model: Model, foreign: list[Lease], serial:
         request["tasks"] = [{"task_id": f"c{serial}.{i}", "payload": {}} for i in range(rng.randrange(3))]
     elif op == "reserve":
         request.update({"worker": "w1", "now": 10 + serial, "lease_seconds": rng.choice([1, 100])})
-    elif op in ("ack", "release", "extend"):
+    elif op in ("ack", "release", "extend", "fail"):
         leased = model.tasks("leased")
         token = token_for(rng.choice(leased)) if leased and rng.random() < 0.7 else rng.choice(foreign)
         lease = token.to_dict()
@@ -202,6 +230,8 @@ def _cli_request(rng: random.Random, model: Model, foreign: list[Lease], serial:
         request.update({"lease": lease, "now": 10 + serial})
         if op == "extend":
             request["lease_seconds"] = rng.choice([1, 50])
+        if op in ("release", "fail") and rng.random() < 0.6:
+            request["error"] = rng.choice(_JSON_ERRORS)
     elif op in ("redrive", "cancel"):
         known = [task.task_id for task in model.tasks()]
         request["task_id"] = rng.choice([*known, "nope"]) if known else "nope"
@@ -209,6 +239,10 @@ def _cli_request(rng: random.Random, model: Model, foreign: list[Lease], serial:
             request["available_at"] = rng.choice([0, 10 + serial])
             if rng.random() < 0.5:
                 request["extra_attempts"] = rng.choice([1, 2])
+        elif rng.random() < 0.6:  # a cancel's reason needs its time: sometimes it comes without one
+            request["error"] = rng.choice(_JSON_ERRORS)
+            if rng.random() < 0.8:
+                request["now"] = 10 + serial
     elif op == "get":
         request["task_id"] = rng.choice(["c1", "b1", "nope"])
     elif op == "tasks" and rng.random() < 0.5:

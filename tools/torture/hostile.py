@@ -26,6 +26,8 @@ INT_LIMIT = 2**63
 MAX_PAYLOAD_INT_BITS = 14_000
 FRAME_BOUND = 16 * 2**20
 RECORD_MARGIN = 8192
+ERROR_TYPE_BYTES = 256  # the stored bounds of an error (longer ones are cut, never refused)
+ERROR_MESSAGE_BYTES = 2048
 
 
 class _Str(str):
@@ -74,6 +76,19 @@ HOSTILE_NAMES: tuple[Any, ...] = (
 HOSTILE_INTS: tuple[Any, ...] = (
     0, 1, 2, 2**63 - 1, 2**63, 2**63 - 2, -1, -(2**63), 10**100, True, False, 1.0, 0.5, float("nan"), "1", None,
     _Int(1), _Color.RED, b"1", [1],
+)  # fmt: skip
+#: Error arguments (of release, fail and cancel): refused for their type or keys, or accepted, a long
+#: type or message cut by the engine (never refused for its length), a lone surrogate escaped.
+HOSTILE_ERRORS: tuple[Any, ...] = (
+    None, {"type": "ValueError", "message": "bad input"}, {"type": "E", "message": ""},
+    {"type": "T" * 257, "message": "m"}, {"type": "日本" * 200, "message": "é" * 1025},
+    {"type": "E", "message": "m" * 2048}, {"type": "E", "message": "m" * 2049}, {"type": "E", "message": "x" * 100_000},
+    {"type": "E\ud800", "message": "\udcff"}, {"type": "\x00", "message": "\n\u2028"},
+    {"type": "", "message": "m"}, {"type": "E"}, {"message": "m"}, {}, {"type": "E", "message": "m", "attempt": 1},
+    {"type": "E", "message": "m", "at": 0}, {"Type": "E", "message": "m"}, {1: "E", "message": "m"},
+    {"type": 1, "message": "m"}, {"type": "E", "message": None}, {"type": b"E", "message": "m"},
+    {"type": "E", "message": ["m"]}, {"type": _Str("E"), "message": "m"}, {"type": "E", "message": _Str("m")},
+    _Dict(type="E", message="m"), "E: m", b"E", ("E", "m"), ["type", "message"], 1, True, 0.0, object(),
 )  # fmt: skip
 HOSTILE_STATUSES: tuple[Any, ...] = (
     None, "ready", "dead", "READY", "", "leased ", 1, b"ready", _Str("ready"), ["ready"],
@@ -152,6 +167,8 @@ class Call:
     description: str
     invoke: Callable[[Any], Any]
     arguments: list[Any]
+    #: The call's error argument, in a 1-tuple, for a call that takes one (release, fail, cancel).
+    error: tuple[Any] | None = None
 
 
 def attempt(call: Call, target: Any) -> tuple[str, Any]:
@@ -228,6 +245,7 @@ class HostileCalls:
         rng = self.rng
         kind = rng.choice(
             ["put", "put", "put_many", "reserve", "ack", "release", "get", "tasks", "extend", "redrive", "cancel"]
+            + ["fail"]
         )
         if kind == "put":
             spec = self.put_spec()
@@ -244,16 +262,25 @@ class HostileCalls:
                 lambda t: t.reserve(worker, now=when, lease_seconds=lease_seconds, limit=limit),
                 [worker, when, lease_seconds, limit],
             )
-        if kind in ("ack", "release"):
+        if kind in ("ack", "release", "fail"):
             lease = self.token(model)
             when = self.pick(HOSTILE_INTS, now)
             if kind == "ack":
                 return Call(f"ack {short([lease, when])}", lambda t: t.ack(lease, now=when), [lease, when])
+            error = rng.choice(HOSTILE_ERRORS)
+            if kind == "fail":
+                return Call(
+                    f"fail {short([lease, when, error])}",
+                    lambda t: t.fail(lease, now=when, error=error),
+                    [lease, when, error],
+                    (error,),
+                )
             delay = self.pick(HOSTILE_INTS, 0)
             return Call(
-                f"release {short([lease, when, delay])}",
-                lambda t: t.release(lease, now=when, delay=delay),
-                [lease, when, delay],
+                f"release {short([lease, when, delay, error])}",
+                lambda t: t.release(lease, now=when, delay=delay, error=error),
+                [lease, when, delay, error],
+                (error,),
             )
         if kind == "extend":
             lease = self.token(model)
@@ -298,7 +325,7 @@ class HostileCalls:
         fitting = [t.task_id for t in model.tasks() if t.status in wanted] or ["b1"]
         task_id = self.pick(HOSTILE_NAMES + ("b1", "b2", "nobody"), rng.choice(fitting))
         if kind == "cancel":
-            return Call(f"cancel {short(task_id)}", lambda t: t.cancel(task_id), [task_id])
+            return self._cancel_call(task_id, now)
         available_at = self.pick(HOSTILE_INTS, now)
         if rng.random() < 0.3:  # the default extra_attempts
             return Call(
@@ -311,6 +338,28 @@ class HostileCalls:
             f"redrive {short([task_id, available_at, extra])}",
             lambda t: t.redrive(task_id, available_at=available_at, extra_attempts=extra),
             [task_id, available_at, extra],
+        )
+
+    def _cancel_call(self, task_id: Any, now: int) -> Call:
+        """A cancel with no reason, with one (and maybe its `now`), or with `now` alone."""
+        rng = self.rng
+        shape = rng.random()
+        if shape < 0.3:
+            return Call(f"cancel {short(task_id)}", lambda t: t.cancel(task_id), [task_id])
+        error = None if shape < 0.45 else rng.choice(HOSTILE_ERRORS)
+        if shape > 0.85:  # an error without `now`: TypeError, whatever the error (None alone needs none)
+            return Call(
+                f"cancel {short([task_id, error])} (no now)",
+                lambda t: t.cancel(task_id, error=error),
+                [task_id, error],
+                (error,),
+            )
+        when = self.pick(HOSTILE_INTS, now)
+        return Call(
+            f"cancel {short([task_id, error, when])}",
+            lambda t: t.cancel(task_id, error=error, now=when),
+            [task_id, error, when],
+            (error,),
         )
 
     def _valid_item(self) -> dict[str, Any]:

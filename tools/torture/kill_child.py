@@ -20,7 +20,7 @@ from walqueue import (
 
 from . import TESTS_DIR, TOOLS_DIR
 from .harness import DOCUMENTED_ERRORS
-from .workload import Op, Workload, outcome, perform, text_digest
+from .workload import Op, Workload, outcome, perform, seeded_error, text_digest
 
 KILL_COMPACT_BYTES = 3000
 KILL_CHILD_STEPS = 400
@@ -92,8 +92,9 @@ class ThreadOps:
 
     Another thread's calls change what `reserve`, `tasks()` and `get` see, so
     nothing here reads the queue: a thread puts its own tasks, reserves as its
-    own worker, acks, releases or extends only leases it was given, and
-    redrives or cancels only its own tasks (whoever holds them). The parent
+    own worker, acks, releases, fails or extends only leases it was given, and
+    redrives or cancels only its own tasks (whoever holds them). Half of its
+    releases and cancels, and most of its fails, record a seeded error. The parent
     builds the same stream by feeding it the model's answers.
     """
 
@@ -120,8 +121,9 @@ class ThreadOps:
         rng = self.rng
         self.now += rng.choice([0, 1, 2])
         kind = rng.choices(
-            ["put", "put_many", "retry", "reserve", "ack", "release", "get", "tasks", "extend", "redrive", "cancel"],
-            [5, 2, 1, 4, 3, 2, 1, 1, 2, 1, 1],
+            ["put", "put_many", "retry", "reserve", "ack", "release", "get", "tasks", "extend", "redrive", "cancel"]
+            + ["fail"],
+            [5, 2, 1, 4, 3, 2, 1, 1, 2, 1, 1, 1],
         )[0]
         if kind == "retry" and self.specs:
             return Op("put", {"spec": dict(rng.choice(self.specs))})
@@ -133,11 +135,15 @@ class ThreadOps:
                 "reserve",
                 {"worker": self.thread, "now": self.now, "lease_seconds": rng.choice([2, 5, 50]), "limit": limit},
             )
-        if kind in ("ack", "release") and self.held:
+        if kind in ("ack", "release", "fail") and self.held:
             lease = self.held.pop(rng.randrange(len(self.held)))
             if kind == "ack":
                 return Op("ack", {"lease": lease, "now": self.now})
-            return Op("release", {"lease": lease, "now": self.now, "delay": rng.choice([0, 1])})
+            if kind == "fail":
+                error = seeded_error(rng) if rng.random() < 0.8 else None
+                return Op("fail", {"lease": lease, "now": self.now, "error": error})
+            error = seeded_error(rng) if rng.random() < 0.5 else None
+            return Op("release", {"lease": lease, "now": self.now, "delay": rng.choice([0, 1]), "error": error})
         if kind == "extend" and self.held:
             # A heartbeat: the lease stays held (its old token stays valid), and its answer replaces it.
             lease = self.held[rng.randrange(len(self.held))]
@@ -147,7 +153,8 @@ class ThreadOps:
             # so a cancel may hit a lease held elsewhere, and either call may be WrongStatus.
             task_id = rng.choice(self.specs)["task_id"]
             if kind == "cancel":
-                return Op("cancel", {"task_id": task_id})
+                error = seeded_error(rng) if rng.random() < 0.5 else None
+                return Op("cancel", {"task_id": task_id, "error": error, "now": None if error is None else self.now})
             return Op("redrive", {"task_id": task_id, "available_at": self.now, "extra_attempts": rng.choice([1, 2])})
         if kind == "get" and self.specs:
             return Op("get", {"task_id": rng.choice(self.specs)["task_id"]})

@@ -36,18 +36,36 @@ class Op:
             return "put_many " + ",".join(item["task_id"] for item in a["items"])
         if self.kind == "reserve":
             return f"reserve {a['worker']} now={a['now']} for={a['lease_seconds']} limit={a['limit']}"
-        if self.kind in ("ack", "release", "extend"):
+        if self.kind in ("ack", "release", "extend", "fail"):
             lease = a["lease"]
-            return f"{self.kind} {lease.task_id} {lease.worker} g{lease.generation} now={a['now']}"
+            text = f"{self.kind} {lease.task_id} {lease.worker} g{lease.generation} now={a['now']}"
+            return text + error_tag(a.get("error"))
         if self.kind == "redrive":
             return f"redrive {a['task_id']} at={a['available_at']} extra={a['extra_attempts']}"
         if self.kind == "cancel":
-            return f"cancel {a['task_id']}"
+            return (
+                f"cancel {a['task_id']}"
+                + ("" if a.get("now") is None else f" now={a['now']}")
+                + error_tag(a.get("error"))
+            )
         if self.kind == "get":
             return f"get {a['task_id']}"
         if self.kind == "tasks":
             return f"tasks {a['status']}"
         return self.kind
+
+
+def error_tag(error: dict[str, str] | None) -> str:
+    """A short, ASCII, one-line tag of a call's error argument (its message may be long or hold a lone surrogate)."""
+    if error is None:
+        return ""
+    exact = repr(sorted(error.items())).encode("ascii", "backslashreplace")
+    return f" error={hashlib.sha256(exact).hexdigest()[:12]}"
+
+
+def _error_arguments(a: dict[str, Any]) -> dict[str, Any]:
+    """The optional `error=` (and cancel's `now=`) of a call: passed only when given, as a caller would."""
+    return {name: a[name] for name in ("error", "now") if a.get(name) is not None}
 
 
 def perform(op: Op, target: Any) -> Any:
@@ -62,13 +80,15 @@ def perform(op: Op, target: Any) -> Any:
     if op.kind == "ack":
         return target.ack(a["lease"], now=a["now"])
     if op.kind == "release":
-        return target.release(a["lease"], now=a["now"], delay=a["delay"])
+        return target.release(a["lease"], now=a["now"], delay=a["delay"], **_error_arguments({"error": a.get("error")}))
+    if op.kind == "fail":
+        return target.fail(a["lease"], now=a["now"], **_error_arguments({"error": a.get("error")}))
     if op.kind == "extend":
         return target.extend(a["lease"], now=a["now"], lease_seconds=a["lease_seconds"])
     if op.kind == "redrive":
         return target.redrive(a["task_id"], available_at=a["available_at"], extra_attempts=a["extra_attempts"])
     if op.kind == "cancel":
-        return target.cancel(a["task_id"])
+        return target.cancel(a["task_id"], **_error_arguments(a))
     if op.kind == "compact":
         return target.compact()
     if op.kind == "get":
@@ -88,13 +108,38 @@ def outcome(op: Op, target: Any) -> str:
 
 
 #: The lease lifecycle op kinds, counted apart in every campaign's report so that a run shows it applied them.
-LIFECYCLE_KINDS = ("extend", "redrive", "cancel")
+LIFECYCLE_KINDS = ("extend", "redrive", "cancel", "fail")
 
 
 def count_lifecycle_call(report: Report, op: Op, answer: str, what: str) -> None:
-    """Count a lifecycle call that succeeded (`answer` from `outcome`), as "`what` `kind`"."""
-    if op.kind in LIFECYCLE_KINDS and answer.startswith("ok "):
+    """Count a lifecycle call that succeeded (`answer` from `outcome`), as "`what` `kind`".
+
+    A successful call that recorded a last error (`release`, `fail` or
+    `cancel` given ``error=``) is counted once more, as "`what` error".
+    """
+    if not answer.startswith("ok "):
+        return
+    if op.kind in LIFECYCLE_KINDS:
         report.count(f"{what} {op.kind}")
+    if op.args.get("error") is not None:
+        report.count(f"{what} error")
+
+
+#: The errors a workload records: mostly short; some cut by the engine (a type over 256 UTF-8
+#: bytes, a message over 2,048), one exactly at the bound, some with a lone surrogate (escaped).
+ERROR_TYPES = ("ValueError", "TimeoutError", "KeyError", "Permanent", "错误", "LeaseLost\ud800", "T" * 300)
+ERROR_MESSAGES = (
+    "", "bad input", "smtp: 421 try later", "line one\nline two", 'a "quote" and a \\ backslash',
+    "lone \udcff surrogate", "m" * 2048, "é" * 1500, "x" * 5000,
+)  # fmt: skip
+ERROR_TYPE_WEIGHTS = (6, 4, 3, 2, 1, 1, 1)
+ERROR_MESSAGE_WEIGHTS = (2, 6, 4, 2, 2, 1, 1, 1, 1)
+
+
+def seeded_error(rng: random.Random) -> dict[str, str]:
+    """An error argument drawn from `rng`: a deterministic function of its state."""
+    kind = rng.choices(ERROR_TYPES, weights=ERROR_TYPE_WEIGHTS)[0]
+    return {"type": kind, "message": rng.choices(ERROR_MESSAGES, weights=ERROR_MESSAGE_WEIGHTS)[0]}
 
 
 def text_digest(text: str) -> str:
@@ -124,19 +169,37 @@ class Workload:
 
     KINDS = (
         ("put", "retry", "conflict", "put_many", "reserve", "ack", "release", "stale", "compact", "get", "tasks")
-        + ("extend", "redrive", "cancel")  # the lease lifecycle
+        + ("extend", "redrive", "cancel", "fail")  # the lease lifecycle
     )
-    WEIGHTS = (6, 1, 1, 2, 5, 4, 2, 1, 1, 1, 1) + (3, 2, 1)
+    WEIGHTS = (6, 1, 1, 2, 5, 4, 2, 1, 1, 1, 1) + (3, 2, 1, 2)
+    #: How often a release, and a cancel, records an error (when the workload records errors at all).
+    ERROR_PROBABILITY = 0.5
 
-    def __init__(self, seed: str, *, prefix: str = "t", now: int = 0, weights: dict[str, int] | None = None) -> None:
+    def __init__(
+        self,
+        seed: str,
+        *,
+        prefix: str = "t",
+        now: int = 0,
+        weights: dict[str, int] | None = None,
+        errors: bool = True,
+    ) -> None:
+        """`errors=False`: no `fail` and no ``error=`` at all (for a target whose API predates the last error)."""
         self.rng = random.Random(seed)
         self.prefix = prefix
         self.now = now
         self.next_id = 0
         self.puts: list[dict[str, Any]] = []
+        self.errors = errors
         self.weights = list(self.WEIGHTS)
-        for kind, weight in (weights or {}).items():
+        for kind, weight in ({**(weights or {}), **({} if errors else {"fail": 0})}).items():
             self.weights[self.KINDS.index(kind)] = weight
+
+    def _maybe_error(self) -> dict[str, str] | None:
+        """None, or (when this workload records errors) a seeded error half of the time."""
+        if not self.errors or self.rng.random() >= self.ERROR_PROBABILITY:
+            return None
+        return seeded_error(self.rng)
 
     def _payload(self, n: int) -> dict[str, Any]:
         rng = self.rng
@@ -210,7 +273,11 @@ class Workload:
         lease = token_for(self.rng.choice(leased))
         if kind == "ack":
             return Op("ack", {"lease": lease, "now": now})
-        return Op("release", {"lease": lease, "now": now, "delay": self.rng.choice([0, 1, 3])})
+        if kind == "fail":  # a permanent failure: mostly with its error, sometimes without one
+            error = seeded_error(self.rng) if self.rng.random() < 0.8 else None
+            return Op("fail", {"lease": lease, "now": now, "error": error})
+        delay = self.rng.choice([0, 1, 3])
+        return Op("release", {"lease": lease, "now": now, "delay": delay, "error": self._maybe_error()})
 
     def _extend(self, kind: str, target: Any, now: int) -> Op | None:
         rng = self.rng
@@ -241,7 +308,10 @@ class Workload:
         else:
             task_id = f"{self.prefix}missing"
         if kind == "cancel":
-            return Op("cancel", {"task_id": task_id})
+            # With a reason (and the time it needs); or `now` alone, which is checked and unused; or neither.
+            error = self._maybe_error()
+            when = now if error is not None or (self.errors and rng.random() < 0.3) else None
+            return Op("cancel", {"task_id": task_id, "error": error, "now": when})
         return Op(
             "redrive",
             {
@@ -262,10 +332,11 @@ class Workload:
             lease = Lease(lease.task_id, lease.worker, lease.generation - 1, 0, 0, {})
         elif forged == "worker":
             lease = Lease(lease.task_id, "w9", lease.generation, 0, 0, {})
-        # Forged for every lease call this workload makes (a weight of 0 turns extend off).
-        verbs = ["ack", "release"] + (["extend"] if self.weights[self.KINDS.index("extend")] else [])
+        # Forged for every lease call this workload makes (a weight of 0 turns extend, or fail, off).
+        verbs = ["ack", "release"] + [verb for verb in ("extend", "fail") if self.weights[self.KINDS.index(verb)]]
         verb = rng.choice(verbs)
-        return Op(verb, {"lease": lease, "now": now, "delay": 0, "lease_seconds": 5})
+        error = self._maybe_error() if verb in ("release", "fail") else None
+        return Op(verb, {"lease": lease, "now": now, "delay": 0, "lease_seconds": 5, "error": error})
 
     def _read_or_compact(self, kind: str, target: Any, now: int) -> Op | None:
         rng = self.rng
@@ -285,6 +356,7 @@ class Workload:
         "reserve": _reserve,
         "ack": _settle,
         "release": _settle,
+        "fail": _settle,
         "extend": _extend,
         "redrive": _redrive_or_cancel,
         "cancel": _redrive_or_cancel,

@@ -46,8 +46,9 @@ Serve a WALQueue directory over JSON lines: one request per line on stdin,
 one answer per line on stdout, flushed at once, in order. The queue is opened
 with sync=True (every transaction is fsynced before it is answered).
 `walqueue --socket PATH` speaks the same lines to a queue that walqueue-serve
-owns, and has operator verbs (dead, redrive, cancel, stats, metrics): see
-`walqueue --socket PATH --help`.
+owns, and has operator verbs: dead [--group G] [--limit N] [--format
+text|json|ids], redrive [--available-at T] [--extra-attempts N] TASK_ID...,
+cancel TASK_ID..., stats, metrics (see `walqueue --socket PATH --help`).
 """
 
 

@@ -315,10 +315,8 @@ class Loop:
         self._update_interest(client)
 
     def _deliver(self, client: _Client, answer: dict[str, Any]) -> None:
-        talk = client.talk
-        if not talk.unsent:
-            client.progress_at = time.monotonic()
-        talk.answer(encode_answer(answer))
+        """Queue an answer; `_flush` follows in the same turn (and starts the write clock if it cannot send all)."""
+        client.talk.answer(encode_answer(answer))
 
     def _flush(self, client: _Client) -> None:
         """Send what the socket takes now; never blocks. Closes a connection that is done or gone."""
@@ -333,12 +331,12 @@ class Loop:
                 return
             if sent:
                 talk.sent(sent)
-                client.progress_at = time.monotonic()
                 if talk.runnable():  # its answers fell below the bound: its requests may run again
                     self._candidates[client] = None
-        if talk.unsent:
-            self._stalled.add(client)
-        else:
+            if talk.unsent and (sent or client not in self._stalled):  # moved, or starts to wait: the clock starts
+                client.progress_at = time.monotonic()
+                self._stalled.add(client)
+        if not talk.unsent and self._stalled:
             self._stalled.discard(client)
         if talk.finished():
             self._close(client)

@@ -172,6 +172,15 @@ class Call:
         field = self.answer.field
         return None if field is None else self.answer.kind.from_json(answer[field])
 
+    def blocks_for(self, arguments: Mapping[str, Any]) -> float:
+        """How long a call may block before it answers (its `timeout` argument), for a client's own timeout.
+
+        0.0 for every call that does not block.
+        """
+        if not self.blocks:
+            return 0.0
+        return float(next(arguments[arg.name] for arg in self.args if arg.kind.name == "timeout"))
+
     def usage(self) -> str:
         """The arguments as ``--help`` lists them: optional ones with a ``?``."""
         return ", ".join(arg.name + ("" if arg.required else "?") for arg in self.args) or "-"

@@ -12,12 +12,13 @@ and ``record.fields`` (a dict of plain JSON values, always with
 ``task_id``). The message repeats them as text for a plain formatter.
 `JsonLinesFormatter` writes each record as one JSON object per line.
 
-The stream is opt-in: one record per task transition is far more than an
-application configured at INFO for the rest of ``walqueue`` expects, so
-this module sets ``walqueue.events`` to WARNING unless a level was set on
-it already; `log_events_to` (or ``setLevel(logging.INFO)`` on it) turns it
-on. The queue checks ``EVENT_LOG.isEnabledFor(INFO)`` once per
-transaction, so a queue nobody listens to pays one cached lookup per commit.
+The stream is opt-in, and off costs nothing: one record per task
+transition is far more than an application that set ``walqueue`` to INFO
+for its warnings expects, and a check of the logging configuration on
+every commit would cost the hot path. `enable()` (or `log_events_to`,
+which also adds a handler) turns it on for the process: `listening`
+becomes true and ``walqueue.events`` is set to INFO; the queue reads
+`listening`, a module attribute, once per transaction.
 """
 
 from __future__ import annotations
@@ -43,14 +44,16 @@ __all__ = [
     "before",
     "emit",
     "emit_transaction",
-    "enabled",
+    "enable",
+    "listening",
     "log_events_to",
 ]
 
 #: The logger every lifecycle event is logged on.
 EVENT_LOG: Final = logging.getLogger("walqueue.events")
-if EVENT_LOG.level == logging.NOTSET:
-    EVENT_LOG.setLevel(logging.WARNING)  # opt-in (see above); a level the application set first stays
+
+#: Whether the queues of this process log their events (`enable`); read once per transaction.
+listening = False
 
 PUT: Final = "task.put"  # a new task (fields: task_id, key, available_at, max_attempts)
 LEASE: Final = "task.lease"  # leased by a reserve (task_id, worker, generation, attempt, deadline)
@@ -68,9 +71,12 @@ EXTEND: Final = "task.extend"  # a heartbeat moved a lease's deadline (task_id, 
 EVENTS: Final = (PUT, LEASE, ACK, RELEASE, EXPIRY, DEATH, REDRIVE, CANCEL, EXTEND)
 
 
-def enabled() -> bool:
-    """Whether anyone listens: one cached lookup, made once per transaction by the queue."""
-    return EVENT_LOG.isEnabledFor(logging.INFO)
+def enable(on: bool = True) -> None:
+    """Turn the event stream on (or off) for every queue of this process; on also sets the logger to INFO."""
+    global listening
+    listening = on
+    if on and not EVENT_LOG.isEnabledFor(logging.INFO):
+        EVENT_LOG.setLevel(logging.INFO)
 
 
 def emit(event: str, fields: Mapping[str, Any], *, logger: logging.Logger = EVENT_LOG) -> None:
@@ -210,6 +216,6 @@ def log_events_to(stream: IO[str], *, json_lines: bool = True) -> logging.Handle
     if json_lines:
         handler.setFormatter(JsonLinesFormatter())
     EVENT_LOG.addHandler(handler)
-    EVENT_LOG.setLevel(logging.INFO)
     EVENT_LOG.propagate = False
+    enable()
     return handler

@@ -24,6 +24,8 @@ from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, TypedDict
 
+from walqueue.format.transaction import OP_NAMES
+
 __all__ = [
     "COUNTERS",
     "FSYNC_SECONDS_BOUNDS",
@@ -32,6 +34,7 @@ __all__ = [
     "Counters",
     "Histogram",
     "HistogramReading",
+    "Metrics",
     "MetricsReading",
     "RequestSeconds",
     "read_metrics",
@@ -191,3 +194,61 @@ def read_metrics(
         },
         "histograms": {name: histogram.reading() for name, histogram in histograms.items()},
     }
+
+
+#: The counter each op kind bumps as it is committed (the other kinds count nothing of their own).
+_OP_COUNTERS: Final = {
+    "put": "puts",
+    "lease": "reserves",
+    "ack": "acks",
+    "release": "releases",
+    "expire": "expiries",
+    "extend": "extends",
+    "redrive": "redrives",
+    "cancel": "cancels",
+}
+
+
+class Metrics:
+    """One queue's counters and histograms.
+
+    Why by op kind: every change goes through `Queue._commit`, whose ops say
+    what happened, so one loop there counts puts, leases, acks, releases,
+    expiries, extends, redrives and cancels alike (an int per op, in `ops`,
+    written inline there: it is the hot path). The
+    calls count only what commits nothing: `duplicate_puts`; the call guard
+    counts `StaleLease` refusals; `Durability` reports each fsync
+    (`synced`); the compactor counts its snapshots.
+    """
+
+    __slots__ = ("ops", "duplicate_puts", "fsyncs", "dead_at_open", "fsync_seconds", "group_size")
+
+    def __init__(self, dead_at_open: int) -> None:
+        self.ops = dict.fromkeys(OP_NAMES, 0)
+        self.duplicate_puts = 0
+        self.fsyncs = 0
+        self.dead_at_open = dead_at_open
+        self.fsync_seconds = Histogram(FSYNC_SECONDS_BOUNDS)
+        self.group_size = Histogram(GROUP_SIZE_BOUNDS)
+
+    def synced(self, seconds: float, transactions: int) -> None:
+        """One group-commit fsync ended (`Durability` calls this holding its lock)."""
+        self.fsyncs += 1
+        self.fsync_seconds.observe(seconds)
+        self.group_size.observe(transactions)
+
+    def reading(
+        self, stats: Mapping[str, Any], now: int | None, dead_now: int, stale_leases: int, compactions: int
+    ) -> MetricsReading:
+        """`Queue.metrics()`: `dead_now` and the counters read under one lock hold (`deaths` derives from both)."""
+        if now is not None and (type(now) is not int or now < 0):
+            raise (TypeError if type(now) is not int else ValueError)(f"now must be an int >= 0 or None, not {now!r}")
+        counters = Counters(self.dead_at_open)
+        for kind, name in _OP_COUNTERS.items():
+            setattr(counters, name, self.ops[kind])
+        counters.duplicate_puts = self.duplicate_puts
+        counters.stale_leases = stale_leases
+        counters.fsyncs = self.fsyncs
+        counters.compactions = compactions
+        histograms = {"fsync_seconds": self.fsync_seconds, "commit_group_size": self.group_size}
+        return read_metrics(counters, histograms, stats, now, dead_now)

@@ -15,13 +15,14 @@ cursor, never an offset). Nothing here touches a file or a clock.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
+from contextlib import AbstractContextManager
 from operator import itemgetter
 from typing import Any, Final
 
 from walqueue.engine.types import Task
 
-__all__ = ["MAX_PAGE", "check_page_args", "collect", "smallest_after"]
+__all__ = ["MAX_PAGE", "check_page_args", "collect", "read_page", "smallest_after"]
 
 #: The most tasks one page may ask for.
 MAX_PAGE: Final = 10_000
@@ -61,4 +62,33 @@ def collect(tasks: dict[str, Any], ids: list[str], status: str) -> list[Task]:
         record = tasks.get(task_id)
         if record is not None and record.status == status:
             found.append(record.to_task())
+    return found
+
+
+def read_page(
+    guard: AbstractContextManager[Any],
+    index_of: Callable[[str], list[Any]],
+    tasks: dict[str, Any],
+    status: Any,
+    after: Any,
+    limit: Any,
+) -> list[Task]:
+    """`Queue.page`: the three steps, the lock (`guard`) taken for the first and the last only.
+
+    `index_of(status)` copies the status's index (`State.status_index`);
+    `tasks` is the state's task map. A page that lost tasks to a concurrent
+    change is topped up from its last id, at most three times.
+    """
+    check_page_args(status, after, limit)
+    found: list[Task] = []
+    for _ in range(4):
+        wanted = limit - len(found)
+        with guard:
+            index = index_of(status)
+        ids = smallest_after(index, after, wanted)  # the lock released: the queue's other calls go on
+        with guard:
+            found.extend(collect(tasks, ids, status))
+        if len(ids) < wanted or len(found) >= limit:
+            break
+        after = ids[-1]
     return found

@@ -8,6 +8,13 @@ byte may have reached the disk, or the test hook raises, the queue poisons
 itself: it releases its files and its lock at once, so the directory can be
 reopened and recovered, and every later call raises `QueueClosed`.
 
+`Queue` owns the state, the WAL writer and the directory, and builds the
+parts that own the rest, each given what it needs: `CallGuard` (calls.py:
+the lock, closing, what each thread is doing), `Durability` (group commit),
+`CommitNotices` (`wait`'s wake-ups) and `Compactor` (autocompact.py: the
+snapshot policy and the background thread). None of them reaches into
+another's private attributes.
+
 What an ordinary process can do to a queue, and what this file does about it:
 
 - The directory is opened once (`StoreDirectory`): a later `chdir` or a
