@@ -220,3 +220,31 @@ def test_a_worker_given_a_directory_opens_it_and_closes_it_when_done(tmp_path: P
     assert worker.wait(WAIT)
     with Queue(tmp_path / "q") as reopened:  # the lock was given back
         assert reopened.stats()["counts"]["completed"] == 1
+
+
+class PlainSource:
+    """A source with neither `batch` nor `pipeline` (an older one): each thread then acks by itself."""
+
+    def __init__(self, queue: Queue) -> None:
+        self.queue = queue
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("batch", "pipeline", "fail"):
+            raise AttributeError(name)
+        return getattr(self.queue, name)
+
+
+@pytest.mark.timeout(60)
+def test_a_source_without_batches_is_acked_by_each_thread_and_permanent_falls_back_to_cancel(queue: Queue) -> None:
+    def handle(job: Job, context: Context) -> None:
+        if job.payload.get("bad"):
+            raise Permanent("no")
+
+    queue.put_many([{"task_id": f"t{n:02}", "payload": {"bad": n == 3}} for n in range(20)])
+    worker = Worker(PlainSource(queue), handle, concurrency=3)  # type: ignore[arg-type]
+    worker.start()
+    wait_until(lambda: counts(queue)["ready"] + counts(queue)["leased"] == 0)
+    worker.stop()
+    assert worker.wait(WAIT)
+    assert counts(queue) == {"ready": 0, "leased": 0, "completed": 19, "dead": 1}
+    assert (worker.stats()["completed"], worker.stats()["dead"]) == (19, 1)
