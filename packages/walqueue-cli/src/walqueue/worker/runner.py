@@ -38,7 +38,6 @@ import socket
 import threading
 import time
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 from walqueue import Lease, Queue, QueueClosed, StaleLease
@@ -442,8 +441,3 @@ class Worker:
     def __repr__(self) -> str:
         where = self._directory if self._directory is not None else repr(self.source)
         return f"<Worker {self.name!r} on {where}, {self.concurrency} thread(s){', stopped' if self.done else ''}>"
-
-
-def is_directory_source(source: object) -> bool:
-    """Whether `Worker` would open `source` as a directory."""
-    return isinstance(source, str | os.PathLike | Path)
