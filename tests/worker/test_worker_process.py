@@ -88,6 +88,12 @@ def start_worker(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.
     )
 
 
+def test_python_m_walqueue_lists_the_worker(run_python: RunPython) -> None:
+    result = run_python(["-m", "walqueue"])
+    assert result.returncode == 0, result.stderr
+    assert "walqueue-worker" in result.stdout and "python -m walqueue.worker" in result.stdout
+
+
 def test_help_and_version_exit_0(run_python: RunPython) -> None:
     result = run_python(["-m", "walqueue.worker", "--help"])
     assert result.returncode == 0 and "MODULE:CALLABLE" in result.stdout and "exit status" in result.stdout
