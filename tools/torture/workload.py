@@ -63,9 +63,9 @@ def error_tag(error: dict[str, str] | None) -> str:
     return f" error={hashlib.sha256(exact).hexdigest()[:12]}"
 
 
-def _error_arguments(a: dict[str, Any]) -> dict[str, Any]:
-    """The optional `error=` (and cancel's `now=`) of a call: passed only when given, as a caller would."""
-    return {name: a[name] for name in ("error", "now") if a.get(name) is not None}
+def _given(a: dict[str, Any], *names: str) -> dict[str, Any]:
+    """The optional keyword arguments `names` of a call (`error=`, cancel's `now=`): passed only when given."""
+    return {name: a[name] for name in names if a.get(name) is not None}
 
 
 def perform(op: Op, target: Any) -> Any:
@@ -80,15 +80,15 @@ def perform(op: Op, target: Any) -> Any:
     if op.kind == "ack":
         return target.ack(a["lease"], now=a["now"])
     if op.kind == "release":
-        return target.release(a["lease"], now=a["now"], delay=a["delay"], **_error_arguments({"error": a.get("error")}))
+        return target.release(a["lease"], now=a["now"], delay=a["delay"], **_given(a, "error"))
     if op.kind == "fail":
-        return target.fail(a["lease"], now=a["now"], **_error_arguments({"error": a.get("error")}))
+        return target.fail(a["lease"], now=a["now"], **_given(a, "error"))
     if op.kind == "extend":
         return target.extend(a["lease"], now=a["now"], lease_seconds=a["lease_seconds"])
     if op.kind == "redrive":
         return target.redrive(a["task_id"], available_at=a["available_at"], extra_attempts=a["extra_attempts"])
     if op.kind == "cancel":
-        return target.cancel(a["task_id"], **_error_arguments(a))
+        return target.cancel(a["task_id"], **_given(a, "error", "now"))
     if op.kind == "compact":
         return target.compact()
     if op.kind == "get":

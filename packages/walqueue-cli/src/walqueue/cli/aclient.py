@@ -239,6 +239,7 @@ class AsyncClient(ClientSettings):
         return await self._submit(shaping.release(lease, now, delay, error))
 
     async def fail(self, lease: Lease, *, now: int, error: Mapping[str, str] | None = None) -> None:
+        """`Queue.fail`: the leased task is dead at once (a permanent failure). Never retried once sent."""
         return await self._submit(shaping.fail(lease, now, error))
 
     async def extend(self, lease: Lease, *, now: int, lease_seconds: int) -> Lease:

@@ -56,7 +56,8 @@ class OutgoingCall[T]:
 def _outgoing(name: str, *args: Any, **kwargs: Any) -> OutgoingCall[Any]:
     """The request, answer and retry rule of the call `name`, from the table of calls (`CALLS`)."""
     call = CALLS[name]
-    return OutgoingCall(call.request(*args, **kwargs), call.result, call.retry)
+    request = call.request(*args, **kwargs)
+    return OutgoingCall(request, call.result, call.retry, call.blocks_for(request))
 
 
 def _lease_token(lease: Lease) -> Lease:
@@ -114,28 +115,27 @@ def ack(lease: Lease, now: int) -> OutgoingCall[None]:
     return _outgoing("ack", lease, now=now)
 
 
-def release(lease: Lease, now: int, delay: int, error: Mapping[str, str] | None = None) -> OutgoingCall[None]:
-    token = _lease_token(lease)
+def _error(error: Mapping[str, str] | None) -> dict[str, Any]:
+    """A settling call's `error` argument, checked first (as `Queue` checks it), as keyword arguments to send."""
     check_error(error)
+    return {} if error is None else {"error": {"type": error["type"], "message": error["message"]}}
+
+
+def release(lease: Lease, now: int, delay: int, error: Mapping[str, str] | None = None) -> OutgoingCall[None]:
+    extra = _error(error)
+    token = _lease_token(lease)
     check_int(now, "now")
     check_int(delay, "delay")
     if now + delay > MAX_INT:
         raise ValueError(f"now + delay exceeds {MAX_INT}")
     _owner(token, now)
-    return _outgoing("release", lease, now=now, delay=delay, error=_plain_error(error))
+    return _outgoing("release", lease, now=now, delay=delay, **extra)
 
 
 def fail(lease: Lease, now: int, error: Mapping[str, str] | None = None) -> OutgoingCall[None]:
-    token = _lease_token(lease)
-    check_error(error)
-    check_int(now, "now")
-    _owner(token, now)
-    return _outgoing("fail", lease, now=now, error=_plain_error(error))
-
-
-def _plain_error(error: Mapping[str, str] | None) -> dict[str, str] | None:
-    """The error as a plain dict for the request (a checked mapping: exactly "type" and "message")."""
-    return None if error is None else {"type": error["type"], "message": error["message"]}
+    extra = _error(error)
+    _owner(_lease_token(lease), now)
+    return _outgoing("fail", lease, now=now, **extra)
 
 
 def extend(lease: Lease, now: int, lease_seconds: int) -> OutgoingCall[Lease]:
@@ -181,5 +181,4 @@ def compact() -> OutgoingCall[None]:
 def wait(timeout: float) -> OutgoingCall[bool]:
     """A long poll; a timeout past the protocol's bound (one day) waits that day and answers False."""
     seconds = min(check_timeout(timeout), MAX_WAIT_SECONDS)
-    call = _outgoing("wait", seconds)
-    return OutgoingCall(call.request, call.convert, call.retry, float(seconds))
+    return _outgoing("wait", seconds)
