@@ -73,7 +73,7 @@ def _parser() -> UsageParser:
     parser.add_argument("--socket", metavar="PATH", help="use the walqueue-serve listening on PATH instead of DIR")
     parser.add_argument("--concurrency", type=_positive_int, default=1, metavar="N", help="threads per process (1)")
     parser.add_argument(
-        "--prefetch", type=_count, metavar="N", help="leases held beyond one per thread (default: one per thread)"
+        "--prefetch", type=_count, metavar="N", help="extra leases held (default: 1 per thread; 3 through a server)"
     )
     parser.add_argument(
         "--processes",

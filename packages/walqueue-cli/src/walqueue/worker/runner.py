@@ -61,6 +61,8 @@ DEFAULT_HEARTBEAT = 1 / 3
 EXIT_HARD_TIMEOUT = 75
 #: After a failed call to the source (the server is away), the fetcher waits this long, doubling up to the cap.
 _BACKOFF_SECONDS = (0.05, 2.0)
+#: Leases prefetched per thread when the source is a client of walqueue-serve (docs/DECISIONS.md).
+_PREFETCH_THROUGH_A_SERVER = 3
 #: How long a stopping worker waits for its last batch of acks (a server that stopped answering).
 _ACKER_JOIN_SECONDS = 60.0
 
@@ -81,7 +83,8 @@ class Worker:
     make a second. `timeout=None`: no timeout. `heartbeat`: the fraction of
     the lease after which a running task's lease is extended. `prefetch`:
     leases held beyond one per thread, so that a thread that finishes finds
-    its next task ready (default: as many as threads; 0: none).
+    its next task ready (default: one per thread, three through a client of
+    walqueue-serve, where each reserve costs a round trip; 0: none).
 
     Example: ``Worker("/var/lib/app/queue", handle, concurrency=8).run()``
     """
@@ -117,7 +120,8 @@ class Worker:
         ):
             if type(value) is not int or value < low:
                 raise ValueError(f"{what} must be an int >= {low}, not {value!r}")
-        prefetch = concurrency if prefetch is None else prefetch
+        if prefetch is None:  # one per thread; three through a server, where each reserve is a round trip
+            prefetch = concurrency * (_PREFETCH_THROUGH_A_SERVER if hasattr(source, "pipeline") else 1)
         if type(prefetch) is not int or prefetch < 0:
             raise ValueError(f"prefetch must be an int >= 0, not {prefetch!r}")
         if timeout is not None and (type(timeout) is not int or timeout < 1):
