@@ -9,6 +9,7 @@ exit status. The `--json` layout (`Report.to_json`) is versioned by
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +24,10 @@ __all__ = [
     "EXIT_TORN",
     "REPORT_VERSION",
     "SEVERITIES",
+    "DEAD_LETTER_GROUPS",
     "Cause",
+    "DeadLetterGroup",
+    "DeadLetters",
     "Finding",
     "LeftoverSummary",
     "ReplaySummary",
@@ -31,6 +35,7 @@ __all__ = [
     "SegmentSummary",
     "SnapshotSummary",
     "file_name",
+    "group_dead_letters",
 ]
 
 EXIT_HEALTHY = 0
@@ -158,6 +163,65 @@ class LeftoverSummary:
         return {"file": self.file, "number": self.number, "size": self.size}
 
 
+#: A report lists at most this many groups of dead letters (the largest first) and counts the rest.
+DEAD_LETTER_GROUPS = 10
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterGroup:
+    """The dead letters whose last error has one type (None: dead without a recorded error)."""
+
+    type: str | None
+    count: int
+    #: The message of the group's first dead letter by task id (None for the group without an error).
+    example: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        """The group as a JSON object (the `groups` items of the replay's `dead_letters`)."""
+        return {"type": self.type, "count": self.count, "example": self.example}
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetters:
+    """Why the dead letters died, grouped by their last error's type: bounded, whatever the store holds."""
+
+    groups: tuple[DeadLetterGroup, ...]
+    #: The groups past `DEAD_LETTER_GROUPS`, and how many dead letters they hold.
+    more_groups: int = 0
+    more_tasks: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        """The grouping as a JSON object (the replay's `dead_letters`)."""
+        return {
+            "groups": [group.to_json() for group in self.groups],
+            "more_groups": self.more_groups,
+            "more_tasks": self.more_tasks,
+        }
+
+
+def group_dead_letters(errors: Iterable[tuple[str, str] | None], limit: int = DEAD_LETTER_GROUPS) -> DeadLetters:
+    """Group dead letters' last errors (in task id order) by type: the `limit` largest groups, then the rest counted.
+
+    Largest first, ties by type name, the group without an error last among
+    its equals; each keeps its first message as its example. Why by type:
+    a message carries ids and times, so grouping by it would list every
+    task; the type is what an operator acts on (a bug, a timeout, a cancel).
+    """
+    counts: dict[str | None, int] = {}
+    examples: dict[str | None, str | None] = {}
+    for error in errors:
+        kind, message = (None, None) if error is None else error
+        counts[kind] = counts.get(kind, 0) + 1
+        examples.setdefault(kind, message)
+    ordered = sorted(counts, key=lambda kind: (-counts[kind], kind is None, kind or ""))
+    shown, rest = ordered[:limit], ordered[limit:]
+    return DeadLetters(
+        tuple(DeadLetterGroup(kind, counts[kind], examples[kind]) for kind in shown),
+        len(rest),
+        sum(counts[kind] for kind in rest),
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class ReplaySummary:
     """What applying the log with the engine's state machine gave.
@@ -171,10 +235,18 @@ class ReplaySummary:
     applied: int
     last_seq: int | None
     counts: dict[str, int] | None
+    #: The dead letters grouped by their last error (None: no state, or a state machine that cannot tell).
+    dead_letters: DeadLetters | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The replay summary as a JSON object."""
-        return {"complete": self.complete, "applied": self.applied, "last_seq": self.last_seq, "counts": self.counts}
+        return {
+            "complete": self.complete,
+            "applied": self.applied,
+            "last_seq": self.last_seq,
+            "counts": self.counts,
+            "dead_letters": None if self.dead_letters is None else self.dead_letters.to_json(),
+        }
 
 
 @dataclass(slots=True)
