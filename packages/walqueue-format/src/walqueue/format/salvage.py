@@ -43,6 +43,7 @@ from walqueue.format.current import Current, publish_current, write_current_tmp
 from walqueue.format.errors import CorruptStore, WalQueueError
 from walqueue.format.frame import DIGEST_BYTES, LENGTH_BYTES
 from walqueue.format.fsutil import fsync_directory, write_all
+from walqueue.format.jsonfields import FieldsJson, fields_json
 from walqueue.format.names import snapshot_name, wal_name
 from walqueue.format.progress import Progress
 from walqueue.format.replay import StateMachine, registered_state_machine, require_state_machine
@@ -206,14 +207,7 @@ class SalvageResult:
 
     def to_json(self) -> dict[str, Any]:
         """The result as a JSON object (the `--salvage --json` report)."""
-        return {
-            "directory": self.directory,
-            "out": self.out,
-            "plan": self.plan.to_json(),
-            "files": self.files,
-            "check": self.check_status,
-            "survey": self.survey.to_json(),
-        }
+        return {**fields_json(self, omit=("check_status",)), "check": self.check_status}
 
 
 def _prepare_out(directory: str, out: str) -> None:
@@ -347,7 +341,7 @@ def _frame_bytes(source: SurveySource, found: Survey, seq: int) -> bytes:
 
 
 @dataclass(frozen=True, slots=True)
-class ExportResult:
+class ExportResult(FieldsJson):
     """What `export_suffix` wrote: the intact transactions a salvage drops, as JSON lines."""
 
     directory: str
@@ -360,16 +354,6 @@ class ExportResult:
     def succeeded(self) -> bool:
         """Always true: an export that could not be written raised instead."""
         return True
-
-    def to_json(self) -> dict[str, Any]:
-        """The result as a JSON object (the `--export-suffix --json` report)."""
-        return {
-            "directory": self.directory,
-            "out": self.out,
-            "exported": self.exported,
-            "transactions": self.transactions,
-            "plan": self.plan.to_json(),
-        }
 
 
 def export_suffix(
