@@ -261,6 +261,18 @@ class TaskRecord(_RecordView):
         return f"TaskRecord{self.fields()!r}"
 
 
+class _PackedNumber:
+    """A counter of a `Tombstone`, decoded on access: item `index` of its `_numbers()`."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+    def __get__(self, tombstone: Tombstone, owner: type[Tombstone] | None = None) -> int:
+        return tombstone._numbers()[self.index]
+
+
 class Tombstone(_RecordView, bytes):
     """A completed task, packed into one immutable bytes object.
 
@@ -331,21 +343,10 @@ class Tombstone(_RecordView, bytes):
         key = self[start + task_len :]
         return key.decode("utf-8") if key else self[start : start + task_len].decode("utf-8")
 
-    @property
-    def available_at(self) -> int:  # type: ignore[override]
-        return self._numbers()[0]
-
-    @property
-    def max_attempts(self) -> int:  # type: ignore[override]
-        return self._numbers()[1]
-
-    @property
-    def attempts(self) -> int:  # type: ignore[override]
-        return self._numbers()[2]
-
-    @property
-    def generation(self) -> int:  # type: ignore[override]
-        return self._numbers()[2]
+    available_at = _PackedNumber(0)
+    max_attempts = _PackedNumber(1)
+    attempts = _PackedNumber(2)
+    generation = _PackedNumber(2)  # always equal to attempts (`of` refuses a record where it is not)
 
     def __repr__(self) -> str:
         return f"Tombstone{self.fields()!r}"
