@@ -32,16 +32,19 @@ PAYLOADS = st.sampled_from(
 LEASE_FIELDS = st.sampled_from(["a", "b", 1, None, "\ud800"])
 TIMEOUTS = st.sampled_from([0, 0.0, -1, math.nan, math.inf, "1", None, True])
 STATUSES = st.sampled_from([None, "ready", "leased", "completed", "dead", "bogus", 1])
+ERRORS = st.sampled_from(
+    [None, {"type": "E", "message": "m"}, {"type": "", "message": "m"}, {"type": 1, "message": "m"}, {"type": "E"}, "E"]
+)
 
 
 @st.composite
 def calls(draw: st.DrawFn) -> tuple[str, Callable[[Any, list[Lease]], Any]]:
     """One call with generated arguments, as (name, run(target, leases))."""
-    kind = draw(st.sampled_from(["put", "put_many", "reserve", "ack", "release", "extend", "redrive", "cancel", "get",
-                                 "tasks", "wait"]))  # fmt: skip
+    kind = draw(st.sampled_from(["put", "put_many", "reserve", "ack", "release", "fail", "extend", "redrive", "cancel",
+                                 "get", "tasks", "wait"]))  # fmt: skip
     name, number, other, payload = draw(NAMES), draw(INTS), draw(INTS), draw(PAYLOADS)
     pick = draw(st.integers(0, 3))
-    status, timeout = draw(STATUSES), draw(TIMEOUTS)
+    status, timeout, error = draw(STATUSES), draw(TIMEOUTS), draw(ERRORS)
     token = (draw(LEASE_FIELDS), draw(LEASE_FIELDS), draw(INTS))
 
     def lease(leases: list[Lease]) -> Any:
@@ -56,10 +59,11 @@ def calls(draw: st.DrawFn) -> tuple[str, Callable[[Any, list[Lease]], Any]]:
         "put_many": lambda q, _: q.put_many([{"task_id": name, "payload": payload}, {"task_id": "m", "payload": {}}]),
         "reserve": lambda q, _: q.reserve(name, now=number, lease_seconds=other, limit=2),
         "ack": lambda q, leases: q.ack(lease(leases), now=number),
-        "release": lambda q, leases: q.release(lease(leases), now=number, delay=other),
+        "release": lambda q, leases: q.release(lease(leases), now=number, delay=other, error=error),
+        "fail": lambda q, leases: q.fail(lease(leases), now=number, error=error),
         "extend": lambda q, leases: q.extend(lease(leases), now=number, lease_seconds=other),
         "redrive": lambda q, _: q.redrive(name, available_at=number, extra_attempts=other),
-        "cancel": lambda q, _: q.cancel(name),
+        "cancel": lambda q, _: q.cancel(name, error=error, now=number if pick else None),
         "get": lambda q, _: q.get(name),
         "tasks": lambda q, _: q.tasks(status),
         "wait": lambda q, _: q.wait(timeout),
@@ -271,3 +275,16 @@ def test_a_cancelled_async_call_leaves_the_connection_in_step(server: ServerProc
             assert (await client.get("after")) is not None
 
     asyncio.run(scenario())
+
+
+def test_a_client_refused_by_a_full_server_raises_connection_error_at_once(place: Path) -> None:
+    import time
+
+    with running_server(place / "q", place / "s", "--max-clients", "1") as server:
+        with Client(server.socket_path, timeout=30, reconnect_seconds=30) as first:
+            first.stats()
+            with Client(server.socket_path, timeout=30, reconnect_seconds=30) as second:
+                started = time.monotonic()
+                with pytest.raises(ConnectionError, match="TooManyClients|refused"):
+                    second.stats()
+                assert time.monotonic() - started < 10  # not after reconnecting for 30 s

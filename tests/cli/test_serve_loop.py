@@ -218,3 +218,29 @@ def test_a_failed_fsync_makes_every_answer_of_its_turn_fatal_and_the_server_exit
         if process.poll() is None:
             process.kill()
             process.communicate(timeout=30)
+
+
+def test_a_client_that_closes_during_its_wait_frees_its_slot_at_once(place: Path) -> None:
+    with running_server(place / "q", place / "s", "--max-clients", "1") as server:
+        waiter = RawConnection(server.socket_path)
+        waiter.request({"op": "stats"})
+        waiter.send(line({"op": "wait", "timeout": 3600}))
+        time.sleep(0.2)
+        waiter.close()
+        deadline = time.monotonic() + 10
+        while True:  # the slot frees as soon as the server reads the end of the closed connection
+            answer = RawConnection(server.socket_path).request({"op": "stats"})
+            if answer.get("ok"):
+                break
+            assert answer["error"] == "TooManyClients" and time.monotonic() < deadline
+            time.sleep(0.05)
+
+
+def test_a_half_closed_client_still_gets_its_wait_answered(server: ServerProcess) -> None:
+    connection = RawConnection(server.socket_path)
+    connection.request({"op": "stats"})
+    connection.send(line({"op": "wait", "timeout": 30, "id": "w"}))
+    connection.sock.shutdown(socket.SHUT_WR)
+    time.sleep(0.2)
+    RawConnection(server.socket_path).request(put("wake"))
+    assert connection.answer() == {"id": "w", "ok": True, "committed": True}

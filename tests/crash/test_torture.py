@@ -45,11 +45,32 @@ BUDGETS.update({"server-kill": 4.0, "client-kill": 3.0, "hostile-clients": 3.0, 
 #: counts depend on where each kill lands, runs up to twice its budget while
 #: short of them (`torture.harness.Report.targets`) instead of failing on a slow run.
 MINIMUM_COUNTS = {
-    "crash-points": {"steps": 60, "crash points": 250, "recovery crashes": 40, "continued from a crash": 5},
-    "kill": {"kills": 40, "operations done": 100, "in flight": 20, "in-flight applied": 3, "in-flight not applied": 3},
+    "crash-points": {
+        "steps": 60,
+        "crash points": 250,
+        "recovery crashes": 40,
+        "continued from a crash": 5,
+        "crash points in error": 10,
+        "crash points in fail": 2,
+    },
+    "kill": {
+        "kills": 40,
+        "operations done": 100,
+        "in flight": 20,
+        "in-flight applied": 3,
+        "in-flight not applied": 3,
+        "acknowledged error": 3,
+        "acknowledged fail": 1,
+    },
     "bytes": {"stores": 1, "truncations": 2500, "bit flips": 300, "refused": 500, "recovered torn": 100},
-    "os-faults": {"steps": 40, "faults": 150, "faults without a hook": 30, "open faults": 20},
-    "bad-input": {"API calls": 80, "CLI lines": 150, "refused": 150},
+    "os-faults": {"steps": 40, "faults": 150, "faults without a hook": 30, "open faults": 20, "faulted error": 2},
+    "bad-input": {
+        "API calls": 80,
+        "CLI lines": 150,
+        "refused": 150,
+        "hostile error refused": 10,
+        "hostile error recorded": 2,
+    },
     "environment": {
         "lives": 12,
         "chdirs": 20,

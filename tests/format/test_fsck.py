@@ -495,7 +495,8 @@ def test_json_report_has_the_documented_fields(tmp_path: Path, run_python: RunPy
     assert all(set(s) == SEGMENT_KEYS for s in data["segments"]) and data["segments"]
     assert set(data["current"]) == {"current", "snapshot", "seq", "size", "sha256", "wal"}
     assert set(data["snapshot"]) == {"file", "seq", "tasks", "size", "sha256"}
-    assert set(data["replay"]) == {"complete", "applied", "last_seq", "counts"}
+    assert set(data["replay"]) == {"complete", "applied", "last_seq", "counts", "dead_letters"}
+    assert set(data["replay"]["dead_letters"]) == {"groups", "more_groups", "more_tasks"}
     assert set(data["replay"]["counts"]) == {"ready", "leased", "completed", "dead"}
     assert data["causes"] == [] and data["survey"] is None  # a healthy store needs no survey
 

@@ -38,6 +38,10 @@ STORE_WEIGHTS = {
     "put": 1, "retry": 1, "conflict": 0, "put_many": 0, "reserve": 4, "ack": 3, "release": 3,
     "stale": 0, "compact": 0, "get": 0, "tasks": 0, "extend": 3, "redrive": 3, "cancel": 2,
 }  # fmt: skip
+#: The forced lifecycle of every store (`build_store`): its steps, its worker (none of the workload's) and errors.
+LIFECYCLE_STEPS = 7
+LIFECYCLE_WORKER = "w-lifecycle"
+LIFECYCLE_ERRORS = ({"type": "Cancelled", "message": "by the operator"}, {"type": "KeyError", "message": "no 'resize'"})
 #: Compactions interrupted while building a store, and what each leaves behind.
 STORE_INTERRUPTIONS = (
     "current.published",  # the published snapshot, and a leftover segment below CURRENT.wal
@@ -82,25 +86,28 @@ def build_store(seed: int, unit: int, directory: Path, report: Report) -> Store:
     where = f"--seed {seed} bytes unit {unit} (building)"
 
     def lifecycle(index: int) -> Op:
-        """A task that is leased, extended, cancelled and redriven: every lifecycle op, whatever the seed."""
+        """A task leased, extended, cancelled with a reason and redriven, then one failed: every lifecycle op."""
+        now = workload.now
         if index == 0:
             return Op("put", {"spec": {**workload.new_spec(), "available_at": 0}})
-        if index == 1:
-            return Op("reserve", {"worker": "w1", "now": workload.now, "lease_seconds": 10, "limit": 1})
-        if index in (2, 3):
-            task = max(model.tasks("leased"), key=lambda t: t.deadline or 0)  # the lease just granted
-            if index == 2:
-                return Op("extend", {"lease": token_for(task), "now": workload.now, "lease_seconds": 20})
-            return Op("cancel", {"task_id": task.task_id})
-        return Op("redrive", {"task_id": model.tasks("dead")[0].task_id, "available_at": workload.now,
-                              "extra_attempts": 1})  # fmt: skip
+        if index in (1, 5):
+            return Op("reserve", {"worker": LIFECYCLE_WORKER, "now": now, "lease_seconds": 10, "limit": 1})
+        if index == 4:
+            return Op("redrive", {"task_id": model.tasks("dead")[0].task_id, "available_at": now, "extra_attempts": 1})
+        # The lease just granted: this worker's only one (its earlier one was cancelled).
+        [task] = [t for t in model.tasks("leased") if t.worker == LIFECYCLE_WORKER]
+        if index == 2:
+            return Op("extend", {"lease": token_for(task), "now": now, "lease_seconds": 20})
+        if index == 3:
+            return Op("cancel", {"task_id": task.task_id, "error": LIFECYCLE_ERRORS[0], "now": now})
+        return Op("fail", {"lease": token_for(task), "now": now, "error": LIFECYCLE_ERRORS[1]})
 
     def run_ops(count: int, *, with_lifecycle: bool = False) -> None:
         nonlocal model
         with Queue(directory, sync=False, compact_bytes=None) as queue:
-            for index in range(count + (5 if with_lifecycle else 0)):
+            for index in range(count + (LIFECYCLE_STEPS if with_lifecycle else 0)):
                 # A put first, so that every compaction below has something to compact.
-                if with_lifecycle and index < 5:
+                if with_lifecycle and index < LIFECYCLE_STEPS:
                     op = lifecycle(index)
                 else:
                     op = Op("put", {"spec": workload.new_spec()}) if index == 0 else workload.next_op(model)

@@ -1,5 +1,6 @@
 """Campaign ``crash-points``: randomized workloads (every operation, the lease
-lifecycle calls extend, redrive and cancel included, explicit and
+lifecycle calls extend, redrive, cancel and fail included, errors recorded
+by release, fail and cancel, explicit and
 automatic compaction, reaps) are killed with `InjectedCrash` at every
 phase call of every step, on a copy of the directory. Each copy is reopened
 at once (first crashing again at each recovery phase) and must equal the

@@ -235,8 +235,12 @@ class AsyncClient(ClientSettings):
     async def ack(self, lease: Lease, *, now: int) -> None:
         return await self._submit(shaping.ack(lease, now))
 
-    async def release(self, lease: Lease, *, now: int, delay: int = 0) -> None:
-        return await self._submit(shaping.release(lease, now, delay))
+    async def release(self, lease: Lease, *, now: int, delay: int = 0, error: Mapping[str, str] | None = None) -> None:
+        return await self._submit(shaping.release(lease, now, delay, error))
+
+    async def fail(self, lease: Lease, *, now: int, error: Mapping[str, str] | None = None) -> None:
+        """`Queue.fail`: the leased task is dead at once (a permanent failure). Never retried once sent."""
+        return await self._submit(shaping.fail(lease, now, error))
 
     async def extend(self, lease: Lease, *, now: int, lease_seconds: int) -> Lease:
         return await self._submit(shaping.extend(lease, now, lease_seconds))
@@ -244,8 +248,8 @@ class AsyncClient(ClientSettings):
     async def redrive(self, task_id: str, *, available_at: int, extra_attempts: int = 1) -> None:
         return await self._submit(shaping.redrive(task_id, available_at, extra_attempts))
 
-    async def cancel(self, task_id: str) -> None:
-        return await self._submit(shaping.cancel(task_id))
+    async def cancel(self, task_id: str, *, error: Mapping[str, str] | None = None, now: int | None = None) -> None:
+        return await self._submit(shaping.cancel(task_id, error, now))
 
     async def get(self, task_id: str) -> Task | None:
         return await self._submit(shaping.get(task_id))

@@ -15,8 +15,8 @@ engine's own rules (`walqueue.cli.shaping`), so a bad one raises what
   and `cancel` then raise `ConnectionError` ("it may or may not have
   happened"): a retried cancel that had happened would answer
   `WrongStatus` for a call that succeeded, a retried reserve would lease
-  twice. A connection the server closed while it was idle is noticed before
-  anything is sent on it.
+  twice. A connection the server closed while it was idle fails the first
+  write at once, so the call goes out again on a new connection.
 - `close()` closes the client's connections, not the server's queue; later
   calls raise `QueueClosed`, as does a `Fatal` answer (the server's queue
   was poisoned).
@@ -66,16 +66,6 @@ class _Connection:
             raise
         self.exchange = Exchange()
 
-    def looks_closed(self) -> bool:
-        """True when the server closed this idle connection (or sent what nobody asked for)."""
-        try:
-            self.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)  # b"": closed; bytes: out of step
-        except BlockingIOError:
-            return False
-        except OSError:
-            pass
-        return True
-
     def run(
         self, calls: Sequence[OutgoingCall[Any]], timeout: float | None
     ) -> tuple[list[Outcome[Any]], int, OSError | None]:
@@ -117,10 +107,21 @@ class _Connection:
                     raise ConnectionResetError("the server closed the connection before answering")
                 outcomes.extend(outcome for _, outcome in exchange.receive(data))
         except (OSError, ServerError) as error:
+            outcomes += self._answers_left(len(calls) - len(outcomes))
             exchange.lost()
             lost = error if isinstance(error, OSError) else ConnectionResetError(f"out of step: {error}")
             return outcomes, sum(1 for end in ends if end <= offset), lost
         return outcomes, len(calls), None
+
+    def _answers_left(self, wanted: int) -> list[Outcome[Any]]:
+        """Answers the server wrote before the connection failed (a `TooManyClients` refusal, say)."""
+        outcomes: list[Outcome[Any]] = []
+        try:
+            while len(outcomes) < wanted and (data := self.sock.recv(_RECV_BYTES, socket.MSG_DONTWAIT)):
+                outcomes += [outcome for _, outcome in self.exchange.receive(data)]
+        except (OSError, ServerError):
+            pass
+        return outcomes[:wanted]
 
     def close(self) -> None:
         if self.pid == os.getpid():
@@ -171,7 +172,9 @@ class Client(ClientSettings):
         if self._closed:
             raise QueueClosed("this client is closed")
         connection: _Connection | None = getattr(self._local, "connection", None)
-        if connection is not None and (connection.pid != os.getpid() or connection.looks_closed()):
+        # A connection the server closed needs no check here: writing to it fails at once (EPIPE), so
+        # the call counts as not sent and goes out again on a new connection, whatever it is.
+        if connection is not None and connection.pid != os.getpid():
             self._drop(connection)  # a parent's socket only loses this process's handle
             connection = None
         if connection is None:
@@ -266,8 +269,12 @@ class Client(ClientSettings):
     def ack(self, lease: Lease, *, now: int) -> None:
         return self._submit(shaping.ack(lease, now))
 
-    def release(self, lease: Lease, *, now: int, delay: int = 0) -> None:
-        return self._submit(shaping.release(lease, now, delay))
+    def release(self, lease: Lease, *, now: int, delay: int = 0, error: Mapping[str, str] | None = None) -> None:
+        return self._submit(shaping.release(lease, now, delay, error))
+
+    def fail(self, lease: Lease, *, now: int, error: Mapping[str, str] | None = None) -> None:
+        """`Queue.fail`: the leased task is dead at once (a permanent failure). Never retried once sent."""
+        return self._submit(shaping.fail(lease, now, error))
 
     def extend(self, lease: Lease, *, now: int, lease_seconds: int) -> Lease:
         """`Queue.extend`: a heartbeat; returns the token with the new deadline. Never retried once sent."""
@@ -277,9 +284,9 @@ class Client(ClientSettings):
         """`Queue.redrive`: a dead task is ready again at `available_at`. Never retried once sent."""
         return self._submit(shaping.redrive(task_id, available_at, extra_attempts))
 
-    def cancel(self, task_id: str) -> None:
-        """`Queue.cancel`: a ready or leased task becomes dead. Never retried once sent."""
-        return self._submit(shaping.cancel(task_id))
+    def cancel(self, task_id: str, *, error: Mapping[str, str] | None = None, now: int | None = None) -> None:
+        """`Queue.cancel`: a ready or leased task becomes dead (with a reason: `error` and `now`). Never retried."""
+        return self._submit(shaping.cancel(task_id, error, now))
 
     def get(self, task_id: str) -> Task | None:
         return self._submit(shaping.get(task_id))

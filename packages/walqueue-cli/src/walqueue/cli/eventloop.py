@@ -310,6 +310,9 @@ class Loop:
             self._close(client)
             return
         client.talk.received(data)
+        if not data and client.talk.parked_until is not None and _peer_gone(client.sock):
+            self._close(client)  # closed, not half-closed: nobody will read the wait's answer
+            return
         if client.talk.runnable():
             self._candidates[client] = None
         self._update_interest(client)
@@ -423,6 +426,17 @@ def _drain(fd: int) -> None:
         pass
     except OSError:
         pass
+
+
+def _peer_gone(sock: socket.socket) -> bool:
+    """Whether the peer closed its socket altogether (a zero-byte send fails), not only its writing half."""
+    try:
+        sock.send(b"")
+    except (BlockingIOError, InterruptedError):
+        return False
+    except OSError:
+        return True
+    return False
 
 
 def _close_quietly(sock: socket.socket) -> None:

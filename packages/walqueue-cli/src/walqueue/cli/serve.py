@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import FrameType
 
 from walqueue.cli.listener import SocketInUse
@@ -62,34 +63,24 @@ exit status:
 """
 
 
-def _mode(text: str) -> int:
-    try:
-        value = int(text, 8)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an octal mode such as 600 or 660") from None
-    if not 0 <= value <= 0o777:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a permission mode (000 to 777)")
-    return value
+def _option[T](convert: Callable[[str], T], valid: Callable[[T], bool], what: str) -> Callable[[str], T]:
+    """An argparse type: `convert` the text, then require `valid`; the message names what was expected."""
+
+    def parse(text: str) -> T:
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+        if not valid(value):
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
+        return value
+
+    return parse
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be >= 1")
-    return value
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError("must be a number of seconds > 0")
-    return value
+_mode = _option(lambda text: int(text, 8), lambda value: 0 <= value <= 0o777, "an octal mode (000 to 777), e.g. 600")
+_positive_int = _option(int, lambda value: value >= 1, "an integer >= 1")
+_seconds = _option(float, lambda value: 0 < value < math.inf, "a number of seconds > 0")
 
 
 def _argument_parser() -> argparse.ArgumentParser:

@@ -30,7 +30,7 @@ from walqueue.engine.callkinds import MAX_WAIT_SECONDS
 from walqueue.engine.calltable import CALLS
 from walqueue.engine.records import STATUSES
 from walqueue.engine.types import plain_lease
-from walqueue.engine.validate import MAX_INT, check_int, check_name, check_timeout
+from walqueue.engine.validate import MAX_INT, check_error, check_int, check_name, check_timeout
 
 __all__ = ["OutgoingCall", "PutOptions"]
 
@@ -56,7 +56,8 @@ class OutgoingCall[T]:
 def _outgoing(name: str, *args: Any, **kwargs: Any) -> OutgoingCall[Any]:
     """The request, answer and retry rule of the call `name`, from the table of calls (`CALLS`)."""
     call = CALLS[name]
-    return OutgoingCall(call.request(*args, **kwargs), call.result, call.retry)
+    request = call.request(*args, **kwargs)
+    return OutgoingCall(request, call.result, call.retry, call.blocks_for(request))
 
 
 def _lease_token(lease: Lease) -> Lease:
@@ -114,14 +115,27 @@ def ack(lease: Lease, now: int) -> OutgoingCall[None]:
     return _outgoing("ack", lease, now=now)
 
 
-def release(lease: Lease, now: int, delay: int) -> OutgoingCall[None]:
+def _error(error: Mapping[str, str] | None) -> dict[str, Any]:
+    """A settling call's `error` argument, checked first (as `Queue` checks it), as keyword arguments to send."""
+    check_error(error)
+    return {} if error is None else {"error": {"type": error["type"], "message": error["message"]}}
+
+
+def release(lease: Lease, now: int, delay: int, error: Mapping[str, str] | None = None) -> OutgoingCall[None]:
+    extra = _error(error)
     token = _lease_token(lease)
     check_int(now, "now")
     check_int(delay, "delay")
     if now + delay > MAX_INT:
         raise ValueError(f"now + delay exceeds {MAX_INT}")
     _owner(token, now)
-    return _outgoing("release", lease, now=now, delay=delay)
+    return _outgoing("release", lease, now=now, delay=delay, **extra)
+
+
+def fail(lease: Lease, now: int, error: Mapping[str, str] | None = None) -> OutgoingCall[None]:
+    extra = _error(error)
+    _owner(_lease_token(lease), now)
+    return _outgoing("fail", lease, now=now, **extra)
 
 
 def extend(lease: Lease, now: int, lease_seconds: int) -> OutgoingCall[Lease]:
@@ -139,9 +153,15 @@ def redrive(task_id: str, available_at: int, extra_attempts: int) -> OutgoingCal
     return _outgoing("redrive", task_id, available_at=available_at, extra_attempts=extra_attempts)
 
 
-def cancel(task_id: str) -> OutgoingCall[None]:
+def cancel(task_id: str, error: Mapping[str, str] | None = None, now: int | None = None) -> OutgoingCall[None]:
+    extra = _error(error)
+    if now is not None:
+        check_int(now, "now")
+        extra["now"] = now
+    elif error is not None:
+        raise TypeError("cancel with an error needs now, the time the error records")
     check_name(task_id, "task_id")
-    return _outgoing("cancel", task_id)
+    return _outgoing("cancel", task_id, **extra)
 
 
 def get(task_id: str) -> OutgoingCall[Task | None]:
@@ -167,5 +187,4 @@ def compact() -> OutgoingCall[None]:
 def wait(timeout: float) -> OutgoingCall[bool]:
     """A long poll; a timeout past the protocol's bound (one day) waits that day and answers False."""
     seconds = min(check_timeout(timeout), MAX_WAIT_SECONDS)
-    call = _outgoing("wait", seconds)
-    return OutgoingCall(call.request, call.convert, call.retry, float(seconds))
+    return _outgoing("wait", seconds)

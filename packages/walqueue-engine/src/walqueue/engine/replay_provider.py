@@ -9,17 +9,27 @@ records and transactions, so a replay gives exactly opening's verdict.
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator
 
 from walqueue.engine.state import InvalidTransaction, State, apply
 from walqueue.format.replay import StateMachine, register_state_machine
 
 __all__ = ["STATE_MACHINE"]
 
+
+def dead_letters(state: State) -> Iterator[tuple[str, str] | None]:
+    """Each dead task's last error as (type, message), in task id order; None for one without (fsck groups them)."""
+    for task in state.list_tasks("dead"):
+        error = task.last_error
+        yield None if error is None else (error.type, error.message)
+
+
 STATE_MACHINE = StateMachine(
     new_state=State,
     from_records=functools.partial(State.from_records, decoded=True),
     apply=functools.partial(apply, decoded=True),
     invalid=InvalidTransaction,
+    dead_letters=dead_letters,
 )
 
 register_state_machine(STATE_MACHINE)

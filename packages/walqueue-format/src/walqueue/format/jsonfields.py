@@ -17,11 +17,11 @@ __all__ = ["FieldsJson", "fields_json", "json_value"]
 
 
 def json_value(value: Any) -> Any:
-    """`value` as it goes into a JSON report: an object with `to_json` as its JSON, a list item by item."""
+    """`value` as it goes into a JSON report: an object with `to_json` as its JSON, a list (or tuple) item by item."""
     to_json = getattr(value, "to_json", None)
     if to_json is not None:
         return to_json()
-    if isinstance(value, list):
+    if isinstance(value, list | tuple):
         return [json_value(item) for item in value]
     return value
 

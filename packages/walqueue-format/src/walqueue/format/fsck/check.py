@@ -31,6 +31,7 @@ from walqueue.format.fsck.report import (
     Report,
     SegmentSummary,
     SnapshotSummary,
+    group_dead_letters,
 )
 from walqueue.format.log_rules import LiveSegment, SequenceRule, live_segments, missing_current
 from walqueue.format.names import CURRENT_NAME, LOCK_NAME, DirectoryListing, list_directory, wal_name
@@ -74,7 +75,9 @@ class _Replay:
     def summary(self, complete: bool) -> ReplaySummary:
         if self.state is None:
             return ReplaySummary(complete, self.applied, None, None)
-        return ReplaySummary(complete, self.applied, self.state.last_seq, self.state.counts())
+        told = self.machine.dead_letters
+        dead = None if told is None else group_dead_letters(told(self.state))
+        return ReplaySummary(complete, self.applied, self.state.last_seq, self.state.counts(), dead)
 
 
 def check(directory: str | os.PathLike[str], *, replay: bool = False, progress: Progress | None = None) -> Report:

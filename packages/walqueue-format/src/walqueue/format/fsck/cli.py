@@ -45,10 +45,13 @@ exit status:
 severity error|corrupt|torn|note, kind, file, offset, message, bytes),
 current, snapshot, segments (file, number, size, frames, first_seq,
 last_seq, torn_offset, torn_bytes), leftover_segments, last_seq, replay
-(null, or complete, applied, last_seq, counts), causes (each: kind,
-message; only when damaged) and survey (null when healthy or torn; else
-snapshots, segments with their intact runs and damaged ranges, intact
-sequences, unreadable files, and plan: what a salvage keeps and drops).
+(null, or complete, applied, last_seq, counts and dead_letters: groups,
+the dead letters by last error type, largest first, at most 10, each
+type, count and example message; more_groups and more_tasks, the rest),
+causes (each: kind, message; only when damaged) and survey (null when
+healthy or torn; else snapshots, segments with their intact runs and
+damaged ranges, intact sequences, unreadable files, and plan: what a
+salvage keeps and drops).
 
 --salvage OUT DIRECTORY writes the longest valid history of DIRECTORY to
 the new store OUT (which must not exist or be empty) and never changes

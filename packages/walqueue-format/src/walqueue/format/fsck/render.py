@@ -7,10 +7,11 @@ ranges the same way (`walqueue.format.survey.ranges_text`).
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 
-from walqueue.format.fsck.report import Report
+from walqueue.format.fsck.report import DeadLetters, Report
 from walqueue.format.salvage import END_OF_LOG, NO_FRAME, ExportResult, SalvageResult
 from walqueue.format.survey import SalvagePlan, ranges_text
 
@@ -18,6 +19,8 @@ __all__ = ["describe_plan", "plural", "render_export", "render_salvage", "render
 
 #: Stops that the lost/intact ranges already explain (a state machine's refusal is worth spelling out).
 _PLAIN_STOPS = (NO_FRAME, END_OF_LOG)
+#: Characters of an example message shown in the text report (the --json report has it whole).
+EXAMPLE_CHARS = 100
 
 
 def show(text: str) -> str:
@@ -85,6 +88,27 @@ def _summary_lines(report: Report) -> Iterator[str]:
         state = "complete" if replay.complete else "stopped by damage"
         yield f"  replay    {state}: {plural(replay.applied, 'transaction')} applied, last seq {replay.last_seq}"
         yield f"  counts    {counts}"
+        if replay.dead_letters is not None:
+            yield from _dead_letter_lines(replay.dead_letters)
+
+
+def quoted(text: str, limit: int = EXAMPLE_CHARS) -> str:
+    """`text` as a one-line ASCII JSON string, cut to `limit` characters (an error message may hold anything)."""
+    cut = text if len(text) <= limit else text[:limit] + "..."
+    return json.dumps(cut)
+
+
+def _dead_letter_lines(dead: DeadLetters) -> Iterator[str]:
+    """One line per group of dead letters (by last error type, the largest first), then how many more."""
+    for group in dead.groups:
+        if group.type is None:
+            yield f"  dead      {group.count} without a recorded error"
+            continue
+        example = "" if group.example is None else f", e.g. {quoted(group.example)}"
+        yield f"  dead      {group.count} {quoted(group.type)[1:-1]}{example}"
+    if dead.more_groups:
+        more = f"{plural(dead.more_groups, 'more error type')} ({plural(dead.more_tasks, 'dead letter')})"
+        yield f"  dead      and {more}"
 
 
 def describe_plan(plan: SalvagePlan) -> list[str]:

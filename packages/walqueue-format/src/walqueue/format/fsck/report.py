@@ -9,6 +9,7 @@ exit status. The `--json` layout (`Report.to_json`) is versioned by
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,7 +25,10 @@ __all__ = [
     "EXIT_TORN",
     "REPORT_VERSION",
     "SEVERITIES",
+    "DEAD_LETTER_GROUPS",
     "Cause",
+    "DeadLetterGroup",
+    "DeadLetters",
     "Finding",
     "LeftoverSummary",
     "ReplaySummary",
@@ -32,6 +36,7 @@ __all__ = [
     "SegmentSummary",
     "SnapshotSummary",
     "file_name",
+    "group_dead_letters",
 ]
 
 EXIT_HEALTHY = 0
@@ -123,6 +128,53 @@ class LeftoverSummary(FieldsJson):
     size: int | None
 
 
+#: A report lists at most this many groups of dead letters (the largest first) and counts the rest.
+DEAD_LETTER_GROUPS = 10
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterGroup(FieldsJson):
+    """The dead letters whose last error has one type (None: dead without a recorded error)."""
+
+    type: str | None
+    count: int
+    #: The message of the group's first dead letter by task id (None for the group without an error).
+    example: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetters(FieldsJson):
+    """Why the dead letters died, grouped by their last error's type: bounded, whatever the store holds."""
+
+    groups: tuple[DeadLetterGroup, ...]
+    #: The groups past `DEAD_LETTER_GROUPS`, and how many dead letters they hold.
+    more_groups: int = 0
+    more_tasks: int = 0
+
+
+def group_dead_letters(errors: Iterable[tuple[str, str] | None], limit: int = DEAD_LETTER_GROUPS) -> DeadLetters:
+    """Group dead letters' last errors (in task id order) by type: the `limit` largest groups, then the rest counted.
+
+    Largest first, ties by type name, the group without an error last among
+    its equals; each keeps its first message as its example. Why by type:
+    a message carries ids and times, so grouping by it would list every
+    task; the type is what an operator acts on (a bug, a timeout, a cancel).
+    """
+    counts: dict[str | None, int] = {}
+    examples: dict[str | None, str | None] = {}
+    for error in errors:
+        kind, message = (None, None) if error is None else error
+        counts[kind] = counts.get(kind, 0) + 1
+        examples.setdefault(kind, message)
+    ordered = sorted(counts, key=lambda kind: (-counts[kind], kind is None, kind or ""))
+    shown, rest = ordered[:limit], ordered[limit:]
+    return DeadLetters(
+        tuple(DeadLetterGroup(kind, counts[kind], examples[kind]) for kind in shown),
+        len(rest),
+        sum(counts[kind] for kind in rest),
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class ReplaySummary(FieldsJson):
     """What applying the log with the engine's state machine gave.
@@ -136,6 +188,8 @@ class ReplaySummary(FieldsJson):
     applied: int
     last_seq: int | None
     counts: dict[str, int] | None
+    #: The dead letters grouped by their last error (None: no state, or a state machine that cannot tell).
+    dead_letters: DeadLetters | None = None
 
 
 @dataclass(slots=True)
