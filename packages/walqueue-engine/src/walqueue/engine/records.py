@@ -212,20 +212,8 @@ class TaskRecord(_RecordView):
     stale at once.
     """
 
-    __slots__ = (
-        "task_id",
-        "key",
-        "status",
-        "digest_and_payload",
-        "available_at",
-        "max_attempts",
-        "attempts",
-        "generation",
-        "worker",
-        "deadline",
-        "last_error",
-        "entry",
-    )
+    # A slot for each field the view declares, then the stored bytes and the heap position.
+    __slots__ = (*_RecordView.__annotations__, "digest_and_payload", "entry")
 
     digest_and_payload: bytes  # a plain slot here, a property in Tombstone
     entry: HeapEntry | None
