@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import Any
 
+from walqueue import WalQueueError
 from walqueue.format.cmdline import EX_USAGE, UsageParser, version_line
 from walqueue.worker.clock import MILLISECONDS
 from walqueue.worker.report import JsonLines
@@ -145,7 +146,7 @@ def milliseconds_of(seconds: float) -> int:
     return max(1, round(seconds * MILLISECONDS))
 
 
-class HandlerImportError(ValueError):
+class HandlerImportError(WalQueueError, ValueError):
     """MODULE:CALLABLE cannot be imported or is not callable (a usage error)."""
 
 

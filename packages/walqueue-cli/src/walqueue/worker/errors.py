@@ -12,14 +12,19 @@ precise:
   worker's to finish (the lease was lost, the handler timed out, or the
   worker is shutting down and its grace is over). Whatever the handler
   does afterwards is discarded.
+
+Like every error WALQueue raises or reads on purpose, they are
+`WalQueueError`s: one ``except WalQueueError`` sees them all.
 """
 
 from __future__ import annotations
 
+from walqueue import WalQueueError
+
 __all__ = ["LeaseLost", "Permanent", "Retry", "UnknownKind"]
 
 
-class Retry(Exception):  # noqa: N818 - it names what happens, as Celery's and Sidekiq's do
+class Retry(WalQueueError):  # noqa: N818 - it names what happens, as Celery's and Sidekiq's do
     """Fail this attempt and retry the task after `delay` clock units (None: the retry policy's delay).
 
     Example: ``raise Retry(delay=60_000, message="rate limited")``
@@ -32,7 +37,7 @@ class Retry(Exception):  # noqa: N818 - it names what happens, as Celery's and S
         self.delay = delay
 
 
-class Permanent(Exception):  # noqa: N818 - a kind of failure, not an error in the worker
+class Permanent(WalQueueError):  # noqa: N818 - a kind of failure, not an error in the worker
     """A failure no retry can fix: the task becomes dead at once, keeping this error as its last error."""
 
 
@@ -40,5 +45,5 @@ class UnknownKind(Permanent):
     """The task's payload names a kind (or none) that the router has no handler for."""
 
 
-class LeaseLost(Exception):  # noqa: N818 - the name of the event the handler is told about
+class LeaseLost(WalQueueError):  # noqa: N818 - the name of the event the handler is told about
     """This worker may no longer finish the task: its result would be discarded, so stop now."""

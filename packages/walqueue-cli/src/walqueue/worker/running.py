@@ -173,7 +173,7 @@ class Settler:
         except OSError as lost:
             self._record(run, "lost", f"{error['type']}: {error['message']}; the answer was lost ({lost})")
             return
-        if event == "retried" and self._is_dead(run.job.id):
+        if event == "retried" and self._release_buried(run):
             event = "dead"  # that was its last attempt
         extra: dict[str, Any] = {"error": error}
         message = f"{error['type']}: {error['message']}"
@@ -182,9 +182,14 @@ class Settler:
             message += f"; next attempt in {delay}"
         self._record(run, event, message, **extra)
 
-    def _is_dead(self, task_id: str) -> bool:
+    def _release_buried(self, run: Run) -> bool:
+        """Whether this very release made the task dead (its last attempt).
+
+        Dead with this lease's generation: a task retried, leased again by
+        another thread and buried by that one's release has a later one.
+        """
         try:
-            task = self.source.get(task_id)
+            task = self.source.get(run.lease.task_id)
         except Exception:  # noqa: BLE001 - only the log line's word depends on it
             return False
-        return task is not None and task.status == "dead"
+        return task is not None and task.status == "dead" and task.generation == run.lease.generation

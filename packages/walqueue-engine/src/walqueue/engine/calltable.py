@@ -345,6 +345,26 @@ CALLS: Final[Mapping[str, Call]] = {
             summary="snapshot the state and delete the WAL it covers",
         ),
         Call(
+            "metrics",
+            (_arg("now", "time", keyword=True, default=None),),
+            _answer("metrics", "stats"),  # a plain JSON object, as stats is
+            writes=False,
+            retry=True,
+            summary="counters since opening, gauges (oldest_ready_age against now), histograms",
+        ),
+        Call(
+            "page",
+            (
+                _arg("status", "status"),
+                _arg("after", "key", keyword=True, default=None),
+                _arg("limit", "count", keyword=True, default=100),
+            ),
+            _answer("tasks", "tasks"),
+            writes=False,
+            retry=True,
+            summary="up to limit (at most 10,000) tasks with status, by id, after the id after",
+        ),
+        Call(
             "wait",
             (_arg("timeout", "timeout"),),
             _answer("committed", "bool"),
