@@ -356,7 +356,7 @@ CALLS: Final[Mapping[str, Call]] = {
             "page",
             (
                 _arg("status", "status"),
-                _arg("after", "key", keyword=True, default=None),
+                _arg("after", "cursor", keyword=True, default=None),
                 _arg("limit", "count", keyword=True, default=100),
             ),
             _answer("tasks", "tasks"),
