@@ -174,6 +174,10 @@ def overlong_answer(limit: int = MAX_LINE_BYTES) -> dict[str, Any]:
     return error_answer("BadRequest", f"line longer than {limit} bytes (the rest of it is discarded unread)")
 
 
+#: One encoder for every answer: `json.dumps` with these options builds a new one per call.
+_ANSWER_ENCODER: Final = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
 def _escape_surrogate(match: re.Match[str]) -> str:
     return f"\\u{ord(match.group()):04x}"
 
@@ -186,8 +190,12 @@ def encode_answer(answer: Mapping[str, Any]) -> bytes:
     ``"\\ud800"``, and an echoed id must come back as it was sent) cannot be
     written in UTF-8, so it is written as that same escape; nothing else is.
     """
-    text = json.dumps(answer, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-    return (_LONE_SURROGATE.sub(_escape_surrogate, text) + "\n").encode("utf-8")
+    text = _ANSWER_ENCODER.encode(answer) + "\n"
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        # Only a lone surrogate cannot be written in UTF-8: the rare answer pays for the scan.
+        return _LONE_SURROGATE.sub(_escape_surrogate, text).encode("utf-8")
 
 
 def is_blank(line: bytes | bytearray) -> bool:
@@ -256,6 +264,11 @@ def _depth(value: Any) -> int:
     return deepest
 
 
+def _openings(text: str) -> int:
+    """How many ``[`` and ``{`` characters `text` holds: a bound on its nesting depth (a C-speed count)."""
+    return text.count("[") + text.count("{")
+
+
 def _has_non_finite(value: Any) -> bool:
     pending = [value]
     while pending:
@@ -296,14 +309,19 @@ def parse_request(line: bytes | bytearray | str) -> Request | BadRequest:
     request_id = value.get("id", NO_ID)
     if "id" in hooks.outer_duplicates:
         return BadRequest("duplicate field 'id'")
+    # Every array or object of the value opened with one of these characters
+    # (more of them may sit inside strings), so fewer than the limit bound
+    # every depth below it: the walks are skipped for every ordinary line.
+    shallow = _openings(text) < MAX_DEPTH
     if request_id is not NO_ID:
-        if _has_non_finite(request_id):
+        # The number hook notes every non-finite number: without a problem there is none to find.
+        if hooks.problems and _has_non_finite(request_id):
             return BadRequest("field 'id' holds a number that is out of range")
-        if _depth(request_id) >= MAX_DEPTH:
+        if not shallow and _depth(request_id) >= MAX_DEPTH:
             return BadRequest(f"field 'id' is nested too deeply (the limit is {MAX_DEPTH} levels)")
     if hooks.problems:
         return BadRequest(hooks.problems[0], request_id)
-    if _depth(value) > MAX_DEPTH:
+    if not shallow and _depth(value) > MAX_DEPTH:
         return BadRequest(f"request is nested too deeply (the limit is {MAX_DEPTH} levels)", request_id)
     try:
         op, arguments = _validate(value)
