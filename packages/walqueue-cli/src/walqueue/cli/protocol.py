@@ -39,6 +39,7 @@ import enum
 import json
 import math
 import re
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -156,8 +157,10 @@ def _with_id(request_id: Any, answer: dict[str, Any]) -> dict[str, Any]:
 
 
 def success_answer(fields: Mapping[str, Any], request_id: Any = NO_ID) -> dict[str, Any]:
-    """``{"ok": true, ...fields}``, with the id when the request had one."""
-    return _with_id(request_id, {"ok": True, **fields})
+    """``{"ok": true, ...fields}``, with the id when the request had one (built in place: one dict)."""
+    answer: dict[str, Any] = {"ok": True} if request_id is NO_ID else {"id": request_id, "ok": True}
+    answer.update(fields)
+    return answer
 
 
 def error_answer(name: str, message: str, request_id: Any = NO_ID) -> dict[str, Any]:
@@ -223,6 +226,20 @@ class _StrictDecoding:
         # The outermost object's hook runs last, so after decoding an object
         # this holds the duplicated names of the request object itself.
         self.outer_duplicates: set[str] = set()
+        # Built once per thread and reused (`_strict_decoder`): `json.loads`
+        # with hooks would build a new decoder for every line.
+        self.decoder = json.JSONDecoder(
+            object_pairs_hook=self.object_from_pairs, parse_float=self.number, parse_constant=self.constant
+        )
+
+    def decode(self, text: str) -> Any:
+        """`json.loads(text)` with these hooks, the notes of the last line cleared first."""
+        self.problems = []
+        self.outer_duplicates = set()
+        if text.startswith("\ufeff"):
+            # `json.loads` refuses a byte order mark by name (before any hook runs); its message is the answer's.
+            return json.loads(text)
+        return self.decoder.decode(text)
 
     def object_from_pairs(self, pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         result: dict[str, Any] = {}
@@ -245,6 +262,18 @@ class _StrictDecoding:
     @staticmethod
     def constant(name: str) -> Any:
         raise ValueError(f"{name} is not a JSON value")
+
+
+_DECODERS: Final = threading.local()
+
+
+def _strict_decoder() -> _StrictDecoding:
+    """This thread's `_StrictDecoding` (a line is decoded start to end on one thread, never re-entered)."""
+    try:
+        hooks: _StrictDecoding = _DECODERS.hooks
+    except AttributeError:
+        hooks = _DECODERS.hooks = _StrictDecoding()
+    return hooks
 
 
 def _depth(value: Any) -> int:
@@ -291,14 +320,9 @@ def parse_request(line: bytes | bytearray | str) -> Request | BadRequest:
             return BadRequest(f"not UTF-8: byte 0x{line[error.start]:02x} at offset {error.start}")
     else:
         text = line
-    hooks = _StrictDecoding()
+    hooks = _strict_decoder()
     try:
-        value = json.loads(
-            text,
-            object_pairs_hook=hooks.object_from_pairs,
-            parse_float=hooks.number,
-            parse_constant=hooks.constant,
-        )
+        value = hooks.decode(text)
     except RecursionError:
         return BadRequest(f"not JSON: nested too deeply (the limit is {MAX_DEPTH} levels)")
     except ValueError as error:
