@@ -124,15 +124,14 @@ class Call:
         the others), each as the signature takes it.
         """
         positional: list[Any] = []
-        keywords: dict[str, Any] = {}
         for name in self._positional:
             if name not in arguments:
                 break
             positional.append(arguments[name])
+        if len(positional) == len(arguments):  # the usual request: nothing passed by keyword
+            return method(*positional)
         passed = self._positional[: len(positional)]
-        for name, value in arguments.items():
-            if name not in passed:
-                keywords[name] = value
+        keywords = {name: value for name, value in arguments.items() if name not in passed}
         return method(*positional, **keywords)
 
     def answer_fields(self, result: Any) -> dict[str, Any]:
