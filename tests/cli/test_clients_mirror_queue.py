@@ -63,7 +63,7 @@ def calls(draw: st.DrawFn) -> tuple[str, Callable[[Any, list[Lease]], Any]]:
         "fail": lambda q, leases: q.fail(lease(leases), now=number, error=error),
         "extend": lambda q, leases: q.extend(lease(leases), now=number, lease_seconds=other),
         "redrive": lambda q, _: q.redrive(name, available_at=number, extra_attempts=other),
-        "cancel": lambda q, _: q.cancel(name),
+        "cancel": lambda q, _: q.cancel(name, error=error, now=number if pick else None),
         "get": lambda q, _: q.get(name),
         "tasks": lambda q, _: q.tasks(status),
         "wait": lambda q, _: q.wait(timeout),

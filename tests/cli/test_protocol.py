@@ -301,6 +301,8 @@ EVERY_CALL = [
     {"op": "get", "task_id": "a"},
     {"op": "tasks", "status": "ready"},
     {"op": "stats"},
+    {"op": "metrics", "now": 5},
+    {"op": "page", "status": "ready", "after": "a", "limit": 3},
     {"op": "compact"},
     {"op": "wait", "timeout": 0},
 ]

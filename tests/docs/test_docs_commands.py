@@ -60,6 +60,8 @@ def test_every_quoted_path_exists(doc: Path) -> None:
 PROGRAMS: dict[str, list[str]] = {
     "walqueue-fsck": ["-m", "walqueue.format.fsck"],
     "walqueue-serve": ["-m", "walqueue.cli.serve"],
+    "walqueue-worker": ["-m", "walqueue.worker"],
+    "python -m walqueue.worker": ["-m", "walqueue.worker"],
     "walqueue": ["-m", "walqueue.cli"],
     "python -m walqueue.format.fsck": ["-m", "walqueue.format.fsck"],
     "python -m walqueue.cli.serve": ["-m", "walqueue.cli.serve"],
@@ -67,7 +69,8 @@ PROGRAMS: dict[str, list[str]] = {
     "python -m walqueue": ["-m", "walqueue"],
 }
 COMMAND = re.compile(
-    r"(?:^|\$ |`)(?P<program>walqueue-fsck|walqueue-serve|walqueue(?![\w.-])|python[\d.]* -m walqueue[\w.]*"
+    r"(?:^|\$ |`)(?P<program>walqueue-fsck|walqueue-serve|walqueue-worker|walqueue(?![\w.-])"
+    r"|python[\d.]* -m walqueue[\w.]*"
     r"|python[\d.]* tools/[\w-]+(?:\.py)?)(?P<rest>[^`\n|#]*)",
     re.MULTILINE,
 )

@@ -220,6 +220,8 @@ def test_every_answer_kind_comes_back_as_the_queue_returned_it(tmp_path: Path) -
             "get": queue.get("a"),
             "tasks": queue.tasks(),
             "stats": queue.stats(),
+            "metrics": queue.metrics(now=5),
+            "page": queue.page("ready", after="a", limit=5),
             "wait": False,
             "compact": queue.compact(),
         }

@@ -22,6 +22,7 @@ BUILTIN_BASES = {
     "ReentrantCall": RuntimeError,
     "WrongStatus": ValueError,
     "BadArgument": ValueError,
+    "HandlerImportError": ValueError,
 }
 
 

@@ -93,6 +93,17 @@ EXPECTED_FIGURES: dict[str, set[str]] = {
 }
 if importlib.util.find_spec("persistqueue") is not None:  # (j) compares with persist-queue when it can
     EXPECTED_FIGURES["server_processes"] |= {"puts_serve8_vs_persist_queue8", "cycles_serve8_vs_persist_queue8"}
+#: (l) compares walqueue-worker with huey's consumer when huey is installed (a tool-only dependency).
+HUEY = importlib.util.find_spec("huey") is not None
+EXPECTED_FIGURES["worker_end_to_end"] = (
+    {
+        f"walqueue_{config}_vs_huey_{config}{suffix}"
+        for config in ("threads_8", "processes_4")
+        for suffix in ("", "_with_start_up")
+    }
+    if HUEY
+    else set()
+)
 #: The targets of docs/PERFORMANCE.md: (workload, figure).
 EXPECTED_TARGETS = {
     ("put_durable", "walqueue_vs_sqlite"),
@@ -120,6 +131,11 @@ EXPECTED_TARGETS = {
     ("server_processes", "server_cpu_per_put"),
     ("server_processes", "server_cpu_per_get"),
 }
+if HUEY:
+    EXPECTED_TARGETS |= {
+        ("worker_end_to_end", "walqueue_threads_8_vs_huey_threads_8"),
+        ("worker_end_to_end", "walqueue_processes_4_vs_huey_processes_4"),
+    }
 
 
 def _positive(value: Any) -> bool:

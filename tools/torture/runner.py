@@ -21,6 +21,7 @@ from . import (
     os_faults,
     pipeline_disconnect,
     server_kill,
+    workers,
 )
 from .harness import Report, quiet_walqueue_logging
 from .kill_child import kill_zygote
@@ -49,6 +50,7 @@ REGISTRY: tuple[Campaign, ...] = (
     Campaign("client-kill", 0.06, client_kill.campaign_client_kill),
     Campaign("hostile-clients", 0.06, hostile_clients.campaign_hostile_clients),
     Campaign("pipeline-disconnect", 0.06, pipeline_disconnect.campaign_pipeline_disconnect),
+    Campaign("workers", 0.08, workers.campaign_workers),  # walqueue-worker --processes
 )
 CAMPAIGNS = tuple(campaign.name for campaign in REGISTRY)
 BUDGET_SHARES = {campaign.name: campaign.share for campaign in REGISTRY}

@@ -23,7 +23,7 @@ from walqueue import (
 from .checks import compare_views
 from .harness import Abort, Report, scratch_root
 from .served import SERVER_CLIENTS, SERVER_KILL_DELAY, ServedQueue, socket_dir
-from .workload import Expected, Op, Workload, expected_states, outcome
+from .workload import Expected, Op, Workload, count_lifecycle_call, expected_states, outcome
 
 
 def campaign_server_kill(seed: int, budget: float, report: Report) -> None:
@@ -61,6 +61,7 @@ def _judge_step(
         report.count("operations answered")
         if answer != expected.answer:
             raise Abort(f"{label}: answered {answer[:120]}, the model {expected.answer[:120]}")
+        count_lifecycle_call(report, op, answer, "answered")
     if not kills:
         if answer is None:
             raise Abort(f"{label}: ConnectionError without a kill")
@@ -88,8 +89,7 @@ def _server_kill_unit(
 
     where = f"--seed {seed} server-kill unit {unit}"
     rng = random.Random(f"server-kill:{seed}:{unit}")
-    # errors=False: no fail and no error= (the clients' API has no last error yet; the engine's campaigns test it).
-    workload = Workload(f"server-kill-ops:{seed}:{unit}", prefix="s", weights={"compact": 0}, errors=False)
+    workload = Workload(f"server-kill-ops:{seed}:{unit}", prefix="s", weights={"compact": 0})
     server = ServedQueue(directory, socket_path)
     clients = [client_class(socket_path, timeout=60, reconnect_seconds=60) for _ in range(SERVER_CLIENTS)]
     stopping = threading.Event()

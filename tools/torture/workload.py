@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -125,6 +125,8 @@ def count_lifecycle_call(report: Report, op: Op, answer: str, what: str) -> None
         report.count(f"{what} error")
 
 
+#: The calls that take ``error=``: a workload records errors on those its target takes it on.
+ERROR_CALLS = ("release", "fail", "cancel")
 #: The errors a workload records: mostly short; some cut by the engine (a type over 256 UTF-8
 #: bytes, a message over 2,048), one exactly at the bound, some with a lone surrogate (escaped).
 ERROR_TYPES = ("ValueError", "TimeoutError", "KeyError", "Permanent", "错误", "LeaseLost\ud800", "T" * 300)
@@ -182,22 +184,22 @@ class Workload:
         prefix: str = "t",
         now: int = 0,
         weights: dict[str, int] | None = None,
-        errors: bool = True,
+        errors: Collection[str] = ERROR_CALLS,
     ) -> None:
-        """`errors=False`: no `fail` and no ``error=`` at all (for a target whose API predates the last error)."""
+        """`errors`: the calls of `ERROR_CALLS` the target takes ``error=`` on (without "fail": no `fail` at all)."""
         self.rng = random.Random(seed)
         self.prefix = prefix
         self.now = now
         self.next_id = 0
         self.puts: list[dict[str, Any]] = []
-        self.errors = errors
+        self.errors = frozenset(errors)
         self.weights = list(self.WEIGHTS)
-        for kind, weight in ({**(weights or {}), **({} if errors else {"fail": 0})}).items():
+        for kind, weight in ({**(weights or {}), **({} if "fail" in self.errors else {"fail": 0})}).items():
             self.weights[self.KINDS.index(kind)] = weight
 
-    def _maybe_error(self) -> dict[str, str] | None:
-        """None, or (when this workload records errors) a seeded error half of the time."""
-        if not self.errors or self.rng.random() >= self.ERROR_PROBABILITY:
+    def _maybe_error(self, call: str) -> dict[str, str] | None:
+        """None, or (when `call` takes an error here) a seeded error half of the time."""
+        if call not in self.errors or self.rng.random() >= self.ERROR_PROBABILITY:
             return None
         return seeded_error(self.rng)
 
@@ -277,7 +279,7 @@ class Workload:
             error = seeded_error(self.rng) if self.rng.random() < 0.8 else None
             return Op("fail", {"lease": lease, "now": now, "error": error})
         delay = self.rng.choice([0, 1, 3])
-        return Op("release", {"lease": lease, "now": now, "delay": delay, "error": self._maybe_error()})
+        return Op("release", {"lease": lease, "now": now, "delay": delay, "error": self._maybe_error("release")})
 
     def _extend(self, kind: str, target: Any, now: int) -> Op | None:
         rng = self.rng
@@ -309,8 +311,8 @@ class Workload:
             task_id = f"{self.prefix}missing"
         if kind == "cancel":
             # With a reason (and the time it needs); or `now` alone, which is checked and unused; or neither.
-            error = self._maybe_error()
-            when = now if error is not None or (self.errors and rng.random() < 0.3) else None
+            error = self._maybe_error("cancel")
+            when = now if error is not None or ("cancel" in self.errors and rng.random() < 0.3) else None
             return Op("cancel", {"task_id": task_id, "error": error, "now": when})
         return Op(
             "redrive",
@@ -335,7 +337,7 @@ class Workload:
         # Forged for every lease call this workload makes (a weight of 0 turns extend, or fail, off).
         verbs = ["ack", "release"] + [verb for verb in ("extend", "fail") if self.weights[self.KINDS.index(verb)]]
         verb = rng.choice(verbs)
-        error = self._maybe_error() if verb in ("release", "fail") else None
+        error = self._maybe_error(verb) if verb in ("release", "fail") else None
         return Op(verb, {"lease": lease, "now": now, "delay": 0, "lease_seconds": 5, "error": error})
 
     def _read_or_compact(self, kind: str, target: Any, now: int) -> Op | None:

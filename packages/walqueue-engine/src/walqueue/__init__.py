@@ -21,42 +21,10 @@ import logging  # noqa: E402
 # application that configured no logging would see recovery warnings on stderr.
 logging.getLogger("walqueue").addHandler(logging.NullHandler())
 
+from walqueue.engine import types as _types  # noqa: E402
 from walqueue.engine.queue import Queue  # noqa: E402
-from walqueue.engine.types import (  # noqa: E402
-    PHASES,
-    CorruptStore,
-    DirectoryLocked,
-    InjectedCrash,
-    KeyConflict,
-    LastError,
-    Lease,
-    QueueClosed,
-    ReentrantCall,
-    StaleLease,
-    Stats,
-    Status,
-    Task,
-    WalQueueError,
-    WrongStatus,
-)
+from walqueue.engine.types import *  # noqa: E402, F403  (the public types: `types.__all__` lists them once)
 from walqueue.format import __version__  # noqa: E402
 
-__all__ = [
-    "__version__",
-    "PHASES",
-    "CorruptStore",
-    "DirectoryLocked",
-    "InjectedCrash",
-    "KeyConflict",
-    "LastError",
-    "Lease",
-    "Queue",
-    "QueueClosed",
-    "ReentrantCall",
-    "StaleLease",
-    "Stats",
-    "Status",
-    "Task",
-    "WalQueueError",
-    "WrongStatus",
-]
+__all__ = ["__version__", "Queue"]
+__all__ += _types.__all__

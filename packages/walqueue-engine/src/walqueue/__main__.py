@@ -4,7 +4,9 @@ The library has no command of its own; this prints the version of the
 installed (or source-tree) WALQueue and which of its commands are available:
 `walqueue` (walqueue-cli, the JSON-lines consumer: `python -m walqueue.cli
 DIRECTORY`), `walqueue-serve` (walqueue-cli, the server for several
-processes: `python -m walqueue.cli.serve DIRECTORY --socket PATH`) and
+processes: `python -m walqueue.cli.serve DIRECTORY --socket PATH`),
+`walqueue-worker` (walqueue-cli, runs a function for each task:
+`python -m walqueue.worker DIRECTORY MODULE:CALLABLE`) and
 `walqueue-fsck` (walqueue-format, the offline inspector: `python -m
 walqueue.format.fsck DIRECTORY`). It takes no directory on
 purpose: an accidental `python -m walqueue DIR` must not open (and create) a
@@ -52,6 +54,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         "  walqueue-serve DIRECTORY --socket PATH  server for several processes, "
         f"also python -m walqueue.cli.serve: {cli}"
+    )
+    print(
+        "  walqueue-worker DIRECTORY MODULE:CALLABLE  runs your function for each task, "
+        f"also python -m walqueue.worker: {cli}"
     )
     print("  walqueue-fsck DIRECTORY  offline inspector, also python -m walqueue.format.fsck DIRECTORY: available")
     return 0

@@ -248,8 +248,8 @@ class AsyncClient(ClientSettings):
     async def redrive(self, task_id: str, *, available_at: int, extra_attempts: int = 1) -> None:
         return await self._submit(shaping.redrive(task_id, available_at, extra_attempts))
 
-    async def cancel(self, task_id: str) -> None:
-        return await self._submit(shaping.cancel(task_id))
+    async def cancel(self, task_id: str, *, error: Mapping[str, str] | None = None, now: int | None = None) -> None:
+        return await self._submit(shaping.cancel(task_id, error, now))
 
     async def get(self, task_id: str) -> Task | None:
         return await self._submit(shaping.get(task_id))

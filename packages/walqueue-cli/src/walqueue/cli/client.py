@@ -284,9 +284,9 @@ class Client(ClientSettings):
         """`Queue.redrive`: a dead task is ready again at `available_at`. Never retried once sent."""
         return self._submit(shaping.redrive(task_id, available_at, extra_attempts))
 
-    def cancel(self, task_id: str) -> None:
-        """`Queue.cancel`: a ready or leased task becomes dead. Never retried once sent."""
-        return self._submit(shaping.cancel(task_id))
+    def cancel(self, task_id: str, *, error: Mapping[str, str] | None = None, now: int | None = None) -> None:
+        """`Queue.cancel`: a ready or leased task becomes dead (with a reason: `error` and `now`). Never retried."""
+        return self._submit(shaping.cancel(task_id, error, now))
 
     def get(self, task_id: str) -> Task | None:
         return self._submit(shaping.get(task_id))

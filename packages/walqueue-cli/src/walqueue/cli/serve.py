@@ -42,6 +42,7 @@ from walqueue.cli.server import (
     Server,
     StartFailed,
 )
+from walqueue.dashboard.http import add_http_arguments, http_options, start_dashboard
 from walqueue.format.cmdline import EX_USAGE, UsageParser, version_line
 
 __all__ = ["DEFAULT_MAX_CLIENTS", "DEFAULT_MODE", "EXIT_USAGE", "Server", "SocketInUse", "main"]
@@ -58,7 +59,7 @@ exit status:
        (another server: its socket is left alone), not a directory, or
        missing under --no-create; nothing was created
   {EXIT_SOCKET}    the socket path is in use, is not a socket, or cannot be bound;
-       a missing DIRECTORY was not created
+       a missing DIRECTORY was not created; or the --http address cannot be bound
   {EXIT_USAGE}   usage error: an unknown option, a missing or bad argument
 """
 
@@ -134,6 +135,7 @@ def _argument_parser() -> argparse.ArgumentParser:
         "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="default INFO"
     )
     parser.add_argument("--version", action="version", version=version_line("walqueue-serve"))
+    add_http_arguments(parser)  # --http HOST:PORT: the dashboard, /metrics and the JSON API (walqueue.dashboard)
     return parser
 
 
@@ -148,7 +150,12 @@ def _configure_logging(level: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the server until SIGTERM/SIGINT; returns the exit status."""
-    arguments = _argument_parser().parse_args(argv)
+    parser = _argument_parser()
+    arguments = parser.parse_args(argv)
+    try:
+        http = http_options(arguments)
+    except ValueError as error:
+        parser.error(str(error))
     _configure_logging(arguments.log_level)
     server = Server(
         arguments.directory,
@@ -170,12 +177,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     except StartFailed as failure:
         print(f"walqueue-serve: {failure}", file=sys.stderr)
         return failure.status
+    dashboard = None
+    if http is not None:
+        try:
+            dashboard = start_dashboard(server.queue, http)
+        except OSError as error:
+            server.close_queue()
+            server.unbind()
+            print(f"walqueue-serve: cannot serve the dashboard on {arguments.http}: {error}", file=sys.stderr)
+            return EXIT_SOCKET
     wakeup_read, wakeup_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     previous_wakeup = signal.set_wakeup_fd(wakeup_write, warn_on_full_buffer=False)
     try:
         print(f"walqueue-serve: listening on {server.socket_path}", flush=True)
+        if dashboard is not None:
+            print(f"walqueue-serve: dashboard on {dashboard.url}", flush=True)
         return server.serve_forever(wakeup_read)
     finally:
+        if dashboard is not None:
+            dashboard.stop()
         signal.set_wakeup_fd(previous_wakeup)
         os.close(wakeup_read)
         os.close(wakeup_write)

@@ -134,6 +134,12 @@ class Server:
         except (SocketInUse, OSError) as error:
             raise StartFailed(EXIT_SOCKET, f"cannot listen on {self.socket_path}: {error}") from error
 
+    @property
+    def queue(self) -> Queue:
+        """The queue being served, once opened (`start()`): the dashboard reads it from threads of its own."""
+        assert self._queue is not None, "start() first"
+        return self._queue
+
     def open_queue(self) -> None:
         self._queue = Queue(self.directory, sync=self.sync, create=self.create)
 

@@ -153,9 +153,15 @@ def redrive(task_id: str, available_at: int, extra_attempts: int) -> OutgoingCal
     return _outgoing("redrive", task_id, available_at=available_at, extra_attempts=extra_attempts)
 
 
-def cancel(task_id: str) -> OutgoingCall[None]:
+def cancel(task_id: str, error: Mapping[str, str] | None = None, now: int | None = None) -> OutgoingCall[None]:
+    extra = _error(error)
+    if now is not None:
+        check_int(now, "now")
+        extra["now"] = now
+    elif error is not None:
+        raise TypeError("cancel with an error needs now, the time the error records")
     check_name(task_id, "task_id")
-    return _outgoing("cancel", task_id)
+    return _outgoing("cancel", task_id, **extra)
 
 
 def get(task_id: str) -> OutgoingCall[Task | None]:

@@ -62,6 +62,7 @@ class Compactor:
         "_hook",
         "_durability",
         "_guard",
+        "compactions",
     )
 
     def __init__(
@@ -93,6 +94,8 @@ class Compactor:
         self._hook = hook
         self._durability = durability
         self._guard = guard
+        #: Snapshots published since the queue was opened (Queue.metrics reads it).
+        self.compactions = 0
 
     @property
     def snapshot_seq(self) -> int:
@@ -154,6 +157,7 @@ class Compactor:
             background.join()
 
     def _published(self, size: int) -> None:
+        self.compactions += 1
         self.snapshot_size = size
         self.at = compaction_threshold(size, self._compact_bytes)
 

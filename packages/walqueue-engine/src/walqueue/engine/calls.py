@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 from walqueue.engine.commits import CommitNotices
 from walqueue.engine.durability import Durability
-from walqueue.engine.types import QueueClosed, ReentrantCall
+from walqueue.engine.types import QueueClosed, ReentrantCall, StaleLease
 
 __all__ = ["OPEN_GUARDS", "Batch", "CallGuard", "ThreadFlags"]
 
@@ -81,6 +81,7 @@ class CallGuard:
 
     __slots__ = (
         "entered",
+        "stale_leases",
         "depth",
         "closed",
         "close_pending",
@@ -108,6 +109,8 @@ class CallGuard:
     ) -> None:
         #: Calls begun so far (unlocked, so only approximately): the background snapshot watches it.
         self.entered = 0
+        #: Calls refused with `StaleLease` (Queue.metrics): counted here, where every call ends.
+        self.stale_leases = 0
         self.depth = 0
         self.closed = False
         #: A close() deferred to the call (or wait, or join) it interrupted.
@@ -151,6 +154,8 @@ class CallGuard:
         # durable before it answers: the wait is for that fsync, outside the
         # lock. A call that poisoned the queue answers with its own error.
         needed = durability.written
+        if error_type is StaleLease:
+            self.stale_leases += 1
         poisoned = error_type is not None and self.closed
         self.depth -= 1
         if self.close_pending:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, Final
 
 from walqueue.engine.callkinds import ANSWER_KINDS, KINDS, MAX_WAIT_SECONDS, AnswerKind, BadArgument, Kind, describe
@@ -59,33 +59,34 @@ class Answer:
     kind: AnswerKind
 
 
+@dataclass(slots=True, eq=False, repr=False)
 class Call:
-    """One public call: its arguments, its answer, whether it writes, whether a client may retry it."""
+    """One public call: its arguments, its answer, whether it writes, whether a client may retry it.
 
-    __slots__ = ("name", "args", "answer", "writes", "retry", "blocks", "summary", "_names", "_required", "_positional")
+    `retry`: may a client send it again after a lost answer? A call that
+    writes says so only where it is safe (the default is no); a call that
+    writes nothing may always be retried, so for one it is true whatever is
+    passed.
+    """
 
-    def __init__(
-        self,
-        name: str,
-        args: tuple[Arg, ...],
-        answer: Answer,
-        *,
-        writes: bool,
-        retry: bool,
-        blocks: bool = False,
-        summary: str,
-    ) -> None:
-        self.name = name
-        self.args = args
-        self.answer = answer
-        self.writes = writes
-        self.retry = retry
-        self.blocks = blocks
-        self.summary = summary
-        self._names = frozenset(arg.name for arg in args)
-        self._required = frozenset(arg.name for arg in args if arg.required)
-        # The arguments passed by position, as a prefix of the signature.
-        self._positional = tuple(arg.name for arg in args if not arg.keyword)
+    name: str
+    args: tuple[Arg, ...]
+    answer: Answer
+    _: KW_ONLY
+    writes: bool
+    summary: str
+    retry: bool = False
+    blocks: bool = False
+    _names: frozenset[str] = field(init=False)
+    _required: frozenset[str] = field(init=False)
+    #: The arguments passed by position, as a prefix of the signature.
+    _positional: tuple[str, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.retry = self.retry or not self.writes
+        self._names = frozenset(arg.name for arg in self.args)
+        self._required = frozenset(arg.name for arg in self.args if arg.required)
+        self._positional = tuple(arg.name for arg in self.args if not arg.keyword)
 
     def __repr__(self) -> str:
         return f"<Call {self.name}({', '.join(arg.name for arg in self.args)})>"
@@ -273,7 +274,7 @@ CALLS: Final[Mapping[str, Call]] = {
             ),
             _answer("leases", "leases"),
             writes=True,
-            retry=False,  # a retried reserve would lease twice
+            # not retried (the default for a write): a retried reserve would lease twice
             summary="expire overdue leases, then lease up to limit due tasks",
         ),
         Call(
@@ -281,7 +282,6 @@ CALLS: Final[Mapping[str, Call]] = {
             _LEASE_SETTLES,
             _answer(None),
             writes=True,
-            retry=False,
             summary="complete a leased task (lease: a lease object from reserve)",
         ),
         Call(
@@ -289,7 +289,6 @@ CALLS: Final[Mapping[str, Call]] = {
             (*_LEASE_SETTLES, _arg("delay", "time", keyword=True, default=0), _ERROR),
             _answer(None),
             writes=True,
-            retry=False,
             summary="give a leased task back, ready at now + delay (error: recorded as its last error)",
         ),
         Call(
@@ -297,7 +296,6 @@ CALLS: Final[Mapping[str, Call]] = {
             (*_LEASE_SETTLES, _ERROR),
             _answer(None),
             writes=True,
-            retry=False,
             summary="a permanent failure: the leased task is dead at once (error: recorded as its last error)",
         ),
         Call(
@@ -305,7 +303,6 @@ CALLS: Final[Mapping[str, Call]] = {
             (*_LEASE_SETTLES, _arg("lease_seconds", "count", keyword=True)),
             _answer("lease", "lease"),
             writes=True,
-            retry=False,
             summary="a heartbeat: the lease with its new deadline",
         ),
         Call(
@@ -317,7 +314,7 @@ CALLS: Final[Mapping[str, Call]] = {
             ),
             _answer(None),
             writes=True,
-            retry=False,  # a redrive that happened would answer WrongStatus when retried
+            # not retried (the default for a write): a redrive that happened would answer WrongStatus when retried
             summary="make a dead task ready again",
         ),
         Call(
@@ -325,7 +322,6 @@ CALLS: Final[Mapping[str, Call]] = {
             (_arg("task_id", "name"), _ERROR, _arg("now", "time_or_null", keyword=True, default=None)),
             _answer(None),
             writes=True,
-            retry=False,
             summary="a ready or leased task becomes dead (error, with now: recorded as its last error)",
         ),
         Call(
@@ -333,7 +329,6 @@ CALLS: Final[Mapping[str, Call]] = {
             (_arg("task_id", "str"),),
             _answer("task", "task_or_null"),
             writes=False,
-            retry=True,
             summary="one task (or null)",
         ),
         Call(
@@ -341,24 +336,41 @@ CALLS: Final[Mapping[str, Call]] = {
             (_arg("status", "status", default=None),),
             _answer("tasks", "tasks"),
             writes=False,
-            retry=True,
             summary='every task, or those with status ("ready", "leased", "completed", "dead")',
         ),
-        Call("stats", (), _answer("stats", "stats"), writes=False, retry=True, summary="counts and the log's position"),
+        Call("stats", (), _answer("stats", "stats"), writes=False, summary="counts and the log's position"),
         Call(
             "compact",
             (),
             _answer(None),
             writes=False,  # files change, the queue's answers do not
-            retry=True,
             summary="snapshot the state and delete the WAL it covers",
+        ),
+        Call(
+            "metrics",
+            (_arg("now", "time", keyword=True, default=None),),
+            _answer("metrics", "stats"),  # a plain JSON object, as stats is
+            writes=False,
+            retry=True,
+            summary="counters since opening, gauges (oldest_ready_age against now), histograms",
+        ),
+        Call(
+            "page",
+            (
+                _arg("status", "status"),
+                _arg("after", "key", keyword=True, default=None),
+                _arg("limit", "count", keyword=True, default=100),
+            ),
+            _answer("tasks", "tasks"),
+            writes=False,
+            retry=True,
+            summary="up to limit (at most 10,000) tasks with status, by id, after the id after",
         ),
         Call(
             "wait",
             (_arg("timeout", "timeout"),),
             _answer("committed", "bool"),
             writes=False,
-            retry=True,
             blocks=True,
             summary=f"block until another client commits, or timeout seconds (at most {MAX_WAIT_SECONDS}) pass",
         ),

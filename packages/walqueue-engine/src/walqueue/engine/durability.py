@@ -37,7 +37,9 @@ from __future__ import annotations
 
 import errno
 import threading
+import time
 
+from walqueue.engine.metrics import Metrics
 from walqueue.engine.types import QueueClosed
 from walqueue.engine.wal import WalWriter
 
@@ -63,6 +65,7 @@ class Durability:
         "_target",
         "_syncing",
         "_failure",
+        "metrics",
     )
 
     def __init__(self, seq: int, wal: WalWriter, *, grouped: bool) -> None:
@@ -74,6 +77,8 @@ class Durability:
         self._target = seq
         self._syncing = False
         self._failure: OSError | QueueClosed | None = None
+        #: Told of each successful fsync, holding the lock: its seconds and the transactions it made durable.
+        self.metrics: Metrics | None = None
 
     @property
     def grouped(self) -> bool:
@@ -160,10 +165,12 @@ class Durability:
         target = self._target = self.written
         try:
             lock.release()
+            started = time.perf_counter()  # measures the fsync for metrics only; nothing depends on it
             try:
                 self._wal.sync()
             finally:
                 lock.acquire()
+            seconds = time.perf_counter() - started
         except OSError as exc:
             if self._failure is not None:
                 # Poisoned or closed during the fsync, which then met a descriptor
@@ -181,6 +188,8 @@ class Durability:
                 later.notify()  # the next leader; its fsync will cover every later waiter
             self._covered, self._later = later, covered
         if self._failure is None and target > self.durable:
+            if self.metrics is not None:
+                self.metrics.synced(seconds, target - self.durable)
             self.durable = target
 
 

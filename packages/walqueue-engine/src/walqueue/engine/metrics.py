@@ -238,9 +238,15 @@ class Metrics:
         self.group_size.observe(transactions)
 
     def reading(
-        self, stats: Mapping[str, Any], now: int | None, dead_now: int, stale_leases: int, compactions: int
+        self, stats: Mapping[str, Any], now: int | None, state: Any, guard: Any, compactor: Any
     ) -> MetricsReading:
-        """`Queue.metrics()`: `dead_now` and the counters read under one lock hold (`deaths` derives from both)."""
+        """`Queue.metrics()`, called holding the queue's lock: the dead count is read with the counters.
+
+        `deaths` derives from both, so they must come from one lock hold. The
+        `StaleLease` refusals are the call guard's (`guard.stale_leases`), the
+        snapshots the compactor's (`compactor.compactions`).
+        """
+        dead_now, stale_leases, compactions = state.counts()["dead"], guard.stale_leases, compactor.compactions
         if now is not None and (type(now) is not int or now < 0):
             raise (TypeError if type(now) is not int else ValueError)(f"now must be an int >= 0 or None, not {now!r}")
         counters = Counters(self.dead_at_open)

@@ -41,12 +41,13 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from walqueue.engine import ops
+from walqueue.engine import events, ops, paging
 from walqueue.engine.autocompact import Compactor
 from walqueue.engine.calls import OPEN_GUARDS, Batch, CallGuard
 from walqueue.engine.commits import CommitNotices
 from walqueue.engine.compaction import check_room
 from walqueue.engine.durability import Durability
+from walqueue.engine.metrics import Metrics, MetricsReading
 from walqueue.engine.ownership import DirectoryLock
 from walqueue.engine.recovery import recover
 from walqueue.engine.state import apply
@@ -129,6 +130,7 @@ class Queue:
             recovered.state.last_seq, recovered.wal, grouped=sync and hook is None
         )
         self._commits = CommitNotices(durability)
+        self._metrics = durability.metrics = Metrics(dead_at_open=recovered.state.counts()["dead"])
         self._guard = guard = self._new_guard()
         self._compactor = Compactor(
             store,
@@ -265,7 +267,13 @@ class Queue:
             tx_ops = plan.ops
             source = self._source
             source.before_change(tx_ops, state.tasks)  # a running snapshot keeps what these ops replace
+            held = events.before(tx_ops, state.tasks) if events.listening else None  # None: events are off
             created = apply(state, {"seq": seq, "ops": tx_ops}, _planned=True)
+            counts = self._metrics.ops
+            for op in tx_ops:  # Queue.metrics's counters: an int per op, by kind
+                counts[op["op"]] += 1
+            if held is not None:
+                events.emit_transaction(tx_ops, held, state.tasks, seq)
             if created:
                 source.created(created)
             self._durability.wrote(seq)
@@ -308,6 +316,7 @@ class Queue:
             plan = ops.plan_put(self._state, op)
             if plan is not None:
                 self._commit(plan)
+            self._metrics.duplicate_puts += plan is None
             return task_id
 
     def put_many(self, tasks: Iterable[Mapping[str, Any]]) -> list[str]:
@@ -330,6 +339,7 @@ class Queue:
             plan, task_ids = ops.plan_puts(self._state, put_ops)
             if plan.ops:
                 self._commit(plan)
+            self._metrics.duplicate_puts += len(put_ops) - len(plan.ops)
             return task_ids
 
     def reserve(self, worker: str, *, now: int, lease_seconds: int, limit: int = 1) -> list[Lease]:
@@ -562,6 +572,21 @@ class Queue:
                 "next_available_at": self._state.next_available_at(),
                 "next_deadline": self._state.next_deadline(),
             }
+
+    def metrics(self, *, now: int | None = None) -> MetricsReading:
+        """Counters since opening, gauges (`oldest_ready_age` against `now`), histograms: a `MetricsReading`.
+
+        Writes nothing; `TypeError`/`ValueError` for a bad `now`. Example: ``queue.metrics(now=int(time.time()))``"""
+        stats = self.stats()
+        with self._guard:  # the dead count with the counters: `deaths` is derived from both
+            return self._metrics.reading(stats, now, self._state, self._guard, self._compactor)
+
+    def page(self, status: Status, *, after: str | None = None, limit: int = 100) -> list[Task]:
+        """Up to `limit` (1 to 10,000) tasks with `status` whose ids sort after `after`, by id: a bounded `tasks`.
+
+        Writes nothing; the lock is held only to copy an index and build the page (engine/paging.py). Example:
+        ``page = queue.page("dead", limit=50); next_page = queue.page("dead", after=page[-1].task_id)``"""
+        return paging.read_page(self._guard, self._state.status_index, self._state.tasks, status, after, limit)
 
     @property
     def last_seq(self) -> int:

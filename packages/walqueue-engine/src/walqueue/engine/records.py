@@ -212,20 +212,8 @@ class TaskRecord(_RecordView):
     stale at once.
     """
 
-    __slots__ = (
-        "task_id",
-        "key",
-        "status",
-        "digest_and_payload",
-        "available_at",
-        "max_attempts",
-        "attempts",
-        "generation",
-        "worker",
-        "deadline",
-        "last_error",
-        "entry",
-    )
+    # A slot for each field the view declares, then the stored bytes and the heap position.
+    __slots__ = (*_RecordView.__annotations__, "digest_and_payload", "entry")
 
     digest_and_payload: bytes  # a plain slot here, a property in Tombstone
     entry: HeapEntry | None
@@ -259,6 +247,18 @@ class TaskRecord(_RecordView):
 
     def __repr__(self) -> str:
         return f"TaskRecord{self.fields()!r}"
+
+
+class _PackedNumber:
+    """A counter of a `Tombstone`, decoded on access: item `index` of its `_numbers()`."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+    def __get__(self, tombstone: Tombstone, owner: type[Tombstone] | None = None) -> int:
+        return tombstone._numbers()[self.index]
 
 
 class Tombstone(_RecordView, bytes):
@@ -331,21 +331,10 @@ class Tombstone(_RecordView, bytes):
         key = self[start + task_len :]
         return key.decode("utf-8") if key else self[start : start + task_len].decode("utf-8")
 
-    @property
-    def available_at(self) -> int:  # type: ignore[override]
-        return self._numbers()[0]
-
-    @property
-    def max_attempts(self) -> int:  # type: ignore[override]
-        return self._numbers()[1]
-
-    @property
-    def attempts(self) -> int:  # type: ignore[override]
-        return self._numbers()[2]
-
-    @property
-    def generation(self) -> int:  # type: ignore[override]
-        return self._numbers()[2]
+    available_at = _PackedNumber(0)
+    max_attempts = _PackedNumber(1)
+    attempts = _PackedNumber(2)
+    generation = _PackedNumber(2)  # always equal to attempts (`of` refuses a record where it is not)
 
     def __repr__(self) -> str:
         return f"Tombstone{self.fields()!r}"

@@ -189,6 +189,16 @@ class State:
             ids = [task_id for task_id, record in tasks.items() if record.status == status]
         return [tasks[task_id].to_task() for task_id in sorted(ids)]
 
+    def status_index(self, status: str) -> list[Any]:
+        """A copy of what holds `status`'s tasks: heap entries (ready, leased) or task ids (dead, completed)."""
+        if status == READY:
+            return list(self._ready)
+        if status == LEASED:
+            return list(self._leases)
+        if status == DEAD:
+            return list(self._dead)
+        return [task_id for task_id, record in self.tasks.items() if record.status == status]
+
     def counts(self) -> dict[str, int]:
         """The number of tasks per status, always with exactly the four status keys."""
         return dict(self._counts)

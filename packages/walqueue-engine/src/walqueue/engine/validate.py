@@ -158,17 +158,7 @@ def check_name(value: object, what: str) -> str:
         raise TypeError(f"{what} must be a str, not {type(value).__name__}")
     if 0 < len(value) <= MAX_NAME_BYTES and value.isascii():
         return value  # the usual name: one byte per character, and always encodable
-    if not value:
-        raise ValueError(f"{what} must not be empty")
-    if len(value) > MAX_NAME_BYTES:  # each character takes at least one byte
-        raise ValueError(f"{what} is longer than {MAX_NAME_BYTES} UTF-8 bytes")
-    try:
-        size = len(value.encode("utf-8"))
-    except UnicodeEncodeError:
-        raise ValueError(f"{what} is not encodable as UTF-8 (lone surrogate?)") from None
-    if size > MAX_NAME_BYTES:
-        raise ValueError(f"{what} is {size} UTF-8 bytes, more than {MAX_NAME_BYTES}")
-    return value
+    return _check_text(value, what, MAX_NAME_BYTES, minimum=1)  # the rare one: the general rule for stored text
 
 
 def check_int(value: object, what: str, minimum: int = 0) -> int:
@@ -360,6 +350,10 @@ def check_error(error: object) -> tuple[str, str] | None:
 
 
 def _check_text(value: object, what: str, limit: int, minimum: int) -> str:
+    """Return `value` if it is a str of `minimum` to `limit` UTF-8 bytes that UTF-8 can encode (no lone surrogate).
+
+    The one rule for stored text: names (`check_name`, after its ASCII fast path) and error fields.
+    """
     if type(value) is not str:
         raise TypeError(f"{what} must be a str, not {type(value).__name__}")
     if len(value) < minimum:

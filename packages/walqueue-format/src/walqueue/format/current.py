@@ -16,6 +16,7 @@ from walqueue.format.directory import StoreDirectory, as_store_directory
 from walqueue.format.errors import CorruptStore
 from walqueue.format.frame import decode_frame, encode_frame
 from walqueue.format.fsutil import read_all, write_all
+from walqueue.format.jsonfields import fields_json
 from walqueue.format.names import CURRENT_NAME, CURRENT_TMP_NAME, MAX_NUMBER, parse_snapshot_name
 
 __all__ = ["CURRENT_MAX_BYTES", "Current", "publish_current", "read_current", "write_current_tmp"]
@@ -36,14 +37,7 @@ class Current:
 
     def to_json(self) -> dict[str, Any]:
         """The fields as CURRENT's JSON object holds them (what `write_current_tmp` frames, and what reports show)."""
-        return {
-            "current": 1,
-            "snapshot": self.snapshot,
-            "seq": self.seq,
-            "size": self.size,
-            "sha256": self.sha256,
-            "wal": self.wal,
-        }
+        return {"current": 1, **fields_json(self)}
 
 
 def _is_int(value: Any, minimum: int) -> bool:

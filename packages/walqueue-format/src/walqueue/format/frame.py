@@ -19,7 +19,7 @@ import re
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypedDict, Unpack
 
 from walqueue.format.canonical import canonical_json, parse_json
 from walqueue.format.errors import CorruptStore
@@ -281,15 +281,16 @@ def scan_frames(
     end.torn_offset = None
 
 
-def read_frames(
-    file: BinaryIO,
-    path: str | None = None,
-    *,
-    allow_torn_tail: bool = True,
-    end: SegmentEnd | None = None,
-    start: int = 0,
-) -> Iterator[Frame]:
-    """Yield every complete frame of `file` from `start`, verifying each.
+class ScanOptions(TypedDict, total=False):
+    """The keywords of `scan_frames`, which `read_frames` passes on to it as they are."""
+
+    allow_torn_tail: bool
+    end: SegmentEnd | None
+    start: int
+
+
+def read_frames(file: BinaryIO, path: str | None = None, **options: Unpack[ScanOptions]) -> Iterator[Frame]:
+    """Yield every complete frame of `file` from `start`, verifying each (`options` are `scan_frames`').
 
     Raises `CorruptStore` (with path and offset) for a length outside
     1..MAX_FRAME_BYTES, a digest mismatch or a body that is not UTF-8 JSON.
@@ -301,7 +302,7 @@ def read_frames(
     been checked, and memory holds one frame plus one read chunk, never the
     whole file. `scan_frames` is the same reader without the `Frame` objects.
     """
-    for offset, size, value in scan_frames(file, path, allow_torn_tail=allow_torn_tail, end=end, start=start):
+    for offset, size, value in scan_frames(file, path, **options):
         yield Frame(offset, size, value)
 
 

@@ -36,13 +36,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from walqueue.format.canonical import canonical_json
 from walqueue.format.current import Current, publish_current, write_current_tmp
 from walqueue.format.errors import CorruptStore, WalQueueError
 from walqueue.format.frame import DIGEST_BYTES, LENGTH_BYTES
 from walqueue.format.fsutil import fsync_directory, write_all
+from walqueue.format.jsonfields import FieldsJson, fields_json
 from walqueue.format.names import snapshot_name, wal_name
 from walqueue.format.progress import Progress
 from walqueue.format.replay import StateMachine, registered_state_machine, require_state_machine
@@ -79,6 +80,13 @@ __all__ = [
 
 class SalvageError(WalQueueError):
     """Salvage could not write a store: `out` is not usable, a file is unreadable, or nothing valid survives."""
+
+
+class SurveyOptions(TypedDict, total=False):
+    """The keywords of `survey`, which `salvage` and `export_suffix` pass on to it as they are."""
+
+    engine: bool | None
+    progress: Progress | None
 
 
 def survey(
@@ -206,14 +214,7 @@ class SalvageResult:
 
     def to_json(self) -> dict[str, Any]:
         """The result as a JSON object (the `--salvage --json` report)."""
-        return {
-            "directory": self.directory,
-            "out": self.out,
-            "plan": self.plan.to_json(),
-            "files": self.files,
-            "check": self.check_status,
-            "survey": self.survey.to_json(),
-        }
+        return {**fields_json(self, omit=("check_status",)), "check": self.check_status}
 
 
 def _prepare_out(directory: str, out: str) -> None:
@@ -240,14 +241,12 @@ def _fsync_file(path: str) -> None:
         os.close(fd)
 
 
-def _surveyed(
-    directory: str | os.PathLike[str], engine: bool | None, progress: Progress | None
-) -> tuple[str, Survey, SalvagePlan]:
+def _surveyed(directory: str | os.PathLike[str], options: SurveyOptions) -> tuple[str, Survey, SalvagePlan]:
     """The survey of `directory` and its plan, for a command that writes what it found."""
     source_dir = os.fspath(directory)
     if not os.path.isdir(source_dir):
         raise SalvageError(f"{source_dir} is not a directory")
-    found = survey(source_dir, engine=engine, progress=progress)
+    found = survey(source_dir, **options)
     assert found.plan is not None
     return source_dir, found, found.plan
 
@@ -278,13 +277,11 @@ def _refuse_unsalvageable(source_dir: str, plan: SalvagePlan) -> None:
 
 
 def salvage(
-    directory: str | os.PathLike[str],
-    out: str | os.PathLike[str],
-    *,
-    engine: bool | None = None,
-    progress: Progress | None = None,
+    directory: str | os.PathLike[str], out: str | os.PathLike[str], **options: Unpack[SurveyOptions]
 ) -> SalvageResult:
     """Write the longest valid history of `directory` as a new store at `out`; never touch `directory`.
+
+    `options` (`engine`, `progress`) are `survey`'s, for the survey it starts with.
 
     `out` must not exist or be an empty directory outside `directory`. The
     new store holds the plan's base snapshot (if any) under its own name,
@@ -296,7 +293,7 @@ def salvage(
     """
     from walqueue.format.fsck.check import check  # fsck's cli imports this module: imported here, not at the top
 
-    source_dir, found, plan = _surveyed(directory, engine, progress)
+    source_dir, found, plan = _surveyed(directory, options)
     out_dir = os.fspath(out)
     _refuse_unsalvageable(source_dir, plan)
     _prepare_out(source_dir, out_dir)
@@ -347,7 +344,7 @@ def _frame_bytes(source: SurveySource, found: Survey, seq: int) -> bytes:
 
 
 @dataclass(frozen=True, slots=True)
-class ExportResult:
+class ExportResult(FieldsJson):
     """What `export_suffix` wrote: the intact transactions a salvage drops, as JSON lines."""
 
     directory: str
@@ -361,25 +358,13 @@ class ExportResult:
         """Always true: an export that could not be written raised instead."""
         return True
 
-    def to_json(self) -> dict[str, Any]:
-        """The result as a JSON object (the `--export-suffix --json` report)."""
-        return {
-            "directory": self.directory,
-            "out": self.out,
-            "exported": self.exported,
-            "transactions": self.transactions,
-            "plan": self.plan.to_json(),
-        }
-
 
 def export_suffix(
-    directory: str | os.PathLike[str],
-    out: str | os.PathLike[str],
-    *,
-    engine: bool | None = None,
-    progress: Progress | None = None,
+    directory: str | os.PathLike[str], out: str | os.PathLike[str], **options: Unpack[SurveyOptions]
 ) -> ExportResult:
     """Write every intact transaction that a salvage of `directory` drops to the new file `out`, one per line.
+
+    `options` (`engine`, `progress`) are `survey`'s, for the survey it starts with.
 
     These are the transactions after a gap (a damaged snapshot, a lost or
     damaged segment): intact, but with nothing to apply them to. Each line
@@ -389,7 +374,7 @@ def export_suffix(
     `directory`. Raises `SalvageError` when a file is unreadable or nothing
     intact is dropped.
     """
-    source_dir, found, plan = _surveyed(directory, engine, progress)
+    source_dir, found, plan = _surveyed(directory, options)
     out_path = os.fspath(out)
     _refuse_unreadable(source_dir, plan)
     seqs = [seq for first, last in plan.intact_dropped for seq in range(first, last + 1)]

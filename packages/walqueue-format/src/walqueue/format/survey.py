@@ -30,6 +30,7 @@ from walqueue.format.current import Current, read_current
 from walqueue.format.directory import StoreDirectory
 from walqueue.format.errors import CorruptStore
 from walqueue.format.frame import SegmentEnd, decode_frame, find_complete_frame, scan_frames
+from walqueue.format.jsonfields import FieldsJson, fields_json
 from walqueue.format.log_rules import LiveSegment
 from walqueue.format.names import CURRENT_NAME, DirectoryListing, list_directory, wal_name
 from walqueue.format.progress import Progress
@@ -99,7 +100,7 @@ class SurveySource:
 
 
 @dataclass(frozen=True, slots=True)
-class Run:
+class Run(FieldsJson):
     """Consecutive intact frames of one segment whose sequences follow each other."""
 
     file: str
@@ -108,29 +109,15 @@ class Run:
     offset: int
     end: int
 
-    def to_json(self) -> dict[str, Any]:
-        """The run as a JSON object."""
-        return {
-            "file": self.file,
-            "first_seq": self.first_seq,
-            "last_seq": self.last_seq,
-            "offset": self.offset,
-            "end": self.end,
-        }
-
 
 @dataclass(frozen=True, slots=True)
-class Damage:
+class Damage(FieldsJson):
     """A byte range of a segment that holds no readable transaction, and why."""
 
     file: str
     offset: int
     bytes: int
     reason: str
-
-    def to_json(self) -> dict[str, Any]:
-        """The damage as a JSON object."""
-        return {"file": self.file, "offset": self.offset, "bytes": self.bytes, "reason": self.reason}
 
 
 @dataclass(slots=True)
@@ -149,19 +136,12 @@ class SegmentSurvey:
 
     def to_json(self) -> dict[str, Any]:
         """The segment's survey as a JSON object."""
-        return {
-            "file": self.file,
-            "number": self.number,
-            "size": self.size,
-            "runs": [run.to_json() for run in self.runs],
-            "damage": [damage.to_json() for damage in self.damage],
-            "torn": None if self.torn is None else {"offset": self.torn[0], "bytes": self.torn[1]},
-            "unreadable": self.unreadable,
-        }
+        torn = None if self.torn is None else {"offset": self.torn[0], "bytes": self.torn[1]}
+        return {**fields_json(self), "torn": torn}
 
 
 @dataclass(frozen=True, slots=True)
-class SnapshotSurvey:
+class SnapshotSurvey(FieldsJson):
     """One snapshot file verified on its own (whatever CURRENT says of it)."""
 
     file: str
@@ -172,18 +152,6 @@ class SnapshotSurvey:
     named_by_current: bool
     #: False when the file could not be read at all (`reason` says why): its contents are unknown.
     readable: bool = True
-
-    def to_json(self) -> dict[str, Any]:
-        """The snapshot's survey as a JSON object."""
-        return {
-            "file": self.file,
-            "seq": self.seq,
-            "tasks": self.tasks,
-            "valid": self.valid,
-            "reason": self.reason,
-            "named_by_current": self.named_by_current,
-            "readable": self.readable,
-        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,18 +196,9 @@ class SalvagePlan:
     def to_json(self) -> dict[str, Any]:
         """The plan as a JSON object."""
         return {
-            "base": self.base,
-            "base_seq": self.base_seq,
-            "base_tasks": self.base_tasks,
-            "last_seq": self.last_seq,
-            "highest_seq": self.highest_seq,
+            **fields_json(self),
             "kept_transactions": self.kept_transactions,
             "dropped_transactions": self.dropped_transactions,
-            "lost": self.lost,
-            "intact_dropped": self.intact_dropped,
-            "engine_checked": self.engine_checked,
-            "stop": self.stop,
-            "unreadable": self.unreadable,
             "complete": self.complete,
         }
 
@@ -274,14 +233,9 @@ class Survey:
     def to_json(self) -> dict[str, Any]:
         """The survey as a JSON object (without the per-frame index)."""
         return {
-            "current_present": self.current_present,
-            "current_problem": self.current_problem,
-            "current_readable": self.current_readable,
-            "snapshots": [s.to_json() for s in self.snapshots],
-            "segments": [s.to_json() for s in self.segments],
+            **fields_json(self, omit=("directory", "current", "frames")),
             "intact": self.intact(),
             "unreadable": self.unreadable(),
-            "plan": None if self.plan is None else self.plan.to_json(),
         }
 
 

@@ -48,43 +48,20 @@ as a torn tail: that is what a crash at this instant would leave.
 """
 
 from walqueue.format.cmdline import EX_USAGE, EXIT_INTERRUPTED
+from walqueue.format.fsck import report as _report
 from walqueue.format.fsck.check import check
 from walqueue.format.fsck.cli import main, repair_guide
 from walqueue.format.fsck.render import render_text
-from walqueue.format.fsck.report import (
-    EXIT_CORRUPT,
-    EXIT_HEALTHY,
-    EXIT_NOT_A_STORE,
-    EXIT_TORN,
-    REPORT_VERSION,
-    Cause,
-    Finding,
-    LeftoverSummary,
-    ReplaySummary,
-    Report,
-    SegmentSummary,
-    SnapshotSummary,
-)
+from walqueue.format.fsck.report import *  # noqa: F403  (the report's data and exit statuses: `report.__all__` lists them once)
 from walqueue.format.replay import ReplayUnavailable
 
 __all__ = [
-    "EXIT_CORRUPT",
     "EXIT_INTERRUPTED",
     "EX_USAGE",
-    "EXIT_HEALTHY",
-    "EXIT_NOT_A_STORE",
-    "EXIT_TORN",
-    "REPORT_VERSION",
-    "Cause",
-    "Finding",
-    "LeftoverSummary",
-    "ReplaySummary",
     "ReplayUnavailable",
-    "Report",
-    "SegmentSummary",
-    "SnapshotSummary",
     "check",
     "main",
     "render_text",
     "repair_guide",
 ]
+__all__ += _report.__all__

@@ -15,6 +15,7 @@ from typing import Any
 
 from walqueue.format.current import Current
 from walqueue.format.errors import CorruptStore
+from walqueue.format.jsonfields import FieldsJson, fields_json
 from walqueue.format.survey import Survey
 
 __all__ = [
@@ -66,7 +67,7 @@ def file_name(path: str | None) -> str | None:
 
 
 @dataclass(frozen=True, slots=True)
-class Finding:
+class Finding(FieldsJson):
     """One thing fsck found: how bad, what kind, where (file name and byte offset), and why."""
 
     severity: str
@@ -77,32 +78,17 @@ class Finding:
     #: For a torn tail: the number of bytes opening would cut.
     bytes: int | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        """The finding as a JSON object (the `findings` items of `--json`)."""
-        return {
-            "severity": self.severity,
-            "kind": self.kind,
-            "file": self.file,
-            "offset": self.offset,
-            "message": self.message,
-            "bytes": self.bytes,
-        }
-
 
 @dataclass(frozen=True, slots=True)
-class Cause:
+class Cause(FieldsJson):
     """The likely cause of the damage fsck found, in words a repairer can act on (docs/REPAIR.md)."""
 
     kind: str
     message: str
 
-    def to_json(self) -> dict[str, Any]:
-        """The cause as a JSON object."""
-        return {"kind": self.kind, "message": self.message}
-
 
 @dataclass(frozen=True, slots=True)
-class SnapshotSummary:
+class SnapshotSummary(FieldsJson):
     """The snapshot CURRENT names, as read and verified."""
 
     file: str
@@ -111,13 +97,9 @@ class SnapshotSummary:
     size: int
     sha256: str
 
-    def to_json(self) -> dict[str, Any]:
-        """The snapshot summary as a JSON object."""
-        return {"file": self.file, "seq": self.seq, "tasks": self.tasks, "size": self.size, "sha256": self.sha256}
-
 
 @dataclass(slots=True)
-class SegmentSummary:
+class SegmentSummary(FieldsJson):
     """One live WAL segment: its size, how many frames were verified, their sequence range, its end."""
 
     file: str
@@ -136,31 +118,14 @@ class SegmentSummary:
             self.first_seq = seq
         self.last_seq = seq
 
-    def to_json(self) -> dict[str, Any]:
-        """The segment summary as a JSON object (the `segments` items of `--json`)."""
-        return {
-            "file": self.file,
-            "number": self.number,
-            "size": self.size,
-            "frames": self.frames,
-            "first_seq": self.first_seq,
-            "last_seq": self.last_seq,
-            "torn_offset": self.torn_offset,
-            "torn_bytes": self.torn_bytes,
-        }
-
 
 @dataclass(frozen=True, slots=True)
-class LeftoverSummary:
+class LeftoverSummary(FieldsJson):
     """A segment below CURRENT.wal: never read, as opening never reads it."""
 
     file: str
     number: int
     size: int | None
-
-    def to_json(self) -> dict[str, Any]:
-        """The leftover segment as a JSON object."""
-        return {"file": self.file, "number": self.number, "size": self.size}
 
 
 #: A report lists at most this many groups of dead letters (the largest first) and counts the rest.
@@ -168,7 +133,7 @@ DEAD_LETTER_GROUPS = 10
 
 
 @dataclass(frozen=True, slots=True)
-class DeadLetterGroup:
+class DeadLetterGroup(FieldsJson):
     """The dead letters whose last error has one type (None: dead without a recorded error)."""
 
     type: str | None
@@ -176,27 +141,15 @@ class DeadLetterGroup:
     #: The message of the group's first dead letter by task id (None for the group without an error).
     example: str | None
 
-    def to_json(self) -> dict[str, Any]:
-        """The group as a JSON object (the `groups` items of the replay's `dead_letters`)."""
-        return {"type": self.type, "count": self.count, "example": self.example}
-
 
 @dataclass(frozen=True, slots=True)
-class DeadLetters:
+class DeadLetters(FieldsJson):
     """Why the dead letters died, grouped by their last error's type: bounded, whatever the store holds."""
 
     groups: tuple[DeadLetterGroup, ...]
     #: The groups past `DEAD_LETTER_GROUPS`, and how many dead letters they hold.
     more_groups: int = 0
     more_tasks: int = 0
-
-    def to_json(self) -> dict[str, Any]:
-        """The grouping as a JSON object (the replay's `dead_letters`)."""
-        return {
-            "groups": [group.to_json() for group in self.groups],
-            "more_groups": self.more_groups,
-            "more_tasks": self.more_tasks,
-        }
 
 
 def group_dead_letters(errors: Iterable[tuple[str, str] | None], limit: int = DEAD_LETTER_GROUPS) -> DeadLetters:
@@ -223,7 +176,7 @@ def group_dead_letters(errors: Iterable[tuple[str, str] | None], limit: int = DE
 
 
 @dataclass(frozen=True, slots=True)
-class ReplaySummary:
+class ReplaySummary(FieldsJson):
     """What applying the log with the engine's state machine gave.
 
     `complete` is false when damage stopped the replay: `applied`, `last_seq`
@@ -237,16 +190,6 @@ class ReplaySummary:
     counts: dict[str, int] | None
     #: The dead letters grouped by their last error (None: no state, or a state machine that cannot tell).
     dead_letters: DeadLetters | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        """The replay summary as a JSON object."""
-        return {
-            "complete": self.complete,
-            "applied": self.applied,
-            "last_seq": self.last_seq,
-            "counts": self.counts,
-            "dead_letters": None if self.dead_letters is None else self.dead_letters.to_json(),
-        }
 
 
 @dataclass(slots=True)
@@ -306,13 +249,5 @@ class Report:
             "directory": self.directory,
             "status": self.status,
             "exit_code": self.exit_code,
-            "findings": [f.to_json() for f in self.findings],
-            "current": None if self.current is None else self.current.to_json(),
-            "snapshot": None if self.snapshot is None else self.snapshot.to_json(),
-            "segments": [s.to_json() for s in self.segments],
-            "leftover_segments": [s.to_json() for s in self.leftover_segments],
-            "last_seq": self.last_seq,
-            "replay": None if self.replay is None else self.replay.to_json(),
-            "causes": [c.to_json() for c in self.causes],
-            "survey": None if self.survey is None else self.survey.to_json(),
+            **fields_json(self),
         }

@@ -1,0 +1,47 @@
+"""walqueue.worker: run your functions for the tasks of a WALQueue (`walqueue-worker`, or `Worker` in code).
+
+Heartbeats, retries with backoff, the last error, timeouts, a clean stop on
+SIGTERM, several threads or processes, and periodic tasks. The map:
+
+  clock.py       the one explicit clock (default: milliseconds since the epoch)
+  errors.py      Retry, Permanent, UnknownKind (what a handler raises), LeaseLost
+  context.py     Job and Context: what a handler is given
+  router.py      Router: one function per payload["kind"]
+  retry.py       RetryPolicy: exponential backoff with full jitter
+  source.py      Queue or Client behind one protocol; release/fail with the error
+  running.py     Run and Settler: the only code that acks, releases or fails a lease
+  monitor.py     heartbeats and timeouts (tick with a fake clock in tests)
+  schedule.py    periodic tasks (`cron:<name>:<time>` keys), cron.py the 5-field parser
+  report.py      counters, one log line per outcome, the summary line, JSON lines
+  runner.py      Worker: the threads of one process
+  supervisor.py  several processes sharing one queue through walqueue-serve
+  cli.py         the walqueue-worker command
+"""
+
+from __future__ import annotations
+
+from walqueue.worker.clock import MILLISECONDS, Clock, milliseconds
+from walqueue.worker.context import Context, Job
+from walqueue.worker.errors import LeaseLost, Permanent, Retry, UnknownKind
+from walqueue.worker.retry import RetryPolicy
+from walqueue.worker.router import Handler, Router
+from walqueue.worker.runner import Worker
+from walqueue.worker.schedule import Periodic, firing_key
+
+__all__ = [
+    "MILLISECONDS",
+    "Clock",
+    "Context",
+    "Handler",
+    "Job",
+    "LeaseLost",
+    "Periodic",
+    "Permanent",
+    "Retry",
+    "RetryPolicy",
+    "Router",
+    "UnknownKind",
+    "Worker",
+    "firing_key",
+    "milliseconds",
+]

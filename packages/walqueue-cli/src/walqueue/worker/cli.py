@@ -1,0 +1,312 @@
+"""walqueue-worker: run a handler for each task of a queue directory, or of a walqueue-serve socket.
+
+    walqueue-worker DIR app.tasks:handle --concurrency 8
+    walqueue-worker DIR app.tasks:handle --processes 4      # starts walqueue-serve DIR itself
+    walqueue-worker --socket /run/app/queue.sock app.tasks:handle
+
+The handler is imported before anything else is touched: a handler that
+cannot be imported is a usage error (64), and nothing is written, not even
+the directory. Times on the command line are in seconds; the worker's clock
+is milliseconds since the epoch, so producers must use milliseconds for
+`available_at`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import select
+import signal
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from types import FrameType
+from typing import Any
+
+from walqueue import WalQueueError
+from walqueue.format.cmdline import EX_USAGE, UsageParser, version_line
+from walqueue.worker.clock import MILLISECONDS
+from walqueue.worker.report import JsonLines
+from walqueue.worker.schedule import Periodic, load_schedule
+
+__all__ = ["EXIT_CANNOT_OPEN", "EXIT_FATAL", "EXIT_OK", "EXIT_SERVER", "main", "resolve_handler", "until_stopped"]
+
+PROG = "walqueue-worker"
+#: Exit statuses (64, a usage error, from walqueue.format.cmdline).
+EXIT_OK = 0
+EXIT_FATAL = 1
+EXIT_CANNOT_OPEN = 2
+EXIT_SERVER = 3
+
+_EPILOG = """\
+The handler, MODULE:CALLABLE (the current directory is searched first, as
+`python -m` does), is called as handler(job, context) for each task: job.id,
+job.payload, job.attempts; context.time_left(), context.lease_lost,
+context.check(). Returning acks the task; raising releases it for a retry
+after an exponential backoff (raise walqueue.worker.Retry(delay=MS) to
+choose the delay, walqueue.worker.Permanent to make it dead at once). A
+walqueue.worker.Router picks a function by payload["kind"].
+
+Times: options take seconds; the worker's clock is milliseconds since the
+epoch (producers use milliseconds for available_at).
+
+SIGTERM or SIGINT: stop reserving at once, give running handlers --grace
+seconds, then release their leases and exit 0. A second signal releases at
+once.
+
+exit status: 0 stopped by a signal; 1 the queue failed (poisoned by an I/O
+error); 2 DIR could not be opened (corrupt, locked by another owner); 3 the
+server (--processes with DIR) could not be started; 64 usage error (also a
+handler that cannot be imported, or a bad --schedule file)."""
+
+
+def _parser() -> UsageParser:
+    parser = UsageParser(
+        prog=PROG,
+        usage=f"{PROG} (DIR | --socket PATH) MODULE:CALLABLE [options]",
+        description="Run MODULE:CALLABLE for each task of the WALQueue in DIR (or served on --socket PATH).",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("places", nargs="+", metavar="[DIR] MODULE:CALLABLE", help=argparse.SUPPRESS)
+    parser.add_argument("--socket", metavar="PATH", help="use the walqueue-serve listening on PATH instead of DIR")
+    parser.add_argument("--concurrency", type=_positive_int, default=1, metavar="N", help="threads per process (1)")
+    parser.add_argument(
+        "--prefetch", type=_count, metavar="N", help="extra leases held (default: 1 per thread; 3 through a server)"
+    )
+    parser.add_argument(
+        "--processes",
+        type=_positive_int,
+        metavar="P",
+        help="P processes sharing the queue through walqueue-serve",
+    )
+    parser.add_argument("--lease", type=_seconds, default=30.0, metavar="S", help="lease length in seconds (30)")
+    parser.add_argument(
+        "--grace", type=_seconds_or_zero, default=20.0, metavar="S", help="shutdown grace in seconds (20)"
+    )
+    parser.add_argument("--timeout", type=_seconds, metavar="S", help="a handler's time limit in seconds (none)")
+    parser.add_argument("--schedule", metavar="FILE", help="periodic tasks: a TOML ([[task]]) or JSON file")
+    parser.add_argument("--name", help="the worker name in leases (default HOST:PID)")
+    parser.add_argument("--log-json", action="store_true", help="log JSON lines instead of text")
+    parser.add_argument(
+        "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="INFO: a line per task"
+    )
+    parser.add_argument(
+        "--summary",
+        type=_seconds_or_zero,
+        default=60.0,
+        metavar="S",
+        help="a summary line every S seconds (60; 0: never)",
+    )
+    parser.add_argument("--hard-timeout", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--version", action="version", version=version_line(PROG))
+    return parser
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an int >= 1, not {text!r}")
+    return value
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an int >= 0, not {text!r}")
+    return value
+
+
+def _seconds_or_zero(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < 10**9:
+        raise argparse.ArgumentTypeError(f"expected seconds >= 0, not {text!r}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    value = _seconds_or_zero(text)
+    if value * MILLISECONDS < 1:
+        raise argparse.ArgumentTypeError(f"expected seconds >= 0.001, not {text!r}")
+    return value
+
+
+def milliseconds_of(seconds: float) -> int:
+    return max(1, round(seconds * MILLISECONDS))
+
+
+class HandlerImportError(WalQueueError, ValueError):
+    """MODULE:CALLABLE cannot be imported or is not callable (a usage error)."""
+
+
+def resolve_handler(spec: str) -> Callable[..., Any]:
+    """Import MODULE:CALLABLE (dotted attributes allowed after the colon); `HandlerImportError` says why not."""
+    module_name, colon, attribute = spec.partition(":")
+    if not colon or not module_name or not attribute:
+        raise HandlerImportError(f"the handler must be MODULE:CALLABLE (for example app.tasks:handle), not {spec!r}")
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)  # as `python -m` and `python script.py` do: the project's own modules are found
+    try:
+        target: Any = importlib.import_module(module_name)
+    except Exception as error:  # an ImportError, or any error raised by the module's own code
+        raise HandlerImportError(f"cannot import {module_name!r}: {type(error).__name__}: {error}") from error
+    for name in attribute.split("."):
+        try:
+            target = getattr(target, name)
+        except AttributeError:
+            raise HandlerImportError(f"{module_name!r} has no attribute {attribute!r}") from None
+    if not callable(target):
+        raise HandlerImportError(f"{spec} is not callable: {target!r}")
+    return target  # type: ignore[no-any-return]
+
+
+def configure_logging(level: str, json_lines: bool) -> None:
+    """Log the `walqueue` loggers to stderr, as text or JSON lines (left alone if the application set a handler)."""
+    logger = logging.getLogger("walqueue")
+    if not any(not isinstance(handler, logging.NullHandler) for handler in logger.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        formatter = JsonLines() if json_lines else logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s")
+        handler.setFormatter(formatter)
+        logger.addHandler(handler)
+    logger.setLevel(level)
+
+
+def until_stopped(target: Any, start: Callable[[], Any]) -> bool:
+    """Call `start`, then block until `target` is done; SIGTERM/SIGINT stop it, a second one with ``now=True``.
+
+    The signal handlers are installed before `start` runs, so a signal
+    during start-up is acted on once it has started. The handlers only
+    count; the main thread acts, woken by `signal.set_wakeup_fd`, so no lock
+    is ever taken inside a signal handler. Returns False (at once) if
+    `start` returns False.
+    """
+    wake_read, wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    received: list[int] = []
+
+    def on_signal(number: int, frame: FrameType | None) -> None:
+        received.append(number)
+
+    def notify_done() -> None:
+        target.wait(None)
+        try:
+            os.write(wake_write, b"d")
+        except OSError:
+            pass
+
+    previous = {number: signal.signal(number, on_signal) for number in (signal.SIGTERM, signal.SIGINT)}
+    previous_fd = signal.set_wakeup_fd(wake_write, warn_on_full_buffer=False)
+    acted = 0
+    try:
+        if start() is False:
+            return False
+        threading.Thread(target=notify_done, name="walqueue-worker done", daemon=True).start()
+        while not target.wait(0):
+            select.select([wake_read], [], [])
+            try:
+                os.read(wake_read, 512)
+            except BlockingIOError:
+                pass
+            while acted < min(len(received), 2):
+                acted += 1
+                logging.getLogger("walqueue.worker").info(
+                    "%s received: %s",
+                    signal.Signals(received[acted - 1]).name,
+                    "stopping (a second signal releases at once)" if acted == 1 else "releasing at once",
+                )
+                target.stop(now=acted == 2)
+    finally:
+        signal.set_wakeup_fd(previous_fd)
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+        os.close(wake_read)
+        # wake_write stays open: the done-notifier may still write to it (it is close-on-exec).
+    return True
+
+
+def _usage(parser: UsageParser, message: str) -> int:
+    parser.print_usage(sys.stderr)
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+    return EX_USAGE
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The walqueue-worker command; returns its exit status."""
+    parser = _parser()
+    arguments = parser.parse_args(argv)
+    places: list[str] = arguments.places
+    if arguments.socket is not None:
+        if len(places) != 1:
+            return _usage(parser, "with --socket, give only MODULE:CALLABLE (no DIR)")
+        directory, spec = None, places[0]
+    else:
+        if len(places) != 2:
+            return _usage(parser, "give DIR and MODULE:CALLABLE (or --socket PATH and MODULE:CALLABLE)")
+        directory, spec = places
+    try:
+        handler = resolve_handler(spec)
+    except HandlerImportError as error:
+        return _usage(parser, f"the handler {spec}: {error}")
+    schedule: list[Periodic] = []
+    if arguments.schedule is not None:
+        try:
+            schedule = load_schedule(arguments.schedule, MILLISECONDS)
+        except ValueError as error:
+            return _usage(parser, str(error))
+    configure_logging(arguments.log_level, arguments.log_json)
+    if arguments.processes is not None:
+        from walqueue.worker.supervisor import supervise
+
+        return supervise(directory, arguments.socket, spec, arguments)
+    return _run_here(directory, arguments, handler, schedule)
+
+
+def _run_here(directory: str | None, arguments: Any, handler: Callable[..., Any], schedule: list[Periodic]) -> int:
+    from walqueue import CorruptStore, DirectoryLocked, Queue
+    from walqueue.worker.runner import Worker
+
+    source: Any
+    if directory is not None:
+        try:
+            source = Queue(directory)
+        except (CorruptStore, DirectoryLocked, OSError) as error:
+            hint = ""
+            if isinstance(error, DirectoryLocked):
+                hint = " (another process owns it: share it with --processes, or use its server with --socket PATH)"
+            elif isinstance(error, CorruptStore):
+                hint = " (run walqueue-fsck DIR)"
+            print(f"{PROG}: cannot open {directory}: {type(error).__name__}: {error}{hint}", file=sys.stderr)
+            return EXIT_CANNOT_OPEN
+    else:
+        from walqueue.cli.client import Client
+
+        source = Client(arguments.socket)
+    try:
+        worker = Worker(
+            source,
+            handler,
+            concurrency=arguments.concurrency,
+            prefetch=arguments.prefetch,
+            lease=milliseconds_of(arguments.lease),
+            timeout=None if arguments.timeout is None else milliseconds_of(arguments.timeout),
+            grace=round(arguments.grace * MILLISECONDS),
+            schedule=schedule,
+            name=arguments.name,
+            hard_timeout=arguments.hard_timeout,
+            summary_every=arguments.summary or None,
+        )
+        until_stopped(worker, worker.start)
+    finally:
+        source.close()
+    return EXIT_OK if worker.fatal is None else EXIT_FATAL

@@ -1,0 +1,108 @@
+"""What the worker counts and logs: one line per task outcome, and a summary line now and then.
+
+Every outcome goes through `Report.outcome`, which bumps one counter and
+logs one line on the ``walqueue.worker`` logger; the fields are also set on
+the log record (``event``, ``task``, ``attempt``, ``ms`` and, for failures,
+``error`` and ``delay``), so `JsonLines` writes them as JSON without parsing
+the message. `Worker.stats()` returns `Report.snapshot()`: the same counters.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from typing import Any
+
+__all__ = ["OUTCOMES", "JsonLines", "Report", "log"]
+
+log = logging.getLogger("walqueue.worker")
+
+#: The outcomes of one handler run (each has a counter of the same name in `stats()`):
+#: completed: acked; retried: failed, released for a later attempt; dead: failed for good (out of
+#: attempts, `Permanent`, unknown kind); lost: the lease was lost, the result discarded;
+#: timed_out: overran its timeout, lease released; interrupted: released at shutdown; returned: a
+#: prefetched lease given back at shutdown before its handler started (not a handler run).
+OUTCOMES = ("completed", "retried", "dead", "lost", "timed_out", "interrupted", "returned")
+_LEVELS = {"completed": logging.INFO, "retried": logging.WARNING, "dead": logging.ERROR}
+_FIELDS = ("event", "task", "attempt", "ms", "delay", "error", "worker")
+
+
+class Report:
+    """Thread-safe counters of outcomes, plus the number of handlers running now."""
+
+    def __init__(self, worker: str) -> None:
+        self.worker = worker
+        self._lock = threading.Lock()
+        self._counts = dict.fromkeys(OUTCOMES, 0)
+        self._started = time.monotonic()
+        self._last_summary = (self._started, 0)
+
+    def outcome(self, event: str, task: str, attempt: int, ms: int, message: str, **extra: Any) -> None:
+        """Count `event` for one run (it has ended) and log its line."""
+        with self._lock:
+            self._counts[event] += 1
+        level = _LEVELS.get(event, logging.WARNING)
+        if not log.isEnabledFor(level):
+            return  # the busy path: no record built for a line nobody reads
+        fields = {"event": event, "task": task, "attempt": attempt, "ms": ms, "worker": self.worker, **extra}
+        log.log(
+            level,
+            "%s %s (attempt %d, %d ms)%s",
+            event,
+            task,
+            attempt,
+            ms,
+            f": {message}" if message else "",
+            extra=fields,
+        )
+
+    def snapshot(self, running: int) -> dict[str, Any]:
+        """Each outcome's counter, `processed` (their sum), `running` (given), `rate` (processed per second so far)."""
+        with self._lock:
+            counts: dict[str, Any] = dict(self._counts)
+        processed = sum(count for name, count in counts.items() if name != "returned")  # handler runs
+        elapsed = max(time.monotonic() - self._started, 1e-9)
+        return {**counts, "processed": processed, "running": running, "rate": round(processed / elapsed, 1)}
+
+    def summary(self, running: int) -> None:
+        """Log one summary line; its rate is over the time since the previous summary."""
+        stats = self.snapshot(running)
+        now = time.monotonic()
+        with self._lock:
+            since, processed_then = self._last_summary
+            self._last_summary = (now, stats["processed"])
+        rate = (stats["processed"] - processed_then) / max(now - since, 1e-9)
+        fields = {key: stats[key] for key in ("processed", *OUTCOMES, "running")}
+        log.info(
+            "summary: processed %d, completed %d, retried %d, dead %d, leases lost %d, timed out %d, "
+            "running %d, %.1f tasks/s",
+            stats["processed"],
+            stats["completed"],
+            stats["retried"],
+            stats["dead"],
+            stats["lost"],
+            stats["timed_out"],
+            stats["running"],
+            rate,
+            extra={"event": "summary", "worker": self.worker, "rate": round(rate, 1), "counts": fields},
+        )
+
+
+class JsonLines(logging.Formatter):
+    """One JSON object per line: time, level, logger, message, and the worker's fields when present."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "time": round(record.created, 3),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for name in (*_FIELDS, "rate", "counts"):
+            if name in record.__dict__:
+                line[name] = record.__dict__[name]
+        if record.exc_info:
+            line["traceback"] = self.formatException(record.exc_info)
+        return json.dumps(line, ensure_ascii=False, default=str)

@@ -1,0 +1,247 @@
+"""`walqueue-worker ... --processes P`: P worker processes sharing one queue through walqueue-serve.
+
+A directory has one owner (its lock), so processes share it through the
+server: given DIR, the supervisor starts ``walqueue-serve DIR --socket
+DIR/worker.sock`` itself, waits until it answers, then starts P children,
+each ``python -m walqueue.worker --socket DIR/worker.sock HANDLER`` with the
+same options (and a hard timeout: a child whose handler overruns releases
+its leases and exits). Given ``--socket PATH`` it starts only the children.
+
+It keeps them running: a child or a server that dies (a crash, SIGKILL, a
+hard timeout) is started again, after a pause that grows while they keep
+dying at once, so a handler that crashes on import cannot spin.
+
+On SIGTERM/SIGINT it passes the signal to every child, waits for them (each
+runs its own grace, then releases), then stops the server, and exits 0. A
+second signal is passed on too (children release at once). A child still
+alive `grace + 10` seconds after the first signal is killed; its leases then
+expire as any crashed worker's do.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from walqueue.worker.report import log
+
+__all__ = ["SOCKET_NAME", "Supervisor", "supervise"]
+
+#: The socket the supervisor's server listens on, inside the directory (nothing is written outside it).
+SOCKET_NAME = "worker.sock"
+#: The longest path a Unix socket address may hold on Linux (108 bytes with the final NUL).
+_MAX_SOCKET_PATH = 107
+_SERVER_START_SECONDS = 30.0
+_SERVER_START_TRIES = 5  # a server killed by a signal while it starts is started again, this often
+_KILL_MARGIN_SECONDS = 10.0
+_RESTART_PAUSE = (0.1, 5.0)  # after a child that lived less than a second: doubling up to the cap
+_ALIVE_SECONDS = 1.0
+
+
+@dataclass
+class _Child:
+    """One process the supervisor keeps alive: its command, the process, and how fast it has been dying."""
+
+    name: str
+    command: list[str]
+    process: subprocess.Popen[bytes] | None = None
+    started: float = 0.0
+    pause: float = _RESTART_PAUSE[0]
+    restart_at: float | None = None
+    restarts: int = 0
+    output: Any = field(default=None, repr=False)
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(self.command, stdin=subprocess.DEVNULL, stdout=self.output)
+        self.started = time.monotonic()
+        self.restart_at = None
+
+    def exited(self) -> int | None:
+        return None if self.process is None else self.process.poll()
+
+    def signal(self, number: int) -> None:
+        if self.process is not None and self.process.poll() is None:
+            try:
+                self.process.send_signal(number)
+            except ProcessLookupError:
+                pass
+
+    def schedule_restart(self, now: float) -> None:
+        lived = now - self.started
+        self.pause = _RESTART_PAUSE[0] if lived >= _ALIVE_SECONDS else min(self.pause * 2, _RESTART_PAUSE[1])
+        self.restart_at = now + (0.0 if lived >= _ALIVE_SECONDS else self.pause)
+        self.restarts += 1
+
+
+class Supervisor:
+    """Runs the server (for a directory) and P worker children until stopped; see the module docstring."""
+
+    def __init__(
+        self,
+        directory: str | None,
+        socket_path: str,
+        children: list[list[str]],
+        grace: float,
+        server_log_level: str = "WARNING",
+    ) -> None:
+        self.directory = directory
+        self.socket_path = socket_path
+        self.grace = grace
+        self.server: _Child | None = None
+        if directory is not None:
+            command = [sys.executable, "-m", "walqueue.cli.serve", directory, "--socket", socket_path]
+            command += ["--log-level", server_log_level]
+            self.server = _Child("server", command, output=subprocess.DEVNULL)
+        self.children = [_Child(f"worker {number}", command) for number, command in enumerate(children)]
+        self._stopping = threading.Event()
+        self._hurry = threading.Event()
+        self._done = threading.Event()
+        self._changed = threading.Condition()
+        self.exit_status = 0
+
+    # -- the interface of `cli.until_stopped` ----------------------------------------------
+
+    def stop(self, *, now: bool = False) -> None:
+        if now:
+            self._hurry.set()
+        self._stopping.set()
+        with self._changed:
+            self._changed.notify_all()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._done.wait(timeout)
+
+    # -- running ---------------------------------------------------------------------------
+
+    def start(self) -> bool:
+        """Start the server (if any) and wait until it answers, then the children; False if the server failed."""
+        if self.server is not None:
+            for _ in range(_SERVER_START_TRIES):
+                self.server.start()
+                if self._server_ready():
+                    break
+                status = self.server.exited()
+                if status is None or status >= 0:
+                    return False  # it refused to start (2: DIR cannot be opened, 3: the socket): say so
+                log.warning("walqueue-serve was killed while starting; starting it again")
+            else:
+                return False
+        for child in self.children:
+            child.start()
+        threading.Thread(target=self._keep_alive, name="walqueue-worker supervisor", daemon=True).start()
+        log.info("supervising %d worker process(es) on %s", len(self.children), self.socket_path)
+        return True
+
+    def _server_ready(self) -> bool:
+        assert self.server is not None and self.server.process is not None
+        give_up = time.monotonic() + _SERVER_START_SECONDS
+        pause = 0.01
+        while time.monotonic() < give_up:
+            status = self.server.process.poll()
+            if status is not None:
+                if status >= 0:
+                    log.error("walqueue-serve exited with status %d before it listened (see its message above)", status)
+                self.exit_status = status if status in (2, 3) else 3
+                return False
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+                try:
+                    probe.connect(self.socket_path)
+                    return True
+                except OSError:
+                    pass
+            time.sleep(pause)
+            pause = min(pause * 2, 0.2)
+        log.error("walqueue-serve did not listen on %s within %.0f s", self.socket_path, _SERVER_START_SECONDS)
+        self.server.signal(signal.SIGKILL)
+        self.server.process.wait()
+        self.exit_status = 3
+        return False
+
+    def _keep_alive(self) -> None:
+        """Restart what dies until the first signal; then pass signals on, wait, stop the server."""
+        while not self._stopping.is_set():
+            now = time.monotonic()
+            for child in ([self.server] if self.server is not None else []) + self.children:
+                status = child.exited()
+                if status is None:
+                    continue
+                if child.restart_at is None:
+                    log.warning("%s exited with status %d; starting it again", child.name, status)
+                    child.schedule_restart(now)
+                if child.restart_at is not None and now >= child.restart_at:
+                    child.start()
+            with self._changed:
+                self._changed.wait(0.1)
+        self._shut_down()
+
+    def _shut_down(self) -> None:
+        for child in self.children:
+            child.signal(signal.SIGTERM)
+        kill_at = time.monotonic() + self.grace + _KILL_MARGIN_SECONDS
+        hurried = False
+        while any(child.exited() is None for child in self.children):
+            if self._hurry.is_set() and not hurried:
+                hurried = True
+                for child in self.children:
+                    child.signal(signal.SIGTERM)  # the second signal: release at once
+            if time.monotonic() >= kill_at:
+                for child in self.children:
+                    if child.exited() is None:
+                        log.error("%s still running %.0f s after the stop: killed", child.name, self.grace)
+                        child.signal(signal.SIGKILL)
+            with self._changed:
+                self._changed.wait(0.05)
+        if self.server is not None and self.server.process is not None:
+            self.server.signal(signal.SIGTERM)
+            try:
+                self.server.process.wait(_KILL_MARGIN_SECONDS)
+            except subprocess.TimeoutExpired:
+                self.server.signal(signal.SIGKILL)
+                self.server.process.wait()
+        self._done.set()
+
+
+def _child_command(socket_path: str, spec: str, arguments: Any) -> list[str]:
+    command = [sys.executable, "-m", "walqueue.worker", "--socket", socket_path, spec]
+    command += ["--concurrency", str(arguments.concurrency), "--lease", repr(arguments.lease)]
+    if arguments.prefetch is not None:
+        command += ["--prefetch", str(arguments.prefetch)]
+    command += ["--grace", repr(arguments.grace), "--summary", repr(arguments.summary)]
+    command += ["--log-level", arguments.log_level]
+    if arguments.timeout is not None:
+        command += ["--timeout", repr(arguments.timeout), "--hard-timeout"]
+    if arguments.schedule is not None:
+        command += ["--schedule", os.path.abspath(arguments.schedule)]
+    if arguments.log_json:
+        command.append("--log-json")
+    return command
+
+
+def supervise(directory: str | None, socket_path: str | None, spec: str, arguments: Any) -> int:
+    """Run P children (and the server, for a directory) until SIGTERM/SIGINT; returns the exit status."""
+    from walqueue.worker.cli import PROG, until_stopped
+
+    if socket_path is None:
+        assert directory is not None
+        socket_path = os.path.join(os.path.abspath(directory), SOCKET_NAME)
+        if len(os.fsencode(socket_path)) > _MAX_SOCKET_PATH:
+            print(
+                f"{PROG}: the socket path {socket_path} is longer than a Unix socket allows "
+                f"({_MAX_SOCKET_PATH} bytes): start walqueue-serve with a shorter --socket yourself "
+                "and run walqueue-worker --socket PATH",
+                file=sys.stderr,
+            )
+            return 3
+    command = _child_command(socket_path, spec, arguments)
+    server_log_level = "DEBUG" if arguments.log_level == "DEBUG" else "WARNING"  # its per-client lines are noise here
+    supervisor = Supervisor(directory, socket_path, [command] * arguments.processes, arguments.grace, server_log_level)
+    if not until_stopped(supervisor, supervisor.start):
+        return supervisor.exit_status
+    return 0

@@ -1,0 +1,25 @@
+"""The torture campaign ``workers`` (tools/torture/workers.py), bounded: worker processes and the server
+SIGKILLed at random under load, then every task, handler run and periodic firing accounted for.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+from torture.runner import run_campaign  # noqa: E402
+
+#: Lower bounds a bounded run must reach: about a third of what a loaded two-core machine does.
+MINIMUM_COUNTS = {"units": 1, "tasks": 40, "handler runs": 40, "periodic firings": 3, "worker kills": 2}
+
+
+@pytest.mark.timeout(300)
+def test_the_workers_campaign_finds_no_divergence() -> None:
+    report = run_campaign("workers", 1, 12.0, MINIMUM_COUNTS)
+    print(report.line())
+    assert report.divergence_count == 0, "\n".join([report.line(), *report.divergences])
+    for what, minimum in MINIMUM_COUNTS.items():
+        assert report.counts.get(what, 0) >= minimum, f"{what}: {report.line()}"

@@ -1,0 +1,309 @@
+"""Campaign ``workers``: SIGKILL worker processes and the server of `walqueue-worker --processes` under load.
+
+Each unit puts a mix of tasks (ones that succeed, fail a few times, always
+fail, fail permanently, run long), starts ``walqueue-worker DIR
+side:handle --processes 3 --schedule FILE`` (its supervisor starts
+walqueue-serve and restarts whatever dies), and SIGKILLs a worker process
+or the server at random moments until every task is done. Handlers append
+one line when they start and one when they end to a side log (outside the
+store, in the unit's own directory). Then SIGTERM, and the checks:
+
+- the supervisor exits 0, and the store holds no lease;
+- every task is completed, or dead with its last error, as `max_attempts`
+  allows: dead only with a `Permanent` error, or with its attempts used up;
+  completed only if a run of it ended well;
+- every handler run is accounted for: each start has its end, or ran in a
+  process this campaign killed, or past the grace of the final stop (its
+  lease then released); no run has an attempt beyond the task's;
+- nothing acknowledged is lost: every task seen completed during the run
+  is completed at the end;
+- no periodic firing is enqueued twice: one task per firing time, each a
+  multiple of the interval, no more than the time allowed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from walqueue import Queue
+
+from .harness import Budget, Report
+
+HANDLERS = """
+import os, time
+from walqueue.worker import Permanent
+
+LOG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "side.log")
+
+def note(*words):
+    line = " ".join(str(word) for word in words) + "\\n"
+    descriptor = os.open(LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(descriptor, line.encode())
+    finally:
+        os.close(descriptor)
+
+def handle(job, context):
+    kind = job.payload.get("kind", "tick")
+    note("start", job.id, job.attempts, os.getpid())
+    try:
+        if kind == "slow":
+            deadline = time.monotonic() + job.payload["seconds"]
+            while time.monotonic() < deadline:
+                context.check()
+                time.sleep(0.02)
+        elif kind == "flaky" and job.attempts < job.payload["until"]:
+            raise RuntimeError(f"flaky attempt {job.attempts}")
+        elif kind == "fail":
+            raise RuntimeError("always fails")
+        elif kind == "permanent":
+            raise Permanent("cannot ever work")
+    except BaseException as error:
+        note("end", job.id, job.attempts, os.getpid(), type(error).__name__)
+        raise
+    note("end", job.id, job.attempts, os.getpid(), "ok")
+"""
+
+KINDS = ("ok", "ok", "slow", "flaky", "fail", "permanent")
+TASKS_PER_UNIT = 40
+TICK_SECONDS = 1
+UNIT_SECONDS = 60.0  # a unit that has not finished by then is a divergence (something is stuck)
+
+
+@dataclass
+class Unit:
+    """One run of `walqueue-worker --processes` and what this campaign did to it."""
+
+    directory: Path
+    rng: random.Random
+    report: Report
+    where: str
+    killed: set[int] = field(default_factory=set)
+    stopped: set[int] = field(default_factory=set)  # the worker processes that got the final SIGTERM
+    completed_seen: set[str] = field(default_factory=set)
+    started: float = 0.0
+
+    @property
+    def store(self) -> Path:
+        return self.directory / "q"
+
+
+def campaign_workers(seed: int, budget: float, report: Report) -> None:
+    """Units of kills under load until the budget is spent (at least one; longer while short of the targets)."""
+    time_left = Budget(budget, report)
+    root = Path(tempfile.mkdtemp(prefix="wq-workers-", dir="/tmp"))  # DIR/worker.sock must fit in sun_path
+    try:
+        number = 0
+        while number == 0 or not time_left.over():
+            unit = Unit(root / f"u{number}", random.Random(f"{seed}:{number}"), report, f"--seed {seed} unit {number}")
+            _run_unit(unit)
+            report.count("units")
+            number += 1
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _put_tasks(unit: Unit) -> dict[str, dict[str, Any]]:
+    tasks = {}
+    for number in range(TASKS_PER_UNIT):
+        kind = unit.rng.choice(KINDS)
+        payload: dict[str, Any] = {"kind": kind}
+        if kind == "slow":
+            payload["seconds"] = round(unit.rng.uniform(0.05, 0.6), 2)
+        if kind == "flaky":
+            payload["until"] = unit.rng.randint(2, 3)
+        tasks[f"{kind}-{number:03}"] = {"payload": payload, "max_attempts": unit.rng.randint(1, 4)}
+    with Queue(unit.store) as queue:
+        queue.put_many([{"task_id": task_id, **task} for task_id, task in tasks.items()])
+    return tasks
+
+
+def _start(unit: Unit) -> subprocess.Popen[bytes]:
+    (unit.directory / "side.py").write_text(HANDLERS)
+    schedule = unit.directory / "schedule.json"
+    schedule.write_text(json.dumps([{"name": "tick", "every": TICK_SECONDS, "payload": {"kind": "tick"}}]))
+    command = [sys.executable, "-m", "walqueue.worker", str(unit.store), "side:handle", "--processes", "3"]
+    command += ["--concurrency", "2", "--lease", "2", "--grace", "1", "--schedule", str(schedule)]
+    command += ["--log-level", "ERROR", "--summary", "0"]
+    import walqueue
+
+    env = dict(os.environ)
+    roots = [str(Path(entry).parent) for entry in walqueue.__path__]
+    env["PYTHONPATH"] = os.pathsep.join(roots + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    unit.started = time.time()
+    return subprocess.Popen(
+        command,
+        cwd=unit.directory,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
+def _children(parent: int) -> list[tuple[int, str]]:
+    """The live child processes of `parent`: (pid, command line)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)[1].split()
+            if int(fields[1]) != parent or fields[0] == b"Z":
+                continue
+            with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                found.append((int(entry), cmdline.read().replace(b"\0", b" ").decode(errors="replace")))
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
+
+
+def _kill_one(unit: Unit, supervisor: subprocess.Popen[bytes]) -> None:
+    children = _children(supervisor.pid)
+    servers = [pid for pid, command in children if "walqueue.cli.serve" in command]
+    workers = [pid for pid, command in children if "walqueue.worker" in command]
+    if servers and unit.rng.random() < 0.3:
+        target, what = servers[0], "server kills"
+    elif workers:
+        target, what = unit.rng.choice(workers), "worker kills"
+    else:
+        return
+    try:
+        os.kill(target, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    unit.killed.add(target)
+    unit.report.count(what)
+
+
+def _progress(unit: Unit, tasks: dict[str, dict[str, Any]]) -> bool:
+    """Whether every put task is completed or dead (asked of the server; False while it is away)."""
+    from walqueue.cli.client import Client
+
+    try:
+        with Client(unit.store / "worker.sock", timeout=5, reconnect_seconds=0.5) as client:
+            states = {task.task_id: task.status for task in client.tasks() if task.task_id in tasks}
+    except (OSError, Exception):  # noqa: BLE001 - the server is being killed or restarted: ask again later
+        return False
+    unit.completed_seen |= {task_id for task_id, status in states.items() if status == "completed"}
+    return len(states) == len(tasks) and all(status in ("completed", "dead") for status in states.values())
+
+
+def _run_unit(unit: Unit) -> None:
+    unit.directory.mkdir(parents=True)
+    tasks = _put_tasks(unit)
+    supervisor = _start(unit)
+    give_up = time.monotonic() + UNIT_SECONDS
+    try:
+        while not _progress(unit, tasks):
+            if supervisor.poll() is not None:
+                unit.report.diverge(f"{unit.where}: the supervisor exited {supervisor.returncode} under load")
+                return
+            if time.monotonic() > give_up:
+                unit.report.diverge(f"{unit.where}: tasks still not done after {UNIT_SECONDS:.0f} s")
+                return
+            time.sleep(unit.rng.uniform(0.1, 0.6))
+            if unit.rng.random() < 0.6:
+                _kill_one(unit, supervisor)
+        unit.stopped = {pid for pid, command in _children(supervisor.pid) if "walqueue.worker" in command}
+        supervisor.send_signal(signal.SIGTERM)
+        status = supervisor.wait(30)
+        if status != 0:
+            unit.report.diverge(f"{unit.where}: the supervisor exited {status} after SIGTERM")
+    finally:
+        if supervisor.poll() is None:
+            os.killpg(supervisor.pid, signal.SIGKILL)
+            supervisor.wait()
+    elapsed = time.time() - unit.started
+    _check(unit, tasks, elapsed)
+
+
+def _side_runs(unit: Unit) -> tuple[dict[tuple[str, int, int], str | None], list[str]]:
+    """Each run from the side log: (task, attempt, pid) -> how it ended (None: no end line)."""
+    runs: dict[tuple[str, int, int], str | None] = {}
+    problems = []
+    log = unit.directory / "side.log"
+    for line in log.read_text().splitlines() if log.exists() else []:
+        words = line.split()
+        key = (words[1], int(words[2]), int(words[3]))
+        if words[0] == "start":
+            runs[key] = None
+        elif key not in runs:
+            problems.append(f"an end without a start: {line}")
+        else:
+            runs[key] = words[4]
+    return runs, problems
+
+
+def _check(unit: Unit, tasks: dict[str, dict[str, Any]], elapsed: float) -> None:
+    report, where = unit.report, unit.where
+    with Queue(unit.store) as queue:
+        final = {task.task_id: task for task in queue.tasks()}
+    runs, problems = _side_runs(unit)
+    for problem in problems:
+        report.diverge(f"{where}: {problem}")
+    if any(task.status == "leased" for task in final.values()):
+        report.diverge(f"{where}: a lease is still held after the clean stop")
+    for task_id, spec in tasks.items():
+        task = final[task_id]
+        kind = spec["payload"]["kind"]
+        ended_well = any(end == "ok" for (run_id, _, _), end in runs.items() if run_id == task_id)
+        report.count("tasks")
+        if task.status == "completed":
+            report.count("completed")
+            if not ended_well or kind in ("fail", "permanent"):
+                report.diverge(f"{where}: {task_id} ({kind}) completed without a run that ended well")
+        elif task.status == "dead":
+            report.count("dead")
+            error = task.last_error
+            if error is None:
+                report.diverge(f"{where}: {task_id} is dead without a last error")
+            elif error.type != "Permanent" and task.attempts < task.max_attempts:
+                report.diverge(f"{where}: {task_id} dead after {task.attempts} of {task.max_attempts}: {error}")
+        else:
+            report.diverge(f"{where}: {task_id} ends {task.status}")
+        if task_id in unit.completed_seen and task.status != "completed":
+            report.diverge(f"{where}: {task_id} was seen completed, and is {task.status} now")
+    for (task_id, attempt, pid), end in runs.items():
+        report.count("handler runs")
+        task = final.get(task_id)
+        if task is None or attempt > task.attempts:
+            report.diverge(f"{where}: a run of {task_id} attempt {attempt} the store never leased")
+        if end is None and pid in unit.killed:
+            report.count("runs cut by a kill")
+        elif end is None and pid in unit.stopped and _released_at_shutdown(task, attempt):
+            report.count("runs cut by the stop")  # past the grace: released, then the process ended
+        elif end is None:
+            report.diverge(f"{where}: the run of {task_id} attempt {attempt} in {pid} never ended, and was not killed")
+    _check_firings(unit, final, elapsed)
+
+
+def _released_at_shutdown(task: Any, attempt: int) -> bool:
+    """Whether `task`'s attempt `attempt` was given back by a stopping worker (or the task went on after it)."""
+    if task is None:
+        return False
+    error = task.last_error
+    shutdown = error is not None and error.type == "Shutdown" and error.attempt == attempt
+    return shutdown or task.attempts > attempt
+
+
+def _check_firings(unit: Unit, final: dict[str, Any], elapsed: float) -> None:
+    times = sorted(int(task_id.rsplit(":", 1)[1]) for task_id in final if task_id.startswith("cron:tick:"))
+    unit.report.count("periodic firings", len(times))
+    if len(times) != len(set(times)) or any(t % (TICK_SECONDS * 1000) for t in times):
+        unit.report.diverge(f"{unit.where}: periodic firings not one per interval: {times}")
+    if len(times) > elapsed / TICK_SECONDS + 2:
+        unit.report.diverge(f"{unit.where}: {len(times)} firings in {elapsed:.1f} s of a {TICK_SECONDS} s interval")
