@@ -1,4 +1,4 @@
-"""The JSON-lines protocol of the consumer (SPEC §6), with no I/O of its own.
+"""The JSON-lines protocol of the consumer (CONTRACT §6), with no I/O of its own.
 
 Everything that decides what a line means and what its answer says lives
 here, so that it can be tested without a process, a pipe or a directory; the
@@ -16,7 +16,7 @@ loop in `__main__` only moves bytes. The rules this module enforces:
 - A request is checked completely before the queue is called: a bad line
   never reaches the queue, so it can never change anything.
 - The queue's own `TypeError`/`ValueError` means "bad argument, nothing
-  written" (SPEC §2), so it is a `BadRequest` too. `KeyConflict`,
+  written" (CONTRACT §2), so it is a `BadRequest` too. `KeyConflict`,
   `StaleLease` and `WrongStatus` keep their names (`NAMED_ERRORS`). Any
   other failure of an operation (an `OSError` poisons the queue) is
   `Fatal`: the caller must stop.
@@ -425,7 +425,7 @@ def execute(request: Request, queue: QueueLike, waiter: Waiter = no_other_writer
         name = next(named.__name__ for named in NAMED_ERRORS if isinstance(error, named))
         return Reply(error_answer(name, _message(error), request_id))
     except (TypeError, ValueError) as error:
-        # SPEC §2: a bad argument is refused before anything is written.
+        # CONTRACT §2: a bad argument is refused before anything is written.
         return Reply(error_answer("BadRequest", _message(error), request_id))
     except Exception as error:
         # An OSError has poisoned the queue; anything else is unexpected

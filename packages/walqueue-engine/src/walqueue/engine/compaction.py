@@ -1,6 +1,6 @@
 """Compaction: rotate -> snapshot -> CURRENT -> delete, and the automatic policy.
 
-The order is what makes a crash at any point harmless (SPEC §4, Compaction):
+The order is what makes a crash at any point harmless (CONTRACT §4, Compaction):
 until CURRENT is replaced the old snapshot and every old segment are intact
 and authoritative; once it is replaced the new snapshot is complete and
 synced, and the deletions that follow only remove what it covers. Nothing
@@ -273,7 +273,7 @@ SORT_RUN = 8192
 
 
 def seal(wal: WalWriter, hook: Hook) -> None:
-    """Rotate: seal the newest segment (synced) and start the next one (SPEC phases wal.rotate.*)."""
+    """Rotate: seal the newest segment (synced) and start the next one (CONTRACT §5 phases wal.rotate.*)."""
     hook("wal.rotate.before")
     wal.rotate()
     hook("wal.rotate.after")

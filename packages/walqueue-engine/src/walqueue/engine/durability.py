@@ -197,7 +197,7 @@ def _echo(failure: OSError | QueueClosed) -> OSError | QueueClosed:
     """What a waiter raises once nothing more can become durable: a new exception like the first one.
 
     A failed fsync reaches each waiter as an `OSError` of the same errno
-    (SPEC: an OSError that poisons propagates unwrapped); a queue poisoned
+    (CONTRACT §2, Poisoning: an OSError that poisons propagates unwrapped); a queue poisoned
     or closed under the waiters as `QueueClosed`.
     """
     if isinstance(failure, OSError):

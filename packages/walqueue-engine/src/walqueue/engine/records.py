@@ -1,6 +1,6 @@
 """Task records: the two shapes a stored task takes, and how each packs its fields.
 
-A record is the complete state of one task (SPEC §3's snapshot record).
+A record is the complete state of one task (CONTRACT §3's snapshot record).
 Records are never changed once committed to a `State`: a transition builds
 a new one (state.py), so an index entry that points at an old record is
 stale at once.
@@ -73,7 +73,7 @@ class InvalidTransaction(WalQueueError, ValueError):
 
 
 def request_identity(task_id: str, payload_json: bytes, available_at: int, max_attempts: int) -> bytes:
-    """SHA-256 of the canonical JSON of a put's identity (SPEC §2).
+    """SHA-256 of the canonical JSON of a put's identity (CONTRACT §2).
 
     The identity object is ``{"available_at":A,"max_attempts":M,"payload":P,
     "task":T}``; two puts are identical iff these bytes are.
@@ -174,7 +174,7 @@ class _RecordView:
         )
 
     def record_json(self) -> bytes:
-        """This task's snapshot record (SPEC §3) as canonical JSON, splicing the stored payload bytes.
+        """This task's snapshot record (CONTRACT §3) as canonical JSON, splicing the stored payload bytes.
 
         A task without a last error has no ``last_error`` key at all, so its
         record is byte for byte what a version without last errors writes.

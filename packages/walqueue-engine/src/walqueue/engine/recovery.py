@@ -1,7 +1,7 @@
 """Opening a directory: CURRENT -> snapshot -> replay of the live WAL -> torn-tail truncation.
 
 This is the live write path read backwards, and it uses the very same
-`apply` (SPEC §4). Every rule that can fail raises `CorruptStore` naming the
+`apply` (CONTRACT §4). Every rule that can fail raises `CorruptStore` naming the
 file and byte offset; there is no fallback to another snapshot and never a
 fresh start over damaged data. The only repair is cutting a torn tail: the
 incomplete final frame of the newest live segment, which no caller was ever

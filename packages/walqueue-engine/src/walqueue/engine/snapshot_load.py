@@ -55,7 +55,7 @@ from walqueue.format.canonical import canonical_str
 
 __all__ = ["RECORD_FIELDS", "Loaded", "check_snapshot_seq", "load_records", "record_from_dict"]
 
-#: The fields of a snapshot record (SPEC §3), in the order `_record_fields` returns them.
+#: The fields of a snapshot record (CONTRACT §3), in the order `_record_fields` returns them.
 RECORD_FIELDS = (
     "task",
     "key",

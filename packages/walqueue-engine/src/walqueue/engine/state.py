@@ -8,7 +8,7 @@ thing whether it was just written or is being replayed years later. The
 shapes of a stored task are in records.py; building a state from a
 snapshot's records is snapshot_load.py.
 
-The transitions, as data (SPEC §3, and `OP_KINDS` below, which is the one
+The transitions, as data (CONTRACT §3, and `OP_KINDS` below, which is the one
 declaration of each kind); every op names its task and is valid only from
 the status in the second column:
 
@@ -351,7 +351,7 @@ def _describe(value: object) -> str:
     return f"{value!r:.80}"
 
 
-#: The one declaration of every op kind (SPEC §3): name, fields besides ``op`` and ``task``, the
+#: The one declaration of every op kind (CONTRACT §3): name, fields besides ``op`` and ``task``, the
 #: status its task must have (None: it creates the task), and its transition.
 OP_KINDS: dict[str, OpKind] = {
     kind.name: kind
@@ -401,7 +401,7 @@ if frozenset(OP_KINDS) != OP_NAMES:
         f"{sorted(frozenset(OP_KINDS) ^ OP_NAMES)}; declare the kind in both"
     )
 
-#: op name -> the exact keys of that op (SPEC §3), derived from `OP_KINDS`.
+#: op name -> the exact keys of that op (CONTRACT §3), derived from `OP_KINDS`.
 OP_KEYS: dict[str, frozenset[str]] = {name: kind.keys for name, kind in OP_KINDS.items()}
 
 

@@ -49,7 +49,7 @@ __all__ = [
     "cut_text",
 ]
 
-#: Task ids, keys and worker names are at most this many UTF-8 bytes (SPEC §2).
+#: Task ids, keys and worker names are at most this many UTF-8 bytes (CONTRACT §2).
 MAX_NAME_BYTES = 1024
 
 #: The team's bound for every time and counter: 0 <= x <= MAX_INT, so that

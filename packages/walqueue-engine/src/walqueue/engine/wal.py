@@ -6,7 +6,7 @@ returns the end offset, `sync` makes everything written before it durable.
 That seam is what group commit needs: many callers' frames are written one
 after another, and one fsync covers them all (`Queue` decides when).
 
-The fault-injection phases of the log (SPEC §5) are not in the writer: they
+The fault-injection phases of the log (CONTRACT §5) are not in the writer: they
 are in `append_with_phases`, the one small wrapper a queue with a hook uses,
 which writes a frame in two parts so that a crash at `wal.append.partial`
 leaves a real torn tail on disk, exactly what a power cut mid-write leaves.
@@ -50,7 +50,7 @@ class WalWriter:
     """The open newest segment plus the bookkeeping of the live WAL.
 
     `first_live` is the first segment after the published snapshot;
-    `wal_bytes` counts every byte in live segments (SPEC's `stats()`).
+    `wal_bytes` counts every byte in live segments (CONTRACT §2's `stats()`).
     With `sync=False`, `sync` does nothing: everything else is the same.
     """
 
@@ -148,7 +148,7 @@ class WalWriter:
 
 
 def append_with_phases(wal: WalWriter, frame: bytes, hook: Hook) -> None:
-    """Append and sync `frame`, reporting the four `wal.append.*` phases of SPEC §5 around each step.
+    """Append and sync `frame`, reporting the four `wal.append.*` phases of CONTRACT §5 around each step.
 
     The frame goes out in two writes, its first half before
     `wal.append.partial`, so that a crash there leaves a torn tail. Without

@@ -1,7 +1,7 @@
 """Canonical JSON: the only byte form WALQueue writes.
 
 One value has exactly one encoding, so that two requests can be compared by
-their bytes and a digest of those bytes names the request (SPEC §3).
+their bytes and a digest of those bytes names the request (CONTRACT §3).
 """
 
 from __future__ import annotations

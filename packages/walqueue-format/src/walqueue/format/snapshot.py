@@ -6,7 +6,7 @@ A snapshot of millions of tasks is therefore never one frame, one string or
 one list in memory.
 
 The format layer knows a record only as a JSON object with a string `task`
-and a string `key` (enough to check order and uniqueness, SPEC §3); what a
+and a string `key` (enough to check order and uniqueness, CONTRACT §3); what a
 record means is the engine's business.
 """
 

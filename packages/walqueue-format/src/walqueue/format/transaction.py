@@ -13,7 +13,7 @@ from walqueue.format.errors import CorruptStore
 
 __all__ = ["OP_NAMES", "transaction_seq"]
 
-#: The op names of the log (SPEC §3): every reader accepts exactly these.
+#: The op names of the log (CONTRACT §3): every reader accepts exactly these.
 #:
 #: Owned here, by the format layer, which must work without the engine (for
 #: `walqueue-fsck`); the engine's table of kinds (`walqueue.engine.state.OP_KINDS`)
