@@ -200,7 +200,8 @@ class _Rounds:
         self.lat["cycle"]["compaction"] += cycle_s
         self.pairs_per_round.append(len(put_s))
         self.ctx.log(
-            f"latency_while_compacting: {self.template.parent.name} sync={self.sync} round {rep}: compaction published after"
+            f"latency_while_compacting: {self.template.parent.name}, sync={self.sync}, round {rep}:"
+            f" compaction published after"
             f" {published[0][0] - start:.2f} s, {len(put_s)} pairs"
         )
         return len(put_s)
