@@ -324,7 +324,7 @@ def run(ctx: Context) -> dict[str, Any]:
 
 
 def plot(result: dict[str, Any], path: str) -> str:
-    """The latency distributions, compaction against none, as the share of calls slower than x (needs matplotlib)."""
+    """The wal+sync variant's latencies, compaction against none: share of calls slower than x (needs matplotlib)."""
     plt = pyplot()
     if plt is None:
         return f"latency_while_compacting plot skipped: matplotlib is not installed (pip install matplotlib) for {path}"
