@@ -41,7 +41,7 @@ ERRORS = st.sampled_from(
 def calls(draw: st.DrawFn) -> tuple[str, Callable[[Any, list[Lease]], Any]]:
     """One call with generated arguments, as (name, run(target, leases))."""
     kind = draw(st.sampled_from(["put", "put_many", "reserve", "ack", "release", "fail", "extend", "redrive", "cancel",
-                                 "get", "tasks", "wait"]))  # fmt: skip
+                                 "get", "tasks", "page", "metrics", "wait"]))  # fmt: skip
     name, number, other, payload = draw(NAMES), draw(INTS), draw(INTS), draw(PAYLOADS)
     pick = draw(st.integers(0, 3))
     status, timeout, error = draw(STATUSES), draw(TIMEOUTS), draw(ERRORS)
@@ -66,6 +66,8 @@ def calls(draw: st.DrawFn) -> tuple[str, Callable[[Any, list[Lease]], Any]]:
         "cancel": lambda q, _: q.cancel(name, error=error, now=number if pick else None),
         "get": lambda q, _: q.get(name),
         "tasks": lambda q, _: q.tasks(status),
+        "page": lambda q, _: q.page(status, after=name if pick else None, limit=other),
+        "metrics": lambda q, _: q.metrics(now=number if pick else None),
         "wait": lambda q, _: q.wait(timeout),
     }
     return kind, runs[kind]
@@ -79,6 +81,8 @@ def outcome(kind: str, run: Callable[[Any, list[Lease]], Any], target: Any, leas
         return "raised", type(error).__name__
     if kind == "wait":
         return "returned", "a bool" if isinstance(result, bool) else repr(result)  # who else commits differs
+    if kind == "metrics":  # counters since each side opened its queue differ; the shape does not
+        return "returned", repr(sorted(result)) if isinstance(result, dict) else repr(result)
     if kind == "reserve":
         leases[:0] = result
     return "returned", render(result)

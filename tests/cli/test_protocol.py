@@ -459,6 +459,34 @@ def test_an_id_nested_up_to_the_line_limit_is_echoed() -> None:
     assert isinstance(parse_request(line), Request)
 
 
+def test_brackets_inside_strings_do_not_count_as_nesting() -> None:
+    # The count of '[' and '{' only decides whether the depth is walked; the walk decides.
+    line = json.dumps({"op": "put", "task_id": "a", "payload": {"s": "[{" * MAX_DEPTH}, "id": "[" * MAX_DEPTH})
+    parsed = parse_request(line.encode())
+    assert isinstance(parsed, Request)
+    assert parsed.request_id == "[" * MAX_DEPTH
+
+
+@pytest.mark.parametrize("depth", [MAX_DEPTH - 1, MAX_DEPTH, MAX_DEPTH + 1])
+def test_the_depth_limit_holds_at_its_edge_with_or_without_padding(depth: int) -> None:
+    # The request object is one level: a payload value nested `depth - 1` more makes the request `depth` deep.
+    for padding in ("", ',"pad":"' + "{" * MAX_DEPTH + '"'):
+        inner = "[" * (depth - 2) + "]" * (depth - 2)
+        line = f'{{"op":"stats","x":{{"y":{inner}}}{padding}}}'.encode()
+        parsed = parse_request(line)
+        assert isinstance(parsed, BadRequest)
+        assert ("nested too deeply" in parsed.message) == (depth > MAX_DEPTH)
+
+
+def test_a_leading_byte_order_mark_is_refused_by_name() -> None:
+    assert_bad_request('\ufeff{"op":"stats"}'.encode(), "not JSON: Unexpected UTF-8 BOM")
+
+
+def test_a_refused_line_leaves_nothing_for_the_next_one() -> None:
+    assert_bad_request(b'{"op":"stats","x":1e999,"x":2}', "out of range")
+    assert isinstance(parse_request(b'{"op":"stats","id":1}'), Request)
+
+
 def test_a_payload_nested_as_deep_as_the_engine_allows_is_accepted() -> None:
     inner = "[" * (MAX_PAYLOAD_DEPTH - 1) + "]" * (MAX_PAYLOAD_DEPTH - 1)
     line = f'{{"op":"put","task_id":"a","payload":{{"x":{inner}}}}}'.encode()

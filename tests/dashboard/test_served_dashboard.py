@@ -7,6 +7,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -78,3 +80,43 @@ def test_an_unsafe_or_malformed_http_option_is_a_usage_error(
     assert process.returncode == 64, err
     assert "--http" in err
     assert not (place / "q").exists() and not (place / "s").exists()  # nothing created
+
+
+def test_an_action_from_the_dashboard_wakes_a_wait_parked_in_the_server(src_pythonpath: str, place: Path) -> None:
+    """The dashboard's actions commit from its own thread, not the event loop: a parked wait still sees them."""
+    process = serve(src_pythonpath, place, "--http", "127.0.0.1:0", "--http-actions", "--log-level", "ERROR")
+    try:
+        assert process.stdout is not None
+        assert "listening on" in process.stdout.readline()
+        url = process.stdout.readline().split("dashboard on ", 1)[1].strip()
+        with urllib.request.urlopen(url, timeout=30) as answer:
+            page = answer.read().decode()
+        token = page.split('name="walqueue-action-token" content="', 1)[1].split('"', 1)[0]
+        with Client(str(place / "s")) as producer:
+            producer.put("victim", {})
+        woke: list[tuple[bool, float]] = []
+
+        def wait_for_a_commit() -> None:
+            with Client(str(place / "s")) as waiter:
+                waiter.stats()  # what this connection has seen: everything so far
+                started = time.monotonic()
+                woke.append((waiter.wait(30.0), time.monotonic() - started))
+
+        thread = threading.Thread(target=wait_for_a_commit)
+        thread.start()
+        time.sleep(0.5)  # parked in the loop by now
+        request = urllib.request.Request(
+            url + "api/actions/cancel",
+            data=b"task_id=victim",
+            headers={"Content-Type": "application/x-www-form-urlencoded", "X-WALQueue-Token": token},
+            method="POST",
+        )
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            assert json.loads(answer.read())["done"] == 1
+        thread.join(60)
+        assert woke and woke[0][0] is True, woke
+        assert woke[0][1] < 20.0, woke  # woken by the commit, not by its 30 s deadline
+    finally:
+        process.terminate()
+        process.communicate(timeout=60)
+    assert process.returncode == 0

@@ -260,6 +260,14 @@ class AsyncClient(ClientSettings):
     async def stats(self) -> dict[str, Any]:
         return await self._submit(shaping.stats())
 
+    async def metrics(self, *, now: int | None = None) -> dict[str, Any]:
+        """`Queue.metrics`: the server's counters since it opened the queue, gauges and histograms."""
+        return await self._submit(shaping.metrics(now))
+
+    async def page(self, status: str, *, after: str | None = None, limit: int = 100) -> list[Task]:
+        """`Queue.page`: up to `limit` tasks with `status` whose ids sort after `after` (a bounded `tasks`)."""
+        return await self._submit(shaping.page(status, after, limit))
+
     @property
     def last_seq(self) -> Awaitable[int]:
         async def read() -> int:

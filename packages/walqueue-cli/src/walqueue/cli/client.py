@@ -297,6 +297,14 @@ class Client(ClientSettings):
     def stats(self) -> dict[str, Any]:
         return self._submit(shaping.stats())
 
+    def metrics(self, *, now: int | None = None) -> dict[str, Any]:
+        """`Queue.metrics`: the server's counters since it opened the queue, gauges and histograms."""
+        return self._submit(shaping.metrics(now))
+
+    def page(self, status: str, *, after: str | None = None, limit: int = 100) -> list[Task]:
+        """`Queue.page`: up to `limit` tasks with `status` whose ids sort after `after` (a bounded `tasks`)."""
+        return self._submit(shaping.page(status, after, limit))
+
     @property
     def last_seq(self) -> int:
         return int(self.stats()["last_seq"])

@@ -36,7 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from walqueue import Queue
+from walqueue import Queue, QueueClosed
 from walqueue.cli.conversation import Conversation
 from walqueue.cli.lines import OVERLONG, RequestLine
 from walqueue.cli.listener import peer_of
@@ -120,7 +120,8 @@ class Loop:
         self._parked: set[_Client] = set()
         self._accept_paused_until: float | None = None
         self._numbers = 0
-        #: The queue's last sequence, as of the last request that may have written (the loop is its only writer).
+        #: The queue's last sequence, as of the last request that may have written (or the last look
+        #: at parked waits: the dashboard's actions commit from other threads).
         self._seq = queue.last_seq
         #: Set when a request's answer was `Fatal`: the queue is poisoned and the server must stop.
         self.fatal = False
@@ -222,7 +223,8 @@ class Loop:
             return reply.answer
         if _WRITES[parsed.op]:
             self._seq = self._queue.last_seq
-        # This loop is the queue's only writer: `_seq` is exactly the state this request looked at.
+        # `_seq` is at most the state this request looked at (other threads of the dashboard may have
+        # committed since): a later wait may wake for a commit already seen, never miss one.
         client.talk.seen = self._seq
         return reply.answer
 
@@ -243,7 +245,13 @@ class Loop:
         """Answer the parked waits a (durable) commit or their deadline released. Outside any batch."""
         if not self._parked:
             return
-        last = self._seq  # durable: every batch has been left (and synced) by now
+        # Read again, outside any batch (so it answers once durable): another thread of
+        # this process (the dashboard's actions, which then poke the loop) may have committed.
+        try:
+            self._seq = max(self._seq, self._queue.last_seq)
+        except QueueClosed:
+            pass  # poisoned meanwhile: the waits are answered with what this loop saw
+        last = self._seq
         now = time.monotonic()
         for client in list(self._parked):
             talk = client.talk

@@ -20,7 +20,7 @@ import time
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from walqueue import KeyConflict, QueueClosed, StaleLease, WalQueueError, WrongStatus
 from walqueue.cli.shaping import OutgoingCall
@@ -44,13 +44,17 @@ _ERRORS: dict[str, type[Exception]] = {
 }
 
 
+# Built once: `json.dumps` with options builds a new encoder for every call.
+_UTF8_ENCODER: Final = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+_ASCII_ENCODER: Final = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
+
+
 def encode_request(request: Mapping[str, Any]) -> bytes:
     try:
-        text = json.dumps(request, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-        return (text + "\n").encode("utf-8")
+        return (_UTF8_ENCODER.encode(request) + "\n").encode("utf-8")
     except UnicodeEncodeError:
         # A lone surrogate: sent as its escape, and the server refuses it as Queue does.
-        return (json.dumps(request, allow_nan=False, separators=(",", ":")) + "\n").encode("ascii")
+        return (_ASCII_ENCODER.encode(request) + "\n").encode("ascii")
 
 
 @dataclass(frozen=True, slots=True)

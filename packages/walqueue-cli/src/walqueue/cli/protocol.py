@@ -39,6 +39,7 @@ import enum
 import json
 import math
 import re
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -156,8 +157,10 @@ def _with_id(request_id: Any, answer: dict[str, Any]) -> dict[str, Any]:
 
 
 def success_answer(fields: Mapping[str, Any], request_id: Any = NO_ID) -> dict[str, Any]:
-    """``{"ok": true, ...fields}``, with the id when the request had one."""
-    return _with_id(request_id, {"ok": True, **fields})
+    """``{"ok": true, ...fields}``, with the id when the request had one (built in place: one dict)."""
+    answer: dict[str, Any] = {"ok": True} if request_id is NO_ID else {"id": request_id, "ok": True}
+    answer.update(fields)
+    return answer
 
 
 def error_answer(name: str, message: str, request_id: Any = NO_ID) -> dict[str, Any]:
@@ -174,6 +177,10 @@ def overlong_answer(limit: int = MAX_LINE_BYTES) -> dict[str, Any]:
     return error_answer("BadRequest", f"line longer than {limit} bytes (the rest of it is discarded unread)")
 
 
+#: One encoder for every answer: `json.dumps` with these options builds a new one per call.
+_ANSWER_ENCODER: Final = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
 def _escape_surrogate(match: re.Match[str]) -> str:
     return f"\\u{ord(match.group()):04x}"
 
@@ -186,8 +193,12 @@ def encode_answer(answer: Mapping[str, Any]) -> bytes:
     ``"\\ud800"``, and an echoed id must come back as it was sent) cannot be
     written in UTF-8, so it is written as that same escape; nothing else is.
     """
-    text = json.dumps(answer, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-    return (_LONE_SURROGATE.sub(_escape_surrogate, text) + "\n").encode("utf-8")
+    text = _ANSWER_ENCODER.encode(answer) + "\n"
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        # Only a lone surrogate cannot be written in UTF-8: the rare answer pays for the scan.
+        return _LONE_SURROGATE.sub(_escape_surrogate, text).encode("utf-8")
 
 
 def is_blank(line: bytes | bytearray) -> bool:
@@ -215,6 +226,20 @@ class _StrictDecoding:
         # The outermost object's hook runs last, so after decoding an object
         # this holds the duplicated names of the request object itself.
         self.outer_duplicates: set[str] = set()
+        # Built once per thread and reused (`_strict_decoder`): `json.loads`
+        # with hooks would build a new decoder for every line.
+        self.decoder = json.JSONDecoder(
+            object_pairs_hook=self.object_from_pairs, parse_float=self.number, parse_constant=self.constant
+        )
+
+    def decode(self, text: str) -> Any:
+        """`json.loads(text)` with these hooks, the notes of the last line cleared first."""
+        self.problems = []
+        self.outer_duplicates = set()
+        if text.startswith("\ufeff"):
+            # `json.loads` refuses a byte order mark by name (before any hook runs); its message is the answer's.
+            return json.loads(text)
+        return self.decoder.decode(text)
 
     def object_from_pairs(self, pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         result: dict[str, Any] = {}
@@ -239,6 +264,18 @@ class _StrictDecoding:
         raise ValueError(f"{name} is not a JSON value")
 
 
+_DECODERS: Final = threading.local()
+
+
+def _strict_decoder() -> _StrictDecoding:
+    """This thread's `_StrictDecoding` (a line is decoded start to end on one thread, never re-entered)."""
+    try:
+        hooks: _StrictDecoding = _DECODERS.hooks
+    except AttributeError:
+        hooks = _DECODERS.hooks = _StrictDecoding()
+    return hooks
+
+
 def _depth(value: Any) -> int:
     """Nesting depth of containers (a scalar is 0), without recursion."""
     deepest = 0
@@ -254,6 +291,11 @@ def _depth(value: Any) -> int:
         deepest = max(deepest, depth + 1)
         pending.extend((child, depth + 1) for child in children)
     return deepest
+
+
+def _openings(text: str) -> int:
+    """How many ``[`` and ``{`` characters `text` holds: a bound on its nesting depth (a C-speed count)."""
+    return text.count("[") + text.count("{")
 
 
 def _has_non_finite(value: Any) -> bool:
@@ -278,14 +320,9 @@ def parse_request(line: bytes | bytearray | str) -> Request | BadRequest:
             return BadRequest(f"not UTF-8: byte 0x{line[error.start]:02x} at offset {error.start}")
     else:
         text = line
-    hooks = _StrictDecoding()
+    hooks = _strict_decoder()
     try:
-        value = json.loads(
-            text,
-            object_pairs_hook=hooks.object_from_pairs,
-            parse_float=hooks.number,
-            parse_constant=hooks.constant,
-        )
+        value = hooks.decode(text)
     except RecursionError:
         return BadRequest(f"not JSON: nested too deeply (the limit is {MAX_DEPTH} levels)")
     except ValueError as error:
@@ -296,14 +333,19 @@ def parse_request(line: bytes | bytearray | str) -> Request | BadRequest:
     request_id = value.get("id", NO_ID)
     if "id" in hooks.outer_duplicates:
         return BadRequest("duplicate field 'id'")
+    # Every array or object of the value opened with one of these characters
+    # (more of them may sit inside strings), so fewer than the limit bound
+    # every depth below it: the walks are skipped for every ordinary line.
+    shallow = _openings(text) < MAX_DEPTH
     if request_id is not NO_ID:
-        if _has_non_finite(request_id):
+        # The number hook notes every non-finite number: without a problem there is none to find.
+        if hooks.problems and _has_non_finite(request_id):
             return BadRequest("field 'id' holds a number that is out of range")
-        if _depth(request_id) >= MAX_DEPTH:
+        if not shallow and _depth(request_id) >= MAX_DEPTH:
             return BadRequest(f"field 'id' is nested too deeply (the limit is {MAX_DEPTH} levels)")
     if hooks.problems:
         return BadRequest(hooks.problems[0], request_id)
-    if _depth(value) > MAX_DEPTH:
+    if not shallow and _depth(value) > MAX_DEPTH:
         return BadRequest(f"request is nested too deeply (the limit is {MAX_DEPTH} levels)", request_id)
     try:
         op, arguments = _validate(value)

@@ -159,6 +159,18 @@ class Server:
 
     # -- serving -------------------------------------------------------------------------
 
+    def poke(self) -> None:
+        """Wake the loop: another thread of this process committed (the dashboard's actions).
+
+        The loop is then no longer the queue's only writer; woken, it reads
+        the queue's durable sequence again and answers the parked waits
+        that commit released (`Loop._release_parked`).
+        """
+        try:
+            os.write(self._stop_write, b"c")
+        except OSError:
+            pass  # the pipe is full (the loop will wake anyway) or closed (the server stopped)
+
     def stop(self, status: int = EXIT_OK) -> None:
         """Begin a graceful stop (async-signal-safe enough: a flag and a pipe write)."""
         if status != EXIT_OK:

@@ -28,6 +28,7 @@ from walqueue import Lease, StaleLease, Task
 from walqueue.engine import ops
 from walqueue.engine.callkinds import MAX_WAIT_SECONDS
 from walqueue.engine.calltable import CALLS
+from walqueue.engine.paging import check_page_args
 from walqueue.engine.records import STATUSES
 from walqueue.engine.types import plain_lease
 from walqueue.engine.validate import MAX_INT, check_error, check_int, check_name, check_timeout
@@ -178,6 +179,15 @@ def tasks(status: str | None) -> OutgoingCall[list[Task]]:
 
 def stats() -> OutgoingCall[dict[str, Any]]:
     return _outgoing("stats")
+
+
+def metrics(now: int | None) -> OutgoingCall[dict[str, Any]]:
+    return _outgoing("metrics") if now is None else _outgoing("metrics", now=now)
+
+
+def page(status: str, after: str | None, limit: int) -> OutgoingCall[list[Task]]:
+    check_page_args(status, after, limit)  # Queue.page's own rule, in its order
+    return _outgoing("page", status, after=after, limit=limit)
 
 
 def compact() -> OutgoingCall[None]:

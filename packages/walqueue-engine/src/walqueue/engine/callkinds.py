@@ -114,6 +114,11 @@ def _any_str(value: Any, what: str) -> str:
     return value
 
 
+def _cursor(value: Any, what: str) -> str | None:
+    # A page's `after`: any task id, or null for the first page (`paging.check_page_args`).
+    return None if value is None else _any_str(value, what)
+
+
 def _key(value: Any, what: str) -> str | None:
     # None means "no key given": the Python API's default, the task id.
     return None if value is None else check_name(value, what)
@@ -202,6 +207,7 @@ KINDS: Final[dict[str, Kind]] = {
         Kind("name", "a string", _JSON_STR, _field(check_name), check_name),
         Kind("str", "a string", _JSON_STR, _field(_any_str), _any_str),
         Kind("key", "a string or null", frozenset({str, type(None)}), _field(_key), _key),
+        Kind("cursor", "a string or null", frozenset({str, type(None)}), _field(_cursor), _cursor),
         Kind("time", "an integer >= 0", _JSON_INT, _field(_time), _time),
         Kind("count", "an integer >= 1", _JSON_INT, _field(_count), _count),
         Kind(

@@ -78,12 +78,14 @@ class Call:
     retry: bool = False
     blocks: bool = False
     _names: frozenset[str] = field(init=False)
+    _required: frozenset[str] = field(init=False)
     #: The arguments passed by position, as a prefix of the signature.
     _positional: tuple[str, ...] = field(init=False)
 
     def __post_init__(self) -> None:
         self.retry = self.retry or not self.writes
         self._names = frozenset(arg.name for arg in self.args)
+        self._required = frozenset(arg.name for arg in self.args if arg.required)
         self._positional = tuple(arg.name for arg in self.args if not arg.keyword)
 
     def __repr__(self) -> str:
@@ -99,12 +101,13 @@ class Call:
         Raises `BadArgument` naming the field (prefixed by `where`, for an
         item of a list); `ignore` are the envelope's fields.
         """
-        unknown = sorted(name for name in source if name not in self._names and name not in ignore)
-        if unknown:
+        # Set operations at C speed for the usual request; the lists only to name a flaw.
+        if not self._names.issuperset(source.keys() - ignore):
+            unknown = sorted(name for name in source if name not in self._names and name not in ignore)
             names = ", ".join(repr(_shorten(name)) for name in unknown)
             raise BadArgument(f"{where}unknown field{'s' if len(unknown) > 1 else ''} {names}")
-        missing = [arg.name for arg in self.args if arg.required and arg.name not in source]
-        if missing:
+        if not source.keys() >= self._required:
+            missing = [arg.name for arg in self.args if arg.required and arg.name not in source]
             names = ", ".join(repr(name) for name in missing)
             raise BadArgument(f"{where}missing field{'s' if len(missing) > 1 else ''} {names}")
         prefix = where.removesuffix(": ")
@@ -122,15 +125,14 @@ class Call:
         the others), each as the signature takes it.
         """
         positional: list[Any] = []
-        keywords: dict[str, Any] = {}
         for name in self._positional:
             if name not in arguments:
                 break
             positional.append(arguments[name])
+        if len(positional) == len(arguments):  # the usual request: nothing passed by keyword
+            return method(*positional)
         passed = self._positional[: len(positional)]
-        for name, value in arguments.items():
-            if name not in passed:
-                keywords[name] = value
+        keywords = {name: value for name, value in arguments.items() if name not in passed}
         return method(*positional, **keywords)
 
     def answer_fields(self, result: Any) -> dict[str, Any]:
@@ -356,7 +358,7 @@ CALLS: Final[Mapping[str, Call]] = {
             "page",
             (
                 _arg("status", "status"),
-                _arg("after", "key", keyword=True, default=None),
+                _arg("after", "cursor", keyword=True, default=None),
                 _arg("limit", "count", keyword=True, default=100),
             ),
             _answer("tasks", "tasks"),

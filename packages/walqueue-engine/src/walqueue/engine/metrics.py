@@ -24,6 +24,7 @@ from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, TypedDict
 
+from walqueue.engine.validate import check_int
 from walqueue.format.transaction import OP_NAMES
 
 __all__ = [
@@ -247,8 +248,8 @@ class Metrics:
         snapshots the compactor's (`compactor.compactions`).
         """
         dead_now, stale_leases, compactions = state.counts()["dead"], guard.stale_leases, compactor.compactions
-        if now is not None and (type(now) is not int or now < 0):
-            raise (TypeError if type(now) is not int else ValueError)(f"now must be an int >= 0 or None, not {now!r}")
+        if now is not None:
+            check_int(now, "now")  # the rule of every `now`: an int in 0..2**63-1
         counters = Counters(self.dead_at_open)
         for kind, name in _OP_COUNTERS.items():
             setattr(counters, name, self.ops[kind])
