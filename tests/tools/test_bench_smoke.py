@@ -69,13 +69,19 @@ EXPECTED_FIGURES: dict[str, set[str]] = {
             "walqueue8_cpu_share",
         )
     },
+    # (i): one set per variant (store opened from its WAL or a snapshot, sync on or off); the
+    # WAL+sync variant keeps the names without a suffix.
     "latency_while_compacting": {
-        f"{kind}_{stat}_{mode}"
-        for kind in ("put", "cycle")
-        for stat in ("p50", "p99", "p999", "max")
-        for mode in ("compaction", "none")
-    }
-    | {"put_p99_compaction_over_none", "cycle_p99_compaction_over_none", "compactions", "compaction_seconds"},
+        name + suffix
+        for suffix in ("", "_wal_nosync", "_snapshot_sync", "_snapshot_nosync")
+        for name in {
+            f"{kind}_{stat}_{mode}"
+            for kind in ("put", "cycle")
+            for stat in ("p50", "p99", "p999", "max")
+            for mode in ("compaction", "none")
+        }
+        | {"put_p99_compaction_over_none", "cycle_p99_compaction_over_none", "compactions", "compaction_seconds"}
+    },
     "open_torn_tail": {"torn_over_healthy"},
     "server_processes": {
         "puts_serve8_vs_sqlite8",
@@ -124,6 +130,9 @@ EXPECTED_TARGETS = {
     ("latency_while_compacting", "put_max_compaction"),
     ("latency_while_compacting", "put_p99_compaction_over_none"),
     ("latency_while_compacting", "cycle_p99_compaction_over_none"),
+    ("latency_while_compacting", "put_max_compaction_snapshot_sync"),
+    ("latency_while_compacting", "put_p99_compaction_over_none_snapshot_sync"),
+    ("latency_while_compacting", "cycle_p99_compaction_over_none_snapshot_sync"),
     ("open_torn_tail", "torn_over_healthy"),
     ("server_processes", "puts_serve8_vs_sqlite8"),
     ("server_processes", "cycles_serve8_vs_sqlite8"),
@@ -225,16 +234,28 @@ def test_every_workload_and_figure_is_reported(tiny_run: tuple[dict[str, Any], s
         assert set(block) == {f"{b}_{n}" for b in ("walqueue", "sqlite", "floor") for n in (1, 2, 4, 8, 16)}, phase
         assert all(len(fig["samples"]) == h_reps for fig in block.values()), phase
         assert set(workloads["group_commit_threads"]["series"][phase]) == set(block), phase
-    # (i): one automatic compaction per round, none with compaction disabled, and both
-    # modes' windows of the same length (the latencies the plot draws are in the JSON).
+    # (i): in every variant, one automatic compaction per round, none with compaction disabled,
+    # and both modes' windows of the same length (the latencies the plot draws are in the JSON);
+    # the snapshot variants really opened a snapshot with a WAL over twice its size.
     i_result = workloads["latency_while_compacting"]
     rounds = report["meta"]["scale_params"]["latency_while_compacting"]["rounds"]
-    assert i_result["ratios"]["compactions"]["median"] == rounds
-    assert len(i_result["ratios"]["compaction_seconds"]["samples"]) == rounds
-    assert i_result["params"]["compactions_with_compaction_disabled"] == 0
-    for kind in ("put", "cycle"):
-        series = i_result["series"][kind]
-        assert len(series["compaction"]) == len(series["none"]) == sum(i_result["params"]["pairs_per_round"]), kind
+    variants = i_result["params"]["variants"]
+    assert set(variants) == {"wal_sync", "wal_nosync", "snapshot_sync", "snapshot_nosync"}
+    for variant, params in variants.items():
+        suffix = "" if variant == "wal_sync" else f"_{variant}"
+        assert i_result["ratios"][f"compactions{suffix}"]["median"] == rounds, variant
+        assert len(i_result["ratios"][f"compaction_seconds{suffix}"]["samples"]) == rounds, variant
+        assert params["compactions_with_compaction_disabled"] == 0, variant
+        assert len(params["snapshot_bytes"]) == rounds, variant
+        if variant.startswith("snapshot"):
+            assert params["tasks_in_snapshot"] > 0, variant
+            assert params["template_wal_bytes"] > 2 * params["template_snapshot_bytes"] > 0, variant
+        else:
+            assert params["tasks_in_snapshot"] == params["template_snapshot_bytes"] == 0, variant
+        for kind in ("put", "cycle"):
+            series = i_result["series"][kind]
+            pairs = sum(params["pairs_per_round"])
+            assert len(series[f"compaction{suffix}"]) == len(series[f"none{suffix}"]) == pairs, (variant, kind)
     # Whether SQLite's WAL grew (appends) or was overwritten in place while (b) was timed.
     growth = workloads["reserve_ack_durable"]["params"]["sqlite_wal_growth_per_commit"]
     assert isinstance(growth, float) and math.isfinite(growth) and growth >= 0

@@ -28,18 +28,38 @@ SCALES: dict[str, dict[str, int]] = {
 # snapshot's size) (compaction.compaction_threshold). Right after a snapshot of a large state,
 # the next one is therefore hundreds of megabytes of WAL away, whatever compact_bytes says:
 # no window of durable single calls can contain several compactions of a million tasks. So
-# each round opens a fresh copy of a store filled without ever compacting (its whole state is
-# live WAL, and no snapshot is published): the first durable call in the round triggers one
-# automatic background snapshot of the whole state, and the window runs until that snapshot
-# is published. Several rounds give several compactions. The rounds' windows are pooled, and
-# set beside windows of the same length on a copy of the same store opened with
-# compact_bytes=None (compaction disabled), each right after its round's compaction window.
+# each round opens a fresh copy of a template store whose live WAL is over that threshold:
+# the first durable call in the round triggers one automatic background snapshot of the
+# whole state, and the window runs until that snapshot is published. Several rounds give
+# several compactions. The rounds' windows are pooled, and set beside windows of the same
+# length on a copy of the same store opened with compact_bytes=None (compaction disabled),
+# each right after its round's compaction window.
+#
+# Every variant runs this same code: the template's origin ("wal": filled without ever
+# compacting, its whole state is live WAL; "snapshot": a tenth of the tasks went into a
+# published snapshot, the rest into live WAL, which opening must load and replay) and the
+# sync setting of the measured stores (True: each call waits for its fsync; False: none).
 
 #: Far below any template's live WAL, so that the first durable call of a round triggers compaction.
 COMPACT_BYTES = 64 * 1024
 #: A window that has not seen its compaction published by then is an error, not a figure.
 WINDOW_LIMIT_SECONDS = 900.0
 PERCENTILES = (("p50", 0.50), ("p99", 0.99), ("p999", 0.999), ("max", 1.0))
+#: (origin, sync) of each variant. The first keeps the figure names of the one configuration measured before.
+VARIANTS = (("wal", True), ("wal", False), ("snapshot", True), ("snapshot", False))
+#: The "snapshot" template puts 1/SNAPSHOT_SHARE of its tasks in the snapshot: a task's snapshot
+#: record is about 2.5x its share of a put_many in the WAL, so a quarter would leave the WAL
+#: under twice the snapshot (no automatic compaction); a tenth leaves it near 3.5x.
+SNAPSHOT_SHARE = 10
+
+
+def variant_name(origin: str, sync: bool) -> str:
+    return f"{origin}_{'sync' if sync else 'nosync'}"
+
+
+def variant_suffix(origin: str, sync: bool) -> str:
+    """The figures' suffix: none for the first variant (the names docs and older runs use)."""
+    return "" if (origin, sync) == VARIANTS[0] else f"_{variant_name(origin, sync)}"
 
 
 class _Compactions(logging.Handler):
@@ -90,27 +110,47 @@ def _percentile(ordered: list[float], fraction: float) -> float:
     return ordered[max(0, math.ceil(fraction * len(ordered)) - 1)]
 
 
-def _template(ctx: Context, n: int) -> tuple[Path, int]:
-    """A store of `n` ready tasks that never compacted (its whole state is live WAL), and its size."""
-    template = ctx.dir("i-template") / "q"
+def _template(ctx: Context, n: int, origin: str) -> tuple[Path, dict[str, int]]:
+    """A store of `n` ready tasks whose live WAL is over the compaction threshold, and its sizes.
+
+    "wal": never compacted (its whole state is live WAL). "snapshot": the first tenth of the
+    tasks compacted into a published snapshot, the rest in live WAL over twice its size.
+    """
+    template = ctx.dir(f"i-template-{origin}") / "q"
     queue = Queue(template, sync=False, compact_bytes=None)
-    fill(queue, "i", n)
+    in_snapshot = n // SNAPSHOT_SHARE if origin == "snapshot" else 0
+    if in_snapshot:
+        fill(queue, "i", in_snapshot)
+        queue.compact()
+    fill(queue, "i", n - in_snapshot, start=in_snapshot)
+    wal_bytes = queue.stats()["wal_bytes"]
     queue.close()
     del queue
-    template_bytes = sum(path.stat().st_size for path in template.iterdir())
-    if template_bytes <= COMPACT_BYTES:
+    snapshot_bytes = sum(path.stat().st_size for path in template.glob("snapshot-*"))
+    if wal_bytes <= max(COMPACT_BYTES, 2 * snapshot_bytes):
         raise SystemExit(
-            f"scale error: latency_while_compacting template of {template_bytes} bytes would not trigger compaction"
+            f"scale error: latency_while_compacting {origin} template of {wal_bytes} bytes of WAL"
+            f" and a snapshot of {snapshot_bytes} bytes would not trigger compaction"
         )
-    ctx.log(f"latency_while_compacting: template of {n} tasks, {template_bytes:,} bytes of WAL, never compacted")
-    return template, template_bytes
+    ctx.log(
+        f"latency_while_compacting: {origin} template of {n} tasks, {wal_bytes:,} bytes of WAL,"
+        f" snapshot of {snapshot_bytes:,} bytes ({in_snapshot} tasks)"
+    )
+    sizes = {
+        "template_wal_bytes": wal_bytes,
+        "template_snapshot_bytes": snapshot_bytes,
+        "tasks_in_snapshot": in_snapshot,
+    }
+    return template, sizes
 
 
 class _Rounds:
     """The windows of every round, compacting and not, and what they measured."""
 
-    def __init__(self, ctx: Context, template: Path, min_pairs: int, watcher: _Compactions, none_queue: Any) -> None:
-        self.ctx, self.template, self.min_pairs = ctx, template, min_pairs
+    def __init__(
+        self, ctx: Context, template: Path, min_pairs: int, watcher: _Compactions, none_queue: Any, sync: bool
+    ) -> None:
+        self.ctx, self.template, self.min_pairs, self.sync = ctx, template, min_pairs, sync
         self.watcher, self.none_queue = watcher, none_queue
         self.lat: dict[str, dict[str, list[float]]] = {
             kind: {"compaction": [], "none": []} for kind in ("put", "cycle")
@@ -130,9 +170,9 @@ class _Rounds:
         self.lat["cycle"]["none"] += cycle_s
 
     def compaction_window(self, rep: int) -> int:
-        directory = self.ctx.dir(f"i-compaction-{rep}")
+        directory = self.ctx.dir(f"i-compaction-{self.template.parent.name}-{self.sync}-{rep}")
         shutil.copytree(self.template, directory / "q")
-        queue = Queue(directory / "q", sync=True, compact_bytes=COMPACT_BYTES)
+        queue = Queue(directory / "q", sync=self.sync, compact_bytes=COMPACT_BYTES)
         watcher = self.watcher
         try:
             before = len(watcher.published)
@@ -160,16 +200,17 @@ class _Rounds:
         self.lat["cycle"]["compaction"] += cycle_s
         self.pairs_per_round.append(len(put_s))
         self.ctx.log(
-            f"latency_while_compacting: round {rep}: compaction published after"
+            f"latency_while_compacting: {self.template.parent.name}, sync={self.sync}, round {rep}:"
+            f" compaction published after"
             f" {published[0][0] - start:.2f} s, {len(put_s)} pairs"
         )
         return len(put_s)
 
 
-def _measure(ctx: Context, template: Path, rounds: int, min_pairs: int) -> _Rounds:
-    none_dir = ctx.dir("i-none") / "q"
+def _measure(ctx: Context, template: Path, rounds: int, min_pairs: int, sync: bool) -> _Rounds:
+    none_dir = ctx.dir(f"i-none-{template.parent.name}-{sync}") / "q"
     shutil.copytree(template, none_dir)
-    none_queue = Queue(none_dir, sync=True, compact_bytes=None)
+    none_queue = Queue(none_dir, sync=sync, compact_bytes=None)
     warm_puts(none_queue, "warm")
     warm_cycles(none_queue)
     watcher = _Compactions()
@@ -177,7 +218,7 @@ def _measure(ctx: Context, template: Path, rounds: int, min_pairs: int) -> _Roun
     level = logger.level
     logger.addHandler(watcher)
     logger.setLevel(logging.INFO)
-    measured = _Rounds(ctx, template, min_pairs, watcher, none_queue)
+    measured = _Rounds(ctx, template, min_pairs, watcher, none_queue, sync)
     try:
         for rep in range(rounds):
             # The none window right after, as long: the two modes seconds apart, alike in size.
@@ -186,12 +227,15 @@ def _measure(ctx: Context, template: Path, rounds: int, min_pairs: int) -> _Roun
         logger.removeHandler(watcher)
         logger.setLevel(level)
         none_queue.close()
+    shutil.rmtree(none_dir)
     if measured.none_compactions:
         raise RuntimeError(f"latency_while_compacting: {measured.none_compactions} compactions with compact_bytes=None")
     return measured
 
 
-def _ratios(measured: _Rounds) -> dict[str, Any]:
+def _ratios(measured: _Rounds, origin: str, sync: bool) -> dict[str, Any]:
+    """The variant's figures, named with its suffix; the targets apply to the durable (sync) variants."""
+    sfx, variant = variant_suffix(origin, sync), f"store opened from its {origin}, sync={sync}"
     stats: dict[str, dict[str, dict[str, float]]] = {}
     for kind, modes in measured.lat.items():
         stats[kind] = {}
@@ -202,40 +246,66 @@ def _ratios(measured: _Rounds) -> dict[str, Any]:
     for kind in ("put", "cycle"):
         for mode in ("compaction", "none"):
             for name, _ in PERCENTILES:
-                target = ("<=", 0.050) if (kind, mode, name) == ("put", "compaction", "max") else None
-                ratios[f"{kind}_{name}_{mode}"] = figure(
+                target = ("<=", 0.050) if sync and (kind, mode, name) == ("put", "compaction", "max") else None
+                ratios[f"{kind}_{name}_{mode}{sfx}"] = figure(
                     [stats[kind][mode][name]],
                     "s/op",
                     target=target,
                     better="lower",
-                    note="" if target else f"information: {kind} latency, {name}, pooled over the rounds",
+                    note="" if target else f"information: {kind} latency, {name}, pooled over the rounds; {variant}",
                 )
-        ratios[f"{kind}_p99_compaction_over_none"] = figure(
+        ratios[f"{kind}_p99_compaction_over_none{sfx}"] = figure(
             [stats[kind]["compaction"]["p99"] / stats[kind]["none"]["p99"]],
             "x time",
-            target=("<=", 2.0),
+            target=("<=", 2.0) if sync else None,
             better="lower",
+            note="" if sync else f"information: no fsync to wait for; {variant}",
         )
-    ratios["compactions"] = figure(
+    ratios[f"compactions{sfx}"] = figure(
         [float(len(measured.compaction_seconds))],
         "compactions",
-        note="information: automatic compactions in the windows",
+        note=f"information: automatic compactions in the windows; {variant}",
     )
-    ratios["compaction_seconds"] = figure(
+    ratios[f"compaction_seconds{sfx}"] = figure(
         measured.compaction_seconds,
         "s/compaction",
         better="lower",
-        note="information: from the call that triggered it to the publication, per round",
+        note=f"information: from the call that triggered it to the publication, per round; {variant}",
     )
     return ratios
+
+
+def _params(measured: _Rounds, sizes: dict[str, int]) -> dict[str, Any]:
+    """What one variant measured besides its figures: window lengths, sizes, the slowest calls."""
+    return {
+        **sizes,
+        "pairs_per_round": measured.pairs_per_round,
+        "snapshot_bytes": measured.snapshot_bytes,
+        "next_compaction_after_wal_bytes": [2 * size for size in measured.snapshot_bytes],
+        "compactions_with_compaction_disabled": measured.none_compactions,
+        "slowest_while_compacting": {
+            "columns": ["seconds", "round", "started after the trigger (s)", "started before the publication (s)"],
+            **{kind: sorted(rows, reverse=True)[:10] for kind, rows in measured.slowest.items()},
+        },
+    }
 
 
 def run(ctx: Context) -> dict[str, Any]:
     s = ctx.scale
     n, rounds, min_pairs = s["tasks"], s["rounds"], s["min_pairs"]
-    template, template_bytes = _template(ctx, n)
-    measured = _measure(ctx, template, rounds, min_pairs)
-    ratios = _ratios(measured)
+    ratios: dict[str, Any] = {}
+    variants: dict[str, Any] = {}
+    series: dict[str, dict[str, list[float]]] = {"put": {}, "cycle": {}}
+    for origin in dict.fromkeys(origin for origin, _ in VARIANTS):
+        template, sizes = _template(ctx, n, origin)
+        for sync in (sync for o, sync in VARIANTS if o == origin):
+            measured = _measure(ctx, template, rounds, min_pairs, sync)
+            ratios |= _ratios(measured, origin, sync)
+            variants[variant_name(origin, sync)] = _params(measured, sizes)
+            for kind, modes in measured.lat.items():
+                for mode, samples in modes.items():
+                    series[kind][f"{mode}{variant_suffix(origin, sync)}"] = [round(x, 7) for x in samples]
+        shutil.rmtree(template.parent)
     return {
         "clock": "wall",
         "title": f"latency of durable puts and reserve+ack cycles with {n:,} tasks, compacting or not",
@@ -243,29 +313,18 @@ def run(ctx: Context) -> dict[str, Any]:
             "tasks": n,
             "rounds": rounds,
             "min_pairs_per_window": min_pairs,
-            "pairs_per_round": measured.pairs_per_round,
             "compact_bytes": COMPACT_BYTES,
-            "template_wal_bytes": template_bytes,
-            "snapshot_bytes": measured.snapshot_bytes,
-            "next_compaction_after_wal_bytes": [2 * size for size in measured.snapshot_bytes],
-            "compactions_with_compaction_disabled": measured.none_compactions,
-            "slowest_while_compacting": {
-                "columns": ["seconds", "round", "started after the trigger (s)", "started before the publication (s)"],
-                **{kind: sorted(rows, reverse=True)[:10] for kind, rows in measured.slowest.items()},
-            },
-            "window": "alternating durable put and reserve+ack, one thread, until the compaction is published",
+            "variants": variants,
+            "window": "alternating put and reserve+ack, one thread, until the compaction is published",
         },
-        "series": {
-            kind: {mode: [round(x, 7) for x in samples] for mode, samples in modes.items()}
-            for kind, modes in measured.lat.items()
-        },
+        "series": series,
         "backends": {},
         "ratios": ratios,
     }
 
 
 def plot(result: dict[str, Any], path: str) -> str:
-    """The latency distributions, compaction against none, as the share of calls slower than x (needs matplotlib)."""
+    """The wal+sync variant's latencies, compaction against none: share of calls slower than x (needs matplotlib)."""
     plt = pyplot()
     if plt is None:
         return f"latency_while_compacting plot skipped: matplotlib is not installed (pip install matplotlib) for {path}"
