@@ -179,11 +179,19 @@ def test_only_the_engine_wheel_ships_walqueue_init(build: Build) -> None:
     assert owners == ["walqueue-engine"]
 
 
+#: The directories each distribution ships (the consumers' layer holds the CLI, the worker and the dashboard).
+OWNED_DIRECTORIES = {
+    "walqueue-format": ("walqueue/format/",),
+    "walqueue-engine": ("walqueue/",),
+    "walqueue-cli": ("walqueue/cli/", "walqueue/worker/", "walqueue/dashboard/"),
+}
+
+
 def owner_of(name: str) -> str:
-    """The distribution whose directory is the longest prefix of `name`."""
-    prefixes = {dist: PY_TYPED[dist].removesuffix("py.typed") for dist in DISTRIBUTIONS}
-    matching = [dist for dist, prefix in prefixes.items() if name.startswith(prefix)]
-    return max(matching, key=lambda dist: len(prefixes[dist]), default="nobody")
+    """The distribution one of whose directories is the longest prefix of `name`."""
+    owners = [(prefix, dist) for dist, owned in OWNED_DIRECTORIES.items() for prefix in owned]
+    owners = [(prefix, dist) for prefix, dist in owners if name.startswith(prefix)]
+    return max(owners, key=lambda owner: len(owner[0]), default=("", "nobody"))[1]
 
 
 def test_each_wheel_holds_only_its_own_subpackage_and_its_py_typed(build: Build) -> None:

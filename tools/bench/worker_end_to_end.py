@@ -148,7 +148,7 @@ def walqueue_processes(directory: Path, count: int) -> Drain:
 
 def huey_missing() -> str | None:
     try:
-        import huey  # noqa: F401
+        import huey  # type: ignore[import-untyped, import-not-found, unused-ignore]  # noqa: F401
     except ImportError as error:
         return f"huey is not importable here ({error}); pip install huey"
     return None
@@ -158,13 +158,13 @@ def huey_drain(directory: Path, count: int, workers: int, worker_type: str) -> D
     """Seconds for huey's consumer (SqliteHuey, fsync=True) with `workers` of `worker_type` to run `count` tasks."""
     import logging
 
-    from huey import SqliteHuey
+    from huey import SqliteHuey  # type: ignore[import-untyped, import-not-found, unused-ignore]
 
     logging.getLogger("huey").setLevel(logging.WARNING)
     done = multiprocessing.get_context("fork").Value("l", 0)  # shared with huey's forked process workers
     huey = SqliteHuey(name="bench", filename=str(directory / "huey.db"), fsync=True, results=False)
 
-    @huey.task()
+    @huey.task()  # type: ignore[untyped-decorator, misc, unused-ignore]
     def noop(number: int) -> None:
         with done.get_lock():
             done.value += 1

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from walqueue import Queue
+from walqueue import Queue, Task
 
 from .harness import Budget, Report
 
@@ -279,19 +279,19 @@ def _check(unit: Unit, tasks: dict[str, dict[str, Any]], elapsed: float) -> None
             report.diverge(f"{where}: {task_id} was seen completed, and is {task.status} now")
     for (task_id, attempt, pid), end in runs.items():
         report.count("handler runs")
-        task = final.get(task_id)
-        if task is None or attempt > task.attempts:
+        ran = final.get(task_id)
+        if ran is None or attempt > ran.attempts:
             report.diverge(f"{where}: a run of {task_id} attempt {attempt} the store never leased")
         if end is None and pid in unit.killed:
             report.count("runs cut by a kill")
-        elif end is None and pid in unit.stopped and _released_at_shutdown(task, attempt):
+        elif end is None and pid in unit.stopped and _released_at_shutdown(ran, attempt):
             report.count("runs cut by the stop")  # past the grace: released, then the process ended
         elif end is None:
             report.diverge(f"{where}: the run of {task_id} attempt {attempt} in {pid} never ended, and was not killed")
     _check_firings(unit, final, elapsed)
 
 
-def _released_at_shutdown(task: Any, attempt: int) -> bool:
+def _released_at_shutdown(task: Task | None, attempt: int) -> bool:
     """Whether `task`'s attempt `attempt` was given back by a stopping worker (or the task went on after it)."""
     if task is None:
         return False
