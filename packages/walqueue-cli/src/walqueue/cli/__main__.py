@@ -21,13 +21,9 @@ from walqueue.cli import shell
 from walqueue.cli.protocol import (
     MAX_DEPTH,
     MAX_LINE_BYTES,
-    OVERLONG,
     QueueLike,
-    discard_line,
     encode_answer,
-    is_blank,
-    overlong_answer,
-    read_bounded_line,
+    request_lines,
     respond,
 )
 from walqueue.engine.calltable import CALLS
@@ -154,14 +150,7 @@ def serve(queue: QueueLike, requests: BinaryIO, answers: BinaryIO, *, line_limit
     `wait` sleeps its timeout out and answers committed=false: this consumer
     is the queue's only client, so nothing else can commit meanwhile.
     """
-    while (line := read_bounded_line(requests.readline, line_limit)) is not None:
-        if line is OVERLONG:
-            answers.write(encode_answer(overlong_answer(line_limit)))
-            answers.flush()
-            discard_line(requests.readline)
-            continue
-        if is_blank(line):
-            continue
+    for line in request_lines(requests, answers, line_limit):
         reply = respond(line, queue)
         answers.write(encode_answer(reply.answer))
         answers.flush()

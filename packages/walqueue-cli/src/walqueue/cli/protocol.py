@@ -41,9 +41,9 @@ import math
 import re
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, BinaryIO, Final
 
 from walqueue import KeyConflict, StaleLease, WrongStatus
 from walqueue.cli.lines import MAX_LINE_BYTES, OVERLONG, LineReader, discard_line, read_bounded_line
@@ -73,6 +73,7 @@ __all__ = [
     "no_other_writer",
     "overlong_answer",
     "parse_request",
+    "request_lines",
     "read_bounded_line",
     "respond",
     "success_answer",
@@ -204,6 +205,23 @@ def encode_answer(answer: Mapping[str, Any]) -> bytes:
 def is_blank(line: bytes | bytearray) -> bool:
     """A line of JSON whitespace only is skipped without an answer."""
     return not line.strip(_JSON_WHITESPACE)
+
+
+def request_lines(requests: BinaryIO, answers: BinaryIO, limit: int = MAX_LINE_BYTES) -> Iterator[bytearray]:
+    """The non-blank request lines of a byte stream, until its end.
+
+    One loop for the consumer and the shell's relay, so both refuse an
+    overlong line the same way: answered `BadRequest` on `answers` as soon as
+    `limit` bytes of it were read, and the rest of it discarded unread.
+    """
+    while (line := read_bounded_line(requests.readline, limit)) is not None:
+        if line is OVERLONG:
+            answers.write(encode_answer(overlong_answer(limit)))
+            answers.flush()
+            discard_line(requests.readline)
+            continue
+        if not is_blank(line):
+            yield line
 
 
 # ---------------------------------------------------------------------------

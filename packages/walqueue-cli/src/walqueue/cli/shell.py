@@ -28,15 +28,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, BinaryIO, Final, TextIO
 
 from walqueue import QueueClosed, WrongStatus
-from walqueue.cli.protocol import (
-    MAX_LINE_BYTES,
-    OVERLONG,
-    discard_line,
-    encode_answer,
-    is_blank,
-    overlong_answer,
-    read_bounded_line,
-)
+from walqueue.cli.protocol import request_lines
 from walqueue.format.cmdline import EX_USAGE, EXIT_INTERRUPTED, UsageParser, interrupted, version_line
 
 __all__ = [
@@ -142,14 +134,7 @@ def _connect(path: str) -> socket.socket:
 def relay(sock: socket.socket, requests: BinaryIO, answers: BinaryIO) -> int:
     """Send each non-blank line of `requests` and write its answer line; stop after a Fatal answer."""
     incoming = sock.makefile("rb")
-    while (line := read_bounded_line(requests.readline, MAX_LINE_BYTES)) is not None:
-        if line is OVERLONG:
-            answers.write(encode_answer(overlong_answer(MAX_LINE_BYTES)))
-            answers.flush()
-            discard_line(requests.readline)
-            continue
-        if is_blank(line):
-            continue
+    for line in request_lines(requests, answers):
         try:
             sock.sendall(bytes(line) if line.endswith(b"\n") else bytes(line) + b"\n")
             answer = incoming.readline()
