@@ -23,7 +23,7 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 from types import FrameType
-from typing import Any
+from typing import Any, Final
 
 from walqueue import WalQueueError
 from walqueue.format.cmdline import EX_USAGE, UsageParser, version_line
@@ -105,24 +105,23 @@ def _parser() -> UsageParser:
     return parser
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an int >= 1, not {text!r}")
-    return value
+def _int_at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse type for a whole number >= `minimum`; anything else is a usage error that names the bound."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = minimum - 1
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected an int >= {minimum}, not {text!r}")
+        return value
+
+    return parse
 
 
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an int >= 0, not {text!r}")
-    return value
+_positive_int: Final = _int_at_least(1)
+_count: Final = _int_at_least(0)
 
 
 def _seconds_or_zero(text: str) -> float:
