@@ -15,7 +15,6 @@ queue. Exit status 0; a usage error exits 64 (EX_USAGE).
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 from collections.abc import Sequence
 
@@ -44,7 +43,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m walqueue",
         description="Print WALQueue's version and where its commands are.",
         epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=version_line("walqueue"))
     parser.parse_args(argv)

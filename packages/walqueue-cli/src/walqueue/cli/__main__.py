@@ -127,7 +127,6 @@ def _argument_parser() -> argparse.ArgumentParser:
         prog="walqueue",
         description=_DESCRIPTION,
         epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
         "directory", metavar="DIRECTORY", help="the queue directory (created if missing, unless --no-create)"

@@ -97,7 +97,6 @@ def _argument_parser() -> argparse.ArgumentParser:
             "SIGTERM or SIGINT stops it gracefully."
         ),
         epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
         "directory", metavar="DIRECTORY", help="the queue directory (created if missing, unless --no-create)"

@@ -92,7 +92,6 @@ def _parser() -> argparse.ArgumentParser:
         prog="walqueue",
         description="Talk to a queue served by walqueue-serve, over its Unix socket.",
         epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--socket", required=True, metavar="PATH", help="the socket walqueue-serve listens on")
     parser.add_argument(

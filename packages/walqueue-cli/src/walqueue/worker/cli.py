@@ -68,7 +68,6 @@ def _parser() -> UsageParser:
         usage=f"{PROG} (DIR | --socket PATH) MODULE:CALLABLE [options]",
         description="Run MODULE:CALLABLE for each task of the WALQueue in DIR (or served on --socket PATH).",
         epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("places", nargs="+", metavar="[DIR] MODULE:CALLABLE", help=argparse.SUPPRESS)
     parser.add_argument("--socket", metavar="PATH", help="use the walqueue-serve listening on PATH instead of DIR")

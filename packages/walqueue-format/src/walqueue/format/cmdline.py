@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from walqueue.format._version import __version__
 
@@ -32,7 +32,16 @@ EXIT_INTERRUPTED = 130
 
 
 class UsageParser(argparse.ArgumentParser):
-    """An `argparse.ArgumentParser` whose usage errors exit with `EX_USAGE` (64), not argparse's 2."""
+    """An `argparse.ArgumentParser` whose usage errors exit with `EX_USAGE` (64), not argparse's 2.
+
+    Its description and epilog are printed as written (`RawDescriptionHelpFormatter`
+    unless told otherwise): every command's epilog is a hand-laid table of exit
+    statuses and examples that argparse's re-wrapping would scramble.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         """Print the usage line and `message` on stderr, then exit with `EX_USAGE`."""

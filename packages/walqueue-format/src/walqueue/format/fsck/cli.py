@@ -82,7 +82,6 @@ def _parser() -> argparse.ArgumentParser:
         prog="walqueue-fsck",
         description="Check a WALQueue directory without changing it.",
         epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("directory", metavar="DIRECTORY", help="the queue directory to inspect")
     parser.add_argument("--json", action="store_true", help="print one machine-readable JSON report")
