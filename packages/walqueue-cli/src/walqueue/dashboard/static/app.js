@@ -192,20 +192,32 @@
     body.appendChild(el("tr")).appendChild(cell);
   }
 
-  function renderLeases(page, now) {
-    const body = document.querySelector("#leases tbody");
+  // One loop for every table the page refreshes: clear it, a row per item, a note when empty.
+  function fillTable(id, items, empty, columns, fill) {
+    const body = document.querySelector("#" + id + " tbody");
     body.replaceChildren();
-    for (const task of page.tasks) {
+    for (const item of items) {
       const row = el("tr");
-      row.dataset.task = task.task_id;
-      row.append(el("td", task.task_id), el("td", task.worker), el("td", when(task.deadline)),
-        el("td", duration(task.time_left)), el("td", task.attempts + " / " + task.max_attempts));
-      const cell = el("td");
-      if (actionsOn) cell.appendChild(actionButton("cancel", "cancel", { task_id: task.task_id }));
-      row.appendChild(cell);
+      fill(row, item);
       body.appendChild(row);
     }
-    if (!page.tasks.length) emptyRow(body, "no leases", 6);
+    if (!items.length) emptyRow(body, empty, columns);
+  }
+
+  // A task's row: its cells, then one action on it when actions are enabled.
+  function taskRow(row, task, cells, label, action) {
+    row.dataset.task = task.task_id;
+    row.append(...cells);
+    const cell = el("td");
+    if (actionsOn) cell.appendChild(actionButton(label, action, { task_id: task.task_id }));
+    row.appendChild(cell);
+  }
+
+  function renderLeases(page, now) {
+    fillTable("leases", page.tasks, "no leases", 6, function (row, task) {
+      taskRow(row, task, [el("td", task.task_id), el("td", task.worker), el("td", when(task.deadline)),
+        el("td", duration(task.time_left)), el("td", task.attempts + " / " + task.max_attempts)], "cancel", "cancel");
+    });
     state.leasesNext = page.next_after;
     $("leases-next").disabled = !page.next_after;
   }
@@ -216,10 +228,7 @@
   }
 
   function renderGroups(g) {
-    const body = document.querySelector("#groups tbody");
-    body.replaceChildren();
-    for (const group of g.groups) {
-      const row = el("tr");
+    fillTable("groups", g.groups, "no dead letters", 4, function (row, group) {
       row.dataset.group = group.group;
       row.append(el("td", group.type || "(none)"), el("td", group.message, "message"), el("td", String(group.count)));
       const cell = el("td");
@@ -232,26 +241,16 @@
         cell.appendChild(actionButton("cancel retrying", "cancel", { group: group.group }));
       }
       row.appendChild(cell);
-      body.appendChild(row);
-    }
-    if (!g.groups.length) emptyRow(body, "no dead letters", 4);
+    });
     text("groups-note", g.truncated ? "grouped over the first " + g.scanned + " dead letters" : "");
   }
 
   function renderDead(page) {
-    const body = document.querySelector("#dead tbody");
-    body.replaceChildren();
-    for (const task of page.tasks) {
-      const row = el("tr");
-      row.dataset.task = task.task_id;
-      row.append(el("td", task.task_id), el("td", task.payload_excerpt, "payload"),
-        el("td", errorText(task.last_error), "message"), el("td", task.attempts + " / " + task.max_attempts));
-      const cell = el("td");
-      if (actionsOn) cell.appendChild(actionButton("redrive", "redrive", { task_id: task.task_id }));
-      row.appendChild(cell);
-      body.appendChild(row);
-    }
-    if (!page.tasks.length) emptyRow(body, "no dead letters", 5);
+    fillTable("dead", page.tasks, "no dead letters", 5, function (row, task) {
+      taskRow(row, task, [el("td", task.task_id), el("td", task.payload_excerpt, "payload"),
+        el("td", errorText(task.last_error), "message"), el("td", task.attempts + " / " + task.max_attempts)],
+        "redrive", "redrive");
+    });
     state.deadNext = page.next_after;
     $("dead-next").disabled = !page.next_after;
     text("dead-filter", state.group ? "(one error group)" : "");
