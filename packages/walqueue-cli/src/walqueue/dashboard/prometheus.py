@@ -14,38 +14,46 @@ import math
 from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
-__all__ = ["CONTENT_TYPE", "COUNTER_HELP", "render"]
+__all__ = ["CONTENT_TYPE", "COUNTER_HELP", "exposition_name", "render"]
 
 CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
 
-#: Each counter of `Queue.metrics()`: its exposition name (without ``_total``) and its HELP text.
-COUNTER_HELP: Final[Mapping[str, tuple[str, str]]] = {
-    "puts": ("walqueue_puts", "Tasks created by put or put_many."),
-    "duplicate_puts": ("walqueue_duplicate_puts", "Puts answered as identical retries, writing nothing."),
-    "reserves": ("walqueue_reserves", "Tasks leased by reserve."),
-    "acks": ("walqueue_acks", "Leased tasks completed by ack."),
-    "releases": ("walqueue_releases", "Leased tasks given back by release."),
-    "expiries": ("walqueue_expiries", "Leases that ran out before an ack or release."),
-    "deaths": ("walqueue_deaths", "Tasks that died out of attempts (after a release or an expiry)."),
-    "redrives": ("walqueue_redrives", "Dead tasks made ready again."),
-    "cancels": ("walqueue_cancels", "Ready or leased tasks cancelled (made dead)."),
-    "extends": ("walqueue_extends", "Lease deadlines moved by extend."),
-    "stale_leases": ("walqueue_stale_lease_refusals", "ack, release or extend refused with StaleLease."),
-    "fsyncs": ("walqueue_fsyncs", "fsync calls of the write-ahead log's group commit."),
-    "compactions": ("walqueue_compactions", "Snapshots published (compactions)."),
+#: Each counter of `Queue.metrics()` and its HELP text; its exposition name is `exposition_name(key)` + ``_total``.
+COUNTER_HELP: Final[Mapping[str, str]] = {
+    "puts": "Tasks created by put or put_many.",
+    "duplicate_puts": "Puts answered as identical retries, writing nothing.",
+    "reserves": "Tasks leased by reserve.",
+    "acks": "Leased tasks completed by ack.",
+    "releases": "Leased tasks given back by release.",
+    "expiries": "Leases that ran out before an ack or release.",
+    "deaths": "Tasks that died out of attempts (after a release or an expiry).",
+    "redrives": "Dead tasks made ready again.",
+    "cancels": "Ready or leased tasks cancelled (made dead).",
+    "extends": "Lease deadlines moved by extend.",
+    "stale_leases": "ack, release or extend refused with StaleLease.",
+    "fsyncs": "fsync calls of the write-ahead log's group commit.",
+    "compactions": "Snapshots published (compactions).",
 }
 
-_GAUGES: Final = (
-    ("wal_bytes", "walqueue_wal_bytes", "Bytes of live write-ahead log after the snapshot."),
-    ("segments", "walqueue_wal_segments", "Live write-ahead log segments."),
-    ("last_seq", "walqueue_last_seq", "Sequence number of the last committed transaction."),
-    ("snapshot_seq", "walqueue_snapshot_seq", "Sequence number the published snapshot covers."),
-)
-
-_HISTOGRAMS: Final = {
-    "fsync_seconds": ("walqueue_fsync_seconds", "Duration of each fsync of the write-ahead log."),
-    "commit_group_size": ("walqueue_commit_group_size", "Transactions made durable by one fsync."),
+_GAUGES: Final[Mapping[str, str]] = {
+    "wal_bytes": "Bytes of live write-ahead log after the snapshot.",
+    "segments": "Live write-ahead log segments.",
+    "last_seq": "Sequence number of the last committed transaction.",
+    "snapshot_seq": "Sequence number the published snapshot covers.",
 }
+
+_HISTOGRAMS: Final[Mapping[str, str]] = {
+    "fsync_seconds": "Duration of each fsync of the write-ahead log.",
+    "commit_group_size": "Transactions made durable by one fsync.",
+}
+
+#: The keys whose exposition name is not simply ``walqueue_`` + key (a name that says more than the key).
+_RENAMED: Final[Mapping[str, str]] = {"stale_leases": "stale_lease_refusals", "segments": "wal_segments"}
+
+
+def exposition_name(key: str) -> str:
+    """The Prometheus name of a `metrics()` key: one ``walqueue_`` prefix rule, the few exceptions in `_RENAMED`."""
+    return "walqueue_" + _RENAMED.get(key, key)
 
 
 def _number(value: float) -> str:
@@ -81,10 +89,11 @@ def _histogram(name: str, reading: Mapping[str, Any], labels: str = "") -> Itera
 
 
 def _counters(counters: Mapping[str, int]) -> Iterator[str]:
-    for key, (name, help_text) in COUNTER_HELP.items():
+    for key, help_text in COUNTER_HELP.items():
         if key in counters:
-            yield from _header(f"{name}_total", "counter", help_text)
-            yield f"{name}_total {int(counters[key])}"
+            name = exposition_name(key) + "_total"
+            yield from _header(name, "counter", help_text)
+            yield f"{name} {int(counters[key])}"
 
 
 def _gauges(gauges: Mapping[str, Any]) -> Iterator[str]:
@@ -96,15 +105,17 @@ def _gauges(gauges: Mapping[str, Any]) -> Iterator[str]:
         help_text = "Age of the oldest due ready task against the reader's clock (now - available_at)."
         yield from _header("walqueue_oldest_ready_age_seconds", "gauge", help_text)
         yield f"walqueue_oldest_ready_age_seconds {int(age)}"
-    for key, name, help_text in _GAUGES:
+    for key, help_text in _GAUGES.items():
         if gauges.get(key) is not None:
+            name = exposition_name(key)
             yield from _header(name, "gauge", help_text)
             yield f"{name} {int(gauges[key])}"
 
 
 def _histograms(histograms: Mapping[str, Any], requests: Mapping[str, Any]) -> Iterator[str]:
-    for key, (name, help_text) in _HISTOGRAMS.items():
+    for key, help_text in _HISTOGRAMS.items():
         if key in histograms:
+            name = exposition_name(key)
             yield from _header(name, "histogram", help_text)
             yield from _histogram(name, histograms[key])
     if requests:
