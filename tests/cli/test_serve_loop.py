@@ -244,3 +244,21 @@ def test_a_half_closed_client_still_gets_its_wait_answered(server: ServerProcess
     time.sleep(0.2)
     RawConnection(server.socket_path).request(put("wake"))
     assert connection.answer() == {"id": "w", "ok": True, "committed": True}
+
+
+def test_the_metrics_answer_counts_the_served_requests_by_op(server: ServerProcess) -> None:
+    from walqueue.cli import Client
+
+    with Client(server.socket_path) as client:
+        for number in range(3):
+            client.put(f"t{number}", {})
+        [lease] = client.reserve("w", now=0, lease_seconds=30)
+        client.ack(lease, now=0)
+        client.reserve("w", now=0, lease_seconds=30)
+        seconds = client.metrics()["request_seconds"]
+    assert seconds["put"]["count"] == 3
+    assert seconds["reserve"]["count"] == 2
+    assert seconds["ack"]["count"] == 1
+    assert seconds["metrics"]["count"] == 1  # the request being answered counts itself (executed, then read)
+    for reading in seconds.values():
+        assert sum(reading["counts"]) == reading["count"] and reading["sum"] >= 0

@@ -120,3 +120,24 @@ def test_an_action_from_the_dashboard_wakes_a_wait_parked_in_the_server(src_pyth
         process.terminate()
         process.communicate(timeout=60)
     assert process.returncode == 0
+
+
+def test_the_served_dashboards_metrics_show_request_seconds_by_op(src_pythonpath: str, place: Path) -> None:
+    process = serve(src_pythonpath, place, "--http", "127.0.0.1:0", "--log-level", "WARNING")
+    try:
+        assert process.stdout is not None
+        assert "listening on" in process.stdout.readline()
+        url = process.stdout.readline().split("dashboard on ", 1)[1].strip()
+        with Client(str(place / "s")) as client:
+            client.put("a", {})
+            client.put("b", {})
+            assert client.get("a") is not None
+        with urllib.request.urlopen(url + "metrics", timeout=30) as answer:
+            text = answer.read().decode()
+    finally:
+        process.terminate()
+        process.communicate(timeout=60)
+    assert "# TYPE walqueue_request_seconds histogram" in text
+    assert 'walqueue_request_seconds_count{op="put"} 2' in text
+    assert 'walqueue_request_seconds_count{op="get"} 1' in text
+    assert 'walqueue_request_seconds_bucket{op="put",le="+Inf"} 2' in text

@@ -23,6 +23,12 @@ past them the loop stops reading that connection, so the kernel pushes
 back on its sender; a connection whose answers make no progress for
 `write_timeout` seconds is dropped (time without progress, however large
 the answer). A parked ``wait`` costs no thread: it is a deadline here.
+
+Request seconds: each executed request is timed by one `perf_counter` pair
+around its execution (not the turn's fsync, which the fsync histogram
+times; not a parked ``wait``) into `RequestSeconds` by op, and a
+``metrics`` answer carries that reading as ``request_seconds``: the
+protocol's `Queue.metrics` knows nothing of the server.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from time import perf_counter
 from typing import Any, Final
 
 from walqueue import Queue, QueueClosed
@@ -53,6 +60,7 @@ from walqueue.cli.protocol import (
     success_answer,
 )
 from walqueue.engine.calltable import CALLS
+from walqueue.engine.metrics import RequestSeconds
 
 __all__ = ["DEFAULT_TURN_CAP", "Limits", "Loop"]
 
@@ -103,8 +111,11 @@ class Loop:
         pipes: list[int],
         limits: Limits,
         stopping: Callable[[], bool],
+        request_seconds: RequestSeconds | None = None,
     ) -> None:
         self._queue = queue
+        #: Each executed request's seconds by op (a parked `wait` is not timed: its time is the client's).
+        self._request_seconds = request_seconds if request_seconds is not None else RequestSeconds(tuple(CALLS))
         self._listener = listener
         self._limits = limits
         self._stopping = stopping
@@ -217,7 +228,12 @@ class Loop:
             return bad_request_answer(parsed)
         if parsed.op == "wait":
             return self._wait(client, parsed.arguments["timeout"], parsed.request_id)
+        started = perf_counter()
         reply = execute(parsed, self._queue)
+        op = parsed.op
+        self._request_seconds.observe(op, perf_counter() - started)
+        if op == "metrics" and reply.answer.get("ok"):
+            reply.answer["metrics"]["request_seconds"] = self._request_seconds.reading()
         if reply.fatal:
             self.fatal = True
             return reply.answer

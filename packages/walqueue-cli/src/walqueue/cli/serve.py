@@ -179,7 +179,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     dashboard = None
     if http is not None:
         try:
-            dashboard = start_dashboard(server.queue, http, on_commit=server.poke)
+            dashboard = start_dashboard(server.dashboard_backend(), http, on_commit=server.poke)
         except OSError as error:
             server.close_queue()
             server.unbind()

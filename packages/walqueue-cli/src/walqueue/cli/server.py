@@ -22,11 +22,14 @@ import logging
 import os
 import socket
 from pathlib import Path
+from typing import Any
 
 from walqueue import CorruptStore, DirectoryLocked, Queue, WalQueueError
 from walqueue.cli.eventloop import DEFAULT_TURN_CAP, Limits, Loop
 from walqueue.cli.lines import MAX_LINE_BYTES
 from walqueue.cli.listener import SocketInUse, bind_socket, remove_socket_file
+from walqueue.engine.calltable import CALLS
+from walqueue.engine.metrics import RequestSeconds
 
 __all__ = [
     "DEFAULT_MAX_CLIENTS",
@@ -90,6 +93,8 @@ class Server:
         self.sync = sync
         self.create = create
         self._queue: Queue | None = None
+        #: Each request's seconds by op, observed by the loop; read by `metrics` answers and the dashboard.
+        self.request_seconds = RequestSeconds(tuple(CALLS))
         self._listener: socket.socket | None = None
         self._socket_inode: int | None = None
         self._stop_read, self._stop_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -139,6 +144,15 @@ class Server:
         """The queue being served, once opened (`start()`): the dashboard reads it from threads of its own."""
         assert self._queue is not None, "start() first"
         return self._queue
+
+    def dashboard_backend(self) -> Any:
+        """The queue as the dashboard reads it in this process: its `metrics` carry the server's request seconds.
+
+        The dashboard's threads read the queue directly (not through the
+        socket), so the figures the loop keeps are added here, as the loop
+        adds them to a `metrics` answer.
+        """
+        return _ServedQueue(self.queue, self.request_seconds)
 
     def open_queue(self) -> None:
         self._queue = Queue(self.directory, sync=self.sync, create=self.create)
@@ -200,7 +214,7 @@ class Server:
             os.getpid(),
         )
         pipes = [self._stop_read] if wakeup is None else [self._stop_read, wakeup]
-        loop = Loop(self._queue, self._listener, pipes, limits, lambda: self._stopping)
+        loop = Loop(self._queue, self._listener, pipes, limits, lambda: self._stopping, self.request_seconds)
         try:
             loop.run()
         finally:
@@ -212,3 +226,19 @@ class Server:
             os.close(self._stop_write)
             log.info("stopped serving %s", self.directory)
         return self._exit_status
+
+
+class _ServedQueue:
+    """A served `Queue` whose `metrics()` also holds the server's ``request_seconds`` (everything else delegated)."""
+
+    def __init__(self, queue: Queue, request_seconds: RequestSeconds) -> None:
+        self._queue = queue
+        self._request_seconds = request_seconds
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._queue, name)
+
+    def metrics(self, *, now: int | None = None) -> dict[str, Any]:
+        reading: dict[str, Any] = dict(self._queue.metrics(now=now))
+        reading["request_seconds"] = self._request_seconds.reading()
+        return reading

@@ -2,9 +2,10 @@
 
 Every outcome goes through `Report.outcome`, which bumps one counter and
 logs one line on the ``walqueue.worker`` logger; the fields are also set on
-the log record (``event``, ``task``, ``attempt``, ``ms`` and, for failures,
-``error`` and ``delay``), so `JsonLines` writes them as JSON without parsing
-the message. `Worker.stats()` returns `Report.snapshot()`: the same counters.
+the log record (``event``, ``lifecycle``: the engine's event name, see
+`LIFECYCLE`, ``task``, ``attempt``, ``ms`` and, for failures, ``error`` and
+``delay``), so `JsonLines` writes them as JSON without parsing the message.
+`Worker.stats()` returns `Report.snapshot()`: the same counters.
 """
 
 from __future__ import annotations
@@ -13,9 +14,11 @@ import json
 import logging
 import threading
 import time
-from typing import Any
+from typing import Any, Final
 
-__all__ = ["OUTCOMES", "JsonLines", "Report", "log"]
+from walqueue.engine.events import ACK, DEATH, RELEASE
+
+__all__ = ["LIFECYCLE", "OUTCOMES", "JsonLines", "Report", "log"]
 
 log = logging.getLogger("walqueue.worker")
 
@@ -25,8 +28,20 @@ log = logging.getLogger("walqueue.worker")
 #: timed_out: overran its timeout, lease released; interrupted: released at shutdown; returned: a
 #: prefetched lease given back at shutdown before its handler started (not a handler run).
 OUTCOMES = ("completed", "retried", "dead", "lost", "timed_out", "interrupted", "returned")
+#: The engine's lifecycle event (walqueue.engine.events) that each outcome committed, set as the line's
+#: ``lifecycle`` field, so the worker's lines and the queue's event stream join on one name: a release that
+#: was the last attempt is ``dead`` (the queue logs its release, then its death). `lost` has none: the
+#: worker committed nothing (the expiry or cancel that took the lease is the queue's own event).
+LIFECYCLE: Final = {
+    "completed": ACK,
+    "retried": RELEASE,
+    "dead": DEATH,
+    "timed_out": RELEASE,
+    "interrupted": RELEASE,
+    "returned": RELEASE,
+}
 _LEVELS = {"completed": logging.INFO, "retried": logging.WARNING, "dead": logging.ERROR}
-_FIELDS = ("event", "task", "attempt", "ms", "delay", "error", "worker")
+_FIELDS = ("event", "lifecycle", "task", "attempt", "ms", "delay", "error", "worker")
 
 
 class Report:
@@ -47,6 +62,9 @@ class Report:
         if not log.isEnabledFor(level):
             return  # the busy path: no record built for a line nobody reads
         fields = {"event": event, "task": task, "attempt": attempt, "ms": ms, "worker": self.worker, **extra}
+        lifecycle = LIFECYCLE.get(event)
+        if lifecycle is not None:
+            fields["lifecycle"] = lifecycle
         log.log(
             level,
             "%s %s (attempt %d, %d ms)%s",
