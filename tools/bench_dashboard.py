@@ -6,6 +6,8 @@
     python tools/bench_dashboard.py --json out.json   also write every figure as JSON
     python tools/bench_dashboard.py --served          the server's request path with and without a
                                                       dashboard polled every second (see below)
+    python tools/bench_dashboard.py --served-cpu 20   the server's own CPU per second, idle, with and
+                                                      without a dashboard polled every second
 
 Each route of the dashboard is called through its WSGI interface (no
 sockets: the figures are the app's and the queue's), `--reps` times, and
@@ -47,6 +49,8 @@ from walqueue import Queue  # noqa: E402
 from walqueue.dashboard import Dashboard  # noqa: E402
 
 NOW = 1_000
+#: Polls a watched repetition must see to count (a phase shorter than the poll interval measures nothing).
+MIN_POLLS = 3
 #: The largest answer any page may give (a page of 50 tasks with payload excerpts is a few KiB).
 MAX_ANSWER_BYTES = 256 * 1024
 
@@ -230,6 +234,46 @@ class _Watched:
             process.wait(60)
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU a process has used so far (/proc/PID/stat, in clock ticks)."""
+    import os
+
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def served_cpu(seconds: float, reps: int) -> dict[str, Any]:
+    """The server's own CPU per second with no client: without a dashboard, and with one polled every second.
+
+    The difference is what watching costs the request path at most (the
+    loop and the dashboard share one process and its GIL); it does not
+    depend on how loaded the machine is, which throughput ratios do.
+    """
+    import shutil
+
+    per_second: dict[str, list[float]] = {"unwatched": [], "watched": []}
+    for rep in range(reps):
+        for mode in ("unwatched", "watched") if rep % 2 == 0 else ("watched", "unwatched"):
+            place = Path(tempfile.mkdtemp(prefix="wq-dash-", dir="/tmp"))
+            watched = _Watched(place, mode == "watched")
+            try:
+                time.sleep(1.0)  # past start-up
+                pid = watched.processes[0].pid
+                before, start = _cpu_seconds(pid), time.monotonic()
+                time.sleep(seconds)
+                used = (_cpu_seconds(pid) - before) / (time.monotonic() - start)
+            finally:
+                watched.stop()
+                shutil.rmtree(place, ignore_errors=True)
+            per_second[mode].append(used)
+            polls = f" ({watched.polls} polls)" if mode == "watched" else ""
+            print(f"  rep {rep} {mode:9}: server CPU {used * 1000:6.2f} ms per second{polls}", flush=True)
+    cost = statistics.median(per_second["watched"]) - statistics.median(per_second["unwatched"])
+    print(f"  watching costs the server {cost * 1000:.2f} ms of CPU per second ({cost:.2%} of one core)")
+    return {"server_cpu_per_second": per_second, "watching_costs_cpu_per_second": cost}
+
+
 def served(reps: int, total: int, processes: int = 4) -> dict[str, Any]:
     """The server's throughput with and without a polled dashboard, alternating per repetition."""
     import shutil
@@ -249,6 +293,11 @@ def served(reps: int, total: int, processes: int = 4) -> dict[str, Any]:
             finally:
                 watched.stop()
                 shutil.rmtree(place, ignore_errors=True)
+            if mode == "watched" and watched.polls < MIN_POLLS:
+                raise RuntimeError(
+                    f"the dashboard was polled {watched.polls} times (fewer than {MIN_POLLS}) while it was"
+                    " watched: the phases are too short to measure anything; give --ops more"
+                )
             rates[mode]["puts"].append(puts)
             rates[mode]["cycles"].append(cycles)
             print(
@@ -276,8 +325,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", metavar="PATH")
     parser.add_argument("--dir", default=None, help="where the store goes (default: the system temp dir)")
     parser.add_argument("--served", action="store_true", help="measure the server with and without a polled dashboard")
-    parser.add_argument("--ops", type=int, default=800, help="--served: operations per phase (default 800)")
+    parser.add_argument(
+        "--served-cpu",
+        type=float,
+        metavar="SECONDS",
+        help="measure the server's own CPU per second over SECONDS, idle, with and without a polled dashboard",
+    )
+    parser.add_argument(
+        "--ops",
+        type=int,
+        default=16_000,
+        help="--served: operations per phase (default 16,000: seconds, so that the poller polls)",
+    )
     arguments = parser.parse_args(argv)
+    if arguments.served_cpu:
+        print(f"walqueue-serve with no client, {arguments.served_cpu:g} s per repetition, {arguments.reps} repetitions")
+        figures = served_cpu(arguments.served_cpu, arguments.reps)
+        if arguments.json:
+            Path(arguments.json).write_text(json.dumps(figures, indent=2) + "\n")
+        return 0
     if arguments.served:
         print(f"walqueue-serve, 4 client processes, {arguments.ops} ops per phase, {arguments.reps} repetitions")
         figures = served(arguments.reps, arguments.ops)
