@@ -49,6 +49,8 @@ def test_the_served_bench_compares_watched_and_unwatched(tmp_path: Path) -> None
             "--served",
             "--ops",
             "40",
+            "--min-polls",
+            "0",
             "--reps",
             "1",
             "--json",
@@ -61,6 +63,30 @@ def test_the_served_bench_compares_watched_and_unwatched(tmp_path: Path) -> None
     assert result.returncode == 0, result.stderr
     figures = json.loads(out.read_text())
     assert figures["puts_watched_vs_unwatched"] > 0 and figures["cycles_watched_vs_unwatched"] > 0
+
+
+@pytest.mark.timeout(120)
+def test_the_served_cpu_bench_reads_the_server_with_and_without_a_watcher(tmp_path: Path) -> None:
+    out = tmp_path / "cpu.json"
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(REPO_ROOT / "tools" / "bench_dashboard.py"),
+            "--served-cpu",
+            "1.5",
+            "--reps",
+            "1",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
+    assert result.returncode == 0, result.stderr
+    figures = json.loads(out.read_text())
+    assert len(figures["server_cpu_per_second"]["watched"]) == 1
+    assert len(figures["server_cpu_per_second"]["unwatched"]) == 1
 
 
 def test_the_demo_documents_itself() -> None:
