@@ -235,6 +235,9 @@ class AsyncClient(ClientSettings):
     async def ack(self, lease: Lease, *, now: int) -> None:
         return await self._submit(shaping.ack(lease, now))
 
+    async def ack_many(self, leases: Iterable[Lease], *, now: int) -> None:
+        return await self._submit(shaping.ack_many(leases, now))
+
     async def release(self, lease: Lease, *, now: int, delay: int = 0, error: Mapping[str, str] | None = None) -> None:
         return await self._submit(shaping.release(lease, now, delay, error))
 

@@ -269,6 +269,10 @@ class Client(ClientSettings):
     def ack(self, lease: Lease, *, now: int) -> None:
         return self._submit(shaping.ack(lease, now))
 
+    def ack_many(self, leases: Iterable[Lease], *, now: int) -> None:
+        """`Queue.ack_many`: many acks in one transaction, all or none. Never retried once sent."""
+        return self._submit(shaping.ack_many(leases, now))
+
     def release(self, lease: Lease, *, now: int, delay: int = 0, error: Mapping[str, str] | None = None) -> None:
         return self._submit(shaping.release(lease, now, delay, error))
 

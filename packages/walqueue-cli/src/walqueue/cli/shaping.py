@@ -116,6 +116,17 @@ def ack(lease: Lease, now: int) -> OutgoingCall[None]:
     return _outgoing("ack", lease, now=now)
 
 
+def ack_many(leases: Iterable[Lease], now: int) -> OutgoingCall[None]:
+    tokens = ops.lease_tokens(leases)  # Queue's rule and order: the items, `now`, then each owner
+    check_int(now, "now")
+    for index, token in enumerate(tokens):
+        try:
+            _owner(token, now)
+        except StaleLease as error:
+            raise StaleLease(f"leases[{index}]: {error}") from None
+    return _outgoing("ack_many", tokens, now=now)
+
+
 def _error(error: Mapping[str, str] | None) -> dict[str, Any]:
     """A settling call's `error` argument, checked first (as `Queue` checks it), as keyword arguments to send."""
     check_error(error)

@@ -115,6 +115,29 @@ class Compactor:
         if size is not None:
             self._published(size)
 
+    def compact_when_free(self, state: State) -> None:
+        """`Queue.compact()`: wait (never holding the lock) for a background snapshot under way, then compact now.
+
+        An obstacle a compaction must create is `FileExistsError` before
+        anything is written (`check_room`); any other failure poisons the
+        queue (the guard's `release`) and is raised.
+        """
+        guard = self._guard
+        while True:
+            background = self.background
+            if background is not None:
+                guard.join(background.join)  # the thread publishes under the lock
+            with guard:
+                if self.running():
+                    continue  # another call started one meanwhile: wait for it too
+                check_room(self.store, self.wal, state.last_seq)
+                try:
+                    self.compact_now(state)
+                except BaseException:
+                    guard.release(drain=False)
+                    raise
+                return
+
     def trigger(self, state: State) -> None:
         """The size trigger: a snapshot written in the background (in this call, when a hook watches).
 

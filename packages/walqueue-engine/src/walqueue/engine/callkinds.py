@@ -161,6 +161,17 @@ def _encode_lease(value: Any, what: str) -> dict[str, Any]:
     return {"task_id": lease.task_id, "worker": lease.worker, "generation": lease.generation}
 
 
+def _leases(value: Any, what: str) -> list[Lease]:
+    return [_lease(item, f"{what}[{index}]") for index, item in enumerate(value)]
+
+
+def _encode_leases(value: Any, what: str) -> list[dict[str, Any]]:
+    """A client's `ack_many` argument: an iterable of `Lease`, each sent as its owner's three fields."""
+    if isinstance(value, (str, bytes, Mapping, Lease)) or not isinstance(value, Iterable):
+        raise TypeError(f"{what} must be an iterable of Lease, not {type(value).__name__}")
+    return [_encode_lease(item, f"{what}[{index}]") for index, item in enumerate(value)]
+
+
 def _time_or_null(value: Any, what: str) -> int | None:
     return None if value is None else check_int(value, what, 0)
 
@@ -226,6 +237,7 @@ KINDS: Final[dict[str, Kind]] = {
         ),
         Kind("payload", "a JSON object", _JSON_OBJECT, _field(_payload(True)), _payload(False)),
         Kind("lease", "a lease object", _JSON_OBJECT, _field(_lease), _encode_lease),
+        Kind("leases", "an array of lease objects", frozenset({list}), _field(_leases), _encode_leases),
         Kind("status", _STATUS_CHOICES, frozenset({str, type(None)}), _field(_status), _status),
         Kind("timeout", "a number of seconds", frozenset({int, float}), _field(_timeout), _timeout),
     )

@@ -285,6 +285,14 @@ CALLS: Final[Mapping[str, Call]] = {
             summary="complete a leased task (lease: a lease object from reserve)",
         ),
         Call(
+            "ack_many",
+            (_arg("leases", "leases"), _arg("now", "time", keyword=True)),
+            _answer(None),
+            writes=True,
+            # not retried (the default for a write): one that had happened would answer StaleLease
+            summary="complete many leased tasks in one transaction, all or none (leases: an array of lease objects)",
+        ),
+        Call(
             "release",
             (*_LEASE_SETTLES, _arg("delay", "time", keyword=True, default=0), _ERROR),
             _answer(None),

@@ -26,7 +26,7 @@ from collections.abc import Set as AbstractSet
 from walqueue.engine.optable import INT_JSON_MAX, Op, OpKind
 from walqueue.engine.records import check_error_fits
 from walqueue.engine.state import LEASED, OP_KINDS, State, identity_digest
-from walqueue.engine.types import KeyConflict, Lease, StaleLease, WrongStatus
+from walqueue.engine.types import KeyConflict, Lease, StaleLease, WrongStatus, plain_lease
 from walqueue.engine.validate import (
     ERROR_MESSAGE_BYTES,
     ERROR_TYPE_BYTES,
@@ -46,7 +46,9 @@ from walqueue.format.canonical import canonical_str
 __all__ = [
     "Op",
     "Plan",
+    "lease_tokens",
     "plan_ack",
+    "plan_acks",
     "plan_cancel",
     "plan_extend",
     "plan_fail",
@@ -458,6 +460,46 @@ def plan_ack(state: State, lease: Lease, now: int) -> Plan:
     task_id, generation = _owned_record_generation(state, lease, now)
     op: Op = {"op": "ack", "task": task_id, "generation": generation}
     return Plan([op], [_ACK.encode(op)])
+
+
+def lease_tokens(leases: object) -> list[Lease]:
+    """`ack_many`'s argument as plain tokens, read now (user code: before any lock); `TypeError` naming a bad item.
+
+    An iterable of `Lease` (a list, a tuple, a generator); a lone `Lease`, a
+    string or a mapping is refused rather than iterated.
+    """
+    if isinstance(leases, (str, bytes, Mapping, Lease)) or not isinstance(leases, Iterable):
+        raise TypeError(f"leases must be an iterable of Lease, not {type(leases).__name__}")
+    tokens: list[Lease] = []
+    for index, lease in enumerate(leases):
+        if not isinstance(lease, Lease):
+            raise TypeError(f"leases[{index}] must be a Lease, not {type(lease).__name__}")
+        tokens.append(plain_lease(lease))
+    return tokens
+
+
+def plan_acks(state: State, leases: list[Lease], now: int) -> Plan:
+    """The ack ops of every lease of `leases` (from `lease_tokens`), for one transaction: all of them or none.
+
+    Each lease is judged as `plan_ack` judges it, against the state before
+    the transaction; the first stale one, or one whose task an earlier item
+    acks already, is `StaleLease` naming its index and task, and nothing is
+    planned. No leases: a plan without ops (nothing to write).
+    """
+    now = check_int(now, "now")
+    planned: list[Op] = []
+    seen: set[str] = set()
+    for index, lease in enumerate(leases):
+        try:
+            task_id, generation = _owned_record_generation(state, _check_lease(lease), now)
+        except StaleLease as error:
+            raise StaleLease(f"leases[{index}]: {error}") from None
+        if task_id in seen:
+            raise StaleLease(f"leases[{index}]: task {task_id!r:.100} is listed twice (an earlier item acks it)")
+        seen.add(task_id)
+        planned.append({"op": "ack", "task": task_id, "generation": generation})
+    encode = _ACK.encode
+    return Plan(planned, [encode(op) for op in planned])
 
 
 def _with_error(state: State, op: Op, encoded: bytes, error: Error | None, now: int) -> Plan:

@@ -45,7 +45,6 @@ from walqueue.engine import events, ops, paging
 from walqueue.engine.autocompact import Compactor
 from walqueue.engine.calls import OPEN_GUARDS, Batch, CallGuard
 from walqueue.engine.commits import CommitNotices
-from walqueue.engine.compaction import check_room
 from walqueue.engine.durability import Durability
 from walqueue.engine.metrics import Metrics, MetricsReading
 from walqueue.engine.ownership import DirectoryLock
@@ -383,6 +382,21 @@ class Queue:
         with self._guard:
             self._commit(ops.plan_ack(self._state, lease, now))
 
+    def ack_many(self, leases: Iterable[Lease], *, now: int) -> None:
+        """Complete every leased task of `leases` in one transaction, or none of them: many acks, one fsync.
+
+        All or nothing, as `put_many`: a lease `ack` would refuse, or a task listed twice, is `StaleLease` naming
+        its index, and nothing is written (nor for no leases). `TypeError` (not an iterable of `Lease`),
+        `ValueError` (a bad `now`; more acks than a frame holds), `QueueClosed`.
+
+        Example: ``queue.ack_many([lease_a, lease_b], now=int(time.time()))``
+        """
+        self._check_open()
+        tokens = ops.lease_tokens(leases)  # the caller's iterable runs its code here, before the lock
+        with self._guard:
+            if (plan := ops.plan_acks(self._state, tokens, now)).ops:
+                self._commit(plan)
+
     def release(self, lease: Lease, *, now: int, delay: int = 0, error: Mapping[str, str] | None = None) -> None:
         """Give the leased task back: ready at ``now + delay``, or dead once out of attempts.
 
@@ -508,21 +522,7 @@ class Queue:
         and their crash safety: docs/FORMAT.md.
         """
         self._check_open()
-        compactor = self._compactor
-        while True:
-            background = compactor.background
-            if background is not None:
-                self._guard.join(background.join)  # never holding the lock: the thread publishes under it
-            with self._guard:
-                if compactor.running():
-                    continue  # another call started one meanwhile: wait for it too
-                check_room(compactor.store, self._wal, self._state.last_seq)
-                try:
-                    compactor.compact_now(self._state)
-                except BaseException:
-                    self._poison()
-                    raise
-                return
+        self._compactor.compact_when_free(self._state)
 
     # -- reads (never write) ---------------------------------------------------------
 
