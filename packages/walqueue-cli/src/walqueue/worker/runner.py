@@ -4,15 +4,19 @@ The threads, and why each exists:
 
 - the fetcher reserves tasks, as many as there is room for (the threads
   plus a prefetch, one `reserve` call for all of them), and hands them
-  out; when nothing is due it blocks in the source's `wait` until a commit
+  out; through walqueue-serve it reserves only once half its leases are
+  used, and sends the acks waiting then in the same round trip (one
+  `ack_many` and the `reserve` in one pipeline); when nothing is due it
+  blocks in the source's `wait` until a commit
   or the next due time (`stats()`'s `next_available_at` and
   `next_deadline`), at most `idle_wait` clock units: an idle worker costs a
   wake-up per `idle_wait`, never a spin;
 - N executors run the handler, then release a failure through the
   `Settler`, and hand a success to the acker;
-- the acker sends the acks in batches (`pending.py`): one round trip
-  through a client's pipeline, one fsync in a `Queue.batch` (without
-  either, the executors ack by themselves);
+- the acker sends the acks in batches (`pending.py`), each one `ack_many`
+  (one transaction): those no reserve took, through a client; all of
+  them, in one fsync, on a `Queue` (without `pipeline` or `batch`, the
+  executors ack by themselves);
 - the monitor sends heartbeats and takes back timed-out tasks (`monitor.py`);
 - the scheduler, with a schedule, puts the periodic firings (`schedule.py`);
 - the lifecycle thread waits for `stop()` and then shuts down in order:
@@ -31,13 +35,14 @@ timeout is hard: the process exits and a new one is started.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import queue as queue_module
 import socket
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from walqueue import Lease, Queue, QueueClosed, StaleLease
@@ -48,7 +53,7 @@ from walqueue.worker.retry import RetryPolicy
 from walqueue.worker.router import Handler
 from walqueue.worker.running import Run, Settler
 from walqueue.worker.schedule import Periodic, Scheduler
-from walqueue.worker.source import Source, ack_many
+from walqueue.worker.source import Source, ack_many, settle_acks
 
 __all__ = ["DEFAULT_GRACE", "DEFAULT_IDLE_WAIT", "DEFAULT_LEASE", "EXIT_HARD_TIMEOUT", "Worker"]
 
@@ -62,7 +67,10 @@ EXIT_HARD_TIMEOUT = 75
 #: After a failed call to the source (the server is away), the fetcher waits this long, doubling up to the cap.
 _BACKOFF_SECONDS = (0.05, 2.0)
 #: Leases prefetched per thread when the source is a client of walqueue-serve (docs/DECISIONS.md).
-_PREFETCH_THROUGH_A_SERVER = 3
+_PREFETCH_THROUGH_A_SERVER = 7
+#: Through a server, how long a finished task's ack may wait for the fetcher's next reserve to carry it
+#: (at most a tenth of the lease: a claimed run gets no more heartbeats).
+_ACK_LINGER_SECONDS = 0.02
 #: How long a stopping worker waits for its last batch of acks (a server that stopped answering).
 _ACKER_JOIN_SECONDS = 60.0
 
@@ -83,8 +91,11 @@ class Worker:
     make a second. `timeout=None`: no timeout. `heartbeat`: the fraction of
     the lease after which a running task's lease is extended. `prefetch`:
     leases held beyond one per thread, so that a thread that finishes finds
-    its next task ready (default: one per thread, three through a client of
-    walqueue-serve, where each reserve costs a round trip; 0: none).
+    its next task ready (default: one per thread, seven through a client of
+    walqueue-serve, where each reserve costs a round trip, reserving again
+    once half of them are used; 0: none). Every lease held, started or
+    not, gets its heartbeats; at shutdown the unstarted ones are released
+    at once.
 
     Example: ``Worker("/var/lib/app/queue", handle, concurrency=8).run()``
     """
@@ -120,7 +131,7 @@ class Worker:
         ):
             if type(value) is not int or value < low:
                 raise ValueError(f"{what} must be an int >= {low}, not {value!r}")
-        if prefetch is None:  # one per thread; three through a server, where each reserve is a round trip
+        if prefetch is None:  # one per thread; seven through a server, where each reserve is a round trip
             prefetch = concurrency * (_PREFETCH_THROUGH_A_SERVER if hasattr(source, "pipeline") else 1)
         if type(prefetch) is not int or prefetch < 0:
             raise ValueError(f"prefetch must be an int >= 0, not {prefetch!r}")
@@ -152,7 +163,11 @@ class Worker:
         self._hurry = threading.Event()  # release at once, no more grace
         self._done = threading.Event()
         self._reserving = threading.Lock()
-        self._pending = Pending(concurrency + prefetch)
+        # Through a server the acks ride on the reserves, which wait until half the leases are free.
+        self._acks_ride_reserves = hasattr(source, "pipeline")
+        capacity = concurrency + prefetch
+        self._pending = Pending(capacity, capacity // 2 if self._acks_ride_reserves else 1)
+        self._ack_linger = min(_ACK_LINGER_SECONDS, lease / units_per_second / 10) if self._acks_ride_reserves else 0.0
         self._handoff: queue_module.SimpleQueue[Run | None] = queue_module.SimpleQueue()
         self._started = False
         self._monitor_stop = threading.Event()
@@ -267,7 +282,7 @@ class Worker:
                     if self._stopping.is_set():
                         return
                     now = self.clock()
-                    leases = self.source.reserve(self.name, now=now, lease_seconds=self.lease, limit=room)
+                    leases = self._reserve(now, room)
                     for lease in leases:
                         self._dispatch(lease, now)
                 if not leases:
@@ -288,20 +303,47 @@ class Worker:
                 self._fail_worker(error)
                 return
 
+    def _reserve(self, now: int, room: int) -> list[Lease]:
+        """Reserve up to `room` leases; through a server, with the acks waiting now, in one round trip."""
+        source = self.source
+        assert source is not None
+        runs = self._pending.take_acks() if self._acks_ride_reserves else []
+        if not runs:
+            return source.reserve(self.name, now=now, lease_seconds=self.lease, limit=room)
+        calls = source.pipeline()  # type: ignore[attr-defined]  # a client's (`_acks_ride_reserves`)
+        leases = [run.lease for run in runs]
+        calls.ack_many(leases, now=now)
+        calls.reserve(self.name, now=now, lease_seconds=self.lease, limit=room)
+        try:
+            acked, reserved = calls.execute(raise_on_error=False)
+        except Exception as error:  # noqa: BLE001 - the client closed, say: the acks' fate is the reserve's
+            acked = reserved = error
+        self._settle_acks(runs, functools.partial(settle_acks, source, leases, acked, now=now))
+        if isinstance(reserved, BaseException):
+            raise reserved
+        result: list[Lease] = reserved
+        return result
+
     def _acker(self) -> None:
         """Send the acks of finished tasks in batches: all that came in while the previous batch was sent."""
-        assert self.source is not None and self._settler is not None
-        while (acks := self._pending.next_acks()) is not None:
-            try:
-                errors = ack_many(self.source, [run.lease for run in acks], now=self.clock())
-            except Exception as error:  # noqa: BLE001 - a lost connection, or a poisoned queue: the acks' fate is unknown
-                errors = [error if isinstance(error, OSError) else ConnectionError(f"{type(error).__name__}: {error}")]
-                errors *= len(acks)
-                if isinstance(error, QueueClosed) and not self._stopping.is_set():
-                    self._fail_worker(error)
-            for run, ack_error in zip(acks, errors, strict=True):
-                self._settler.acked(run, ack_error)
-                self._monitor.remove(run)
+        source = self.source
+        assert source is not None
+        while (acks := self._pending.next_acks(self._ack_linger)) is not None:
+            self._settle_acks(acks, functools.partial(ack_many, source, [run.lease for run in acks], now=self.clock()))
+
+    def _settle_acks(self, runs: list[Run], send: Callable[[], list[BaseException | None]]) -> None:
+        """Count and log the outcome of each run's ack, as `send()` returns them (or raises, for all)."""
+        assert self._settler is not None
+        try:
+            errors = send()
+        except Exception as error:  # noqa: BLE001 - a lost connection, or a poisoned queue: the acks' fate is unknown
+            errors = [error if isinstance(error, OSError) else ConnectionError(f"{type(error).__name__}: {error}")]
+            errors *= len(runs)
+            if isinstance(error, QueueClosed) and not self._stopping.is_set():
+                self._fail_worker(error)
+        for run, ack_error in zip(runs, errors, strict=True):
+            self._settler.acked(run, ack_error)
+            self._monitor.remove(run)
 
     def _fail_worker(self, error: BaseException) -> None:
         log.error("worker %s stops: %s: %s", self.name, type(error).__name__, error)
@@ -323,6 +365,7 @@ class Worker:
         now = self.clock()
         wake_at = min([now + self.idle_wait, *dues])
         if wake_at > now and not self._stopping.is_set():
+            self._pending.idle(True)  # no reserve will take the acks of tasks still running: the acker sends them
             self.source.wait(seconds_until(wake_at, now, self.units_per_second))
 
     def _executor(self) -> None:

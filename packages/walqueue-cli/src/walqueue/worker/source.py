@@ -10,9 +10,13 @@ error); with an older source the error is only logged, and a permanent
 failure falls back to `cancel`, which makes the task dead as `fail` would.
 
 `ack_many` is the worker's busy path: the acks of the tasks that finished
-since the last batch, together. Through a client with `pipeline()` they
-are one round trip (which the server commits together); on a `Queue` with
-`batch()` they wait for one fsync; otherwise they are plain calls.
+since the last batch, together: one `ack_many` call (one transaction) where
+the source has it. Should one of the leases be lost (`StaleLease`: that
+call is all or nothing), the acks are sent again one by one, so that one
+lost lease costs no other ack: through a client's `pipeline()` in one round
+trip (which the server commits together), on a `Queue` in a `batch()` (one
+fsync), otherwise as plain calls. `settle_acks` is the same fallback for an
+`ack_many` the fetcher sent in the round trip of its reserve.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from typing import Any, Protocol
 
 from walqueue import Lease, StaleLease, Task
 
-__all__ = ["MAX_ERROR_CHARS", "Source", "ack_many", "error_of", "fail", "release_failed"]
+__all__ = ["MAX_ERROR_CHARS", "Source", "ack_many", "error_of", "fail", "release_failed", "settle_acks"]
 
 #: The longest error message the worker sends (the engine bounds what it stores too).
 MAX_ERROR_CHARS = 2000
@@ -98,9 +102,37 @@ def fail(source: Source, lease: Lease, *, now: int, error: dict[str, str]) -> No
 def ack_many(source: Source, acks: list[Lease], *, now: int) -> list[BaseException | None]:
     """Ack every lease of `acks` together; each one's `StaleLease`, or None. Any other failure is raised.
 
-    Through a client's pipeline that is one round trip; in a `Queue.batch`
-    one fsync; otherwise one call after another.
+    One `ack_many` call where the source has it; one by one (below) if that
+    found a lease lost, or where it has no such call.
     """
+    many = getattr(source, "ack_many", None)
+    if many is None:
+        return _ack_each(source, acks, now=now)
+    try:
+        many(acks, now=now)
+    except StaleLease as lost:
+        return settle_acks(source, acks, lost, now=now)
+    return [None] * len(acks)
+
+
+def settle_acks(
+    source: Source, acks: list[Lease], outcome: BaseException | None, *, now: int
+) -> list[BaseException | None]:
+    """What became of each lease of an `ack_many` call that ended with `outcome` (None: all acked).
+
+    `StaleLease`: nothing was acked (all or nothing), so each is acked again
+    alone, and only the lost ones fail. Any other failure (the answer was
+    lost: `ConnectionError`) is every ack's.
+    """
+    if outcome is None:
+        return [None] * len(acks)
+    if isinstance(outcome, StaleLease):
+        return _ack_each(source, acks, now=now)
+    return [outcome] * len(acks)
+
+
+def _ack_each(source: Source, acks: list[Lease], *, now: int) -> list[BaseException | None]:
+    """Ack each lease by itself, together: a client's pipeline (one round trip), a `Queue.batch` (one fsync)."""
     pipeline = getattr(source, "pipeline", None)
     if pipeline is not None:
         calls = pipeline()
