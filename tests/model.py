@@ -484,6 +484,29 @@ class Model:
         self._check_token(lease, now)
         record = self._owner_record(lease, now)
         self._commit()
+        self._complete(record)
+
+    def ack_many(self, leases: Iterable[Lease], *, now: int) -> None:
+        """Complete every leased task in one transaction, or none: a stale or repeated lease refuses them all."""
+        if isinstance(leases, (str, bytes, Mapping, Lease)) or not isinstance(leases, Iterable):
+            raise TypeError(f"expected an iterable of Lease, not {type(leases).__name__}")
+        tokens = list(leases)
+        if not all(isinstance(lease, Lease) for lease in tokens):
+            raise TypeError("expected Lease items")
+        _check_int(now, "now", 0)
+        records: dict[str, dict[str, Any]] = {}
+        for lease in tokens:
+            record = self._owner_record(lease, now)
+            if lease.task_id in records:
+                raise StaleLease(f"{lease.task_id!r} is listed twice")
+            records[lease.task_id] = record
+        if records:
+            self._commit()
+        for record in records.values():
+            self._complete(record)
+
+    @staticmethod
+    def _complete(record: dict[str, Any]) -> None:
         record["status"] = "completed"
         record["payload"] = None
         record["last_error"] = None

@@ -40,8 +40,8 @@ ERRORS = st.sampled_from(
 @st.composite
 def calls(draw: st.DrawFn) -> tuple[str, Callable[[Any, list[Lease]], Any]]:
     """One call with generated arguments, as (name, run(target, leases))."""
-    kind = draw(st.sampled_from(["put", "put_many", "reserve", "ack", "release", "fail", "extend", "redrive", "cancel",
-                                 "get", "tasks", "page", "metrics", "wait"]))  # fmt: skip
+    kind = draw(st.sampled_from(["put", "put_many", "reserve", "ack", "ack_many", "release", "fail", "extend",
+                                 "redrive", "cancel", "get", "tasks", "page", "metrics", "wait"]))  # fmt: skip
     name, number, other, payload = draw(NAMES), draw(INTS), draw(INTS), draw(PAYLOADS)
     pick = draw(st.integers(0, 3))
     status, timeout, error = draw(STATUSES), draw(TIMEOUTS), draw(ERRORS)
@@ -59,6 +59,7 @@ def calls(draw: st.DrawFn) -> tuple[str, Callable[[Any, list[Lease]], Any]]:
         "put_many": lambda q, _: q.put_many([{"task_id": name, "payload": payload}, {"task_id": "m", "payload": {}}]),
         "reserve": lambda q, _: q.reserve(name, now=number, lease_seconds=other, limit=2),
         "ack": lambda q, leases: q.ack(lease(leases), now=number),
+        "ack_many": lambda q, leases: q.ack_many([lease(leases), *leases[1:3]], now=number),  # [1] may repeat
         "release": lambda q, leases: q.release(lease(leases), now=number, delay=other, error=error),
         "fail": lambda q, leases: q.fail(lease(leases), now=number, error=error),
         "extend": lambda q, leases: q.extend(lease(leases), now=number, lease_seconds=other),

@@ -279,10 +279,14 @@ def test_every_op_of_the_spec_table_is_known() -> None:
 #: One valid request of every call, in an order in which each succeeds on one real queue.
 EVERY_CALL = [
     {"op": "put", "task_id": "a", "payload": {"n": 1}, "key": "ka", "available_at": 0, "max_attempts": 1},
-    {"op": "put_many", "tasks": [{"task_id": "b", "payload": {}}, {"task_id": "c", "payload": {}}]},
-    {"op": "reserve", "worker": "w", "now": 1, "lease_seconds": 10, "limit": 3},
+    {
+        "op": "put_many",
+        "tasks": [{"task_id": "b", "payload": {}}, {"task_id": "c", "payload": {}}, {"task_id": "d", "payload": {}}],
+    },
+    {"op": "reserve", "worker": "w", "now": 1, "lease_seconds": 10, "limit": 4},
     {"op": "extend", "lease": {"task_id": "a", "worker": "w", "generation": 1}, "now": 2, "lease_seconds": 5},
     {"op": "ack", "lease": {"task_id": "b", "worker": "w", "generation": 1}, "now": 2},
+    {"op": "ack_many", "leases": [{"task_id": "d", "worker": "w", "generation": 1}], "now": 2},
     {
         "op": "fail",
         "lease": {"task_id": "c", "worker": "w", "generation": 1},

@@ -228,6 +228,7 @@ def test_every_answer_kind_comes_back_as_the_queue_returned_it(tmp_path: Path) -
         lease = results["reserve"][0]
         results["extend"] = queue.extend(lease, now=1, lease_seconds=20)
         results["ack"] = queue.ack(lease, now=2)
+        results["ack_many"] = queue.ack_many([], now=2)
         results["release"] = None
         results["fail"] = None
         results["redrive"] = None

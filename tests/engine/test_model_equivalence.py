@@ -178,6 +178,14 @@ class Harness:
                 lambda q: q.release(lease, now=now, delay=delay, error=error),
             )
 
+    def ack_many(self, indexes: list[int], offset: int, forges: list[str]) -> None:
+        """Ack several tokens handed out (perhaps forged, perhaps one twice) in one call: all or none."""
+        if not self.leases:
+            return
+        leases = [forged(self.leases[i % len(self.leases)], f) for i, f in zip(indexes, forges, strict=False)]
+        now = max(0, min((lease.deadline for lease in leases), default=0) + offset)
+        self.same(f"ack_many({leases!r}, now={now})", lambda q: q.ack_many(leases, now=now))
+
     def extend(self, index: int, offset: int, forge: str, lease_seconds: int) -> None:
         """Extend one of the tokens handed out (perhaps forged); a new token joins the others."""
         if not self.leases:
@@ -297,6 +305,15 @@ class QueueVersusModel(RuleBasedStateMachine):
     )
     def finish(self, verb: str, index: int, offset: int, forge: str, delay: int, error: dict[str, str] | None) -> None:
         self.h.finish(verb, index, offset, forge, delay, error)
+
+    @precondition(lambda self: bool(self.h.leases))
+    @rule(
+        indexes=st.lists(st.integers(-4, 50), max_size=4),
+        offset=st.integers(-6, 2),
+        forges=st.lists(st.sampled_from(["none"] * 8 + ["bare", "worker", "generation"]), min_size=4, max_size=4),
+    )
+    def ack_many(self, indexes: list[int], offset: int, forges: list[str]) -> None:
+        self.h.ack_many(indexes, offset, forges)
 
     @precondition(lambda self: bool(self.h.leases))
     @rule(
