@@ -463,11 +463,9 @@ def plan_ack(state: State, lease: Lease, now: int) -> Plan:
 
 
 def lease_tokens(leases: object) -> list[Lease]:
-    """`ack_many`'s argument as plain tokens, read now (user code: before any lock); `TypeError` naming a bad item.
+    """`ack_many`'s iterable of `Lease` as plain tokens, read now (user code: before any lock).
 
-    An iterable of `Lease` (a list, a tuple, a generator); a lone `Lease`, a
-    string or a mapping is refused rather than iterated.
-    """
+    `TypeError` names a bad item; a lone `Lease`, a string or a mapping is refused rather than iterated."""
     if isinstance(leases, (str, bytes, Mapping, Lease)) or not isinstance(leases, Iterable):
         raise TypeError(f"leases must be an iterable of Lease, not {type(leases).__name__}")
     tokens: list[Lease] = []
@@ -479,13 +477,10 @@ def lease_tokens(leases: object) -> list[Lease]:
 
 
 def plan_acks(state: State, leases: list[Lease], now: int) -> Plan:
-    """The ack ops of every lease of `leases` (from `lease_tokens`), for one transaction: all of them or none.
+    """The ack ops of `leases` (from `lease_tokens`) for one transaction: all or none. No leases: no ops.
 
-    Each lease is judged as `plan_ack` judges it, against the state before
-    the transaction; the first stale one, or one whose task an earlier item
-    acks already, is `StaleLease` naming its index and task, and nothing is
-    planned. No leases: a plan without ops (nothing to write).
-    """
+    Each is judged as by `plan_ack`; the first stale one, or one whose task an
+    earlier item acks, is `StaleLease` naming its index and task."""
     now = check_int(now, "now")
     planned: list[Op] = []
     seen: set[str] = set()
@@ -498,8 +493,7 @@ def plan_acks(state: State, leases: list[Lease], now: int) -> Plan:
             raise StaleLease(f"leases[{index}]: task {task_id!r:.100} is listed twice (an earlier item acks it)")
         seen.add(task_id)
         planned.append({"op": "ack", "task": task_id, "generation": generation})
-    encode = _ACK.encode
-    return Plan(planned, [encode(op) for op in planned])
+    return Plan(planned, [_ACK.encode(op) for op in planned])
 
 
 def _with_error(state: State, op: Op, encoded: bytes, error: Error | None, now: int) -> Plan:

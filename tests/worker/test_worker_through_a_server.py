@@ -1,0 +1,169 @@
+"""A Worker whose source is a `Client` of walqueue-serve: few requests per task, and no lease left behind.
+
+Through a server every call is a round trip, so the worker reserves
+several leases at a time (again once half are used), sends the acks
+waiting then in the same round trip as one `ack_many`, and keeps every
+lease it holds alive with heartbeats until its handler starts; a stop gives
+back at once those that never started. The counts asserted here are the
+server's own (its `metrics()`), never timings.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from walqueue.cli import Client
+from walqueue.worker import Context, Job, Worker
+
+pytestmark = pytest.mark.timeout(120)
+
+WAIT = 30.0  # seconds: only a broken worker takes this long
+
+
+def wait_until(predicate: Any, seconds: float = WAIT) -> None:
+    give_up = time.monotonic() + seconds
+    while not predicate():
+        assert time.monotonic() < give_up, "condition not reached"
+        time.sleep(0.01)
+
+
+@pytest.fixture
+def client(src_pythonpath: str) -> Iterator[Client]:
+    """A walqueue-serve process on a fresh queue (a short socket path, for AF_UNIX), and a client of it."""
+    place = Path(tempfile.mkdtemp(prefix="wq-", dir="/tmp"))
+    env = dict(os.environ, PYTHONPATH=src_pythonpath)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "walqueue.cli.serve", str(place / "q"), "--socket", str(place / "s")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
+    try:
+        wait_until(lambda: (place / "s").exists() or server.poll() is not None)
+        assert server.poll() is None, "walqueue-serve exited"
+        with Client(str(place / "s"), timeout=30) as opened:
+            yield opened
+    finally:
+        server.kill()
+        server.wait(30)
+        shutil.rmtree(place, ignore_errors=True)
+
+
+class CountingClient:
+    """A client whose round trips are counted: each call, and each pipeline (with the calls it carried)."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+        self.round_trips: collections.Counter[str] = collections.Counter()
+
+    def pipeline(self) -> Any:
+        counter = self.round_trips
+        calls: list[str] = []
+        pipeline = self.client.pipeline()
+
+        class Counted:
+            def __getattr__(self, name: str) -> Any:
+                if name == "execute":
+                    counter["+".join(calls)] += 1
+                else:
+                    calls.append(name)
+                return getattr(pipeline, name)
+
+        return Counted()
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.client, name)
+        if not callable(method):
+            return method
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.round_trips[name] += 1
+            return method(*args, **kwargs)
+
+        return counted
+
+
+def requests(client: Client) -> dict[str, int]:
+    """How many requests of each op the server has answered."""
+    return {op: figures["count"] for op, figures in client.metrics()["request_seconds"].items()}
+
+
+def test_through_a_server_leases_come_several_per_reserve_and_the_acks_ride_along_as_ack_many(client: Client) -> None:
+    count = 300
+    client.put_many([{"task_id": f"t{n:03}", "payload": {"n": n}} for n in range(count)])
+    source = CountingClient(client)
+    worker = Worker(source, lambda job, context: None, concurrency=1)  # type: ignore[arg-type]
+    worker.start()
+    wait_until(lambda: client.stats()["counts"]["completed"] == count)
+    worker.stop()
+    assert worker.wait(WAIT)
+    assert worker.stats()["completed"] == count
+    served = requests(client)
+    assert served.get("ack", 0) == 0  # no lease was lost, so no ack went alone
+    assert client.metrics()["counters"]["acks"] == count  # each acked once, by ack_many
+    # Reserves ask for half the leases a worker holds (eight for one thread), not one each.
+    assert served["reserve"] <= count // 4 + 5, served
+    carried = source.round_trips["ack_many+reserve"]
+    assert carried >= 1, source.round_trips  # acks went in the round trips of reserves
+    assert client.stats()["counts"]["leased"] == 0
+
+
+def test_a_stop_gives_back_every_prefetched_lease_at_once_and_the_running_one_after_its_handler(
+    client: Client,
+) -> None:
+    client.put_many([{"task_id": f"t{n:02}", "payload": {}} for n in range(20)])
+    started, finish = threading.Event(), threading.Event()
+
+    def handle(job: Job, context: Context) -> None:
+        started.set()
+        finish.wait(WAIT)
+
+    worker = Worker(client, handle, concurrency=1, grace=60_000)
+    worker.start()
+    assert started.wait(WAIT)
+    wait_until(lambda: client.stats()["counts"]["leased"] == 8)  # one running, seven prefetched
+    worker.stop()
+    # The seven that never started are given back at once, while the running handler has its grace.
+    wait_until(lambda: client.stats()["counts"]["leased"] == 1)
+    assert not worker.done
+    finish.set()
+    assert worker.wait(WAIT)
+    assert client.stats()["counts"] == {"ready": 19, "leased": 0, "completed": 1, "dead": 0}
+    stats = worker.stats()
+    assert (stats["completed"], stats["returned"]) == (1, 7)
+
+
+def test_prefetched_leases_get_heartbeats_while_they_wait_for_a_thread(client: Client) -> None:
+    client.put_many([{"task_id": f"t{n}", "payload": {}} for n in range(8)])
+    started, finish = threading.Event(), threading.Event()
+
+    def handle(job: Job, context: Context) -> None:
+        if not started.is_set():
+            started.set()
+            finish.wait(WAIT)
+
+    worker = Worker(client, handle, concurrency=1, lease=3_000)  # a heartbeat every second
+    worker.start()
+    assert started.wait(WAIT)
+    wait_until(lambda: client.stats()["counts"]["leased"] == 8)
+    first = {task.task_id: task.deadline for task in client.tasks("leased")}
+    # Every waiting lease is extended before it could run out (none is lost while its task waits).
+    wait_until(lambda: all(task.deadline > first[task.task_id] for task in client.tasks("leased")))
+    finish.set()
+    wait_until(lambda: client.stats()["counts"]["completed"] == 8)
+    worker.stop()
+    assert worker.wait(WAIT)
+    assert worker.stats()["lost"] == 0
+    assert all(task.attempts == 1 for task in client.tasks())
