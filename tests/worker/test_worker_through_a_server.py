@@ -123,26 +123,47 @@ def test_through_a_server_leases_come_several_per_reserve_and_the_acks_ride_alon
 def test_a_stop_gives_back_every_prefetched_lease_at_once_and_the_running_one_after_its_handler(
     client: Client,
 ) -> None:
-    client.put_many([{"task_id": f"t{n:02}", "payload": {}} for n in range(20)])
+    client.put_many([{"task_id": f"t{n:03}", "payload": {"block": n == 40}} for n in range(200)])
     started, finish = threading.Event(), threading.Event()
 
     def handle(job: Job, context: Context) -> None:
-        started.set()
-        finish.wait(WAIT)
+        if job.payload["block"]:  # after forty quick ones: the worker has learnt to prefetch
+            started.set()
+            finish.wait(WAIT)
 
     worker = Worker(client, handle, concurrency=1, grace=60_000)
     worker.start()
     assert started.wait(WAIT)
-    wait_until(lambda: client.stats()["counts"]["leased"] == 8)  # one running, seven prefetched
+    wait_until(lambda: client.stats()["counts"]["leased"] > 1)  # one running, the others prefetched
     worker.stop()
-    # The seven that never started are given back at once, while the running handler has its grace.
+    # Those that never started are given back at once, while the running handler has its grace.
     wait_until(lambda: client.stats()["counts"]["leased"] == 1)
     assert not worker.done
     finish.set()
     assert worker.wait(WAIT)
-    assert client.stats()["counts"] == {"ready": 19, "leased": 0, "completed": 1, "dead": 0}
+    counts = client.stats()["counts"]
     stats = worker.stats()
-    assert (stats["completed"], stats["returned"]) == (1, 7)
+    assert counts["leased"] == 0 and counts["completed"] == stats["completed"] == 41
+    assert counts["ready"] == 159 and stats["returned"] >= 1
+
+
+def test_a_worker_whose_handlers_are_slow_prefetches_nothing(client: Client) -> None:
+    client.put_many([{"task_id": f"t{n}", "payload": {}} for n in range(6)])
+    held: list[int] = []  # leases held, seen from each handler: its own and those prefetched
+
+    def handle(job: Job, context: Context) -> None:
+        time.sleep(0.15)  # longer than the 0.1 s a prefetched lease may wait for its thread
+        counts = client.stats()["counts"]
+        finished_not_acked = len(held) - counts["completed"]  # the earlier runs whose acks are on their way
+        held.append(counts["leased"] - finished_not_acked)
+
+    worker = Worker(client, handle, concurrency=1)
+    worker.start()
+    wait_until(lambda: client.stats()["counts"]["completed"] == 6)
+    worker.stop()
+    assert worker.wait(WAIT)
+    assert held[0] <= 2  # one prefetched until the first run was measured
+    assert max(held[2:]) == 1, held  # then only the running one
 
 
 def test_prefetched_leases_get_heartbeats_while_they_wait_for_a_thread(client: Client) -> None:
@@ -154,10 +175,10 @@ def test_prefetched_leases_get_heartbeats_while_they_wait_for_a_thread(client: C
             started.set()
             finish.wait(WAIT)
 
-    worker = Worker(client, handle, concurrency=1, lease=3_000)  # a heartbeat every second
+    worker = Worker(client, handle, concurrency=1, prefetch=7, lease=3_000)  # a heartbeat every second
     worker.start()
     assert started.wait(WAIT)
-    wait_until(lambda: client.stats()["counts"]["leased"] == 8)
+    wait_until(lambda: client.stats()["counts"]["leased"] == 8)  # one running, seven prefetched
     first = {task.task_id: task.deadline for task in client.tasks("leased")}
     # Every waiting lease is extended before it could run out (none is lost while its task waits).
     wait_until(lambda: all(task.deadline > first[task.task_id] for task in client.tasks("leased")))

@@ -1,17 +1,18 @@
 """What the fetcher and the acker wait for: room for more leases, and finished runs to ack.
 
-The worker holds at most `capacity` leases (its threads plus a prefetch).
-The fetcher reserves once at least `low_water` of them are free (one for a
-`Queue` in this process; half the capacity through walqueue-serve, where
-every reserve is a round trip, so that each one brings several leases while
-the threads still have work in hand), and a thread that finishes a task
-makes room at once. Its ack waits here. Through a server the fetcher takes
-every waiting ack with it, in the same round trip as its next reserve; the
-acker thread sends the acks nobody took: at once while the fetcher has
-nothing to reserve (idle), else after a short linger, bounded far inside
-the lease (a claimed run gets no more heartbeats). In process the acker
-sends at once every ack that came in while its previous batch was on its
-way (one fsync in a `Queue.batch`). So the executors never wait for an ack.
+The worker holds at most `capacity` leases (its threads plus a prefetch;
+`give` may change it as the worker learns how long its handlers take). The
+fetcher reserves once one is free (a `Queue` in this process), or half of
+them (`halve`: through walqueue-serve, where every reserve is a round
+trip, so that each one brings several leases while the threads still have
+work in hand), and a thread that finishes a task makes room at once.
+Its ack waits here. Through a server the fetcher takes every waiting ack
+with it, in the same round trip as its next reserve; the acker thread
+sends the acks nobody took: at once while the fetcher has nothing to
+reserve (idle), else after a short linger, bounded far inside the lease
+(a claimed run gets no more heartbeats). In process the acker sends at
+once every ack that came in while its previous batch was on its way (one
+fsync in a `Queue.batch`). So the executors never wait for an ack.
 """
 
 from __future__ import annotations
@@ -27,23 +28,28 @@ __all__ = ["Pending"]
 class Pending:
     """Room for leases, and the runs whose acks wait for the acker or the fetcher; one condition for all."""
 
-    def __init__(self, capacity: int, low_water: int = 1) -> None:
-        self._free = capacity
-        self._low_water = max(1, min(low_water, capacity))
+    def __init__(self, capacity: int, *, halve: bool = False) -> None:
+        self._capacity = capacity
+        self._held = 0
+        self._halve = halve
         self._acks: list[Run] = []
         self._closed = False
         self._fetcher_idle = True  # until the fetcher is about to reserve, no reserve will take an ack
         self._changed = threading.Condition()
 
+    def _roomy(self) -> bool:
+        room = self._capacity - self._held
+        return room >= max(1, self._capacity // 2) if self._halve else room >= 1
+
     def wait_room(self, stopping: threading.Event) -> int:
-        """Block until `low_water` leases are free or `stopping` is set; the room (0 once stopping).
+        """Block until there is room enough to reserve, or `stopping` is set; the room (0 once stopping).
 
         From here until `idle` the acker counts on the fetcher's next reserve to take the acks.
         """
         with self._changed:
             self._fetcher_idle = False
-            self._changed.wait_for(lambda: self._free >= self._low_water or stopping.is_set())
-            return 0 if stopping.is_set() else self._free
+            self._changed.wait_for(lambda: self._roomy() or stopping.is_set())
+            return 0 if stopping.is_set() else self._capacity - self._held
 
     def idle(self, idle: bool) -> None:
         """The fetcher found nothing due and waits for a commit (True), or is back (False): acks go at once."""
@@ -54,11 +60,14 @@ class Pending:
 
     def take(self) -> None:
         with self._changed:
-            self._free -= 1
+            self._held += 1
 
-    def give(self) -> None:
+    def give(self, capacity: int | None = None) -> None:
+        """A lease is done with (its ack may still wait); `capacity`: the new bound on leases held, if any."""
         with self._changed:
-            self._free += 1
+            self._held -= 1
+            if capacity is not None:
+                self._capacity = capacity
             self._changed.notify_all()
 
     def queue_ack(self, run: Run) -> None:

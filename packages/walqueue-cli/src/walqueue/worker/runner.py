@@ -3,10 +3,12 @@
 The threads, and why each exists:
 
 - the fetcher reserves tasks, as many as there is room for (the threads
-  plus a prefetch, one `reserve` call for all of them), and hands them
-  out; through walqueue-serve it reserves only once half its leases are
-  used, and sends the acks waiting then in the same round trip (one
-  `ack_many` and the `reserve` in one pipeline); when nothing is due it
+  plus a prefetch, one `reserve` call for all of them: by default as
+  many as the threads run in about a tenth of a second, as measured, so
+  that a worker with slow handlers takes no more than it starts at
+  once), and hands them out; through walqueue-serve it reserves only
+  once half its leases are used, and sends the acks waiting then in the
+  same round trip (one `ack_many` and the `reserve` in one pipeline); when nothing is due it
   blocks in the source's `wait` until a commit
   or the next due time (`stats()`'s `next_available_at` and
   `next_deadline`), at most `idle_wait` clock units: an idle worker costs a
@@ -66,8 +68,10 @@ DEFAULT_HEARTBEAT = 1 / 3
 EXIT_HARD_TIMEOUT = 75
 #: After a failed call to the source (the server is away), the fetcher waits this long, doubling up to the cap.
 _BACKOFF_SECONDS = (0.05, 2.0)
-#: Leases prefetched per thread when the source is a client of walqueue-serve (docs/DECISIONS.md).
-_PREFETCH_THROUGH_A_SERVER = 7
+#: At most this many leases prefetched per thread when the source is a client of walqueue-serve (docs/DECISIONS.md).
+_PREFETCH_THROUGH_A_SERVER = 31
+#: By default a worker holds only as many leases as its threads run in this long (their mean run time, measured).
+_PREFETCH_WINDOW_SECONDS = 0.1
 #: Through a server, how long a finished task's ack may wait for the fetcher's next reserve to carry it
 #: (at most a tenth of the lease: a claimed run gets no more heartbeats).
 _ACK_LINGER_SECONDS = 0.02
@@ -91,11 +95,13 @@ class Worker:
     make a second. `timeout=None`: no timeout. `heartbeat`: the fraction of
     the lease after which a running task's lease is extended. `prefetch`:
     leases held beyond one per thread, so that a thread that finishes finds
-    its next task ready (default: one per thread, seven through a client of
-    walqueue-serve, where each reserve costs a round trip, reserving again
-    once half of them are used; 0: none). Every lease held, started or
-    not, gets its heartbeats; at shutdown the unstarted ones are released
-    at once.
+    its next task ready (0: none). By default (None) it adapts: as many as
+    the threads run in about 0.1 s (their handlers' mean time, measured;
+    one per thread until then), at most one per thread, or 31 through a
+    client of walqueue-serve, where each reserve costs a round trip (it
+    reserves again once half are used). Every lease held, started or not,
+    gets its heartbeats; at shutdown the unstarted ones are released at
+    once.
 
     Example: ``Worker("/var/lib/app/queue", handle, concurrency=8).run()``
     """
@@ -131,7 +137,8 @@ class Worker:
         ):
             if type(value) is not int or value < low:
                 raise ValueError(f"{what} must be an int >= {low}, not {value!r}")
-        if prefetch is None:  # one per thread; seven through a server, where each reserve is a round trip
+        self._adaptive = prefetch is None
+        if prefetch is None:  # at most one per thread; 31 through a server, where each reserve is a round trip
             prefetch = concurrency * (_PREFETCH_THROUGH_A_SERVER if hasattr(source, "pipeline") else 1)
         if type(prefetch) is not int or prefetch < 0:
             raise ValueError(f"prefetch must be an int >= 0, not {prefetch!r}")
@@ -165,8 +172,8 @@ class Worker:
         self._reserving = threading.Lock()
         # Through a server the acks ride on the reserves, which wait until half the leases are free.
         self._acks_ride_reserves = hasattr(source, "pipeline")
-        capacity = concurrency + prefetch
-        self._pending = Pending(capacity, capacity // 2 if self._acks_ride_reserves else 1)
+        self._mean_run_seconds: float | None = None  # the handlers' mean run time (a moving average)
+        self._pending = Pending(self._capacity(), halve=self._acks_ride_reserves)
         self._ack_linger = min(_ACK_LINGER_SECONDS, lease / units_per_second / 10) if self._acks_ride_reserves else 0.0
         self._handoff: queue_module.SimpleQueue[Run | None] = queue_module.SimpleQueue()
         self._started = False
@@ -345,6 +352,22 @@ class Worker:
             self._settler.acked(run, ack_error)
             self._monitor.remove(run)
 
+    def _capacity(self) -> int:
+        """How many leases to hold: the threads plus the prefetch, or (adaptive) what they run in the window."""
+        most = self.concurrency + self.prefetch
+        if not self._adaptive:
+            return most
+        mean = self._mean_run_seconds
+        if mean is None:  # nothing measured yet: one per thread, as a thread that finishes needs
+            return self.concurrency + min(self.prefetch, self.concurrency)
+        per_thread = int(_PREFETCH_WINDOW_SECONDS / max(mean, 1e-6))
+        return max(self.concurrency, min(most, self.concurrency * per_thread))
+
+    def _measured(self, seconds: float) -> None:
+        """One handler ran `seconds`: the moving average (a lost update between threads is harmless)."""
+        mean = self._mean_run_seconds
+        self._mean_run_seconds = seconds if mean is None else mean + (seconds - mean) / 8
+
     def _fail_worker(self, error: BaseException) -> None:
         log.error("worker %s stops: %s: %s", self.name, type(error).__name__, error)
         self.fatal = error
@@ -382,7 +405,7 @@ class Worker:
                 self._monitor.remove(run)
             if replaced:
                 return  # a new executor took this one's place when its handler timed out
-            self._pending.give()
+            self._pending.give(self._capacity() if self._adaptive else None)
 
     def _execute(self, run: Run) -> bool:
         """Run the handler and settle its outcome; True if the ack was left to the fetcher."""
@@ -393,11 +416,14 @@ class Worker:
             run.begin(self.clock(), self.timeout)
         if self.timeout is not None:
             self._monitor.begun(run)
+        began = time.monotonic()
         try:
             self.handler(run.job, run.context)
         except BaseException as error:  # noqa: BLE001 - every failure of a handler is the task's, not the worker's
+            self._measured(time.monotonic() - began)
             self._settler.fail(run, error)
             return False
+        self._measured(time.monotonic() - began)
         if not self._settler.claim(run):
             return False
         if self._batched_acks:
