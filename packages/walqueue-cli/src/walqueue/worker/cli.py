@@ -73,7 +73,10 @@ def _parser() -> UsageParser:
     parser.add_argument("--socket", metavar="PATH", help="use the walqueue-serve listening on PATH instead of DIR")
     parser.add_argument("--concurrency", type=_positive_int, default=1, metavar="N", help="threads per process (1)")
     parser.add_argument(
-        "--prefetch", type=_count, metavar="N", help="extra leases held (default: 1 per thread; 3 through a server)"
+        "--prefetch",
+        type=_count,
+        metavar="N",
+        help="extra leases held (default: what the threads run in 0.1 s, at most 1 per thread, 31 through a server)",
     )
     parser.add_argument(
         "--processes",
