@@ -248,3 +248,33 @@ def test_a_source_without_batches_is_acked_by_each_thread_and_permanent_falls_ba
     assert worker.wait(WAIT)
     assert counts(queue) == {"ready": 0, "leased": 0, "completed": 19, "dead": 1}
     assert (worker.stats()["completed"], worker.stats()["dead"]) == (19, 1)
+
+
+@pytest.mark.timeout(60)
+def test_one_lost_lease_in_a_batch_of_acks_costs_no_other_ack(queue: Queue) -> None:
+    from walqueue.worker.source import ack_many
+
+    queue.put_many([{"task_id": f"t{n}", "payload": {}} for n in range(3)])
+    leases = queue.reserve("w", now=1, lease_seconds=100, limit=3)
+    queue.cancel("t1")  # its lease is lost: the batch's ack_many refuses them all, then each goes alone
+    errors = ack_many(queue, leases, now=2)
+    assert [type(error).__name__ if error else None for error in errors] == [None, "StaleLease", None]
+    assert counts(queue) == {"ready": 0, "leased": 0, "completed": 2, "dead": 1}
+
+
+class OlderServer(CountingQueue):
+    """A source whose ack_many is refused as a bad request, as a server that predates the call refuses it."""
+
+    def ack_many(self, leases: Any, *, now: int) -> None:
+        raise ValueError("unknown op 'ack_many'")
+
+
+@pytest.mark.timeout(60)
+def test_a_worker_whose_source_refuses_ack_many_acks_each_task_alone(queue: Queue) -> None:
+    queue.put_many([{"task_id": f"t{n:02}", "payload": {}} for n in range(20)])
+    worker = Worker(OlderServer(queue), lambda job, context: None, concurrency=3)  # type: ignore[arg-type]
+    worker.start()
+    wait_until(lambda: counts(queue)["completed"] == 20)
+    worker.stop()
+    assert worker.wait(WAIT)
+    assert (worker.stats()["completed"], worker.stats()["lost"]) == (20, 0)

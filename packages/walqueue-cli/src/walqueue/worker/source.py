@@ -12,8 +12,9 @@ failure falls back to `cancel`, which makes the task dead as `fail` would.
 `ack_many` is the worker's busy path: the acks of the tasks that finished
 since the last batch, together: one `ack_many` call (one transaction) where
 the source has it. Should one of the leases be lost (`StaleLease`: that
-call is all or nothing), the acks are sent again one by one, so that one
-lost lease costs no other ack: through a client's `pipeline()` in one round
+call is all or nothing), or the call be refused (`ValueError`: a server
+older than `ack_many` calls it a bad request), nothing was written, and the
+acks are sent again one by one, so that one lost lease costs no other ack: through a client's `pipeline()` in one round
 trip (which the server commits together), on a `Queue` in a `batch()` (one
 fsync), otherwise as plain calls. `settle_acks` is the same fallback for an
 `ack_many` the fetcher sent in the round trip of its reserve.
@@ -110,8 +111,8 @@ def ack_many(source: Source, acks: list[Lease], *, now: int) -> list[BaseExcepti
         return _ack_each(source, acks, now=now)
     try:
         many(acks, now=now)
-    except StaleLease as lost:
-        return settle_acks(source, acks, lost, now=now)
+    except (StaleLease, ValueError) as refused:
+        return settle_acks(source, acks, refused, now=now)
     return [None] * len(acks)
 
 
@@ -120,13 +121,14 @@ def settle_acks(
 ) -> list[BaseException | None]:
     """What became of each lease of an `ack_many` call that ended with `outcome` (None: all acked).
 
-    `StaleLease`: nothing was acked (all or nothing), so each is acked again
-    alone, and only the lost ones fail. Any other failure (the answer was
-    lost: `ConnectionError`) is every ack's.
+    `StaleLease` or `ValueError` (refused: an older server): nothing was
+    acked (all or nothing), so each is acked again alone, and only the lost
+    ones fail. Any other failure (the answer was lost: `ConnectionError`)
+    is every ack's.
     """
     if outcome is None:
         return [None] * len(acks)
-    if isinstance(outcome, StaleLease):
+    if isinstance(outcome, (StaleLease, ValueError)):
         return _ack_each(source, acks, now=now)
     return [outcome] * len(acks)
 
