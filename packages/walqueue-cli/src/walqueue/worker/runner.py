@@ -8,11 +8,11 @@ The threads, and why each exists:
   that a worker with slow handlers takes no more than it starts at
   once), and hands them out; through walqueue-serve it reserves only
   once half its leases are used, and sends the acks waiting then in the
-  same round trip (one `ack_many` and the `reserve` in one pipeline); when nothing is due it
-  blocks in the source's `wait` until a commit
-  or the next due time (`stats()`'s `next_available_at` and
-  `next_deadline`), at most `idle_wait` clock units: an idle worker costs a
-  wake-up per `idle_wait`, never a spin;
+  same round trip (one `ack_many` and the `reserve` in one pipeline);
+  when nothing is due it blocks in the source's `wait` until a commit or
+  the next due time (`stats()`'s `next_available_at` and
+  `next_deadline`), at most `idle_wait` clock units: an idle worker costs
+  a wake-up per `idle_wait`, never a spin;
 - N executors run the handler, then release a failure through the
   `Settler`, and hand a success to the acker;
 - the acker sends the acks in batches (`pending.py`), each one `ack_many`
