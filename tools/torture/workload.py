@@ -79,6 +79,8 @@ def perform(op: Op, target: Any) -> Any:
         return target.reserve(a["worker"], now=a["now"], lease_seconds=a["lease_seconds"], limit=a["limit"])
     if op.kind == "ack":
         return target.ack(a["lease"], now=a["now"])
+    if op.kind == "ack_many":
+        return target.ack_many(a["leases"], now=a["now"])
     if op.kind == "release":
         return target.release(a["lease"], now=a["now"], delay=a["delay"], **_given(a, "error"))
     if op.kind == "fail":
@@ -107,8 +109,9 @@ def outcome(op: Op, target: Any) -> str:
     return "ok " + render(value)
 
 
-#: The lease lifecycle op kinds, counted apart in every campaign's report so that a run shows it applied them.
-LIFECYCLE_KINDS = ("extend", "redrive", "cancel", "fail")
+#: The lease lifecycle op kinds, and `ack_many`, counted apart in every campaign's report so that a run shows it
+#: applied them.
+LIFECYCLE_KINDS = ("extend", "redrive", "cancel", "fail", "ack_many")
 
 
 def count_lifecycle_call(report: Report, op: Op, answer: str, what: str) -> None:
@@ -172,8 +175,9 @@ class Workload:
     KINDS = (
         ("put", "retry", "conflict", "put_many", "reserve", "ack", "release", "stale", "compact", "get", "tasks")
         + ("extend", "redrive", "cancel", "fail")  # the lease lifecycle
+        + ("ack_many",)
     )
-    WEIGHTS = (6, 1, 1, 2, 5, 4, 2, 1, 1, 1, 1) + (3, 2, 1, 2)
+    WEIGHTS = (6, 1, 1, 2, 5, 4, 2, 1, 1, 1, 1) + (3, 2, 1, 2) + (2,)
     #: How often a release, and a cancel, records an error (when the workload records errors at all).
     ERROR_PROBABILITY = 0.5
 
@@ -281,6 +285,21 @@ class Workload:
         delay = self.rng.choice([0, 1, 3])
         return Op("release", {"lease": lease, "now": now, "delay": delay, "error": self._maybe_error("release")})
 
+    def _settle_many(self, kind: str, target: Any, now: int) -> Op | None:
+        """Several leases acked in one call; sometimes one of them stale or listed twice (then none is acked)."""
+        rng = self.rng
+        leased = target.tasks("leased")
+        if not leased:
+            return None
+        leases = [token_for(task) for task in rng.sample(leased, rng.randint(1, min(4, len(leased))))]
+        spoil = rng.random()
+        if spoil < 0.1:
+            leases.append(leases[0])  # listed twice
+        elif spoil < 0.2:
+            stale = leases[-1]
+            leases[-1] = Lease(stale.task_id, stale.worker, stale.generation + 1)  # a generation never granted
+        return Op("ack_many", {"leases": leases, "now": now})
+
     def _extend(self, kind: str, target: Any, now: int) -> Op | None:
         rng = self.rng
         leased = target.tasks("leased")
@@ -359,6 +378,7 @@ class Workload:
         "ack": _settle,
         "release": _settle,
         "fail": _settle,
+        "ack_many": _settle_many,
         "extend": _extend,
         "redrive": _redrive_or_cancel,
         "cancel": _redrive_or_cancel,
