@@ -26,9 +26,9 @@ from types import FrameType
 from typing import Any, Final
 
 from walqueue import WalQueueError
+from walqueue.engine.events import JsonLinesFormatter
 from walqueue.format.cmdline import EX_USAGE, UsageParser, version_line
 from walqueue.worker.clock import MILLISECONDS
-from walqueue.worker.report import JsonLines
 from walqueue.worker.schedule import Periodic, load_schedule
 
 __all__ = ["EXIT_CANNOT_OPEN", "EXIT_FATAL", "EXIT_OK", "EXIT_SERVER", "main", "resolve_handler", "until_stopped"]
@@ -175,7 +175,9 @@ def configure_logging(level: str, json_lines: bool) -> None:
     logger = logging.getLogger("walqueue")
     if not any(not isinstance(handler, logging.NullHandler) for handler in logger.handlers):
         handler = logging.StreamHandler(sys.stderr)
-        formatter = JsonLines() if json_lines else logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s")
+        formatter = (
+            JsonLinesFormatter() if json_lines else logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s")
+        )
         handler.setFormatter(formatter)
         logger.addHandler(handler)
     logger.setLevel(level)

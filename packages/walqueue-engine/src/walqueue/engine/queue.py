@@ -133,16 +133,7 @@ class Queue:
         self._metrics = durability.metrics = Metrics(dead_at_open=recovered.state.counts()["dead"])
         self._guard = guard = self._new_guard()
         self._compactor = Compactor(
-            store,
-            recovered.wal,
-            recovered.state,
-            recovered.current,
-            recovered.snapshot_size,
-            compact_bytes=compact_bytes,
-            sync=sync,
-            hook=self._hook,
-            durability=durability,
-            guard=guard,
+            store, recovered, compact_bytes=compact_bytes, hook=self._hook, durability=durability, guard=guard
         )
         self._source = self._compactor.source  # fed by every commit: kept at hand
         OPEN_GUARDS.add(guard)
@@ -152,7 +143,7 @@ class Queue:
             self._durability,
             self._commits,
             where=self._directory,
-            release=self._release_files,
+            release_files=self._release_files,
             closed_error=self._closed_error,
             on_fork=self._abandon_in_child,
         )
