@@ -13,8 +13,8 @@ shares with its parent.
 `CallGuard` holds what those rules need (the lock, the depth, the closed
 flags, what each thread is doing) and talks to the rest of the queue
 through what it is given: the durability to wait for, the commit notices
-to announce to, and three callbacks: `release_files` (close the files),
-`closed_error` (the error a closed queue raises) and `on_fork`.
+to announce to, and two callbacks of the queue: `release_files` (close
+the files) and `on_fork` (drop an inherited copy).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import os
 import threading
 import weakref
 from collections.abc import Callable
-from dataclasses import KW_ONLY, dataclass, field
+from dataclasses import KW_ONLY, dataclass, field, replace
 
 from walqueue.engine.commits import CommitNotices
 from walqueue.engine.durability import Durability
@@ -88,10 +88,10 @@ class CallGuard:
     where: str
     #: Close the queue's files (with `drain`, first sync what callers wait for); `release` marks the thread.
     release_files: Callable[[bool], None]
-    #: The error a closed queue raises.
-    closed_error: Callable[[], QueueClosed]
     #: The queue's own part of `abandon_in_child`.
     on_fork: Callable[[], None]
+    #: The process that opened the queue: a forked child's copy is closed, and `closed_error` says why.
+    owner_pid: int = field(default_factory=os.getpid)
     #: Calls begun so far (unlocked, so only approximately): the background snapshot watches it.
     entered: int = field(default=0, init=False)
     #: Calls refused with `StaleLease` (Queue.metrics): counted here, where every call ends.
@@ -155,6 +155,21 @@ class CallGuard:
     def check_open(self) -> None:
         if self.closed:
             raise self.closed_error()
+
+    def closed_error(self) -> QueueClosed:
+        """The error a call on the closed queue raises: closed, or another process's (a forked child)."""
+        if os.getpid() != self.owner_pid:
+            return QueueClosed(
+                f"the queue on {self.where} belongs to process {self.owner_pid}; "
+                "a forked child must open a Queue of its own (once the parent has closed it)"
+            )
+        return QueueClosed(f"the queue on {self.where} is closed; open a new one")
+
+    def closed_copy(self) -> CallGuard:
+        """A new guard of the same queue, closed, with a lock and flags of its own (a forked child's)."""
+        guard = replace(self)
+        guard.closed = True
+        return guard
 
     def release(self, *, drain: bool) -> None:
         """Close the queue's files now (under the lock); with `drain`, first sync what callers wait for."""
