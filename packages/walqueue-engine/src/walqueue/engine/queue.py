@@ -201,7 +201,9 @@ class Queue:
         self.close()
 
     def _check_open(self) -> None:
-        self._guard.check_open()
+        guard = self._guard
+        if guard.closed:  # inline rather than `guard.check_open()`: every call comes here
+            raise guard.closed_error()
 
     def _call_hook(self, phase: str) -> None:
         """The user's hook, then a check that the hook neither closed the queue nor forked this process.
@@ -224,8 +226,9 @@ class Queue:
 
     def _commit(self, plan: ops.Plan) -> None:
         """Write, sync and apply the transaction a planner made (its ops and their canonical JSON)."""
-        # Closed by a signal handler or the hook of this very call: nothing is written.
-        self._guard.check_open()
+        if self._guard.closed:
+            # Closed by a signal handler or the hook of this very call: nothing is written.
+            raise self._guard.closed_error()
         state = self._state
         seq = state.last_seq + 1
         # ValueError for an oversize transaction, before anything is written.

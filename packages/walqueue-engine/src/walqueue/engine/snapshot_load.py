@@ -21,7 +21,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable
 from operator import itemgetter
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from walqueue.engine.gcpause import paused_gc
 from walqueue.engine.records import (
@@ -55,17 +55,25 @@ from walqueue.format.canonical import canonical_str
 
 __all__ = ["RECORD_FIELDS", "Loaded", "check_snapshot_seq", "load_records", "record_from_dict"]
 
-#: The fields a snapshot record holds as `TaskRecord` keeps them: six of its arguments, in its order
-#: (just before its last error), so that the fetched tuple is passed on whole.
-_KEPT_FIELDS = ("available_at", "max_attempts", "attempts", "generation", "worker", "deadline")
-#: The fields of a snapshot record (CONTRACT §3): those `_identity_fields` fetches, then the kept ones.
-RECORD_FIELDS = ("task", "key", "identity", "status", "payload", *_KEPT_FIELDS)
-#: A record may also hold ``last_error`` (its only optional key), which neither fetch takes.
+#: The fields of a snapshot record (CONTRACT §3), in the order `_record_fields` returns them.
+RECORD_FIELDS = (
+    "task",
+    "key",
+    "identity",
+    "status",
+    "payload",
+    "available_at",
+    "max_attempts",
+    "attempts",
+    "generation",
+    "worker",
+    "deadline",
+)
+#: A record may also hold ``last_error`` (its only optional key), which `_record_fields` does not fetch.
 _RECORD_KEYS = frozenset(RECORD_FIELDS)
-#: Every field of a record, fetched in two C calls. A dict of exactly `len(RECORD_FIELDS)` items
+#: Every field of a record, fetched in one C call. A dict of exactly `len(RECORD_FIELDS)` items
 #: that holds all of them has exactly these keys, so the fetch also settles the key set.
-_identity_fields = itemgetter(*RECORD_FIELDS[:5])
-_kept_fields = itemgetter(*_KEPT_FIELDS)
+_record_fields = itemgetter(*RECORD_FIELDS)
 _RECORD_FIELD_COUNT = len(RECORD_FIELDS)
 
 #: A decoded status string -> the module's constant: a loaded task shares one status string with
@@ -201,9 +209,19 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
                         if len(value) != _RECORD_FIELD_COUNT + 1 or "last_error" not in value:
                             raise KeyError
                         stored_error = value["last_error"]
-                    task_id, key, identity, status, payload = _identity_fields(value)
-                    kept: tuple[Any, Any, Any, Any, Any, Any] = _kept_fields(value)  # unchecked until below
-                    available_at, max_attempts, attempts, generation, worker, deadline = kept
+                    (
+                        task_id,
+                        key,
+                        identity,
+                        status,
+                        payload,
+                        available_at,
+                        max_attempts,
+                        attempts,
+                        generation,
+                        worker,
+                        deadline,
+                    ) = _record_fields(value)
                 except KeyError:
                     raise ValueError(
                         f"record keys must be exactly {sorted(_RECORD_KEYS)} (and last_error, if any),"
@@ -258,7 +276,19 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
                 if status is COMPLETED:
                     record = Tombstone.of(task_id, key, digest, available_at, max_attempts, attempts, generation)
                 else:
-                    record = TaskRecord(task_id, key, status, digest + payload_json, *kept, last_error)
+                    record = TaskRecord(
+                        task_id,
+                        key,
+                        status,
+                        digest + payload_json,
+                        available_at,
+                        max_attempts,
+                        attempts,
+                        generation,
+                        worker,
+                        deadline,
+                        last_error,
+                    )
             except (TypeError, ValueError) as exc:
                 raise InvalidTransaction(f"snapshot record {index}: {exc}") from None
             if previous is not None and not previous < task_id:
