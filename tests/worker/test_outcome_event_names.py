@@ -11,7 +11,7 @@ from worker_rig import FakeClock, Rig
 from walqueue import Queue
 from walqueue.engine import events
 from walqueue.worker import Permanent
-from walqueue.worker.report import LIFECYCLE, OUTCOMES, JsonLines
+from walqueue.worker.report import LIFECYCLE, OUTCOMES
 
 
 def test_every_mapped_outcome_is_an_outcome_and_every_name_is_an_engine_event() -> None:
@@ -45,5 +45,5 @@ def test_each_outcome_line_carries_the_event_the_queue_logged_for_that_task(
     assert {task: line.lifecycle for task, line in worker_lines.items()} == expected
     for task, line in worker_lines.items():
         assert line.lifecycle in queue_events[task]
-    as_json = json.loads(JsonLines().format(worker_lines["again"]))
+    as_json = json.loads(events.JsonLinesFormatter().format(worker_lines["again"]))
     assert (as_json["event"], as_json["lifecycle"]) == ("retried", "task.release")

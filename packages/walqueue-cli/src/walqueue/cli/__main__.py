@@ -28,13 +28,17 @@ from walqueue.cli.protocol import (
 )
 from walqueue.engine.calltable import CALLS
 from walqueue.engine.validate import MAX_NAME_BYTES, MAX_PAYLOAD_DEPTH
-from walqueue.format.cmdline import EX_USAGE, EXIT_INTERRUPTED, UsageParser, interrupted, version_line
+from walqueue.format.cmdline import (
+    EX_USAGE,
+    EXIT_CANNOT_OPEN,
+    EXIT_FATAL,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    UsageParser,
+    interrupted,
+    version_line,
+)
 
-#: Exit statuses: end of input, a fatal (poisoning) error, a directory that could not be opened;
-#: a usage error (64) and Ctrl-C (130) come from walqueue.format.cmdline.
-EXIT_OK = 0
-EXIT_FATAL = 1
-EXIT_CANNOT_OPEN = 2
 EXIT_USAGE = EX_USAGE
 
 _DESCRIPTION = """\

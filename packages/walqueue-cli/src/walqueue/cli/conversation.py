@@ -9,11 +9,11 @@ answered but did not yet read, and says what the loop may do next:
   whose unterminated last line still counts as a request.
 - `next_line()` hands out the next request in arrival order, unless a
   parked ``wait`` holds the connection (answers stay in order) or the
-  answers not yet read have reached `output_limit` (then nothing more runs
+  answers not yet read have reached `OUTPUT_LIMIT` (then nothing more runs
   for it: a client that pipelines without reading holds at most one
   answer beyond that bound).
 - `wants_input()` is false while the requests not yet executed reach
-  `input_limit` bytes, or once the stream ended: the loop stops reading,
+  `INPUT_LIMIT` bytes, or once the stream ended: the loop stops reading,
   and the kernel's buffers push back on the client.
 - `answer(line)`, `to_send()`, `sent(n)`: the output buffer.
 - `finished()`: the stream ended and everything was executed and written.
@@ -26,62 +26,43 @@ followed by ``wait`` misses no commit made in between.
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import KW_ONLY, InitVar, dataclass, field
 from typing import Any, Final
 
 from walqueue.cli.lines import OVERLONG, LineReader, RequestLine
 
-__all__ = ["DEFAULT_INPUT_LIMIT", "DEFAULT_OUTPUT_LIMIT", "Conversation", "Line"]
+__all__ = ["INPUT_LIMIT", "OUTPUT_LIMIT", "Conversation", "Line"]
 
 #: Bytes of complete requests not yet executed before the loop stops reading a connection.
-DEFAULT_INPUT_LIMIT: Final = 2**20
+INPUT_LIMIT: Final = 2**20
 #: Bytes of answers not yet read before the loop stops executing a connection's requests.
-DEFAULT_OUTPUT_LIMIT: Final = 2**20
+OUTPUT_LIMIT: Final = 2**20
 
 #: A request line (newline included), or `OVERLONG` for one that crossed the line bound.
 Line = RequestLine
 
 
+@dataclass(slots=True, eq=False, repr=False)
 class Conversation:
     """The buffers and the position of one connection; see the module's docstring."""
 
-    __slots__ = (
-        "number",
-        "seen",
-        "parked_until",
-        "parked_id",
-        "answered",
-        "_reader",
-        "_pending",
-        "_pending_bytes",
-        "_output",
-        "_ended",
-        "_input_limit",
-        "_output_limit",
-    )
+    number: int
+    seen: int
+    _: KW_ONLY
+    line_limit: InitVar[int]
+    #: The deadline (monotonic seconds) of a parked ``wait``, or None when none is parked.
+    parked_until: float | None = field(default=None, init=False)
+    #: The id of the parked ``wait`` request (`protocol.NO_ID` when it had none).
+    parked_id: Any = field(default=None, init=False)
+    answered: int = field(default=0, init=False)
+    _reader: LineReader = field(init=False)
+    _pending: deque[Line] = field(default_factory=deque, init=False)
+    _pending_bytes: int = field(default=0, init=False)
+    _output: bytearray = field(default_factory=bytearray, init=False)
+    _ended: bool = field(default=False, init=False)
 
-    def __init__(
-        self,
-        number: int,
-        seen: int,
-        *,
-        line_limit: int,
-        input_limit: int = DEFAULT_INPUT_LIMIT,
-        output_limit: int = DEFAULT_OUTPUT_LIMIT,
-    ) -> None:
-        self.number = number
-        self.seen = seen
-        #: The deadline (monotonic seconds) of a parked ``wait``, or None when none is parked.
-        self.parked_until: float | None = None
-        #: The id of the parked ``wait`` request (`protocol.NO_ID` when it had none).
-        self.parked_id: Any = None
-        self.answered = 0
+    def __post_init__(self, line_limit: int) -> None:
         self._reader = LineReader(line_limit)
-        self._pending: deque[Line] = deque()
-        self._pending_bytes = 0
-        self._output = bytearray()
-        self._ended = False
-        self._input_limit = input_limit
-        self._output_limit = output_limit
 
     # -- input ---------------------------------------------------------------------
 
@@ -104,11 +85,11 @@ class Conversation:
         return self._ended
 
     def wants_input(self) -> bool:
-        return not self._ended and self._pending_bytes < self._input_limit
+        return not self._ended and self._pending_bytes < INPUT_LIMIT
 
     def runnable(self) -> bool:
         """Whether `next_line` would hand out a request now."""
-        return bool(self._pending) and self.parked_until is None and len(self._output) < self._output_limit
+        return bool(self._pending) and self.parked_until is None and len(self._output) < OUTPUT_LIMIT
 
     def next_line(self) -> Line | None:
         if not self.runnable():

@@ -35,15 +35,12 @@ from walqueue.cli.server import (
     DEFAULT_MAX_CLIENTS,
     DEFAULT_MODE,
     DEFAULT_WRITE_TIMEOUT,
-    EXIT_CANNOT_OPEN,
-    EXIT_FATAL,
-    EXIT_OK,
     EXIT_SOCKET,
     Server,
     StartFailed,
 )
 from walqueue.dashboard.http import add_http_arguments, http_options, start_dashboard
-from walqueue.format.cmdline import EX_USAGE, UsageParser, version_line
+from walqueue.format.cmdline import EX_USAGE, EXIT_CANNOT_OPEN, EXIT_FATAL, EXIT_OK, UsageParser, version_line
 
 __all__ = ["DEFAULT_MAX_CLIENTS", "DEFAULT_MODE", "EXIT_USAGE", "Server", "SocketInUse", "main"]
 

@@ -30,14 +30,12 @@ from walqueue.cli.lines import MAX_LINE_BYTES
 from walqueue.cli.listener import SocketInUse, bind_socket, remove_socket_file
 from walqueue.engine.calltable import CALLS
 from walqueue.engine.metrics import RequestSeconds
+from walqueue.format.cmdline import EXIT_CANNOT_OPEN, EXIT_FATAL, EXIT_OK
 
 __all__ = [
     "DEFAULT_MAX_CLIENTS",
     "DEFAULT_MODE",
     "DEFAULT_WRITE_TIMEOUT",
-    "EXIT_CANNOT_OPEN",
-    "EXIT_FATAL",
-    "EXIT_OK",
     "EXIT_SOCKET",
     "Server",
     "StartFailed",
@@ -45,12 +43,7 @@ __all__ = [
 
 log = logging.getLogger("walqueue.serve")
 
-#: Exit statuses: a clean stop; a fatal (poisoning) error; DIR could not be
-#: opened (corrupt, locked by another owner, missing under --no-create); the
-#: socket could not be taken. A usage error is 64 (walqueue.format.cmdline).
-EXIT_OK = 0
-EXIT_FATAL = 1
-EXIT_CANNOT_OPEN = 2
+#: The socket could not be taken (the other exit statuses are walqueue.format.cmdline's).
 EXIT_SOCKET = 3
 
 DEFAULT_MAX_CLIENTS = 64

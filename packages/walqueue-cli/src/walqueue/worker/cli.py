@@ -26,18 +26,15 @@ from types import FrameType
 from typing import Any, Final
 
 from walqueue import WalQueueError
-from walqueue.format.cmdline import EX_USAGE, UsageParser, version_line
+from walqueue.engine.events import JsonLinesFormatter
+from walqueue.format.cmdline import EX_USAGE, EXIT_CANNOT_OPEN, EXIT_FATAL, EXIT_OK, UsageParser, version_line
 from walqueue.worker.clock import MILLISECONDS
-from walqueue.worker.report import JsonLines
 from walqueue.worker.schedule import Periodic, load_schedule
 
-__all__ = ["EXIT_CANNOT_OPEN", "EXIT_FATAL", "EXIT_OK", "EXIT_SERVER", "main", "resolve_handler", "until_stopped"]
+__all__ = ["EXIT_SERVER", "main", "resolve_handler", "until_stopped"]
 
 PROG = "walqueue-worker"
-#: Exit statuses (64, a usage error, from walqueue.format.cmdline).
-EXIT_OK = 0
-EXIT_FATAL = 1
-EXIT_CANNOT_OPEN = 2
+#: The server could not be started (the other exit statuses are walqueue.format.cmdline's).
 EXIT_SERVER = 3
 
 _EPILOG = """\
@@ -178,7 +175,9 @@ def configure_logging(level: str, json_lines: bool) -> None:
     logger = logging.getLogger("walqueue")
     if not any(not isinstance(handler, logging.NullHandler) for handler in logger.handlers):
         handler = logging.StreamHandler(sys.stderr)
-        formatter = JsonLines() if json_lines else logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s")
+        formatter = (
+            JsonLinesFormatter() if json_lines else logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s")
+        )
         handler.setFormatter(formatter)
         logger.addHandler(handler)
     logger.setLevel(level)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass, field
 
 from walqueue import StaleLease
 from walqueue.worker.clock import Clock, seconds_until
@@ -29,29 +30,22 @@ __all__ = ["MAX_SLEEP_SECONDS", "Monitor"]
 MAX_SLEEP_SECONDS = 5.0
 
 
+@dataclass(eq=False)
 class Monitor:
     """The set of running `Run`s, their heartbeats and their timeouts."""
 
-    def __init__(
-        self,
-        settler: Settler,
-        *,
-        lease: int,
-        beat_every: int,
-        on_timeout: Callable[[Run], None],
-        timeout_error: Callable[[Run], dict[str, str]],
-    ) -> None:
-        self.settler = settler
-        self.lease = lease
-        self.beat_every = beat_every
-        self.on_timeout = on_timeout
-        self.timeout_error = timeout_error
-        self._runs: set[Run] = set()
-        self._changed = threading.Condition()
-        # Wake-ups cost the busy path: `add` wakes the thread only for a run due
-        # before the time it sleeps until, `remove` only while someone waits for none.
-        self._sleeping_until: int | None = None
-        self._draining = False
+    settler: Settler
+    _: KW_ONLY
+    lease: int
+    beat_every: int
+    on_timeout: Callable[[Run], None]
+    timeout_error: Callable[[Run], dict[str, str]]
+    _runs: set[Run] = field(init=False, repr=False, default_factory=set)
+    _changed: threading.Condition = field(init=False, repr=False, default_factory=threading.Condition)
+    # Wake-ups cost the busy path: `add` wakes the thread only for a run due
+    # before the time it sleeps until, `remove` only while someone waits for none.
+    _sleeping_until: int | None = field(init=False, repr=False, default=None)
+    _draining: bool = field(init=False, repr=False, default=False)
 
     # -- the registry --------------------------------------------------------------------
 

@@ -4,13 +4,14 @@ Every outcome goes through `Report.outcome`, which bumps one counter and
 logs one line on the ``walqueue.worker`` logger; the fields are also set on
 the log record (``event``, ``lifecycle``: the engine's event name, see
 `LIFECYCLE`, ``task``, ``attempt``, ``ms`` and, for failures, ``error`` and
-``delay``), so `JsonLines` writes them as JSON without parsing the message.
+``delay``), so ``--log-json`` writes them as JSON without parsing the message:
+with the engine's `JsonLinesFormatter`, one format for the worker's lines and
+the queue's lifecycle events.
 `Worker.stats()` returns `Report.snapshot()`: the same counters.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -18,7 +19,7 @@ from typing import Any, Final
 
 from walqueue.engine.events import ACK, DEATH, RELEASE
 
-__all__ = ["LIFECYCLE", "OUTCOMES", "JsonLines", "Report", "log"]
+__all__ = ["LIFECYCLE", "OUTCOMES", "Report", "log"]
 
 log = logging.getLogger("walqueue.worker")
 
@@ -41,7 +42,6 @@ LIFECYCLE: Final = {
     "returned": RELEASE,
 }
 _LEVELS = {"completed": logging.INFO, "retried": logging.WARNING, "dead": logging.ERROR}
-_FIELDS = ("event", "lifecycle", "task", "attempt", "ms", "delay", "error", "worker")
 
 
 class Report:
@@ -106,21 +106,3 @@ class Report:
             rate,
             extra={"event": "summary", "worker": self.worker, "rate": round(rate, 1), "counts": fields},
         )
-
-
-class JsonLines(logging.Formatter):
-    """One JSON object per line: time, level, logger, message, and the worker's fields when present."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        line: dict[str, Any] = {
-            "time": round(record.created, 3),
-            "level": record.levelname,
-            "logger": record.name,
-            "message": record.getMessage(),
-        }
-        for name in (*_FIELDS, "rate", "counts"):
-            if name in record.__dict__:
-                line[name] = record.__dict__[name]
-        if record.exc_info:
-            line["traceback"] = self.formatException(record.exc_info)
-        return json.dumps(line, ensure_ascii=False, default=str)

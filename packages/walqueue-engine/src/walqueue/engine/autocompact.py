@@ -35,9 +35,9 @@ from walqueue.engine.compaction import (
     seal,
 )
 from walqueue.engine.durability import Durability
+from walqueue.engine.recovery import Recovered
 from walqueue.engine.state import State
-from walqueue.engine.wal import Hook, WalWriter, no_hook
-from walqueue.format.current import Current
+from walqueue.engine.wal import Hook, no_hook
 from walqueue.format.directory import StoreDirectory
 from walqueue.format.snapshot import SnapshotInfo
 
@@ -68,29 +68,26 @@ class Compactor:
     def __init__(
         self,
         store: StoreDirectory,
-        wal: WalWriter,
-        state: State,
-        current: Current | None,
-        snapshot_size: int,
+        recovered: Recovered,
         *,
         compact_bytes: int | None,
-        sync: bool,
         hook: Hook,
         durability: Durability,
         guard: CallGuard,
     ) -> None:
+        """Start from what recovery opened; snapshots fsync exactly when the WAL does (`WalWriter.syncs`)."""
         self.store = store
-        self.wal = wal
+        self.wal = recovered.wal
         #: The task ids in order and a running snapshot's pre-images (`Queue._commit` feeds it).
-        self.source = SnapshotSource(state)
+        self.source = SnapshotSource(recovered.state)
         #: The published CURRENT (None before the first snapshot).
-        self.current = current
-        self.snapshot_size = snapshot_size
+        self.current = recovered.current
+        self.snapshot_size = recovered.snapshot_size
         #: Live WAL bytes past which compaction is due (None: only `compact()` compacts).
-        self.at = compaction_threshold(snapshot_size, compact_bytes)
+        self.at = compaction_threshold(recovered.snapshot_size, compact_bytes)
         self.background: BackgroundSnapshot | None = None
         self._compact_bytes = compact_bytes
-        self._sync = sync
+        self._sync = recovered.wal.syncs
         self._hook = hook
         self._durability = durability
         self._guard = guard

@@ -13,8 +13,8 @@ shares with its parent.
 `CallGuard` holds what those rules need (the lock, the depth, the closed
 flags, what each thread is doing) and talks to the rest of the queue
 through what it is given: the durability to wait for, the commit notices
-to announce to, and two callbacks, `release` (close the files) and
-`closed_error` (the error a closed queue raises).
+to announce to, and two callbacks of the queue: `release_files` (close
+the files) and `on_fork` (drop an inherited copy).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import os
 import threading
 import weakref
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass, field, replace
 
 from walqueue.engine.commits import CommitNotices
 from walqueue.engine.durability import Durability
@@ -64,6 +65,7 @@ class ThreadFlags(threading.local):
     joining: bool = False
 
 
+@dataclass(slots=True, weakref_slot=True, eq=False, repr=False)
 class CallGuard:
     """The context of one call: the queue's lock, held by exactly one call at a time.
 
@@ -79,50 +81,27 @@ class CallGuard:
     if any, must release the lock it took.
     """
 
-    __slots__ = (
-        "entered",
-        "stale_leases",
-        "depth",
-        "closed",
-        "close_pending",
-        "mutex",
-        "flags",
-        "durability",
-        "commits",
-        "_where",
-        "_release",
-        "_closed_error",
-        "_on_fork",
-        "__weakref__",
-    )
-
-    def __init__(
-        self,
-        durability: Durability,
-        commits: CommitNotices,
-        *,
-        where: str,
-        release: Callable[[bool], None],
-        closed_error: Callable[[], QueueClosed],
-        on_fork: Callable[[], None],
-        flags: ThreadFlags | None = None,
-    ) -> None:
-        #: Calls begun so far (unlocked, so only approximately): the background snapshot watches it.
-        self.entered = 0
-        #: Calls refused with `StaleLease` (Queue.metrics): counted here, where every call ends.
-        self.stale_leases = 0
-        self.depth = 0
-        self.closed = False
-        #: A close() deferred to the call (or wait, or join) it interrupted.
-        self.close_pending = False
-        self.mutex = threading.RLock()
-        self.flags = ThreadFlags() if flags is None else flags
-        self.durability = durability
-        self.commits = commits
-        self._where = where
-        self._release = release
-        self._closed_error = closed_error
-        self._on_fork = on_fork
+    durability: Durability
+    commits: CommitNotices
+    _: KW_ONLY
+    #: The queue's directory, which the errors name.
+    where: str
+    #: Close the queue's files (with `drain`, first sync what callers wait for); `release` marks the thread.
+    release_files: Callable[[bool], None]
+    #: The queue's own part of `abandon_in_child`.
+    on_fork: Callable[[], None]
+    #: The process that opened the queue: a forked child's copy is closed, and `closed_error` says why.
+    owner_pid: int = field(default_factory=os.getpid)
+    #: Calls begun so far (unlocked, so only approximately): the background snapshot watches it.
+    entered: int = field(default=0, init=False)
+    #: Calls refused with `StaleLease` (Queue.metrics): counted here, where every call ends.
+    stale_leases: int = field(default=0, init=False)
+    depth: int = field(default=0, init=False)
+    closed: bool = field(default=False, init=False)
+    #: A close() deferred to the call (or wait, or join) it interrupted.
+    close_pending: bool = field(default=False, init=False)
+    mutex: threading.RLock = field(default_factory=threading.RLock, init=False)
+    flags: ThreadFlags = field(default_factory=ThreadFlags, init=False)
 
     def __enter__(self) -> None:
         self.entered += 1
@@ -130,7 +109,7 @@ class CallGuard:
         if flags.waiting or flags.commit_waiting:
             # A signal handler that interrupted this thread's wait for an fsync or a commit.
             raise ReentrantCall(
-                f"a call on the queue of {self._where} from a signal handler that interrupted a call on it; "
+                f"a call on the queue of {self.where} from a signal handler that interrupted a call on it; "
                 "only close() may be called there"
             )
         mutex = self.mutex
@@ -140,13 +119,13 @@ class CallGuard:
             self.depth -= 1
             mutex.release()
             raise ReentrantCall(
-                f"a call on the queue of {self._where} from inside another call on it in the same thread "
+                f"a call on the queue of {self.where} from inside another call on it in the same thread "
                 "(from the hook or a signal handler); only close() may be called there"
             )
         if self.closed:
             self.depth -= 1
             mutex.release()
-            raise self._closed_error()
+            raise self.closed_error()
 
     def __exit__(self, error_type: type[BaseException] | None, *exc: object) -> None:
         durability = self.durability
@@ -175,14 +154,29 @@ class CallGuard:
 
     def check_open(self) -> None:
         if self.closed:
-            raise self._closed_error()
+            raise self.closed_error()
+
+    def closed_error(self) -> QueueClosed:
+        """The error a call on the closed queue raises: closed, or another process's (a forked child)."""
+        if os.getpid() != self.owner_pid:
+            return QueueClosed(
+                f"the queue on {self.where} belongs to process {self.owner_pid}; "
+                "a forked child must open a Queue of its own (once the parent has closed it)"
+            )
+        return QueueClosed(f"the queue on {self.where} is closed; open a new one")
+
+    def closed_copy(self) -> CallGuard:
+        """A new guard of the same queue, closed, with a lock and flags of its own (a forked child's)."""
+        guard = replace(self)
+        guard.closed = True
+        return guard
 
     def release(self, *, drain: bool) -> None:
         """Close the queue's files now (under the lock); with `drain`, first sync what callers wait for."""
         flags = self.flags
         flags.releasing = True
         try:
-            self._release(drain)
+            self.release_files(drain)
         finally:
             flags.releasing = False
 
@@ -228,7 +222,7 @@ class CallGuard:
         self.closed = True
         self.close_pending = False
         OPEN_GUARDS.discard(self)
-        self._on_fork()
+        self.on_fork()
 
     # -- waits ---------------------------------------------------------------------
 

@@ -2,32 +2,29 @@
 
 O(n): for tests and offline checks (`walqueue-fsck --replay`), never on a
 live path. Kept out of state.py, which holds what changes a task; this only
-reads the records and the indexes the state hands it (it imports nothing of
-state.py, so the two form no circle). It raises explicitly, so that
+reads the records and the indexes the state hands it, in the shape the
+snapshot loader builds them (`snapshot_load.Loaded`): it imports nothing of
+state.py, so the two form no circle. It raises explicitly, so that
 ``python -O`` cannot turn it into a silent no-op.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
 from walqueue.engine.heaps import pruned
-from walqueue.engine.records import COMPLETED, DEAD, DIGEST_BYTES, LEASED, READY, STATUSES, HeapEntry, Record
+from walqueue.engine.records import COMPLETED, DEAD, DIGEST_BYTES, LEASED, READY, STATUSES
+from walqueue.engine.snapshot_load import Loaded
 
 __all__ = ["check_invariants"]
 
 
-def check_invariants(
-    tasks: Mapping[str, Record],
-    lookup_key: Callable[[str], str | None],
-    *,
-    ready: list[HeapEntry],
-    leases: list[HeapEntry],
-    counts: Mapping[str, int],
-    dead: set[str],
-    key_owner: Mapping[str, str],
-) -> None:
-    """Verify every index of a state against its `tasks`; `AssertionError` names the first broken one."""
+def check_invariants(indexes: Loaded, lookup_key: Callable[[str], str | None]) -> None:
+    """Verify every index of a state (`State.indexes`) against its tasks; `AssertionError` names the first broken one.
+
+    `lookup_key` is the state's own, so that what readers are answered is checked too.
+    """
+    tasks, key_owner, ready, leases, counts, dead = indexes
 
     def require(condition: bool, what: str) -> None:
         if not condition:

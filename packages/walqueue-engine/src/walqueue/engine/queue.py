@@ -130,31 +130,14 @@ class Queue:
         )
         self._commits = CommitNotices(durability)
         self._metrics = durability.metrics = Metrics(dead_at_open=recovered.state.counts()["dead"])
-        self._guard = guard = self._new_guard()
+        self._guard = guard = CallGuard(
+            durability, self._commits, where=path, release_files=self._release_files, on_fork=self._abandon_in_child
+        )
         self._compactor = Compactor(
-            store,
-            recovered.wal,
-            recovered.state,
-            recovered.current,
-            recovered.snapshot_size,
-            compact_bytes=compact_bytes,
-            sync=sync,
-            hook=self._hook,
-            durability=durability,
-            guard=guard,
+            store, recovered, compact_bytes=compact_bytes, hook=self._hook, durability=durability, guard=guard
         )
         self._source = self._compactor.source  # fed by every commit: kept at hand
         OPEN_GUARDS.add(guard)
-
-    def _new_guard(self) -> CallGuard:
-        return CallGuard(
-            self._durability,
-            self._commits,
-            where=self._directory,
-            release=self._release_files,
-            closed_error=self._closed_error,
-            on_fork=self._abandon_in_child,
-        )
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -202,8 +185,7 @@ class Queue:
         """
         self._durability.forget_after_fork()
         self._commits.forget_after_fork()
-        self._guard = self._new_guard()
-        self._guard.closed = True
+        self._guard = self._guard.closed_copy()
         self._wal.close()
         self._ownership.abandon()
         self._store_closer()
@@ -217,17 +199,10 @@ class Queue:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _closed_error(self) -> QueueClosed:
-        if os.getpid() != self._pid:
-            return QueueClosed(
-                f"the queue on {self._directory} belongs to process {self._pid}; "
-                "a forked child must open a Queue of its own (once the parent has closed it)"
-            )
-        return QueueClosed(f"the queue on {self._directory} is closed; open a new one")
-
     def _check_open(self) -> None:
-        if self._guard.closed:
-            raise self._closed_error()
+        guard = self._guard
+        if guard.closed:  # inline rather than `guard.check_open()`: every call comes here
+            raise guard.closed_error()
 
     def _call_hook(self, phase: str) -> None:
         """The user's hook, then a check that the hook neither closed the queue nor forked this process.
@@ -252,7 +227,7 @@ class Queue:
         """Write, sync and apply the transaction a planner made (its ops and their canonical JSON)."""
         if self._guard.closed:
             # Closed by a signal handler or the hook of this very call: nothing is written.
-            raise self._closed_error()
+            raise self._guard.closed_error()
         state = self._state
         seq = state.last_seq + 1
         # ValueError for an oversize transaction, before anything is written.

@@ -19,6 +19,7 @@ none, so a tombstone costs nothing more for it.
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass, field
 from typing import Any
 
 from walqueue.engine.types import LastError, Task, WalQueueError
@@ -107,12 +108,15 @@ def decode_payload(digest_and_payload: bytes) -> Any:
     return parse_json(digest_and_payload[DIGEST_BYTES:])
 
 
+@dataclass(init=False, eq=False, repr=False, match_args=False)
 class _RecordView:
     """What every stored task answers, whether it is a full `TaskRecord` or a packed `Tombstone`.
 
     The two shapes exist for memory (a completed task is kept forever, so it
     must be small), not for meaning: both expose the same eleven fields, and
-    everything that reads a task goes through them.
+    everything that reads a task goes through them. Declared once, here:
+    they are `TaskRecord`'s slots and its constructor's arguments, in this
+    order; `Tombstone` answers them by decoding its bytes.
     """
 
     __slots__ = ()
@@ -120,6 +124,7 @@ class _RecordView:
     task_id: str
     key: str
     status: str
+    digest_and_payload: bytes
     available_at: int
     max_attempts: int
     attempts: int
@@ -127,10 +132,6 @@ class _RecordView:
     worker: str | None
     deadline: int | None
     last_error: ErrorFields | None
-
-    @property
-    def digest_and_payload(self) -> bytes:  # pragma: no cover - both subclasses define it
-        raise NotImplementedError
 
     def fields(self) -> tuple[object, ...]:
         """Everything that is state (not `entry`, which is only an index position)."""
@@ -201,6 +202,7 @@ class _RecordView:
         )
 
 
+@dataclass(slots=True, eq=False, repr=False)
 class TaskRecord(_RecordView):
     """The complete state of one task that is not completed.
 
@@ -212,38 +214,7 @@ class TaskRecord(_RecordView):
     stale at once.
     """
 
-    # A slot for each field the view declares, then the stored bytes and the heap position.
-    __slots__ = (*_RecordView.__annotations__, "digest_and_payload", "entry")
-
-    digest_and_payload: bytes  # a plain slot here, a property in Tombstone
-    entry: HeapEntry | None
-
-    def __init__(
-        self,
-        task_id: str,
-        key: str,
-        status: str,
-        digest_and_payload: bytes,
-        available_at: int,
-        max_attempts: int,
-        attempts: int,
-        generation: int,
-        worker: str | None,
-        deadline: int | None,
-        last_error: ErrorFields | None,
-    ) -> None:
-        self.task_id = task_id
-        self.key = key
-        self.status = status
-        self.digest_and_payload = digest_and_payload
-        self.available_at = available_at
-        self.max_attempts = max_attempts
-        self.attempts = attempts
-        self.generation = generation
-        self.worker = worker
-        self.deadline = deadline
-        self.last_error = last_error
-        self.entry = None
+    entry: HeapEntry | None = field(default=None, init=False)
 
     def __repr__(self) -> str:
         return f"TaskRecord{self.fields()!r}"
@@ -317,7 +288,7 @@ class Tombstone(_RecordView, bytes):
         return available_at, max_attempts, attempts, task_len, colon + 1
 
     @property
-    def digest_and_payload(self) -> bytes:
+    def digest_and_payload(self) -> bytes:  # type: ignore[override]
         return bytes(self[:DIGEST_BYTES])
 
     @property

@@ -83,7 +83,7 @@ from walqueue.engine.records import (
     identity_digest,
     request_identity,
 )
-from walqueue.engine.snapshot_load import check_snapshot_seq, load_records
+from walqueue.engine.snapshot_load import Loaded, check_snapshot_seq, load_records
 from walqueue.engine.transitions import NOTHING_STAGED, OpError, Staging, Transition
 from walqueue.engine.types import Lease, Task, new_lease
 from walqueue.engine.validate import MAX_INT, check_int, check_name
@@ -330,15 +330,11 @@ class State:
         O(n): for tests and offline checks (`walqueue-fsck --replay`), never
         on a live path (invariants.py).
         """
-        check_invariants(
-            self.tasks,
-            self.lookup_key,
-            ready=self._ready,
-            leases=self._leases,
-            counts=self._counts,
-            dead=self._dead,
-            key_owner=self._key_owner,
-        )
+        check_invariants(self.indexes(), self.lookup_key)
+
+    def indexes(self) -> Loaded:
+        """The records and every index, in the shape `load_records` builds them: shared, not copied (read only)."""
+        return Loaded(self.tasks, self._key_owner, self._ready, self._leases, self._counts, self._dead)
 
 
 # -- apply ---------------------------------------------------------------------

@@ -1,5 +1,12 @@
 """What WALQueue's commands share: exit statuses for misuse and Ctrl-C, and their argument parser.
 
+The commands that open a queue (`walqueue DIRECTORY`, `walqueue-serve`,
+`walqueue-worker`) also share their first three statuses: `EXIT_OK`,
+`EXIT_FATAL` (an I/O error poisoned the queue) and `EXIT_CANNOT_OPEN`.
+`walqueue-fsck` (1 is "torn" there) and the shell of ``walqueue --socket``
+(which opens no queue: 2 and 3 are about its connection) have tables of
+their own.
+
 `walqueue-fsck`, `walqueue` (walqueue-cli) and `python -m walqueue` give a
 usage error (an unknown option, a missing argument, a typo such as `--jsn`)
 the exit status `EX_USAGE` (64, from BSD's sysexits.h), so that no usage
@@ -23,7 +30,23 @@ from typing import Any, NoReturn
 
 from walqueue.format._version import __version__
 
-__all__ = ["EXIT_INTERRUPTED", "EX_USAGE", "UsageParser", "interrupted", "version_line"]
+__all__ = [
+    "EXIT_CANNOT_OPEN",
+    "EXIT_FATAL",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EX_USAGE",
+    "UsageParser",
+    "interrupted",
+    "version_line",
+]
+
+#: Done: the end of the input, or a clean stop.
+EXIT_OK = 0
+#: An I/O error poisoned the queue (every later call would fail), or its server's.
+EXIT_FATAL = 1
+#: The queue's directory could not be opened: corrupt, owned by another process, or missing.
+EXIT_CANNOT_OPEN = 2
 
 #: A command line that cannot be understood (sysexits.h EX_USAGE).
 EX_USAGE = 64
