@@ -350,7 +350,8 @@ class Loop:
     def _flush(self, client: _Client) -> None:
         """Send what the socket takes now; never blocks. Closes a connection that is done or gone."""
         talk = client.talk
-        if talk.unsent:
+        unsent = talk.unsent
+        if unsent:
             try:
                 sent = client.sock.send(talk.to_send())
             except (BlockingIOError, InterruptedError):
@@ -360,12 +361,13 @@ class Loop:
                 return
             if sent:
                 talk.sent(sent)
+                unsent -= sent
                 if talk.runnable():  # its answers fell below the bound: its requests may run again
                     self._candidates[client] = None
-            if talk.unsent and (sent or client not in self._stalled):  # moved, or starts to wait: the clock starts
+            if unsent and (sent or client not in self._stalled):  # moved, or starts to wait: the clock starts
                 client.progress_at = time.monotonic()
                 self._stalled.add(client)
-        if not talk.unsent and self._stalled:
+        if not unsent and self._stalled:
             self._stalled.discard(client)
         if talk.finished():
             self._close(client)
@@ -387,7 +389,7 @@ class Loop:
 
     def _update_interest(self, client: _Client) -> None:
         talk = client.talk
-        mask = (_READ if talk.wants_input() else 0) | (_WRITE if talk.unsent else 0)
+        mask = (_WRITE if talk.unsent else 0) | (_READ if talk.wants_input() else 0)
         if mask == client.mask:
             return
         if client.mask == 0:
