@@ -24,10 +24,9 @@ engine's own rules (`walqueue.cli.shaping`), so a bad one raises what
 
 One client may be shared between threads: each thread gets its own
 connection (so one thread's long `wait` holds up no other), made on first
-use. A forked child makes its own and never touches its parent's. A call
-that is written whole waits for its answer in a blocking `recv` bounded by
-`SO_RCVTIMEO`; a pipeline too long for the socket is watched with `poll`,
-never `select`, so a process with thousands of open files is no different.
+use. A forked child makes its own and never touches its parent's. Sockets
+are watched with `poll`, never `select`, so a process with thousands of
+open files is no different.
 """
 
 from __future__ import annotations
@@ -35,7 +34,6 @@ from __future__ import annotations
 import os
 import select
 import socket
-import struct
 import threading
 import time
 import weakref
@@ -62,24 +60,11 @@ class _Connection:
         try:
             self.sock.settimeout(timeout)
             self.sock.connect(path)
-            # Blocking, its reads bounded by the kernel (`SO_RCVTIMEO`); every other read and every
-            # write asks not to wait (`MSG_DONTWAIT`). So the usual call, whose line the socket takes
-            # whole, then waits for its answer in one `recv`, without a `poll` before it.
-            self.sock.settimeout(None)
+            self.sock.setblocking(False)
         except BaseException:
             self.sock.close()
             raise
-        self._read_timeout: float | None = None
         self.exchange = Exchange()
-
-    def _bound_reads(self, timeout: float | None) -> None:
-        """A blocking `recv` waits at most `timeout` seconds (None: without end), then fails with EAGAIN."""
-        if timeout != self._read_timeout:
-            seconds = 0.0 if timeout is None else max(timeout, 0.001)  # a zero timeval means no bound
-            whole = int(seconds)
-            timeval = struct.pack("@ll", whole, int((seconds - whole) * 1_000_000))
-            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeval)
-            self._read_timeout = timeout
 
     def run(
         self, calls: Sequence[OutgoingCall[Any]], timeout: float | None
@@ -101,32 +86,23 @@ class _Connection:
         out = memoryview(b"".join(lines))
         offset = 0
         outcomes: list[Outcome[Any]] = []
-        poller: select.poll | None = None
-        sock = self.sock
+        poller = select.poll()
+        fd = self.sock.fileno()
         wait_ms = None if timeout is None else max(1, int(timeout * 1000))
         try:
-            self._bound_reads(timeout)
             while len(outcomes) < len(calls):
                 if offset < total:
                     try:
-                        offset += sock.send(out[offset:], socket.MSG_DONTWAIT)
+                        offset += self.sock.send(out[offset:])
                     except BlockingIOError:
                         pass
-                if offset == total:  # all written: wait for the answers in `recv` itself
-                    try:
-                        data = sock.recv(_RECV_BYTES)
-                    except BlockingIOError:
-                        raise TimeoutError(f"no progress for {timeout:g} s") from None
-                else:  # a long pipeline: wait for either direction, so that neither side blocks the other
-                    if poller is None:
-                        poller = select.poll()
-                    poller.register(sock.fileno(), select.POLLIN | select.POLLOUT)
-                    if not poller.poll(wait_ms):
-                        raise TimeoutError(f"no progress for {timeout:g} s")
-                    try:
-                        data = sock.recv(_RECV_BYTES, socket.MSG_DONTWAIT)
-                    except BlockingIOError:
-                        continue
+                poller.register(fd, select.POLLIN | (select.POLLOUT if offset < total else 0))
+                if not poller.poll(wait_ms):
+                    raise TimeoutError(f"no progress for {timeout:g} s")
+                try:
+                    data = self.sock.recv(_RECV_BYTES)
+                except BlockingIOError:
+                    continue
                 if not data:
                     raise ConnectionResetError("the server closed the connection before answering")
                 outcomes.extend(outcome for _, outcome in exchange.receive(data))
