@@ -389,7 +389,7 @@ class Loop:
 
     def _update_interest(self, client: _Client) -> None:
         talk = client.talk
-        mask = (_WRITE if talk.unsent else 0) | (_READ if talk.wants_input() else 0)
+        mask = (_READ if talk.wants_input() else 0) | (_WRITE if talk.unsent else 0)
         if mask == client.mask:
             return
         if client.mask == 0:
