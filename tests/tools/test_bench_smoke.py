@@ -92,6 +92,8 @@ EXPECTED_FIGURES: dict[str, set[str]] = {
         "rtt_put_client_vs_queue",
         "server_cpu_per_put",
         "server_cpu_per_get",
+        "server_user_cpu_per_put",
+        "server_user_cpu_per_get",
         "clients_cpu_per_put",
         "clients_cpu_per_get",
         "pipeline_100_puts_vs_100_calls",

@@ -71,7 +71,7 @@ class Conversation:
         if self._ended:
             return
         if data:
-            lines: list[Line] = list(self._reader.feed(data))
+            lines: list[Line] = self._reader.feed(data)
         else:
             self._ended = True
             last = self._reader.end()
@@ -92,7 +92,8 @@ class Conversation:
         return bool(self._pending) and self.parked_until is None and len(self._output) < OUTPUT_LIMIT
 
     def next_line(self) -> Line | None:
-        if not self.runnable():
+        # `runnable()`, spelled out: this runs once per request.
+        if not self._pending or self.parked_until is not None or len(self._output) >= self._output_limit:
             return None
         line = self._pending.popleft()
         self._pending_bytes -= 0 if line is OVERLONG else len(line)

@@ -61,6 +61,9 @@ class LineReader:
         return len(self._buffer)
 
     def feed(self, data: bytes) -> list[bytearray | _Overlong]:
+        newline = data.find(b"\n")
+        if 0 <= newline == len(data) - 1 and newline <= self._limit and not self._buffer and not self._discarding:
+            return [bytearray(data)]  # the usual read: exactly one whole line, nothing held before it
         lines: list[bytearray | _Overlong] = []
         start = 0
         while True:

@@ -41,6 +41,7 @@ import math
 import re
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Final
@@ -90,6 +91,9 @@ MAX_DEPTH: Final = 256
 # Only these bytes are whitespace in JSON (RFC 8259); a line of nothing else
 # is blank. Form feeds and the like are not, and make the line a BadRequest.
 _JSON_WHITESPACE: Final = b" \t\r\n"
+
+_JSON_WHITESPACE_TEXT: Final = _JSON_WHITESPACE.decode("ascii")
+_NO_NAMES: Final[frozenset[str]] = frozenset()
 
 _LONE_SURROGATE: Final = re.compile("[\ud800-\udfff]")
 
@@ -181,6 +185,18 @@ def overlong_answer(limit: int = MAX_LINE_BYTES) -> dict[str, Any]:
 #: One encoder for every answer: `json.dumps` with these options builds a new one per call.
 _ANSWER_ENCODER: Final = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
+try:  # CPython's C encoder, built once: `JSONEncoder.encode` builds a new one (and its cycle markers) per answer.
+    from _json import encode_basestring as _c_encode_str
+    from _json import make_encoder as _c_make_encoder
+except ImportError:  # pragma: no cover - other interpreters use the pure-Python encoder
+    _C_ANSWER_ENCODE = None
+else:
+    # `_ANSWER_ENCODER`'s own arguments, without cycle tracking: an answer is built from decoded
+    # JSON and the queue's results, which hold no cycle (one would end in RecursionError).
+    _C_ANSWER_ENCODE = _c_make_encoder(
+        None, _ANSWER_ENCODER.default, _c_encode_str, None, ":", ",", False, False, False
+    )
+
 
 def _escape_surrogate(match: re.Match[str]) -> str:
     return f"\\u{ord(match.group()):04x}"
@@ -194,7 +210,10 @@ def encode_answer(answer: Mapping[str, Any]) -> bytes:
     ``"\\ud800"``, and an echoed id must come back as it was sent) cannot be
     written in UTF-8, so it is written as that same escape; nothing else is.
     """
-    text = _ANSWER_ENCODER.encode(answer) + "\n"
+    if _C_ANSWER_ENCODE is None:  # pragma: no cover
+        text = _ANSWER_ENCODER.encode(answer) + "\n"
+    else:
+        text = "".join(_C_ANSWER_ENCODE(answer, 0)) + "\n"
     try:
         return text.encode("utf-8")
     except UnicodeEncodeError:
@@ -243,31 +262,44 @@ class _StrictDecoding:
         self.problems: list[str] = []
         # The outermost object's hook runs last, so after decoding an object
         # this holds the duplicated names of the request object itself.
-        self.outer_duplicates: set[str] = set()
+        self.outer_duplicates: frozenset[str] | set[str] = _NO_NAMES
         # Built once per thread and reused (`_strict_decoder`): `json.loads`
         # with hooks would build a new decoder for every line.
         self.decoder = json.JSONDecoder(
             object_pairs_hook=self.object_from_pairs, parse_float=self.number, parse_constant=self.constant
         )
+        #: The decoder's scanner (`JSONDecoder.raw_decode`'s one step): ``scan(text, index) -> (value, end)``.
+        self.scan: Callable[[str, int], tuple[Any, int]] = self.decoder.scan_once  # type: ignore[attr-defined]
 
     def decode(self, text: str) -> Any:
         """`json.loads(text)` with these hooks, the notes of the last line cleared first."""
         self.problems = []
-        self.outer_duplicates = set()
+        self.outer_duplicates = _NO_NAMES
+        if text.startswith("{"):
+            # The usual request: the decoder's scanner directly, without `JSONDecoder.decode`'s two
+            # whitespace matches and calls. Anything it does not take whole (an error, trailing
+            # text) goes the long way below, whose exception is the answer's message.
+            try:
+                value, end = self.scan(text, 0)
+            except (StopIteration, ValueError):
+                pass
+            else:
+                if not text[end:].strip(_JSON_WHITESPACE_TEXT):
+                    return value
+            self.problems = []
+            self.outer_duplicates = _NO_NAMES
         if text.startswith("\ufeff"):
             # `json.loads` refuses a byte order mark by name (before any hook runs); its message is the answer's.
             return json.loads(text)
         return self.decoder.decode(text)
 
     def object_from_pairs(self, pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        result: dict[str, Any] = {}
-        duplicates: set[str] = set()
-        for name, value in pairs:
-            if name in result:
-                duplicates.add(name)
-            result[name] = value
-        if duplicates:
-            self.problems.append(f"duplicate field {_quote(min(duplicates))}")
+        result = dict(pairs)  # the last value of a repeated name wins, as in `json.loads`
+        if len(result) == len(pairs):  # no name repeated: the usual object, at C speed
+            self.outer_duplicates = _NO_NAMES
+            return result
+        duplicates = {name for name, count in Counter(name for name, _ in pairs).items() if count > 1}
+        self.problems.append(f"duplicate field {_quote(min(duplicates))}")
         self.outer_duplicates = duplicates
         return result
 

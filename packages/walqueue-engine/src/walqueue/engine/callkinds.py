@@ -260,12 +260,13 @@ def _list(convert: Callable[[Any], Any]) -> Callable[[Any], list[Any]]:
     return each
 
 
+# An answer field is encoded at once and dropped (`protocol.encode_answer`): no copy of the payload.
 def _lease_json(lease: Lease) -> dict[str, Any]:
-    return lease.to_dict()
+    return lease.to_dict(copy_payload=False)
 
 
 def _task_json(task: Task) -> dict[str, Any]:
-    return task.to_dict()
+    return task.to_dict(copy_payload=False)
 
 
 def _task_from_json(value: Mapping[str, Any]) -> Task:

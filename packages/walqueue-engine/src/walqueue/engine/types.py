@@ -174,15 +174,20 @@ class Lease:
     attempts: int = 0
     payload: dict[str, Any] = field(default_factory=dict, compare=True)
 
-    def to_dict(self) -> dict[str, Any]:
-        """The lease as a plain JSON object (a copy of the payload), the inverse of `from_dict`."""
+    def to_dict(self, *, copy_payload: bool = True) -> dict[str, Any]:
+        """The lease as a plain JSON object (a copy of the payload), the inverse of `from_dict`.
+
+        ``copy_payload=False`` shares this lease's payload instead: only for a
+        caller that encodes the object at once and keeps nothing of it (the
+        protocol's answer), which then skips a deep copy per answer.
+        """
         return {
             "task_id": self.task_id,
             "worker": self.worker,
             "generation": self.generation,
             "deadline": self.deadline,
             "attempts": self.attempts,
-            "payload": _copy_payload(self.payload),
+            "payload": _copy_payload(self.payload) if copy_payload else self.payload,
         }
 
     @classmethod
@@ -310,13 +315,16 @@ class Task:
         if last_error is not None and not isinstance(last_error, LastError):
             object.__setattr__(self, "last_error", LastError.from_dict(last_error))  # type: ignore[arg-type]
 
-    def to_dict(self) -> dict[str, Any]:
-        """The task as a plain JSON object with every field (a copy of the payload; `last_error` as a dict)."""
+    def to_dict(self, *, copy_payload: bool = True) -> dict[str, Any]:
+        """The task as a plain JSON object with every field (a copy of the payload; `last_error` as a dict).
+
+        ``copy_payload=False``: the payload shared, as `Lease.to_dict` says.
+        """
         return {
             "task_id": self.task_id,
             "key": self.key,
             "status": self.status,
-            "payload": _copy_payload(self.payload),
+            "payload": _copy_payload(self.payload) if copy_payload else self.payload,
             "available_at": self.available_at,
             "max_attempts": self.max_attempts,
             "attempts": self.attempts,
