@@ -93,7 +93,7 @@ class Conversation:
 
     def next_line(self) -> Line | None:
         # `runnable()`, spelled out: this runs once per request.
-        if not self._pending or self.parked_until is not None or len(self._output) >= self._output_limit:
+        if not self._pending or self.parked_until is not None or len(self._output) >= OUTPUT_LIMIT:
             return None
         line = self._pending.popleft()
         self._pending_bytes -= 0 if line is OVERLONG else len(line)
