@@ -14,9 +14,9 @@ since the last batch, together: one `ack_many` call (one transaction) where
 the source has it. Should one of the leases be lost (`StaleLease`: that
 call is all or nothing), or the call be refused (`ValueError`: a server
 older than `ack_many` calls it a bad request), nothing was written, and the
-acks are sent again one by one, so that one lost lease costs no other ack: through a client's `pipeline()` in one round
-trip (which the server commits together), on a `Queue` in a `batch()` (one
-fsync), otherwise as plain calls. `settle_acks` is the same fallback for an
+acks are sent again one by one, so that one lost lease costs no other ack:
+through a client's `pipeline()` in one round trip (which the server commits
+together), on a `Queue` in a `batch()` (one fsync), otherwise as plain calls. `settle_acks` is the same fallback for an
 `ack_many` the fetcher sent in the round trip of its reserve.
 """
 
