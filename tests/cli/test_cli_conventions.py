@@ -65,6 +65,10 @@ def test_help_documents_every_exit_status(run_cli: RunCli) -> None:
         assert f"\n  {code} " in section, code
 
 
+def _sigint_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_closes_the_queue_and_exits_130_without_a_traceback(tmp_path: Path, child_env: dict[str, str]) -> None:
     directory = tmp_path / "q"
     process = subprocess.Popen(
@@ -73,6 +77,9 @@ def test_ctrl_c_closes_the_queue_and_exits_130_without_a_traceback(tmp_path: Pat
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=child_env,
+        # Ctrl-C at a terminal: SIGINT as the default. A background job of a non-interactive shell
+        # inherits it ignored, and a Python started so never raises KeyboardInterrupt.
+        preexec_fn=_sigint_default,
     )
     assert process.stdin is not None and process.stdout is not None
     process.stdin.write(b'{"op": "put", "task_id": "t1", "payload": {}, "id": 1}\n')
