@@ -74,6 +74,49 @@ def test_every_call_answers_as_queue_and_the_model_answer(client: Client, tmp_pa
     assert client.stats()["wal_bytes"] == 0
 
 
+class ByName:
+    """A client whose every call goes through ``call(name, ...)``: the path of a call that has no typed method yet."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+
+    @property
+    def last_seq(self) -> int:
+        return int(self.client.call("stats")["last_seq"])
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *args, **kwargs: self.client.call(name, *args, **kwargs)
+
+
+def test_every_call_made_by_name_answers_as_queue_answers_it(client: Client, tmp_path: Path) -> None:
+    with Queue(tmp_path / "q", sync=False) as queue:
+        expected = exercise(queue)
+    assert exercise(ByName(client)) == expected
+
+
+def test_a_call_by_an_unknown_name_is_a_value_error_and_sends_nothing(place: Path) -> None:
+    with Client(str(place / "nobody-listens"), timeout=1, reconnect_seconds=0) as client:
+        with pytest.raises(ValueError, match="no call named 'pause'"):
+            client.call("pause", "t")
+        with pytest.raises(TypeError, match="unexpected keyword"):
+            client.call("get", "t", colour=1)  # the row binds as the method would, before connecting
+
+    async def by_name() -> None:
+        async with AsyncClient(str(place / "nobody-listens"), timeout=1, reconnect_seconds=0) as aclient:
+            with pytest.raises(ValueError, match="no call named"):
+                await aclient.call("pause", "t")
+
+    asyncio.run(asyncio.wait_for(by_name(), 30))
+
+
+def test_one_shot_iterators_are_read_once_by_put_many_and_ack_many(client: Client) -> None:
+    ids = client.put_many({"task_id": f"g{n}", "payload": {"n": n}} for n in range(3))
+    assert ids == ["g0", "g1", "g2"]
+    leases = client.reserve("w", now=1, lease_seconds=10, limit=3)
+    client.ack_many(iter(leases), now=2)
+    assert [client.get(task_id).status for task_id in ids] == ["completed"] * 3  # type: ignore[union-attr]
+
+
 def test_return_types_are_leases_and_tasks(client: Client) -> None:
     client.put("t", {"x": 1})
     [lease] = client.reserve("w", now=1, lease_seconds=10)

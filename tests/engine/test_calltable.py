@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from walqueue import Lease, Queue, Task
 from walqueue.engine.callkinds import ANSWER_KINDS, KINDS, BadArgument
-from walqueue.engine.calltable import CALLS, REQUIRED, Call
+from walqueue.engine.calltable import CALLS, REQUIRED, Arg, Call
 from walqueue.engine.validate import MAX_INT, MAX_NAME_BYTES, MAX_PAYLOAD_DEPTH
 
 #: Public members of `Queue` that are not calls of the protocol, each for a reason.
@@ -178,7 +178,6 @@ def test_a_request_holds_only_the_arguments_given() -> None:
         ("ack", ({"task_id": "t", "worker": "w", "generation": 1},), {"now": 1}),
         ("put_many", ({"task_id": "a", "payload": {}},), {}),
         ("put_many", ([{"task_id": "a"}],), {}),
-        ("tasks", (3,), {}),
     ],
 )
 def test_a_client_call_with_bad_python_arguments_is_a_type_error(
@@ -196,6 +195,7 @@ def test_a_client_call_with_bad_python_arguments_is_a_type_error(
         ("reserve", ("w",), {"now": 0, "lease_seconds": 0}),
         ("put", ("a", _nested(MAX_PAYLOAD_DEPTH + 1)), {}),
         ("tasks", ("running",), {}),
+        ("tasks", (3,), {}),  # Queue.tasks(3) is a ValueError too: the row's check runs Queue's rule first
         ("wait", (-1,), {}),
     ],
 )
@@ -206,7 +206,7 @@ def test_a_client_call_with_a_bad_value_is_a_value_error_as_queue_raises(
         CALLS[name].request(*args, **kwargs)
 
 
-def _answer_round_trip(call: Call, result: Any) -> Any:
+def _answer_round_trip(call: Call[Any], result: Any) -> Any:
     return call.result(json.loads(json.dumps(call.answer_fields(result))))
 
 
@@ -248,3 +248,20 @@ def test_only_a_blocking_call_tells_a_client_how_long_it_may_block() -> None:
     assert [name for name, call in CALLS.items() if call.blocks] == ["wait"]
     assert CALLS["wait"].blocks_for(CALLS["wait"].request(2.5)) == 2.5
     assert CALLS["stats"].blocks_for(CALLS["stats"].request()) == 0.0
+
+
+def test_a_row_whose_check_is_whole_sends_only_plain_kinds() -> None:
+    lease_arg = Arg("lease", KINDS["lease"])  # encoded as its owner's fields: never passed on as given
+    with pytest.raises(ValueError, match="plain kinds only"):
+        Call(
+            "x", (lease_arg,), CALLS["ack"].answer, writes=True, summary="", check=lambda lease: None, whole_check=True
+        )
+    with pytest.raises(ValueError, match="needs a check"):
+        Call("y", (), CALLS["stats"].answer, writes=False, summary="", whole_check=True)
+
+
+def test_a_put_sends_exactly_what_the_kinds_would_send() -> None:
+    put = CALLS["put"]
+    for args, kwargs in ((("a", {"n": [1.5]}), {}), (("a", {}), {"key": "k", "available_at": 3, "max_attempts": 1})):
+        given = put.bind(args, kwargs)
+        assert put.request(*args, **kwargs) == put.encode(given)  # the fast path and the kinds agree

@@ -21,9 +21,9 @@ from collections.abc import Awaitable, Iterable, Mapping
 from typing import Any, Unpack
 
 from walqueue import Lease, QueueClosed, Task
-from walqueue.cli import shaping
 from walqueue.cli.exchange import ClientSettings, Exchange, Outcome, ServerError
-from walqueue.cli.shaping import OutgoingCall, PutOptions
+from walqueue.cli.shaping import OutgoingCall, PutOptions, named, outgoing
+from walqueue.engine import calltable as calls
 
 __all__ = ["AsyncClient"]
 
@@ -223,53 +223,59 @@ class AsyncClient(ClientSettings):
 
     # -- the Queue API, as coroutines ------------------------------------------------------
 
+    async def call(self, name: str, /, *args: Any, **kwargs: Any) -> Any:
+        """`Client.call` as a coroutine: the call `name` of the table, made as ``queue.NAME(*args, **kwargs)``."""
+        return await self._submit(outgoing(named(name), *args, **kwargs))
+
     async def put(self, task_id: str, payload: dict[str, Any], **options: Unpack[PutOptions]) -> str:
-        return await self._submit(shaping.put(task_id, payload, **options))
+        return await self._submit(outgoing(calls.PUT, task_id, payload, **options))
 
     async def put_many(self, tasks: Iterable[Mapping[str, Any]]) -> list[str]:
-        return await self._submit(shaping.put_many(tasks))
+        return await self._submit(outgoing(calls.PUT_MANY, tasks))
 
     async def reserve(self, worker: str, *, now: int, lease_seconds: int, limit: int = 1) -> list[Lease]:
-        return await self._submit(shaping.reserve(worker, now, lease_seconds, limit))
+        return await self._submit(outgoing(calls.RESERVE, worker, now=now, lease_seconds=lease_seconds, limit=limit))
 
     async def ack(self, lease: Lease, *, now: int) -> None:
-        return await self._submit(shaping.ack(lease, now))
+        return await self._submit(outgoing(calls.ACK, lease, now=now))
 
     async def ack_many(self, leases: Iterable[Lease], *, now: int) -> None:
-        return await self._submit(shaping.ack_many(leases, now))
+        return await self._submit(outgoing(calls.ACK_MANY, leases, now=now))
 
     async def release(self, lease: Lease, *, now: int, delay: int = 0, error: Mapping[str, str] | None = None) -> None:
-        return await self._submit(shaping.release(lease, now, delay, error))
+        return await self._submit(outgoing(calls.RELEASE, lease, now=now, delay=delay, error=error))
 
     async def fail(self, lease: Lease, *, now: int, error: Mapping[str, str] | None = None) -> None:
         """`Queue.fail`: the leased task is dead at once (a permanent failure). Never retried once sent."""
-        return await self._submit(shaping.fail(lease, now, error))
+        return await self._submit(outgoing(calls.FAIL, lease, now=now, error=error))
 
     async def extend(self, lease: Lease, *, now: int, lease_seconds: int) -> Lease:
-        return await self._submit(shaping.extend(lease, now, lease_seconds))
+        return await self._submit(outgoing(calls.EXTEND, lease, now=now, lease_seconds=lease_seconds))
 
     async def redrive(self, task_id: str, *, available_at: int, extra_attempts: int = 1) -> None:
-        return await self._submit(shaping.redrive(task_id, available_at, extra_attempts))
+        return await self._submit(
+            outgoing(calls.REDRIVE, task_id, available_at=available_at, extra_attempts=extra_attempts)
+        )
 
     async def cancel(self, task_id: str, *, error: Mapping[str, str] | None = None, now: int | None = None) -> None:
-        return await self._submit(shaping.cancel(task_id, error, now))
+        return await self._submit(outgoing(calls.CANCEL, task_id, error=error, now=now))
 
     async def get(self, task_id: str) -> Task | None:
-        return await self._submit(shaping.get(task_id))
+        return await self._submit(outgoing(calls.GET, task_id))
 
     async def tasks(self, status: str | None = None) -> list[Task]:
-        return await self._submit(shaping.tasks(status))
+        return await self._submit(outgoing(calls.TASKS, status))
 
     async def stats(self) -> dict[str, Any]:
-        return await self._submit(shaping.stats())
+        return await self._submit(outgoing(calls.STATS))
 
     async def metrics(self, *, now: int | None = None) -> dict[str, Any]:
         """`Queue.metrics`: the server's counters since it opened the queue, gauges and histograms."""
-        return await self._submit(shaping.metrics(now))
+        return await self._submit(outgoing(calls.METRICS, now=now))
 
     async def page(self, status: str, *, after: str | None = None, limit: int = 100) -> list[Task]:
         """`Queue.page`: up to `limit` tasks with `status` whose ids sort after `after` (a bounded `tasks`)."""
-        return await self._submit(shaping.page(status, after, limit))
+        return await self._submit(outgoing(calls.PAGE, status, after=after, limit=limit))
 
     @property
     def last_seq(self) -> Awaitable[int]:
@@ -279,8 +285,8 @@ class AsyncClient(ClientSettings):
         return read()
 
     async def compact(self) -> None:
-        return await self._submit(shaping.compact())
+        return await self._submit(outgoing(calls.COMPACT))
 
     async def wait(self, timeout: float) -> bool:
         """`Client.wait` as a coroutine, on a connection of its own (see the class's docstring)."""
-        return await self._submit(shaping.wait(timeout))
+        return await self._submit(outgoing(calls.WAIT, timeout))

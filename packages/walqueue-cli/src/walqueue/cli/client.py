@@ -41,10 +41,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Unpack
 
 from walqueue import Lease, QueueClosed, Task
-from walqueue.cli import shaping
 from walqueue.cli.aclient import AsyncClient
 from walqueue.cli.exchange import ClientSettings, Exchange, Outcome, RetryRule, ServerError
-from walqueue.cli.shaping import OutgoingCall, PutOptions
+from walqueue.cli.shaping import OutgoingCall, PutOptions, named, outgoing
+from walqueue.engine import calltable as calls
 
 __all__ = ["AsyncClient", "Client", "Pipeline", "ServerError"]
 
@@ -256,65 +256,74 @@ class Client(ClientSettings):
 
     # -- the Queue API -------------------------------------------------------------------
 
+    def call(self, name: str, /, *args: Any, **kwargs: Any) -> Any:
+        """The call `name` of the table of calls, made as ``queue.NAME(*args, **kwargs)``.
+
+        Every call has a typed method below; this is the same path, by name
+        (a call just added to the table works here before it has a method).
+        An unknown name is `ValueError`, and nothing is sent.
+        """
+        return self._submit(outgoing(named(name), *args, **kwargs))
+
     def put(self, task_id: str, payload: dict[str, Any], **options: Unpack[PutOptions]) -> str:
         """`Queue.put`; `options`: `key`, `available_at`, `max_attempts`, with `Queue.put`'s defaults."""
-        return self._submit(shaping.put(task_id, payload, **options))
+        return self._submit(outgoing(calls.PUT, task_id, payload, **options))
 
     def put_many(self, tasks: Iterable[Mapping[str, Any]]) -> list[str]:
-        return self._submit(shaping.put_many(tasks))
+        return self._submit(outgoing(calls.PUT_MANY, tasks))
 
     def reserve(self, worker: str, *, now: int, lease_seconds: int, limit: int = 1) -> list[Lease]:
-        return self._submit(shaping.reserve(worker, now, lease_seconds, limit))
+        return self._submit(outgoing(calls.RESERVE, worker, now=now, lease_seconds=lease_seconds, limit=limit))
 
     def ack(self, lease: Lease, *, now: int) -> None:
-        return self._submit(shaping.ack(lease, now))
+        return self._submit(outgoing(calls.ACK, lease, now=now))
 
     def ack_many(self, leases: Iterable[Lease], *, now: int) -> None:
         """`Queue.ack_many`: many acks in one transaction, all or none. Never retried once sent."""
-        return self._submit(shaping.ack_many(leases, now))
+        return self._submit(outgoing(calls.ACK_MANY, leases, now=now))
 
     def release(self, lease: Lease, *, now: int, delay: int = 0, error: Mapping[str, str] | None = None) -> None:
-        return self._submit(shaping.release(lease, now, delay, error))
+        return self._submit(outgoing(calls.RELEASE, lease, now=now, delay=delay, error=error))
 
     def fail(self, lease: Lease, *, now: int, error: Mapping[str, str] | None = None) -> None:
         """`Queue.fail`: the leased task is dead at once (a permanent failure). Never retried once sent."""
-        return self._submit(shaping.fail(lease, now, error))
+        return self._submit(outgoing(calls.FAIL, lease, now=now, error=error))
 
     def extend(self, lease: Lease, *, now: int, lease_seconds: int) -> Lease:
         """`Queue.extend`: a heartbeat; returns the token with the new deadline. Never retried once sent."""
-        return self._submit(shaping.extend(lease, now, lease_seconds))
+        return self._submit(outgoing(calls.EXTEND, lease, now=now, lease_seconds=lease_seconds))
 
     def redrive(self, task_id: str, *, available_at: int, extra_attempts: int = 1) -> None:
         """`Queue.redrive`: a dead task is ready again at `available_at`. Never retried once sent."""
-        return self._submit(shaping.redrive(task_id, available_at, extra_attempts))
+        return self._submit(outgoing(calls.REDRIVE, task_id, available_at=available_at, extra_attempts=extra_attempts))
 
     def cancel(self, task_id: str, *, error: Mapping[str, str] | None = None, now: int | None = None) -> None:
         """`Queue.cancel`: a ready or leased task becomes dead (with a reason: `error` and `now`). Never retried."""
-        return self._submit(shaping.cancel(task_id, error, now))
+        return self._submit(outgoing(calls.CANCEL, task_id, error=error, now=now))
 
     def get(self, task_id: str) -> Task | None:
-        return self._submit(shaping.get(task_id))
+        return self._submit(outgoing(calls.GET, task_id))
 
     def tasks(self, status: str | None = None) -> list[Task]:
-        return self._submit(shaping.tasks(status))
+        return self._submit(outgoing(calls.TASKS, status))
 
     def stats(self) -> dict[str, Any]:
-        return self._submit(shaping.stats())
+        return self._submit(outgoing(calls.STATS))
 
     def metrics(self, *, now: int | None = None) -> dict[str, Any]:
         """`Queue.metrics`: the server's counters since it opened the queue, gauges and histograms."""
-        return self._submit(shaping.metrics(now))
+        return self._submit(outgoing(calls.METRICS, now=now))
 
     def page(self, status: str, *, after: str | None = None, limit: int = 100) -> list[Task]:
         """`Queue.page`: up to `limit` tasks with `status` whose ids sort after `after` (a bounded `tasks`)."""
-        return self._submit(shaping.page(status, after, limit))
+        return self._submit(outgoing(calls.PAGE, status, after=after, limit=limit))
 
     @property
     def last_seq(self) -> int:
         return int(self.stats()["last_seq"])
 
     def compact(self) -> None:
-        return self._submit(shaping.compact())
+        return self._submit(outgoing(calls.COMPACT))
 
     def wait(self, timeout: float) -> bool:
         """Block until another request commits a transaction (True) or `timeout` seconds pass (False).
@@ -323,7 +332,7 @@ class Client(ClientSettings):
         `reserve` finding nothing followed by `wait` misses no put made in
         between.
         """
-        return self._submit(shaping.wait(timeout))
+        return self._submit(outgoing(calls.WAIT, timeout))
 
 
 class Pipeline(Client):

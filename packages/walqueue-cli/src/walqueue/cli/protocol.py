@@ -422,7 +422,7 @@ def _quote(name: str) -> str:
 # value rule, with `Queue`'s limits); the answer's field is the call's.
 
 #: Every op of the protocol: `walqueue.engine.calltable.CALLS`.
-OPS: Final[Mapping[str, Call]] = CALLS
+OPS: Final[Mapping[str, Call[Any]]] = CALLS
 
 _ENVELOPE: Final = frozenset({"op", "id"})
 

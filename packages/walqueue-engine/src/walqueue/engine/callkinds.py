@@ -75,7 +75,11 @@ class Kind:
     `accept(json_value, label)` turns a JSON value of the right shape into
     the argument `Queue` takes; `encode(python_value, name)` checks a
     client's argument by the same rule and returns its JSON. Both raise
-    `TypeError`/`ValueError` with a message that names the field.
+    `TypeError`/`ValueError` with a message that names the field. `many`:
+    the Python value is an iterable of items (a client reads a one-shot
+    iterator once, before it is checked and encoded). `plain`: `encode`
+    returns the value itself once the rule accepts it (so a value already
+    checked by the same rule is sent as it is).
     """
 
     name: str
@@ -83,6 +87,8 @@ class Kind:
     json_types: frozenset[type]
     accept: Callable[[Any, str], Any]
     encode: Callable[[Any, str], Any]
+    many: bool = False
+    plain: bool = False
 
     def check(self, value: Any, label: str) -> Any:
         """The argument `Queue` takes for the JSON `value` of field `label`, or `BadArgument`."""
@@ -207,6 +213,11 @@ def _timeout(value: Any, what: str) -> float:
     return float(seconds)
 
 
+def _clamped_timeout(value: Any, what: str) -> float:
+    """A client's `wait`: `Queue.wait`'s rule; a timeout past the protocol's bound (one day) waits that day."""
+    return float(min(check_timeout(value), MAX_WAIT_SECONDS))
+
+
 _JSON_INT: Final = frozenset({int})
 _JSON_STR: Final = frozenset({str})
 _JSON_OBJECT: Final = frozenset({dict})
@@ -215,12 +226,12 @@ _JSON_OBJECT: Final = frozenset({dict})
 KINDS: Final[dict[str, Kind]] = {
     kind.name: kind
     for kind in (
-        Kind("name", "a string", _JSON_STR, _field(check_name), check_name),
+        Kind("name", "a string", _JSON_STR, _field(check_name), check_name, plain=True),
         Kind("str", "a string", _JSON_STR, _field(_any_str), _any_str),
-        Kind("key", "a string or null", frozenset({str, type(None)}), _field(_key), _key),
+        Kind("key", "a string or null", frozenset({str, type(None)}), _field(_key), _key, plain=True),
         Kind("cursor", "a string or null", frozenset({str, type(None)}), _field(_cursor), _cursor),
-        Kind("time", "an integer >= 0", _JSON_INT, _field(_time), _time),
-        Kind("count", "an integer >= 1", _JSON_INT, _field(_count), _count),
+        Kind("time", "an integer >= 0", _JSON_INT, _field(_time), _time, plain=True),
+        Kind("count", "an integer >= 1", _JSON_INT, _field(_count), _count, plain=True),
         Kind(
             "time_or_null",
             "an integer >= 0 or null",
@@ -235,11 +246,11 @@ KINDS: Final[dict[str, Kind]] = {
             _field(_error),
             _error,
         ),
-        Kind("payload", "a JSON object", _JSON_OBJECT, _field(_payload(True)), _payload(False)),
+        Kind("payload", "a JSON object", _JSON_OBJECT, _field(_payload(True)), _payload(False), plain=True),
         Kind("lease", "a lease object", _JSON_OBJECT, _field(_lease), _encode_lease),
-        Kind("leases", "an array of lease objects", frozenset({list}), _field(_leases), _encode_leases),
+        Kind("leases", "an array of lease objects", frozenset({list}), _field(_leases), _encode_leases, many=True),
         Kind("status", _STATUS_CHOICES, frozenset({str, type(None)}), _field(_status), _status),
-        Kind("timeout", "a number of seconds", frozenset({int, float}), _field(_timeout), _timeout),
+        Kind("timeout", "a number of seconds", frozenset({int, float}), _field(_timeout), _clamped_timeout),
     )
 }
 

@@ -10,23 +10,54 @@ serves it with its own waiter, a server parks it).
 
 Derived from it: the protocol's request table, its validation and its
 answers (`walqueue.cli.protocol`); the consumer's ``--help`` list; the
-clients' requests, answers and retry rule; the lists the tests iterate
-over. `Queue`'s methods stay hand-written (they are the API); a test checks
-that their signatures agree with the rows. Adding a call is one row here,
-the `Queue` method and its planner in `ops.py`
-(docs/ARCHITECTURE.md, "Adding a call").
+clients' checks (a row's `check`: `Queue`'s order where it is not the
+signature's), requests, answers and retry rule, and so every client's
+generic ``call(name, ...)``; the lists the tests iterate over. `Queue`'s
+methods stay hand-written (they are the API); a test checks that their
+signatures agree with the rows. Adding a call is one row here (and its
+check, if it needs one), the `Queue` method and its planner in `ops.py`
+(docs/ARCHITECTURE.md, "Adding a call"). Each row is also a typed constant
+(`PUT` is a `Call[str]`), which the clients' typed methods name.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, Final
 
+from walqueue.engine import ops
 from walqueue.engine.callkinds import ANSWER_KINDS, KINDS, MAX_WAIT_SECONDS, AnswerKind, BadArgument, Kind, describe
+from walqueue.engine.paging import check_page_args
+from walqueue.engine.records import STATUSES
+from walqueue.engine.types import Lease, StaleLease, Task, plain_lease
+from walqueue.engine.validate import MAX_INT, check_error, check_int, check_name
 
-__all__ = ["CALLS", "REQUIRED", "Answer", "Arg", "Call"]
+__all__ = [
+    "ACK",
+    "ACK_MANY",
+    "CALLS",
+    "CANCEL",
+    "COMPACT",
+    "EXTEND",
+    "FAIL",
+    "GET",
+    "METRICS",
+    "PAGE",
+    "PUT",
+    "PUT_MANY",
+    "RELEASE",
+    "REQUIRED",
+    "REDRIVE",
+    "RESERVE",
+    "STATS",
+    "TASKS",
+    "WAIT",
+    "Answer",
+    "Arg",
+    "Call",
+]
 
 
 class _Required(enum.Enum):
@@ -60,13 +91,26 @@ class Answer:
 
 
 @dataclass(slots=True, eq=False, repr=False)
-class Call:
+class Call[T]:
     """One public call: its arguments, its answer, whether it writes, whether a client may retry it.
+
+    `T` is the type of the call's result (what `Queue`'s method returns).
 
     `retry`: may a client send it again after a lost answer? A call that
     writes says so only where it is safe (the default is no); a call that
     writes nothing may always be retried, so for one it is true whatever is
     passed.
+
+    `check`: for a call whose `Queue` method checks its arguments in an
+    order other than the signature's, or by rules that span several of
+    them, those checks (the ones that need no state), in `Queue`'s order:
+    a client runs it before sending, so that a bad argument raises what
+    `Queue` raises for it. It is called with every argument by name, the
+    defaults filled in. Without one, each argument is checked by its kind,
+    in the signature's order. `whole_check`: the check applies each
+    argument's own rule as well (it is `Queue`'s whole check of the call),
+    so the kinds, all `plain`, only pass the values on: a fast path for the
+    hot `put`, whose payload would otherwise be walked twice.
     """
 
     name: str
@@ -77,6 +121,8 @@ class Call:
     summary: str
     retry: bool = False
     blocks: bool = False
+    check: Callable[..., object] | None = None
+    whole_check: bool = False
     _names: frozenset[str] = field(init=False)
     _required: frozenset[str] = field(init=False)
     #: The arguments passed by position, as a prefix of the signature.
@@ -87,6 +133,8 @@ class Call:
         self._names = frozenset(arg.name for arg in self.args)
         self._required = frozenset(arg.name for arg in self.args if arg.required)
         self._positional = tuple(arg.name for arg in self.args if not arg.keyword)
+        if self.whole_check and (self.check is None or not all(arg.kind.plain for arg in self.args)):
+            raise ValueError(f"{self.name}: whole_check needs a check and plain kinds only")
 
     def __repr__(self) -> str:
         return f"<Call {self.name}({', '.join(arg.name for arg in self.args)})>"
@@ -146,10 +194,23 @@ class Call:
         """The JSON request for a call made as ``queue.NAME(*args, **kwargs)``, checked by the engine's rules.
 
         Binding follows the method's signature (`TypeError` as Python raises
-        it); each value is checked and encoded by its kind (a `Lease` as its
-        owner's three fields). Only the arguments given are sent.
+        it); then the row's `check`, if any; then each value is checked and
+        encoded by its kind (a `Lease` as its owner's three fields). Only
+        the arguments given are sent, and of those not one that is its
+        default None (the server's default is the same).
         """
-        request: dict[str, Any] = {"op": self.name}
+        given = self.bind(args, kwargs)
+        if self.check is not None:
+            self.check(**{arg.name: given.get(arg.name, arg.default) for arg in self.args})
+        return self.encode(given, checked=self.whole_check)
+
+    def bind(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        """The arguments given, by name, as Python binds them to the method's signature (else `TypeError`).
+
+        A one-shot iterator given for an argument of a kind that takes many
+        values (`Kind.many`) is read into a list here, so that the check and
+        the encoding see the same items.
+        """
         if len(args) > len(self._positional):
             raise TypeError(
                 f"{self.name}() takes {len(self._positional)} positional arguments but {len(args)} were given"
@@ -165,14 +226,28 @@ class Call:
         if missing:
             raise TypeError(f"{self.name}() missing required arguments: {', '.join(map(repr, missing))}")
         for arg in self.args:
-            if arg.name in given:
-                request[arg.name] = arg.kind.encode(given[arg.name], arg.name)
+            if arg.kind.many and isinstance(given.get(arg.name), Iterator):
+                given[arg.name] = list(given[arg.name])
+        return given
+
+    def encode(self, given: Mapping[str, Any], *, checked: bool = False) -> dict[str, Any]:
+        """The request for arguments already bound (`bind`): each checked and encoded by its kind.
+
+        `checked`: every value already passed its kind's rule and every
+        kind is `plain` (`whole_check`), so each is sent as it is.
+        """
+        request: dict[str, Any] = {"op": self.name}
+        for arg in self.args:
+            value = given.get(arg.name, REQUIRED)
+            if value is not REQUIRED and not (value is None and arg.default is None):
+                request[arg.name] = value if checked else arg.kind.encode(value, arg.name)
         return request
 
-    def result(self, answer: Mapping[str, Any]) -> Any:
+    def result(self, answer: Mapping[str, Any]) -> T:
         """The Python result of a success answer (`KeyError` if its field is missing)."""
         field = self.answer.field
-        return None if field is None else self.answer.kind.from_json(answer[field])
+        result: T = None if field is None else self.answer.kind.from_json(answer[field])  # type: ignore[assignment]
+        return result
 
     def blocks_for(self, arguments: Mapping[str, Any]) -> float:
         """How long a call may block before it answers (its `timeout` argument), for a client's own timeout.
@@ -213,7 +288,7 @@ def _put_item(source: Any, label: str) -> Any:
     """`put`'s arguments as one item of `put_many`'s list: a JSON object, checked as a `put` request."""
     if type(source) is not dict:
         raise BadArgument(f"{label} must be a put object, not {describe(source)}")
-    return CALLS["put"].check_json(source, where=f"{label}: ")
+    return PUT.check_json(source, where=f"{label}: ")
 
 
 def _put_items(value: Any, label: str) -> list[dict[str, Any]]:
@@ -224,13 +299,12 @@ def _encode_put_items(value: Any, label: str) -> list[dict[str, Any]]:
     """A client's `put_many` argument: an iterable of mappings with `put`'s argument names."""
     if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
         raise TypeError(f"{label} must be an iterable of mappings, not {type(value).__name__}")
-    put = CALLS["put"]
     items = []
     for index, item in enumerate(value):
         if not isinstance(item, Mapping):
             raise TypeError(f"{label}[{index}] must be a mapping, not {type(item).__name__}")
         try:
-            request = put.request(**item)
+            request = PUT.encode(PUT.bind((), item))
         except TypeError as error:
             raise TypeError(f"{label}[{index}]: {error}") from None
         del request["op"]
@@ -238,149 +312,271 @@ def _encode_put_items(value: Any, label: str) -> list[dict[str, Any]]:
     return items
 
 
-_PUT_ITEMS: Final = Kind("put_items", "an array of put objects", frozenset({list}), _put_items, _encode_put_items)
+_PUT_ITEMS: Final = Kind(
+    "put_items", "an array of put objects", frozenset({list}), _put_items, _encode_put_items, many=True
+)
 
 _LEASE_SETTLES: Final = (_arg("lease", "lease"), _arg("now", "time", keyword=True))
 #: The error a failure records, ``{"type": ..., "message": ...}`` (optional).
 _ERROR: Final = _arg("error", "error", keyword=True, default=None)
 
+
+# -- the checks of the calls whose order is not their signature's (clients run them) -------
+
+
+def _put_many_items(tasks: object) -> None:
+    # Each item as `Queue.put_many` reads it: `put`'s keyword names, checked by `put`'s rule.
+    if isinstance(tasks, (str, bytes, Mapping)) or not isinstance(tasks, Iterable):
+        raise TypeError("put_many takes an iterable of mappings")
+    for item in tasks:
+        ops.put_op_from_mapping(dict(item) if isinstance(item, Mapping) else item)
+
+
+def _lease_token(lease: object) -> Lease:
+    """`lease` as the plain token `Queue` reads (`TypeError` for anything that is not a `Lease`)."""
+    token = plain_lease(lease)  # type: ignore[arg-type]  # anything: refused just below
+    if not isinstance(token, Lease):
+        raise TypeError(f"lease must be a Lease, not {type(lease).__name__}")
+    return token
+
+
+def _owner(token: Lease, now: object) -> None:
+    """The owner's fields of a lease, checked last, as `Queue` checks them (`now` first).
+
+    A token whose fields could never match a stored lease is `StaleLease`
+    here, exactly as `Queue` answers it (such fields would not survive the
+    JSON request, and the server would call them a bad request).
+    """
+    check_int(now, "now")
+    task_id, worker, generation = token.task_id, token.worker, token.generation
+    if type(task_id) is not str or type(worker) is not str or type(generation) is not int:
+        raise StaleLease("the lease token's task_id, worker or generation has the wrong type")
+
+
+def _ack(lease: object, now: object) -> None:
+    _owner(_lease_token(lease), now)
+
+
+def _ack_many(leases: object, now: object) -> None:
+    tokens = ops.lease_tokens(leases)  # Queue's rule and order: the items, `now`, then each owner
+    check_int(now, "now")
+    for index, token in enumerate(tokens):
+        try:
+            _owner(token, now)
+        except StaleLease as error:
+            raise StaleLease(f"leases[{index}]: {error}") from None
+
+
+def _release(lease: object, now: object, delay: object, error: object) -> None:
+    check_error(error)
+    token = _lease_token(lease)
+    check_int(now, "now")
+    check_int(delay, "delay")
+    if now + delay > MAX_INT:  # type: ignore[operator]  # both checked ints
+        raise ValueError(f"now + delay exceeds {MAX_INT}")
+    _owner(token, now)
+
+
+def _fail(lease: object, now: object, error: object) -> None:
+    check_error(error)
+    _owner(_lease_token(lease), now)
+
+
+def _extend(lease: object, now: object, lease_seconds: object) -> None:
+    token = _lease_token(lease)
+    check_int(now, "now")
+    check_int(lease_seconds, "lease_seconds", 1)
+    _owner(token, now)
+
+
+def _redrive(task_id: object, available_at: object, extra_attempts: object) -> None:
+    check_int(available_at, "available_at")
+    check_int(extra_attempts, "extra_attempts", 1)
+    check_name(task_id, "task_id")
+
+
+def _cancel(task_id: object, error: object, now: object) -> None:
+    check_error(error)
+    if now is not None:
+        check_int(now, "now")
+    elif error is not None:
+        raise TypeError("cancel with an error needs now, the time the error records")
+    check_name(task_id, "task_id")
+
+
+def _tasks(status: object) -> None:
+    if status is not None and (type(status) is not str or status not in STATUSES):
+        raise ValueError(f"status must be one of {', '.join(STATUSES)} or None, not {status!r}")
+
+
+# -- the table -------------------------------------------------------------------------------
+
+PUT: Final = Call[str](
+    "put",
+    _PUT_ARGS,
+    _answer("task_id", "str"),
+    writes=True,
+    retry=True,  # every task has an idempotency key: an identical retry changes nothing
+    check=ops.put_op,  # Queue's own check, in its order, and every argument's rule
+    whole_check=True,
+    summary="create a ready task (an identical retry writes nothing)",
+)
+PUT_MANY: Final = Call[list[str]](
+    "put_many",
+    (Arg("tasks", _PUT_ITEMS),),
+    _answer("task_ids", "str_list"),
+    writes=True,
+    retry=True,
+    check=_put_many_items,
+    summary='many puts in one transaction (a list of put objects without "op")',
+)
+RESERVE: Final = Call[list[Lease]](
+    "reserve",
+    (
+        _arg("worker", "name"),
+        _arg("now", "time", keyword=True),
+        _arg("lease_seconds", "count", keyword=True),
+        _arg("limit", "count", keyword=True, default=1),
+    ),
+    _answer("leases", "leases"),
+    writes=True,
+    # not retried (the default for a write): a retried reserve would lease twice
+    check=ops.validate_reserve_args,
+    summary="expire overdue leases, then lease up to limit due tasks",
+)
+ACK: Final = Call[None](
+    "ack",
+    _LEASE_SETTLES,
+    _answer(None),
+    writes=True,
+    check=_ack,
+    summary="complete a leased task (lease: a lease object from reserve)",
+)
+ACK_MANY: Final = Call[None](
+    "ack_many",
+    (_arg("leases", "leases"), _arg("now", "time", keyword=True)),
+    _answer(None),
+    writes=True,
+    # not retried (the default for a write): one that had happened would answer StaleLease
+    check=_ack_many,
+    summary="complete many leased tasks in one transaction, all or none (leases: an array of lease objects)",
+)
+RELEASE: Final = Call[None](
+    "release",
+    (*_LEASE_SETTLES, _arg("delay", "time", keyword=True, default=0), _ERROR),
+    _answer(None),
+    writes=True,
+    check=_release,
+    summary="give a leased task back, ready at now + delay (error: recorded as its last error)",
+)
+FAIL: Final = Call[None](
+    "fail",
+    (*_LEASE_SETTLES, _ERROR),
+    _answer(None),
+    writes=True,
+    check=_fail,
+    summary="a permanent failure: the leased task is dead at once (error: recorded as its last error)",
+)
+EXTEND: Final = Call[Lease](
+    "extend",
+    (*_LEASE_SETTLES, _arg("lease_seconds", "count", keyword=True)),
+    _answer("lease", "lease"),
+    writes=True,
+    check=_extend,
+    summary="a heartbeat: the lease with its new deadline",
+)
+REDRIVE: Final = Call[None](
+    "redrive",
+    (
+        _arg("task_id", "name"),
+        _arg("available_at", "time", keyword=True),
+        _arg("extra_attempts", "count", keyword=True, default=1),
+    ),
+    _answer(None),
+    writes=True,
+    # not retried (the default for a write): a redrive that happened would answer WrongStatus when retried
+    check=_redrive,
+    summary="make a dead task ready again",
+)
+CANCEL: Final = Call[None](
+    "cancel",
+    (_arg("task_id", "name"), _ERROR, _arg("now", "time_or_null", keyword=True, default=None)),
+    _answer(None),
+    writes=True,
+    check=_cancel,
+    summary="a ready or leased task becomes dead (error, with now: recorded as its last error)",
+)
+GET: Final = Call[Task | None](
+    "get", (_arg("task_id", "str"),), _answer("task", "task_or_null"), writes=False, summary="one task (or null)"
+)
+TASKS: Final = Call[list[Task]](
+    "tasks",
+    (_arg("status", "status", default=None),),
+    _answer("tasks", "tasks"),
+    writes=False,
+    check=_tasks,
+    summary='every task, or those with status ("ready", "leased", "completed", "dead")',
+)
+STATS: Final = Call[dict[str, Any]](
+    "stats", (), _answer("stats", "stats"), writes=False, summary="counts and the log's position"
+)
+COMPACT: Final = Call[None](
+    "compact",
+    (),
+    _answer(None),
+    writes=False,  # files change, the queue's answers do not
+    summary="snapshot the state and delete the WAL it covers",
+)
+METRICS: Final = Call[dict[str, Any]](
+    "metrics",
+    (_arg("now", "time", keyword=True, default=None),),
+    _answer("metrics", "stats"),  # a plain JSON object, as stats is
+    writes=False,
+    retry=True,
+    summary="counters since opening, gauges (oldest_ready_age against now), histograms",
+)
+PAGE: Final = Call[list[Task]](
+    "page",
+    (
+        _arg("status", "status"),
+        _arg("after", "cursor", keyword=True, default=None),
+        _arg("limit", "count", keyword=True, default=100),
+    ),
+    _answer("tasks", "tasks"),
+    writes=False,
+    retry=True,
+    check=check_page_args,  # Queue.page's own rule, in its order
+    summary="up to limit (at most 10,000) tasks with status, by id, after the id after",
+)
+WAIT: Final = Call[bool](
+    "wait",
+    (_arg("timeout", "timeout"),),
+    _answer("committed", "bool"),
+    writes=False,
+    blocks=True,
+    summary=f"block until another client commits, or timeout seconds (at most {MAX_WAIT_SECONDS}) pass",
+)
+
 #: Every public call of `Queue`, in the order the documentation lists them.
-CALLS: Final[Mapping[str, Call]] = {
+CALLS: Final[Mapping[str, Call[Any]]] = {
     call.name: call
     for call in (
-        Call(
-            "put",
-            _PUT_ARGS,
-            _answer("task_id", "str"),
-            writes=True,
-            retry=True,  # every task has an idempotency key: an identical retry changes nothing
-            summary="create a ready task (an identical retry writes nothing)",
-        ),
-        Call(
-            "put_many",
-            (Arg("tasks", _PUT_ITEMS),),
-            _answer("task_ids", "str_list"),
-            writes=True,
-            retry=True,
-            summary='many puts in one transaction (a list of put objects without "op")',
-        ),
-        Call(
-            "reserve",
-            (
-                _arg("worker", "name"),
-                _arg("now", "time", keyword=True),
-                _arg("lease_seconds", "count", keyword=True),
-                _arg("limit", "count", keyword=True, default=1),
-            ),
-            _answer("leases", "leases"),
-            writes=True,
-            # not retried (the default for a write): a retried reserve would lease twice
-            summary="expire overdue leases, then lease up to limit due tasks",
-        ),
-        Call(
-            "ack",
-            _LEASE_SETTLES,
-            _answer(None),
-            writes=True,
-            summary="complete a leased task (lease: a lease object from reserve)",
-        ),
-        Call(
-            "ack_many",
-            (_arg("leases", "leases"), _arg("now", "time", keyword=True)),
-            _answer(None),
-            writes=True,
-            # not retried (the default for a write): one that had happened would answer StaleLease
-            summary="complete many leased tasks in one transaction, all or none (leases: an array of lease objects)",
-        ),
-        Call(
-            "release",
-            (*_LEASE_SETTLES, _arg("delay", "time", keyword=True, default=0), _ERROR),
-            _answer(None),
-            writes=True,
-            summary="give a leased task back, ready at now + delay (error: recorded as its last error)",
-        ),
-        Call(
-            "fail",
-            (*_LEASE_SETTLES, _ERROR),
-            _answer(None),
-            writes=True,
-            summary="a permanent failure: the leased task is dead at once (error: recorded as its last error)",
-        ),
-        Call(
-            "extend",
-            (*_LEASE_SETTLES, _arg("lease_seconds", "count", keyword=True)),
-            _answer("lease", "lease"),
-            writes=True,
-            summary="a heartbeat: the lease with its new deadline",
-        ),
-        Call(
-            "redrive",
-            (
-                _arg("task_id", "name"),
-                _arg("available_at", "time", keyword=True),
-                _arg("extra_attempts", "count", keyword=True, default=1),
-            ),
-            _answer(None),
-            writes=True,
-            # not retried (the default for a write): a redrive that happened would answer WrongStatus when retried
-            summary="make a dead task ready again",
-        ),
-        Call(
-            "cancel",
-            (_arg("task_id", "name"), _ERROR, _arg("now", "time_or_null", keyword=True, default=None)),
-            _answer(None),
-            writes=True,
-            summary="a ready or leased task becomes dead (error, with now: recorded as its last error)",
-        ),
-        Call(
-            "get",
-            (_arg("task_id", "str"),),
-            _answer("task", "task_or_null"),
-            writes=False,
-            summary="one task (or null)",
-        ),
-        Call(
-            "tasks",
-            (_arg("status", "status", default=None),),
-            _answer("tasks", "tasks"),
-            writes=False,
-            summary='every task, or those with status ("ready", "leased", "completed", "dead")',
-        ),
-        Call("stats", (), _answer("stats", "stats"), writes=False, summary="counts and the log's position"),
-        Call(
-            "compact",
-            (),
-            _answer(None),
-            writes=False,  # files change, the queue's answers do not
-            summary="snapshot the state and delete the WAL it covers",
-        ),
-        Call(
-            "metrics",
-            (_arg("now", "time", keyword=True, default=None),),
-            _answer("metrics", "stats"),  # a plain JSON object, as stats is
-            writes=False,
-            retry=True,
-            summary="counters since opening, gauges (oldest_ready_age against now), histograms",
-        ),
-        Call(
-            "page",
-            (
-                _arg("status", "status"),
-                _arg("after", "cursor", keyword=True, default=None),
-                _arg("limit", "count", keyword=True, default=100),
-            ),
-            _answer("tasks", "tasks"),
-            writes=False,
-            retry=True,
-            summary="up to limit (at most 10,000) tasks with status, by id, after the id after",
-        ),
-        Call(
-            "wait",
-            (_arg("timeout", "timeout"),),
-            _answer("committed", "bool"),
-            writes=False,
-            blocks=True,
-            summary=f"block until another client commits, or timeout seconds (at most {MAX_WAIT_SECONDS}) pass",
-        ),
-    )
+        PUT,
+        PUT_MANY,
+        RESERVE,
+        ACK,
+        ACK_MANY,
+        RELEASE,
+        FAIL,
+        EXTEND,
+        REDRIVE,
+        CANCEL,
+        GET,
+        TASKS,
+        STATS,
+        COMPACT,
+        METRICS,
+        PAGE,
+        WAIT,
+    )  # fmt: skip
 }
