@@ -245,7 +245,7 @@ class HostileCalls:
         rng = self.rng
         kind = rng.choice(
             ["put", "put", "put_many", "reserve", "ack", "release", "get", "tasks", "extend", "redrive", "cancel"]
-            + ["fail"]
+            + ["fail", "ack_many"]
         )
         if kind == "put":
             spec = self.put_spec()
@@ -293,6 +293,8 @@ class HostileCalls:
             )
         if kind in ("redrive", "cancel"):
             return self._redrive_or_cancel_call(kind, model, now)
+        if kind == "ack_many":
+            return self._ack_many_call(model, now)
         if kind == "get":
             task_id = rng.choice(HOSTILE_NAMES + ("b1", "b2"))
             return Call(f"get {short(task_id)}", lambda t: t.get(task_id), [task_id])
@@ -318,6 +320,26 @@ class HostileCalls:
             )
         arguments = list(items) if isinstance(items, (list, tuple)) else [items]
         return Call(f"put_many {short(items)}", lambda t: t.put_many(items), arguments)
+
+    def _ack_many_call(self, model: Model, now: int) -> Call:
+        """Tokens of every kind `token` makes (a repeated one too), in a list, a generator or no iterable at all."""
+        rng = self.rng
+        when = self.pick(HOSTILE_INTS, now)
+        leases: Any = [self.token(model) for _ in range(rng.randrange(4))]
+        if leases and rng.random() < 0.2:
+            leases.append(leases[0])  # listed twice: the whole call is StaleLease
+        container = rng.random()
+        if container < 0.1:
+            leases = rng.choice([None, "leases", b"x", {"task_id": "b1"}, 7, self.token(model)])
+        elif container < 0.2:
+            listed = list(leases)  # a generator, made anew for each target (the first would drain it)
+            return Call(
+                f"ack_many (generator of) {short([listed, when])}",
+                lambda t: t.ack_many((lease for lease in listed), now=when),
+                [*listed, when],
+            )
+        arguments = [*leases, when] if isinstance(leases, list) else [leases, when]
+        return Call(f"ack_many {short([leases, when])}", lambda t: t.ack_many(leases, now=when), arguments)
 
     def _redrive_or_cancel_call(self, kind: str, model: Model, now: int) -> Call:
         rng = self.rng
