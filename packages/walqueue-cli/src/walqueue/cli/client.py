@@ -65,6 +65,10 @@ class _Connection:
             self.sock.close()
             raise
         self.exchange = Exchange()
+        # One poll object for the connection's life: made and registered per call, it cost more than the poll.
+        self.poller = select.poll()
+        self.fd = self.sock.fileno()
+        self.poller.register(self.fd, select.POLLIN)
 
     def run(
         self, calls: Sequence[OutgoingCall[Any]], timeout: float | None
@@ -83,30 +87,34 @@ class _Connection:
         for line in lines:
             total += len(line)
             ends.append(total)
-        out = memoryview(b"".join(lines))
+        out = memoryview(lines[0] if len(lines) == 1 else b"".join(lines))
         offset = 0
         outcomes: list[Outcome[Any]] = []
-        poller = select.poll()
-        fd = self.sock.fileno()
+        poller, fd, sock = self.poller, self.fd, self.sock
         wait_ms = None if timeout is None else max(1, int(timeout * 1000))
+        watching_out = False
         try:
             while len(outcomes) < len(calls):
                 if offset < total:
                     try:
-                        offset += self.sock.send(out[offset:])
+                        offset += sock.send(out[offset:] if offset else out)
                     except BlockingIOError:
                         pass
-                poller.register(fd, select.POLLIN | (select.POLLOUT if offset < total else 0))
+                if watching_out != (offset < total):  # POLLOUT only while a line waits for room
+                    watching_out = offset < total
+                    poller.modify(fd, select.POLLIN | (select.POLLOUT if watching_out else 0))
                 if not poller.poll(wait_ms):
                     raise TimeoutError(f"no progress for {timeout:g} s")
                 try:
-                    data = self.sock.recv(_RECV_BYTES)
+                    data = sock.recv(_RECV_BYTES)
                 except BlockingIOError:
                     continue
                 if not data:
                     raise ConnectionResetError("the server closed the connection before answering")
                 outcomes.extend(outcome for _, outcome in exchange.receive(data))
         except (OSError, ServerError) as error:
+            if watching_out:
+                poller.modify(fd, select.POLLIN)
             outcomes += self._answers_left(len(calls) - len(outcomes))
             exchange.lost()
             lost = error if isinstance(error, OSError) else ConnectionResetError(f"out of step: {error}")
@@ -202,7 +210,7 @@ class Client(ClientSettings):
         results: list[Outcome[Any] | None] = [None] * len(calls)
         todo = list(range(len(calls)))
         rule = self._retry_rule()
-        timeout = self._call_timeout(max((call.extra_seconds for call in calls), default=0.0))
+        timeout = self._call_timeout(calls[0].extra_seconds if len(calls) == 1 else max(c.extra_seconds for c in calls))
         while todo:
             try:
                 connection = self._connection()

@@ -84,7 +84,7 @@ def _error(answer: Mapping[str, Any]) -> BaseException:
 def outcome_of[T](call: OutgoingCall[T], line: bytes | bytearray) -> Outcome[T]:
     """The outcome of `call` from its answer line."""
     try:
-        answer = json.loads(line)
+        answer = json.loads(line.decode("utf-8", "surrogatepass"))  # as json.loads decodes bytes, minus the sniffing
     except ValueError:
         return Outcome(error=ServerError(f"not JSON: {bytes(line)!r:.200}"))
     if not isinstance(answer, dict) or "ok" not in answer:
