@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from walqueue.cli import Client
+from walqueue.cli.shell import ShellExit
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -105,6 +106,13 @@ def test_an_absent_server_is_exit_2_and_a_usage_error_64(tmp_path: Path, src_pyt
     assert shell(src_pythonpath, "--socket", str(tmp_path / "nobody"), "frobnicate").returncode == 64
     helped = shell(src_pythonpath, "--socket", "x", "--help")
     assert helped.returncode == 0 and "exit status" in helped.stdout
+
+
+def test_the_help_lists_every_exit_status_the_shell_returns(src_pythonpath: str) -> None:
+    helped = shell(src_pythonpath, "--socket", "x", "--help")
+    table = helped.stdout.split("exit status:\n", 1)[1]
+    listed = [int(line.split()[0]) for line in table.splitlines() if line.split() and line.split()[0].isdigit()]
+    assert listed == sorted({*ShellExit, 64, 130})
 
 
 def test_the_dashboard_works_over_a_client_of_a_served_queue(served: str) -> None:

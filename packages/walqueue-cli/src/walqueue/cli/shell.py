@@ -20,36 +20,45 @@ redrives one error group.
 from __future__ import annotations
 
 import argparse
+import enum
 import json
 import socket
 import sys
 import time
 from collections.abc import Iterable, Sequence
-from typing import Any, BinaryIO, Final, TextIO
+from typing import Any, BinaryIO, TextIO
 
 from walqueue import QueueClosed, WrongStatus
 from walqueue.cli.protocol import request_lines
+from walqueue.format import cmdline
 from walqueue.format.cmdline import EX_USAGE, EXIT_INTERRUPTED, UsageParser, interrupted, version_line
 
-__all__ = [
-    "EXIT_CANNOT_CONNECT",
-    "EXIT_CONNECTION_LOST",
-    "EXIT_FATAL",
-    "EXIT_OK",
-    "EXIT_SOME_REFUSED",
-    "main",
-    "wants_shell",
-]
+__all__ = ["ShellExit", "main", "wants_shell"]
 
-EXIT_OK: Final = 0
-#: relay: a Fatal answer was relayed (the server's queue was poisoned) or stdout was closed.
-EXIT_FATAL: Final = 1
-#: redrive/cancel: at least one task was refused (WrongStatus, a bad id); the others were done.
-EXIT_SOME_REFUSED: Final = 1
-#: The server could not be reached (no socket, nobody listening, permission denied).
-EXIT_CANNOT_CONNECT: Final = 2
-#: The connection was lost, or the server answered something this shell cannot read.
-EXIT_CONNECTION_LOST: Final = 3
+
+class ShellExit(enum.IntEnum):
+    """The shell's exit statuses, one table: the code returns them and ``--help`` prints them from here.
+
+    The shell opens no queue, so its table is its own (2 and 3 are about its
+    connection, not `EXIT_CANNOT_OPEN`); 0 and 1 are the shared `EXIT_OK` and
+    `EXIT_FATAL` of `walqueue.format.cmdline`. `SOME_REFUSED` is 1 too, an
+    alias of `FATAL` (the verb tells the two apart: only the relay can meet a
+    Fatal answer). A usage error exits with the shared `EX_USAGE` (64) and
+    Ctrl-C with `EXIT_INTERRUPTED` (130). Being ints, the members are what
+    `main` returns and what a calling shell sees.
+    """
+
+    #: Done (relay: the end of the input).
+    OK = cmdline.EXIT_OK
+    #: relay: a Fatal answer was relayed (the server's queue was poisoned), or stdout was closed.
+    FATAL = cmdline.EXIT_FATAL
+    #: redrive/cancel: at least one task was refused (WrongStatus, a bad id); the others were done.
+    SOME_REFUSED = 1
+    #: The server could not be reached (no socket, nobody listening, permission denied).
+    CANNOT_CONNECT = 2
+    #: The connection was lost, or the server answered something this shell cannot read.
+    CONNECTION_LOST = 3
+
 
 _EPILOG = f"""\
 without a verb, the shell relays JSON lines: each request line read from
@@ -63,14 +72,14 @@ line (task_id, attempts, max_attempts, payload_excerpt, last_error, group);
 ids prints the task ids alone, ready to be piped into redrive - or cancel -.
 
 exit status:
-  0    done (relay: end of input)
-  1    relay: a Fatal answer was relayed, or stdout was closed;
+  {ShellExit.OK:<5}done (relay: end of input)
+  {ShellExit.FATAL:<5}relay: a Fatal answer was relayed, or stdout was closed;
        redrive/cancel: at least one task was refused (reported on stderr),
        every other one was done
-  2    the server could not be reached at PATH (is walqueue-serve running?)
-  3    the connection was lost, or the server's answer could not be read
-  {EX_USAGE}   usage error
-  {EXIT_INTERRUPTED}  interrupted by Ctrl-C
+  {ShellExit.CANNOT_CONNECT:<5}the server could not be reached at PATH (is walqueue-serve running?)
+  {ShellExit.CONNECTION_LOST:<5}the connection was lost, or the server's answer could not be read
+  {EX_USAGE:<5}usage error
+  {EXIT_INTERRUPTED:<5}interrupted by Ctrl-C
 """
 
 
@@ -144,8 +153,8 @@ def relay(sock: socket.socket, requests: BinaryIO, answers: BinaryIO) -> int:
         answers.write(answer)
         answers.flush()
         if _is_fatal(answer):
-            return EXIT_FATAL
-    return EXIT_OK
+            return ShellExit.FATAL
+    return ShellExit.OK
 
 
 def _is_fatal(answer: bytes) -> bool:
@@ -178,7 +187,7 @@ def _change(client: Any, verb: str, arguments: argparse.Namespace, stdin: TextIO
         except (WrongStatus, ValueError, TypeError) as error:
             refused += 1
             print(f"walqueue: {verb} {task_id!r} refused: {error}", file=sys.stderr)
-    return EXIT_SOME_REFUSED if refused else EXIT_OK
+    return ShellExit.SOME_REFUSED if refused else ShellExit.OK
 
 
 def _dead(client: Any, arguments: argparse.Namespace, out: TextIO) -> int:
@@ -200,7 +209,7 @@ def _dead(client: Any, arguments: argparse.Namespace, out: TextIO) -> int:
         if page.next_after is None:
             break
         after = page.next_after
-    return EXIT_OK
+    return ShellExit.OK
 
 
 def _print_dead(view: dict[str, Any], form: str, out: TextIO) -> None:
@@ -245,7 +254,7 @@ def _verb(arguments: argparse.Namespace) -> int:
             if arguments.verb == "dead":
                 return _dead(client, arguments, sys.stdout)
             print(json.dumps(_read(arguments.socket, arguments.verb, arguments.timeout), sort_keys=True))
-            return EXIT_OK
+            return ShellExit.OK
         except (ConnectionError, TimeoutError, QueueClosed) as error:
             raise _Lost(str(error)) from None
 
@@ -263,10 +272,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return interrupted("walqueue")
     except _Unreachable as error:
         print(f"walqueue: {error}", file=sys.stderr)
-        return EXIT_CANNOT_CONNECT
+        return ShellExit.CANNOT_CONNECT
     except _Lost as error:
         print(f"walqueue: {error}; check walqueue-serve's log, then retry", file=sys.stderr)
-        return EXIT_CONNECTION_LOST
+        return ShellExit.CONNECTION_LOST
     except BrokenPipeError:
         print("walqueue: stdout was closed; stopping", file=sys.stderr)
-        return EXIT_FATAL
+        return ShellExit.FATAL
