@@ -51,6 +51,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench.harness import payload  # noqa: E402  # the bench's own payloads
 from bench.server_processes import _Served, open_for_processes  # noqa: E402
 
+from walqueue.cli import Client  # noqa: E402
+
 PROCESSES = 8
 
 
@@ -166,10 +168,21 @@ def _run(client: Callable[..., None], args: tuple[Any, ...], puts: int) -> tuple
     return puts / seconds, sum(span[2] for span in spans)
 
 
-def _process_cpu(pid: int) -> float:
+def _process_cpu(pid: int) -> tuple[float, float]:
+    """The user and system CPU seconds of process `pid` so far (/proc/PID/stat)."""
     with open(f"/proc/{pid}/stat") as stat:
         fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    ticks = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / ticks, int(fields[12]) / ticks
+
+
+def _server_figures(before: tuple[float, float], after: tuple[float, float], puts: int) -> dict[str, float]:
+    user, system = after[0] - before[0], after[1] - before[1]
+    return {
+        "server_cpu_us": (user + system) / puts * 1e6,
+        "server_user_us": user / puts * 1e6,
+        "server_system_us": system / puts * 1e6,
+    }
 
 
 def one_round(place: Path, puts: int) -> dict[str, dict[str, float]]:
@@ -183,18 +196,22 @@ def one_round(place: Path, puts: int) -> dict[str, dict[str, float]]:
     for name, client in (("serve_8_client", "client"), ("serve_8_raw", "raw")):
         served = _Served(place / name)
         try:
-            before = _process_cpu(served.process.pid)
-            if client == "client":
-                rate, client_cpu = _run(_library_client, ("serve", served.socket_path), puts)
-            else:
-                rate, client_cpu = _run(_raw_client, (served.socket_path,), puts)
-            server_cpu = _process_cpu(served.process.pid) - before
+            with Client(served.socket_path) as probe:
+                fsyncs_before = probe.metrics()["counters"]["fsyncs"]
+                before = _process_cpu(served.process.pid)
+                if client == "client":
+                    rate, client_cpu = _run(_library_client, ("serve", served.socket_path), puts)
+                else:
+                    rate, client_cpu = _run(_raw_client, (served.socket_path,), puts)
+                after = _process_cpu(served.process.pid)
+                fsyncs = probe.metrics()["counters"]["fsyncs"] - fsyncs_before
         finally:
             served.stop()
         figures[name] = {
             "puts_per_s": rate,
-            "server_cpu_us": server_cpu / puts * 1e6,
+            **_server_figures(before, after, puts),
             "clients_cpu_us": client_cpu / puts * 1e6,
+            "puts_per_fsync": puts / max(fsyncs, 1),
         }
 
     socket_dir = tempfile.mkdtemp(prefix="wq-ceiling-", dir="/tmp")
@@ -209,7 +226,7 @@ def one_round(place: Path, puts: int) -> dict[str, dict[str, float]]:
         assert loop.pid is not None
         before = _process_cpu(loop.pid)
         rate, client_cpu = _run(_raw_client, (f"{socket_dir}/s",), puts)
-        server_cpu = _process_cpu(loop.pid) - before
+        after = _process_cpu(loop.pid)
         stop.set()
         turns, requests = turns_out.get(timeout=30)
     finally:
@@ -218,7 +235,7 @@ def one_round(place: Path, puts: int) -> dict[str, dict[str, float]]:
         shutil.rmtree(socket_dir, ignore_errors=True)
     figures["minimal_8_raw"] = {
         "puts_per_s": rate,
-        "server_cpu_us": server_cpu / puts * 1e6,
+        **_server_figures(before, after, puts),
         "clients_cpu_us": client_cpu / puts * 1e6,
         "puts_per_fsync": requests / max(turns, 1),
     }
