@@ -70,6 +70,8 @@ log = logging.getLogger("walqueue.serve")
 DEFAULT_TURN_CAP: Final = 64
 #: Connections accepted in one turn, at most (the others wait in the backlog).
 _ACCEPTS_PER_TURN: Final = 16
+#: How many times a turn reads the connections again before its fsync (requests that arrived meanwhile join it).
+_GATHERS: Final = 2
 #: A failed accept (EMFILE: no descriptor left) pauses accepting this long, instead of spinning.
 _ACCEPT_PAUSE: Final = 0.1
 #: Bytes asked of one recv. Below glibc's mmap threshold (128 KiB): a larger buffer is
@@ -183,28 +185,28 @@ class Loop:
                 self._flush(client)
 
     def _execute_turn(self) -> None:
-        """Every runnable request of this turn in one batch, then the answers (only after its fsync)."""
+        """Every runnable request of this turn in one batch, then the answers (only after its fsync).
+
+        Before the batch ends (and its fsync runs), the connections are
+        read again, without waiting, up to `_GATHERS` times: requests that
+        arrived while this turn executed join its fsync instead of waiting
+        for the next one (PostgreSQL's ``commit_delay``, with no delay).
+        """
         runnable = [client for client in self._candidates if client.talk.runnable()]
         self._candidates.clear()
         if not runnable:
             return
         staged: list[tuple[_Client, dict[str, Any]]] = []
-        cap = self._limits.turn_cap
         try:
             with self._queue.batch():
-                for client in runnable:
-                    talk = client.talk
-                    for _ in range(cap):
-                        line = talk.next_line()
-                        if line is None:
-                            break
-                        answer = self._answer(client, line)
-                        if answer is not None:
-                            staged.append((client, answer))
-                        if self.fatal:
-                            break
-                    if self.fatal:
+                self._run_requests(runnable, staged)
+                for _ in range(_GATHERS):
+                    more = self._gather() if not self.fatal else []
+                    if not more:
                         break
+                    self._run_requests(more, staged)
+                    known = set(runnable)
+                    runnable += [client for client in more if client not in known]
         except Exception as error:  # the fsync that covered the turn failed: no answer may claim it happened
             log.error("the fsync of a batch failed (%s: %s); every answer of it is Fatal", type(error).__name__, error)
             message = f"{type(error).__name__}: {error}"
@@ -218,6 +220,35 @@ class Loop:
                 self._candidates[client] = None
         if self.fatal:
             log.error("the queue is poisoned; stopping")
+
+    def _run_requests(self, clients: list[_Client], staged: list[tuple[_Client, dict[str, Any]]]) -> None:
+        """Execute up to `turn_cap` requests of each client, in order; their answers go to `staged`."""
+        cap = self._limits.turn_cap
+        for client in clients:
+            talk = client.talk
+            for _ in range(cap):
+                line = talk.next_line()
+                if line is None:
+                    break
+                answer = self._answer(client, line)
+                if answer is not None:
+                    staged.append((client, answer))
+                if self.fatal:
+                    return
+
+    def _gather(self) -> list[_Client]:
+        """The connections with a runnable request after one more read of those ready now (no waiting).
+
+        Only reads: accepting, the stop and signal pipes and sending wait
+        for the next turn's select (the selector is level-triggered).
+        """
+        for key, mask in self._selector.select(0):
+            data = key.data
+            if mask & _READ and isinstance(data, _Client):
+                self._read(data)
+        more = [client for client in self._candidates if client.talk.runnable()]
+        self._candidates.clear()
+        return more
 
     def _answer(self, client: _Client, line: RequestLine) -> dict[str, Any] | None:
         """The answer to one line (None: a blank line, or a `wait` that parked)."""
