@@ -9,7 +9,9 @@ of PostgreSQL's group commit):
 2. Execute every complete request, connection by connection in arrival
    order, at most `turn_cap` per connection per turn (one pipelining client
    cannot starve the others), all inside one ``queue.batch()``: no call
-   waits for durability.
+   waits for durability. Then read the connections again without waiting
+   (at most `_GATHERS` times) and execute what arrived meanwhile in the
+   same batch: more requests share the fsync.
 3. Leave the batch: ONE fsync covers every transaction of the turn. Only
    then are the answers put in the connections' output buffers, so no
    answer leaves before the fsync that covers its request, reads included.
