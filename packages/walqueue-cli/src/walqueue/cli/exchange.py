@@ -57,9 +57,12 @@ def encode_request(request: Mapping[str, Any]) -> bytes:
         return (_ASCII_ENCODER.encode(request) + "\n").encode("ascii")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Outcome[T]:
-    """What one call came to: its result, or the exception to raise in the caller."""
+    """What one call came to: its result, or the exception to raise in the caller (never changed once made).
+
+    Not `frozen`, for the reason `OutgoingCall` gives: one is made for every answer.
+    """
 
     value: T | None = None
     error: BaseException | None = None
