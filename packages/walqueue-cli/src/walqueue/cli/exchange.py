@@ -117,18 +117,20 @@ class Exchange:
 
     def receive(self, data: bytes) -> list[tuple[OutgoingCall[Any], Outcome[Any]]]:
         """Outcomes of the calls `data` completes, oldest first (``b""``: see `lost`)."""
-        self._buffer += data
-        done: list[tuple[OutgoingCall[Any], Outcome[Any]]] = []
         buffer = self._buffer
+        buffer += data
+        done: list[tuple[OutgoingCall[Any], Outcome[Any]]] = []
+        waiting = self._waiting
         start = 0
-        while (newline := buffer.find(b"\n", max(start, self._scanned))) >= 0:
+        newline = buffer.find(b"\n", self._scanned)  # the bytes before `_scanned` hold no newline
+        while newline >= 0:
             line = buffer[start : newline + 1]
             start = newline + 1
-            self._scanned = start
-            if not self._waiting:
+            if not waiting:
                 raise ServerError(f"an answer no call was waiting for: {bytes(line)!r:.200}")
-            call = self._waiting.popleft()
+            call = waiting.popleft()
             done.append((call, outcome_of(call, line)))
+            newline = buffer.find(b"\n", start)
         if start:
             del buffer[:start]
         self._scanned = len(buffer)
