@@ -212,7 +212,7 @@ _JSON_ERRORS: tuple[Any, ...] = (
 def _cli_request(rng: random.Random, model: Model, foreign: list[Lease], serial: int) -> dict[str, Any]:
     op = rng.choice(
         ["put", "put", "put_many", "reserve", "ack", "release", "extend", "redrive", "cancel", "fail"]
-        + ["get", "tasks", "stats", "compact"]
+        + ["get", "tasks", "stats", "compact", "ack_many"]
     )
     request: dict[str, Any] = {"op": op}
     if op == "put":
@@ -232,6 +232,14 @@ def _cli_request(rng: random.Random, model: Model, foreign: list[Lease], serial:
             request["lease_seconds"] = rng.choice([1, 50])
         if op in ("release", "fail") and rng.random() < 0.6:
             request["error"] = rng.choice(_JSON_ERRORS)
+    elif op == "ack_many":
+        leased = model.tasks("leased")
+        tokens = [token_for(task) for task in leased[: rng.randrange(4)]]
+        if rng.random() < 0.3:
+            tokens.append(rng.choice(foreign))  # one stale token: the whole call is refused
+        if tokens and rng.random() < 0.15:
+            tokens.append(tokens[0])  # listed twice: refused
+        request.update({"leases": [token.to_dict() for token in tokens], "now": 10 + serial})
     elif op in ("redrive", "cancel"):
         known = [task.task_id for task in model.tasks()]
         request["task_id"] = rng.choice([*known, "nope"]) if known else "nope"
