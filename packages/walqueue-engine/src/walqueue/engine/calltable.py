@@ -23,6 +23,7 @@ check, if it needs one), the `Queue` method and its planner in `ops.py`
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, Final
@@ -417,7 +418,7 @@ PUT: Final = Call[str](
     _answer("task_id", "str"),
     writes=True,
     retry=True,  # every task has an idempotency key: an identical retry changes nothing
-    check=ops.put_op,  # Queue's own check, in its order, and every argument's rule
+    check=functools.partial(ops.put_op, build=False),  # Queue's own check, in its order, and every argument's rule
     whole_check=True,
     summary="create a ready task (an identical retry writes nothing)",
 )

@@ -78,18 +78,16 @@ _ERROR = OP_KINDS["error"]
 #: An error as `validate.check_error` returns it: (type, message), storable but not yet cut.
 Error = tuple[str, str]
 
-_TX_OPEN = len(b'{"ops":[')
-_TX_MIDDLE = len(b'],"seq":')
-_TX_CLOSE = len(b"}")
-#: What a transaction body costs besides its ops and their commas, whatever its sequence.
-_FIXED_WORST = _TX_OPEN + _TX_MIDDLE + INT_JSON_MAX + _TX_CLOSE
+#: What a transaction body ``{"ops":[...],"seq":S}`` costs besides its ops, their commas and S's digits.
+_TX_FIXED = len(b'{"ops":[],"seq":}')
+#: The same, whatever its sequence.
+_FIXED_WORST = _TX_FIXED + INT_JSON_MAX
 
 
 class Plan:
     """A planned transaction: its ops, for `apply`, and each op's canonical JSON, for the frame.
 
-    A plain `__slots__` class rather than a `NamedTuple`: one is made on
-    every write, and a named tuple's Python-level `__new__` costs more.
+    A `__slots__` class, not a `NamedTuple`: one is made per write, and a named tuple's `__new__` costs more.
     """
 
     __slots__ = ("ops", "op_json")
@@ -116,12 +114,10 @@ class Plan:
 class _EncodedPayload:
     """A put's payload as `put_op` validated it: its canonical JSON, the put's identity digest, and the op's JSON.
 
-    Made only here, from the very task id, key, available_at and
-    max_attempts of the same op, so that `apply` and the frame reuse the
-    bytes and the digest instead of walking, encoding and hashing the
-    payload again, and the plan frames `op_json` (spliced by the put kind
-    while the names' bytes are at hand) as it is. It is deliberately not a
-    dict, so that nothing can encode it as JSON by mistake, and `apply`
+    Made only here, from the very task id, key, available_at and max_attempts of the same op, so that
+    `apply` and the frame reuse the bytes and the digest instead of walking, encoding and hashing the
+    payload again, and the plan frames `op_json` (spliced by the put kind while the names' bytes are at
+    hand) as it is. Deliberately not a dict, so that nothing can encode it as JSON by mistake; `apply`
     accepts it only in a `Plan`'s ops.
     """
 
@@ -150,8 +146,11 @@ def put_op(
     key: object = None,
     available_at: object = 0,
     max_attempts: object = 3,
+    build: bool = True,
 ) -> Op:
     """Validate the arguments of `Queue.put` (`TypeError`/`ValueError`) and build the put's op.
+
+    `build=False` checks only (a client's check): no payload digest, no op JSON.
 
     A validated put is its op, as every planner's output is. Its payload is
     an `_EncodedPayload`: the payload's canonical JSON (bytes, so the caller
@@ -175,6 +174,8 @@ def put_op(
     key_json = task_json if key is None or key == task_id else canonical_str(op["key"])
     if len(payload_json) > FITTING_PAYLOAD_BYTES:
         check_record_fits(payload_json, task_json, key_json)
+    if not build:
+        return op
     op["payload"] = _EncodedPayload(
         payload_json,
         identity_digest(task_json, payload_json, available_at, max_attempts),  # type: ignore[arg-type]  # checked
@@ -290,8 +291,7 @@ def _is_new(
 
 def transaction_size(op_sizes: Iterable[int], seq: int) -> int:
     """The exact size of the body ``{"ops":[op,...],"seq":S}`` whose ops encode to `op_sizes` bytes."""
-    count = 0
-    total = 0
+    count = total = 0
     for size in op_sizes:
         total += size
         count += 1
@@ -300,7 +300,7 @@ def transaction_size(op_sizes: Iterable[int], seq: int) -> int:
 
 def _fixed_size(seq: int) -> int:
     """What a transaction body costs before its ops (and the commas between them)."""
-    return _TX_OPEN + _TX_MIDDLE + len(str(seq)) + _TX_CLOSE
+    return _TX_FIXED + len(str(seq))
 
 
 def _surely_fits(count: int, op_max: int | None, max_frame_bytes: int) -> bool:
