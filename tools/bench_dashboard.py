@@ -142,20 +142,9 @@ def _client_process(socket_path: str, prefix: str, count: int, barrier: Any, res
 
 
 def _phases(socket_path: str, processes: int, total: int) -> tuple[float, float]:
-    import multiprocessing
+    from bench.harness import run_forked  # tools/ is this script's directory, so on its path
 
-    context = multiprocessing.get_context("fork")
-    barrier = context.Barrier(processes)
-    results = context.Queue()
-    workers = [
-        context.Process(target=_client_process, args=(socket_path, f"p{n}", total // processes, barrier, results))
-        for n in range(processes)
-    ]
-    for worker in workers:
-        worker.start()
-    spans = [results.get(timeout=600) for _ in workers]
-    for worker in workers:
-        worker.join(60)
+    spans = run_forked(_client_process, (socket_path,), processes, total // processes)
     puts = max(span[1] for span in spans) - min(span[0] for span in spans)
     cycles = max(span[3] for span in spans) - min(span[2] for span in spans)
     return total / puts, total / cycles

@@ -48,7 +48,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench.harness import payload  # noqa: E402  # the bench's own payloads
+from bench.harness import payload, run_forked  # noqa: E402  # the bench's own payloads and process runner
 from bench.server_processes import _Served, open_for_processes  # noqa: E402
 
 from walqueue.cli import Client  # noqa: E402
@@ -151,19 +151,7 @@ def _library_client(kind: str, target: str, prefix: str, count: int, barrier: An
 
 def _run(client: Callable[..., None], args: tuple[Any, ...], puts: int) -> tuple[float, float]:
     """(puts/s, the clients' CPU seconds) for `puts` split over 8 forked processes."""
-    context = multiprocessing.get_context("fork")
-    barrier, results = context.Barrier(PROCESSES), context.Queue()
-    workers = [
-        context.Process(target=client, args=(*args, f"p{n}", puts // PROCESSES, barrier, results))
-        for n in range(PROCESSES)
-    ]
-    for worker in workers:
-        worker.start()
-    spans = [results.get(timeout=600) for _ in workers]
-    for worker in workers:
-        worker.join(60)
-        if worker.exitcode != 0:
-            raise RuntimeError(f"a client exited {worker.exitcode}")
+    spans = run_forked(client, args, PROCESSES, puts // PROCESSES)
     seconds = max(span[1] for span in spans) - min(span[0] for span in spans)
     return puts / seconds, sum(span[2] for span in spans)
 

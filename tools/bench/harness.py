@@ -262,3 +262,39 @@ def pyplot() -> Any:
     except ImportError:
         return None
     return plt
+
+
+def run_forked(target: Callable[..., None], args: tuple[Any, ...], processes: int, per_process: int) -> list[Any]:
+    """What each of `processes` forked processes put on their results queue, once all have exited cleanly.
+
+    Process n runs ``target(*args, f"p{n}", per_process, barrier, results)``:
+    it waits at the barrier (so all start together), does its share and puts
+    one item (its timings) on `results`. A process that dies, or a run past
+    ten minutes, kills the others and raises `RuntimeError`.
+    """
+    import multiprocessing
+    import queue as queue_module
+
+    context = multiprocessing.get_context("fork")
+    barrier, results = context.Barrier(processes), context.Queue()
+    workers = [
+        context.Process(target=target, args=(*args, f"p{n}", per_process, barrier, results)) for n in range(processes)
+    ]
+    for worker in workers:
+        worker.start()
+    items: list[Any] = []
+    give_up = time.monotonic() + 600
+    while len(items) < processes:
+        try:
+            items.append(results.get(timeout=1))
+        except queue_module.Empty:
+            failed = [w.exitcode for w in workers if w.exitcode not in (None, 0)]
+            if failed or time.monotonic() > give_up:
+                for worker in workers:
+                    worker.kill()
+                raise RuntimeError(f"forked processes failed (exit codes {failed})") from None
+    for worker in workers:
+        worker.join(60)
+        if worker.exitcode != 0:
+            raise RuntimeError(f"a forked process exited {worker.exitcode}")
+    return items

@@ -20,7 +20,7 @@ from typing import Any
 from walqueue import Queue
 
 from .backends import SqliteQueue
-from .harness import LEASE_SECONDS, NOW, Context, figure, payload, pyplot, summary
+from .harness import LEASE_SECONDS, NOW, Context, figure, payload, pyplot, run_forked, summary
 
 #: Sizes at each scale (with the run's `reps` unless set here): `ctx.scale` during the run.
 SCALES: dict[str, dict[str, int]] = {
@@ -95,33 +95,10 @@ def _process_worker(kind: str, target: str, prefix: str, count: int, barrier: An
 
 def _run_processes(kind: str, target: str, processes: int, total: int) -> tuple[float, float]:
     """Seconds for `total` durable puts, then `total` reserve+ack cycles, split over `processes`."""
-    import multiprocessing
-    import queue as queue_module
-
-    context = multiprocessing.get_context("fork")
-    barrier = context.Barrier(processes)
-    results = context.Queue()
-    workers = [
-        context.Process(target=_process_worker, args=(kind, target, f"p{n}", total // processes, barrier, results))
-        for n in range(processes)
-    ]
-    for worker in workers:
-        worker.start()
-    spans: list[tuple[float, float, float, float]] = []
-    give_up = time.monotonic() + 600
-    while len(spans) < processes:
-        try:
-            spans.append(results.get(timeout=1))
-        except queue_module.Empty:
-            failed = [w.exitcode for w in workers if w.exitcode not in (None, 0)]
-            if failed or time.monotonic() > give_up:
-                for worker in workers:
-                    worker.kill()
-                raise RuntimeError(f"server_processes: {kind} workers failed (exit codes {failed})") from None
-    for worker in workers:
-        worker.join(60)
-        if worker.exitcode != 0:
-            raise RuntimeError(f"server_processes: {kind} worker exited {worker.exitcode}")
+    try:
+        spans = run_forked(_process_worker, (kind, target), processes, total // processes)
+    except RuntimeError as error:
+        raise RuntimeError(f"server_processes: {kind} workers: {error}") from None
     puts_seconds = max(span[1] for span in spans) - min(span[0] for span in spans)
     cycles_seconds = max(span[3] for span in spans) - min(span[2] for span in spans)
     return puts_seconds, cycles_seconds
