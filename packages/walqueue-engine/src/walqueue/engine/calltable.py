@@ -297,17 +297,18 @@ def _put_items(value: Any, label: str) -> list[dict[str, Any]]:
 
 
 def _encode_put_items(value: Any, label: str) -> list[dict[str, Any]]:
-    """A client's `put_many` argument: an iterable of mappings with `put`'s argument names."""
+    """A client's `put_many` argument: each item checked as `Queue.put_many` checks it, then its request.
+
+    The check is `Queue`'s own (`ops.put_op_from_mapping`, in its order and
+    with its messages), and it applies every rule of `put`'s kinds, so each
+    item's values are then sent as they are (`checked`): walked once.
+    """
     if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
         raise TypeError(f"{label} must be an iterable of mappings, not {type(value).__name__}")
     items = []
-    for index, item in enumerate(value):
-        if not isinstance(item, Mapping):
-            raise TypeError(f"{label}[{index}] must be a mapping, not {type(item).__name__}")
-        try:
-            request = PUT.encode(PUT.bind((), item))
-        except TypeError as error:
-            raise TypeError(f"{label}[{index}]: {error}") from None
+    for item in value:
+        ops.put_op_from_mapping(item, build=False)
+        request = PUT.encode(PUT.bind((), item), checked=True)
         del request["op"]
         items.append(request)
     return items
@@ -323,14 +324,6 @@ _ERROR: Final = _arg("error", "error", keyword=True, default=None)
 
 
 # -- the checks of the calls whose order is not their signature's (clients run them) -------
-
-
-def _put_many_items(tasks: object) -> None:
-    # Each item as `Queue.put_many` reads it: `put`'s keyword names, checked by `put`'s rule.
-    if isinstance(tasks, (str, bytes, Mapping)) or not isinstance(tasks, Iterable):
-        raise TypeError("put_many takes an iterable of mappings")
-    for item in tasks:
-        ops.put_op_from_mapping(dict(item) if isinstance(item, Mapping) else item)
 
 
 def _lease_token(lease: object) -> Lease:
@@ -428,7 +421,6 @@ PUT_MANY: Final = Call[list[str]](
     _answer("task_ids", "str_list"),
     writes=True,
     retry=True,
-    check=_put_many_items,
     summary='many puts in one transaction (a list of put objects without "op")',
 )
 RESERVE: Final = Call[list[Lease]](

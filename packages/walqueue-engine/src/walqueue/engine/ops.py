@@ -150,9 +150,8 @@ def put_op(
 ) -> Op:
     """Validate the arguments of `Queue.put` (`TypeError`/`ValueError`) and build the put's op.
 
-    `build=False` checks only (a client's check): no payload digest, no op JSON.
-
-    A validated put is its op, as every planner's output is. Its payload is
+    `build=False` checks only (a client's check): no payload digest, no op JSON. A validated
+    put is its op, as every planner's output is. Its payload is
     an `_EncodedPayload`: the payload's canonical JSON (bytes, so the caller
     mutating its own dict afterwards changes nothing), the 32-byte identity
     digest that decides whether a retry is identical, and the op's JSON. No
@@ -193,8 +192,8 @@ def put_op(
 _PUT_ARGUMENTS = frozenset({"task_id", "payload", "key", "available_at", "max_attempts"})
 
 
-def put_op_from_mapping(item: object) -> Op:
-    """Validate one `put_many` item: a mapping with exactly `put`'s keyword names.
+def put_op_from_mapping(item: object, build: bool = True) -> Op:
+    """Validate one `put_many` item: a mapping with exactly `put`'s keyword names (`build` as for `put_op`).
 
     A missing `task_id` or `payload`, or any other key, is a `TypeError`,
     as the same mistake in a call to `put` would be.
@@ -216,6 +215,7 @@ def put_op_from_mapping(item: object) -> Op:
         key=item.get("key"),
         available_at=item.get("available_at", 0),
         max_attempts=item.get("max_attempts", 3),
+        build=build,
     )
 
 
