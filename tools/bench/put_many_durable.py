@@ -49,7 +49,10 @@ class _RulesOnly:
 
 
 #: The put_many_durable members that only validate: the baseline's rules, walqueue's own.
-RULES = {"rules_sqlite": sqlite_put_row_from_mapping, "rules_walqueue": put_op_from_mapping}
+RULES: dict[str, Callable[[Any], Any]] = {
+    "rules_sqlite": sqlite_put_row_from_mapping,
+    "rules_walqueue": put_op_from_mapping,
+}
 
 
 def run(ctx: Context) -> dict[str, Any]:
