@@ -31,7 +31,7 @@ from typing import Any, Final
 from walqueue.engine import ops
 from walqueue.engine.callkinds import ANSWER_KINDS, KINDS, MAX_WAIT_SECONDS, AnswerKind, BadArgument, Kind, describe
 from walqueue.engine.paging import check_page_args
-from walqueue.engine.records import STATUSES
+from walqueue.engine.records import check_status_filter
 from walqueue.engine.types import Lease, StaleLease, Task, plain_lease
 from walqueue.engine.validate import MAX_INT, check_error, check_int, check_name
 
@@ -398,11 +398,6 @@ def _cancel(task_id: object, error: object, now: object) -> None:
     check_name(task_id, "task_id")
 
 
-def _tasks(status: object) -> None:
-    if status is not None and (type(status) is not str or status not in STATUSES):
-        raise ValueError(f"status must be one of {', '.join(STATUSES)} or None, not {status!r}")
-
-
 # -- the table -------------------------------------------------------------------------------
 
 PUT: Final = Call[str](
@@ -507,7 +502,7 @@ TASKS: Final = Call[list[Task]](
     (_arg("status", "status", default=None),),
     _answer("tasks", "tasks"),
     writes=False,
-    check=_tasks,
+    check=check_status_filter,  # Queue.tasks's own rule
     summary='every task, or those with status ("ready", "leased", "completed", "dead")',
 )
 STATS: Final = Call[dict[str, Any]](

@@ -41,6 +41,7 @@ __all__ = [
     "Tombstone",
     "decode_payload",
     "check_error_fits",
+    "check_status_filter",
     "expiry_error",
     "identity_digest",
     "last_error_json",
@@ -54,6 +55,13 @@ COMPLETED = "completed"
 DEAD = "dead"
 #: Every status a task can have, in the order `State.counts()` lists them.
 STATUSES: tuple[str, ...] = (READY, LEASED, COMPLETED, DEAD)
+
+
+def check_status_filter(status: object) -> None:
+    """`ValueError` unless `status` is in `STATUSES` or None: `Queue.tasks`'s filter, which clients check too."""
+    if status is not None and (type(status) is not str or status not in STATUSES):
+        raise ValueError(f"status must be one of {', '.join(STATUSES)} or None, not {status!r}")
+
 
 #: The size of a put's identity digest (SHA-256), which starts every record's `digest_and_payload`.
 DIGEST_BYTES = 32

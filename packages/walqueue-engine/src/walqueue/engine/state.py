@@ -79,6 +79,7 @@ from walqueue.engine.records import (
     Record,
     TaskRecord,
     Tombstone,
+    check_status_filter,
     decode_payload,
     identity_digest,
     request_identity,
@@ -173,8 +174,7 @@ class State:
         O(k log k) for the k tasks returned, but for ``"completed"``, which
         walks every task once some are completed (and costs nothing when none is).
         """
-        if status is not None and (type(status) is not str or status not in STATUSES):
-            raise ValueError(f"status must be one of {', '.join(STATUSES)} or None, not {status!r}")
+        check_status_filter(status)
         tasks = self.tasks
         ids: Iterable[str]
         if status is None:
