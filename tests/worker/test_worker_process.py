@@ -263,3 +263,58 @@ def test_a_directory_owned_by_another_process_exits_2_and_says_what_to_do(run_py
         result = run_python(["-m", "walqueue.worker", str(app / "q"), "side_tasks:handle"], cwd=app, env=env)
     assert result.returncode == 2, result.stderr
     assert "DirectoryLocked" in result.stderr and "--socket PATH" in result.stderr
+
+
+def _live_processes_naming(text: str) -> list[str]:
+    """The command lines of live (not zombie) processes that contain `text`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue  # it exited while we looked
+        if text in command and state != "Z":
+            found.append(command)
+    return found
+
+
+@pytest.mark.timeout(120)
+def test_when_the_supervisor_is_sigkilled_its_server_and_workers_stop_on_their_own_holding_no_lease(
+    app: Path, src_pythonpath: str
+) -> None:
+    side_log = app / "side.log"
+    with Queue(app / "q") as producer:
+        producer.put("stuck", {"stuck": True})
+        producer.put_many([{"task_id": f"job-{n:02}", "payload": {"seconds": 0.2}} for n in range(20)])
+    with open(app / "supervisor.log", "w") as output:  # a file: nobody is left to read a pipe once it is killed
+        supervisor = subprocess.Popen(
+            [sys.executable, "-m", "walqueue.worker", str(app / "q"), "side_tasks:handle", "--processes", "2"]
+            + ["--grace", "1"],
+            cwd=app,
+            env=worker_env(src_pythonpath, side_log),
+            stdin=subprocess.DEVNULL,
+            stdout=output,
+            stderr=output,
+        )
+    try:
+        wait_for(lambda: any(" stuck " in line + " " for line in side_lines(side_log, "start")), supervisor)
+        wait_for(lambda: len(side_lines(side_log, "done")) >= 2, supervisor)
+        assert len(_live_processes_naming(str(app / "q"))) == 4  # the supervisor, its server, two workers
+    finally:
+        supervisor.kill()  # no signal is passed on: its children are orphans now
+        supervisor.wait()
+    give_up = time.monotonic() + WAIT
+    while _live_processes_naming(str(app / "q")):
+        assert time.monotonic() < give_up, "orphans left running:\n" + "\n".join(_live_processes_naming(str(app / "q")))
+        time.sleep(0.1)
+    log = (app / "supervisor.log").read_text()
+    assert "the process that started this one is gone" in log
+    with Queue(app / "q") as reopened:  # the server let the directory go
+        assert reopened.stats()["counts"]["leased"] == 0
+        stuck = reopened.get("stuck")
+        assert stuck is not None and (stuck.status, stuck.worker) == ("ready", None)
+        assert stuck.last_error is not None and stuck.last_error.type == "Shutdown"  # released, not left to expire
+    assert not (app / "q" / "worker.sock").exists()

@@ -143,6 +143,11 @@ class Loop:
         #: Set when a request's answer was `Fatal`: the queue is poisoned and the server must stop.
         self.fatal = False
 
+    @property
+    def client_count(self) -> int:
+        """The connections open now (a server told to stop when idle stops when this is 0)."""
+        return len(self._clients)
+
     # -- the turn ------------------------------------------------------------------
 
     def run(self) -> None:

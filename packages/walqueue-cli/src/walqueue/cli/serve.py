@@ -16,7 +16,9 @@ Signals: SIGTERM and SIGINT stop the server gracefully (exit 0). `main`
 points `signal.set_wakeup_fd` at a pipe the loop watches: a signal that
 lands just before the loop sleeps (or on another thread) runs its Python
 handler only once the loop wakes, and without that pipe the loop would
-sleep through it.
+sleep through it. Started by walqueue-worker's supervisor (the hidden
+``--parent-pipe FD``, `walqueue.cli.parentpipe`), it also stops once the
+supervisor is gone and its last client has left.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from collections.abc import Callable, Sequence
 from types import FrameType
 
 from walqueue.cli.listener import SocketInUse
+from walqueue.cli.parentpipe import add_parent_pipe_argument, watch_parent
 from walqueue.cli.server import (
     DEFAULT_MAX_CLIENTS,
     DEFAULT_MODE,
@@ -132,6 +135,7 @@ def _argument_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=version_line("walqueue-serve"))
     add_http_arguments(parser)  # --http HOST:PORT: the dashboard, /metrics and the JSON API (walqueue.dashboard)
+    add_parent_pipe_argument(parser)  # walqueue-worker's supervisor: stop once it is gone and the clients have left
     return parser
 
 
@@ -182,6 +186,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             server.unbind()
             print(f"walqueue-serve: cannot serve the dashboard on {arguments.http}: {error}", file=sys.stderr)
             return EXIT_SOCKET
+    if arguments.parent_pipe is not None:
+        watch_parent(arguments.parent_pipe, server.stop_when_idle)
     wakeup_read, wakeup_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     previous_wakeup = signal.set_wakeup_fd(wakeup_write, warn_on_full_buffer=False)
     try:

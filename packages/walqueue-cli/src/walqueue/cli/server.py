@@ -92,6 +92,7 @@ class Server:
         self._socket_inode: int | None = None
         self._stop_read, self._stop_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._stopping = False
+        self._stop_when_idle = False
         self._exit_status = EXIT_OK
 
     # -- starting --------------------------------------------------------------------
@@ -178,6 +179,19 @@ class Server:
         except OSError:
             pass  # the pipe is full (the loop will wake anyway) or closed (the server stopped)
 
+    def stop_when_idle(self) -> None:
+        """Stop once no client is connected (at once if none is): the supervisor that started this server is gone.
+
+        Its worker processes are stopping too, and release their leases
+        through this server during their grace: stopping now would turn
+        those releases into leases that only expire. Safe from any thread.
+        """
+        self._stop_when_idle = True
+        try:
+            os.write(self._stop_write, b"i")
+        except OSError:
+            pass
+
     def stop(self, status: int = EXIT_OK) -> None:
         """Begin a graceful stop (async-signal-safe enough: a flag and a pipe write)."""
         if status != EXIT_OK:
@@ -207,7 +221,14 @@ class Server:
             os.getpid(),
         )
         pipes = [self._stop_read] if wakeup is None else [self._stop_read, wakeup]
-        loop = Loop(self._queue, self._listener, pipes, limits, lambda: self._stopping, self.request_seconds)
+        loop = Loop(
+            self._queue,
+            self._listener,
+            pipes,
+            limits,
+            lambda: self._stopping or (self._stop_when_idle and loop.client_count == 0),
+            self.request_seconds,
+        )
         try:
             loop.run()
         finally:

@@ -26,6 +26,7 @@ from types import FrameType
 from typing import Any, Final
 
 from walqueue import WalQueueError
+from walqueue.cli.parentpipe import add_parent_pipe_argument, watch_parent
 from walqueue.engine.events import JsonLinesFormatter
 from walqueue.format.cmdline import EX_USAGE, EXIT_CANNOT_OPEN, EXIT_FATAL, EXIT_OK, UsageParser, version_line
 from walqueue.worker.clock import MILLISECONDS
@@ -100,6 +101,7 @@ def _parser() -> UsageParser:
         help="a summary line every S seconds (60; 0: never)",
     )
     parser.add_argument("--hard-timeout", action="store_true", help=argparse.SUPPRESS)
+    add_parent_pipe_argument(parser)  # set by the supervisor: a child stops as on SIGTERM once it is gone
     parser.add_argument("--version", action="version", version=version_line(PROG))
     return parser
 
@@ -183,8 +185,12 @@ def configure_logging(level: str, json_lines: bool) -> None:
     logger.setLevel(level)
 
 
-def until_stopped(target: Any, start: Callable[[], Any]) -> bool:
+def until_stopped(target: Any, start: Callable[[], Any], parent_pipe: int | None = None) -> bool:
     """Call `start`, then block until `target` is done; SIGTERM/SIGINT stop it, a second one with ``now=True``.
+
+    With `parent_pipe` (``--parent-pipe``: a supervisor's child), the end of
+    that pipe (the supervisor is gone) acts as a SIGTERM this process sends
+    itself, so the same stop runs: grace, then release.
 
     The signal handlers are installed before `start` runs, so a signal
     during start-up is acted on once it has started. The handlers only
@@ -207,6 +213,8 @@ def until_stopped(target: Any, start: Callable[[], Any]) -> bool:
 
     previous = {number: signal.signal(number, on_signal) for number in (signal.SIGTERM, signal.SIGINT)}
     previous_fd = signal.set_wakeup_fd(wake_write, warn_on_full_buffer=False)
+    if parent_pipe is not None:
+        watch_parent(parent_pipe, lambda: os.kill(os.getpid(), signal.SIGTERM))
     acted = 0
     try:
         if start() is False:
@@ -306,7 +314,7 @@ def _run_here(directory: str | None, arguments: Any, handler: Callable[..., Any]
             hard_timeout=arguments.hard_timeout,
             summary_every=arguments.summary or None,
         )
-        until_stopped(worker, worker.start)
+        until_stopped(worker, worker.start, parent_pipe=arguments.parent_pipe)
     finally:
         source.close()
     return EXIT_OK if worker.fatal is None else EXIT_FATAL

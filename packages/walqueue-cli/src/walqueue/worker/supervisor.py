@@ -16,6 +16,12 @@ runs its own grace, then releases), then stops the server, and exits 0. A
 second signal is passed on too (children release at once). A child still
 alive `grace + 10` seconds after the first signal is killed; its leases then
 expire as any crashed worker's do.
+
+If the supervisor itself dies without passing a signal on (SIGKILL, an OOM
+kill), its children notice through ``--parent-pipe`` (`walqueue.cli.parentpipe`:
+the read end of a pipe whose write end only the supervisor holds): each
+worker stops as on SIGTERM (grace, then release), and the server stops once
+its last client has left, so nothing is orphaned and no lease is held.
 """
 
 from __future__ import annotations
@@ -57,9 +63,13 @@ class _Child:
     restart_at: float | None = None
     restarts: int = 0
     output: Any = field(default=None, repr=False)
+    #: The descriptors the child inherits (the read end of the supervisor's pipe).
+    pass_fds: tuple[int, ...] = ()
 
     def start(self) -> None:
-        self.process = subprocess.Popen(self.command, stdin=subprocess.DEVNULL, stdout=self.output)
+        self.process = subprocess.Popen(
+            self.command, stdin=subprocess.DEVNULL, stdout=self.output, pass_fds=self.pass_fds
+        )
         self.started = time.monotonic()
         self.restart_at = None
 
@@ -94,12 +104,19 @@ class Supervisor:
         self.directory = directory
         self.socket_path = socket_path
         self.grace = grace
+        # Nothing is written to this pipe: its end (every write end closed) tells the children that
+        # this process is gone. The write end is close-on-exec, so only this process holds it.
+        self._parent_read, self._parent_write = os.pipe()
+        watch = ("--parent-pipe", str(self._parent_read))
+        inherit = (self._parent_read,)
         self.server: _Child | None = None
         if directory is not None:
             command = [sys.executable, "-m", "walqueue.cli.serve", directory, "--socket", socket_path]
-            command += ["--log-level", server_log_level]
-            self.server = _Child("server", command, output=subprocess.DEVNULL)
-        self.children = [_Child(f"worker {number}", command) for number, command in enumerate(children)]
+            command += ["--log-level", server_log_level, *watch]
+            self.server = _Child("server", command, output=subprocess.DEVNULL, pass_fds=inherit)
+        self.children = [
+            _Child(f"worker {number}", [*command, *watch], pass_fds=inherit) for number, command in enumerate(children)
+        ]
         self._stopping = threading.Event()
         self._hurry = threading.Event()
         self._done = threading.Event()
@@ -205,7 +222,16 @@ class Supervisor:
             except subprocess.TimeoutExpired:
                 self.server.signal(signal.SIGKILL)
                 self.server.process.wait()
+        self.close_pipe()
         self._done.set()
+
+    def close_pipe(self) -> None:
+        """Close both ends of the children's pipe (every child has exited, or none was started)."""
+        for fd in (self._parent_read, self._parent_write):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
 
 def _child_command(socket_path: str, spec: str, arguments: Any) -> list[str]:
@@ -243,5 +269,6 @@ def supervise(directory: str | None, socket_path: str | None, spec: str, argumen
     server_log_level = "DEBUG" if arguments.log_level == "DEBUG" else "WARNING"  # its per-client lines are noise here
     supervisor = Supervisor(directory, socket_path, [command] * arguments.processes, arguments.grace, server_log_level)
     if not until_stopped(supervisor, supervisor.start):
+        supervisor.close_pipe()
         return supervisor.exit_status
     return 0
