@@ -31,6 +31,7 @@ figure (target: at least 0.97).
 from __future__ import annotations
 
 import argparse
+import functools
 import io
 import json
 import statistics
@@ -39,7 +40,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 _ROOT = Path(__file__).resolve().parent.parent
 for _dist in ("walqueue-cli", "walqueue-engine", "walqueue-format"):
@@ -90,7 +91,7 @@ def call(app: Dashboard, path: str, query: str = "") -> tuple[int, int]:
         "wsgi.url_scheme": "http",
     }
     status: list[int] = []
-    body = b"".join(app(environ, lambda line, headers, *_: status.append(int(line.split()[0]))))  # type: ignore[arg-type]
+    body = b"".join(app(environ, lambda line, headers, *_: status.append(int(line.split()[0]))))
     return status[0], len(body)
 
 
@@ -365,10 +366,10 @@ def main(argv: list[str] | None = None) -> int:
             "dead of one group": ("/api/dead", f"limit=50&group={group}"),
             "dead groups (reused)": ("/api/dead/groups", ""),
         }
-        figures: dict[str, Any] = {"tasks": arguments.tasks, "dead": dead, "leased": leased, "routes": {}}
+        figures = {"tasks": arguments.tasks, "dead": dead, "leased": leased, "routes": {}}
         worst_bytes = 0
         for name, (path, query) in routes.items():
-            seconds, (status, size) = timed(lambda p=path, q=query: call(app, p, q), arguments.reps)
+            seconds, (status, size) = timed(functools.partial(call, app, path, query), arguments.reps)
             assert status == 200, (name, status)
             worst_bytes = max(worst_bytes, size)
             figures["routes"][name] = {"seconds": seconds, "bytes": size}
@@ -378,12 +379,16 @@ def main(argv: list[str] | None = None) -> int:
         )
         figures["routes"]["dead groups, not reused"] = {"seconds": seconds, "bytes": size}
         print(f"  {'dead groups, not reused':24} {seconds * 1000:9.1f} ms {size:9,} bytes")
-        for status, page_route in (("dead", "dead deep page"), ("leased", "leases deep page")):
-            whole, _ = timed(lambda s=status: queue.tasks(s), max(1, arguments.reps // 2))
+        whole_lists: tuple[tuple[Literal["dead", "leased"], str], ...] = (
+            ("dead", "dead deep page"),
+            ("leased", "leases deep page"),
+        )
+        for listed, page_route in whole_lists:
+            whole, _ = timed(functools.partial(queue.tasks, listed), max(1, arguments.reps // 2))
             page = figures["routes"][page_route]["seconds"]
-            figures[f"whole_{status}_seconds"] = whole
-            figures[f"{status}_page_vs_whole"] = whole / page
-            print(f"  peer: tasks({status!r}) {whole * 1000:9.1f} ms; a page is {whole / page:5.1f}x faster")
+            figures[f"whole_{listed}_seconds"] = whole
+            figures[f"{listed}_page_vs_whole"] = whole / page
+            print(f"  peer: tasks({listed!r}) {whole * 1000:9.1f} ms; a page is {whole / page:5.1f}x faster")
         verdict = "met" if worst_bytes <= MAX_ANSWER_BYTES else "NOT MET"
         print(f"largest answer {worst_bytes:,} bytes (target <= {MAX_ANSWER_BYTES:,}): {verdict}")
         figures["largest_answer_bytes"] = worst_bytes
@@ -405,7 +410,7 @@ def _body(app: Dashboard, path: str) -> bytes:
         "wsgi.input": io.BytesIO(),
         "wsgi.url_scheme": "http",
     }
-    return b"".join(app(environ, lambda *_: None))  # type: ignore[arg-type]
+    return b"".join(app(environ, lambda *_: None))
 
 
 if __name__ == "__main__":
