@@ -6,9 +6,13 @@ side:handle --processes 3 --schedule FILE`` (its supervisor starts
 walqueue-serve and restarts whatever dies), and SIGKILLs a worker process
 or the server at random moments until every task is done. Handlers append
 one line when they start and one when they end to a side log (outside the
-store, in the unit's own directory). Then SIGTERM, and the checks:
+store, in the unit's own directory). Then SIGTERM, or in a third of the
+units SIGKILL to the supervisor itself, and the checks:
 
-- the supervisor exits 0, and the store holds no lease;
+- the supervisor exits 0 (after SIGTERM); after SIGKILL, every process it
+  started stops on its own within a bound (its workers as on SIGTERM, its
+  server once they have left);
+- the store holds no lease;
 - every task is completed, or dead with its last error, as `max_attempts`
   allows: dead only with a `Permanent` error, or with its attempts used up;
   completed only if a run of it ended well;
@@ -79,6 +83,8 @@ KINDS = ("ok", "ok", "slow", "flaky", "fail", "permanent")
 TASKS_PER_UNIT = 40
 TICK_SECONDS = 1
 UNIT_SECONDS = 60.0  # a unit that has not finished by then is a divergence (something is stuck)
+SUPERVISOR_KILL_SHARE = 1 / 3  # the units that end with SIGKILL to the supervisor instead of SIGTERM
+ORPHAN_SECONDS = 30.0  # how long a SIGKILLed supervisor's processes may take to stop on their own
 
 
 @dataclass
@@ -90,7 +96,7 @@ class Unit:
     report: Report
     where: str
     killed: set[int] = field(default_factory=set)
-    stopped: set[int] = field(default_factory=set)  # the worker processes that got the final SIGTERM
+    stopped: set[int] = field(default_factory=set)  # the worker processes that got (or sent themselves) the stop
     completed_seen: set[str] = field(default_factory=set)
     started: float = 0.0
 
@@ -219,16 +225,51 @@ def _run_unit(unit: Unit) -> None:
             if unit.rng.random() < 0.6:
                 _kill_one(unit, supervisor)
         unit.stopped = {pid for pid, command in _children(supervisor.pid) if "walqueue.worker" in command}
-        supervisor.send_signal(signal.SIGTERM)
-        status = supervisor.wait(30)
-        if status != 0:
-            unit.report.diverge(f"{unit.where}: the supervisor exited {status} after SIGTERM")
+        if unit.rng.random() < SUPERVISOR_KILL_SHARE:
+            _kill_supervisor(unit, supervisor)
+        else:
+            supervisor.send_signal(signal.SIGTERM)
+            status = supervisor.wait(30)
+            if status != 0:
+                unit.report.diverge(f"{unit.where}: the supervisor exited {status} after SIGTERM")
     finally:
         if supervisor.poll() is None:
             os.killpg(supervisor.pid, signal.SIGKILL)
             supervisor.wait()
     elapsed = time.time() - unit.started
     _check(unit, tasks, elapsed)
+
+
+def _kill_supervisor(unit: Unit, supervisor: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the supervisor: nobody passes a signal on, and its server and workers must still stop by themselves."""
+    group = supervisor.pid  # started with start_new_session: its children are in its process group
+    supervisor.kill()
+    supervisor.wait()
+    unit.report.count("supervisor kills")
+    give_up = time.monotonic() + ORPHAN_SECONDS
+    while _group_alive(group):
+        if time.monotonic() > give_up:
+            unit.report.diverge(
+                f"{unit.where}: {ORPHAN_SECONDS:.0f} s after the supervisor's SIGKILL, its children run"
+            )
+            os.killpg(group, signal.SIGKILL)
+            return
+        time.sleep(0.05)
+
+
+def _group_alive(group: int) -> bool:
+    """Whether a live (not zombie) process is in process group `group`."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if len(fields) > 2 and fields[0] != b"Z" and int(fields[2]) == group:
+            return True
+    return False
 
 
 def _side_runs(unit: Unit) -> tuple[dict[tuple[str, int, int], str | None], list[str]]:
