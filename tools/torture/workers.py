@@ -36,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -159,20 +160,30 @@ def _start(unit: Unit) -> subprocess.Popen[bytes]:
     )
 
 
-def _children(parent: int) -> list[tuple[int, str]]:
-    """The live child processes of `parent`: (pid, command line)."""
-    found = []
+def _live_processes() -> Iterator[tuple[int, int, int]]:
+    """Every live (not zombie) process: (pid, its parent's pid, its process group), from /proc/PID/stat."""
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             with open(f"/proc/{entry}/stat", "rb") as stat:
-                fields = stat.read().rsplit(b")", 1)[1].split()
-            if int(fields[1]) != parent or fields[0] == b"Z":
-                continue
-            with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
-                found.append((int(entry), cmdline.read().replace(b"\0", b" ").decode(errors="replace")))
+                fields = stat.read().rsplit(b")", 1)[1].split()  # after the command name: state, ppid, pgrp, ...
+            if fields[0] != b"Z":
+                yield int(entry), int(fields[1]), int(fields[2])
         except (OSError, IndexError, ValueError):
+            continue  # it exited while we looked
+
+
+def _children(parent: int) -> list[tuple[int, str]]:
+    """The live child processes of `parent`: (pid, command line)."""
+    found = []
+    for pid, its_parent, _ in _live_processes():
+        if its_parent != parent:
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+                found.append((pid, cmdline.read().replace(b"\0", b" ").decode(errors="replace")))
+        except OSError:
             continue
     return found
 
@@ -259,17 +270,7 @@ def _kill_supervisor(unit: Unit, supervisor: subprocess.Popen[bytes]) -> None:
 
 def _group_alive(group: int) -> bool:
     """Whether a live (not zombie) process is in process group `group`."""
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as stat:
-                fields = stat.read().rsplit(b")", 1)[1].split()
-        except OSError:
-            continue
-        if len(fields) > 2 and fields[0] != b"Z" and int(fields[2]) == group:
-            return True
-    return False
+    return any(its_group == group for _, _, its_group in _live_processes())
 
 
 def _side_runs(unit: Unit) -> tuple[dict[tuple[str, int, int], str | None], list[str]]:
