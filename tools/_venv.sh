@@ -32,7 +32,7 @@ import sys
 root = pathlib.Path(sys.argv[1])
 print(sys.executable)
 print(sys.version.replace("\n", " "))
-inputs = ["requirements-test.txt"] + [
+inputs = ["requirements-test.txt", "requirements-docs.txt"] + [
     f"packages/{name}/pyproject.toml" for name in ("walqueue-format", "walqueue-engine", "walqueue-cli")
 ]
 for rel in inputs:
@@ -53,6 +53,7 @@ PY
     PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1 \
         "$WALQUEUE_VENV/bin/python" -m pip install --quiet \
         -r "$WALQUEUE_ROOT/requirements-test.txt" \
+        -r "$WALQUEUE_ROOT/requirements-docs.txt" \
         -e "$WALQUEUE_ROOT/packages/walqueue-format" \
         -e "$WALQUEUE_ROOT/packages/walqueue-engine" \
         -e "$WALQUEUE_ROOT/packages/walqueue-cli" || return 1

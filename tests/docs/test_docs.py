@@ -5,7 +5,7 @@
 - every `python tools/NAME.py ...` (or `python tools/PACKAGE ...`) command quoted there names a real script,
   and each of its options is one the script's `--help` lists; likewise the
   options quoted for `walqueue-fsck` and `walqueue`;
-- the README's command-line session and the CLI README's example are run
+- the consumer guide's command-line session and the CLI README's example are run
   against the consumer and must answer exactly what they show;
 - the README keeps exactly two commands for a newcomer, and the demo runs
   from the source tree without any install, saying what it does first.
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from conftest import RunPython
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-DOCS = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
+DOCS = [REPO_ROOT / "README.md", *sorted(p for p in (REPO_ROOT / "docs").rglob("*.md") if "_build" not in p.parts)]
 PACKAGE_READMES = sorted((REPO_ROOT / "packages").glob("*/README.md"))
 
 
@@ -125,8 +125,8 @@ def consumer(directory: Path, requests: str, src_pythonpath: str) -> list[str]:
     return result.stdout.splitlines()
 
 
-def test_the_readme_session_answers_exactly_as_shown(tmp_path: Path, src_pythonpath: str) -> None:
-    (session,) = [b for b in blocks(REPO_ROOT / "README.md") if b.startswith("> {")]
+def test_the_consumer_guide_session_answers_exactly_as_shown(tmp_path: Path, src_pythonpath: str) -> None:
+    (session,) = [b for b in blocks(REPO_ROOT / "docs" / "guide" / "consumer.md") if b.startswith("> {")]
     requests = [line[2:] for line in session.splitlines() if line.startswith("> ")]
     answers = [line[2:] for line in session.splitlines() if line.startswith("< ")]
     assert len(requests) == len(answers) >= 10

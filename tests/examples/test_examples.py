@@ -5,7 +5,7 @@ directories on through PYTHONPATH, or nothing when pytest tests installed
 copies) on a fresh directory; the test then opens that directory with
 `Queue` and checks what the script's docstring says it leaves. Running an
 example a second time must write nothing: their puts are identical retries.
-The command-line session pasted in README.md is replayed here too.
+The command-line session pasted in docs/guide/consumer.md is replayed here too.
 """
 
 from __future__ import annotations
@@ -149,10 +149,10 @@ def test_an_example_without_a_directory_argument_exits_2(run_python: RunPython, 
 
 
 def test_the_readme_cli_session_is_what_the_consumer_answers(run_python: RunPython, tmp_path: Path) -> None:
-    # README.md pastes a real session; replaying its requests on a new
-    # directory must give exactly its answers, so that the page cannot drift.
-    readme = (EXAMPLES.parent / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## The command-line consumer", 1)[1].split("\n## ", 1)[0]
+    # The consumer's guide pastes a real session; replaying its requests on a
+    # new directory must give exactly its answers, so that the page cannot drift.
+    guide = (EXAMPLES.parent / "docs" / "guide" / "consumer.md").read_text(encoding="utf-8")
+    section = guide.split("# The command-line consumer", 1)[1].split("\n## ", 1)[0]
     session = section.split("```\n", 2)[1]
     requests = [line[2:] for line in session.splitlines() if line.startswith("> ")]
     answers = [line[2:] for line in session.splitlines() if line.startswith("< ")]

@@ -74,7 +74,7 @@ def test_help_documents_the_not_a_store_status(run_python: RunPython) -> None:
     assert "\n  3 " in section and "not a WALQueue store" in section
 
 
-def test_the_readme_exit_code_table_lists_not_a_store() -> None:
-    table = (REPO_ROOT / "README.md").read_text().split("## Exit codes")[1].split("\n\n")[2]
+def test_the_operating_guide_exit_code_table_lists_not_a_store() -> None:
+    table = (REPO_ROOT / "docs" / "guide" / "operating.md").read_text().split("## Exit codes")[1].split("\n\n")[2]
     [row] = [line for line in table.splitlines() if line.startswith("| 3 |")]
     assert "not a WALQueue store" in row

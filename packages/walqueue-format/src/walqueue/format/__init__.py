@@ -5,6 +5,7 @@ and nothing of tasks or leases, so that an offline tool (`walqueue-fsck`) or
 a reader in another language can be built on it alone. See docs/FORMAT.md.
 
 Reader API for offline tools:
+
 - `read_current(directory)` -> `Current | None`
 - `SnapshotReader(path, expected_size=..., expected_sha256=...)` with `.seq`,
   `.count` and `.records()`
