@@ -33,7 +33,7 @@ from multiprocessing.synchronize import Event
 from pathlib import Path
 from typing import Any
 
-from walqueue.cli import Client
+from walqueue.client import Client
 from walqueue.worker import Worker
 
 

@@ -24,7 +24,7 @@ from typing import Any
 from test_cli_process import child_environment
 
 from walqueue import Queue
-from walqueue.cli.protocol import LineReader, encode_answer, respond
+from walqueue.protocol.requests import LineReader, encode_answer, respond
 
 START_TIMEOUT = 30.0
 STOP_TIMEOUT = 30.0

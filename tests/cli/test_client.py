@@ -20,7 +20,7 @@ from servers import FlakyServer, ServerProcess, running_server
 
 from model import Model, render
 from walqueue import KeyConflict, Lease, Queue, QueueClosed, StaleLease, Task
-from walqueue.cli import AsyncClient, Client
+from walqueue.client import AsyncClient, Client
 
 pytestmark = pytest.mark.timeout(120)
 

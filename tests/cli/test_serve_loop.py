@@ -176,7 +176,7 @@ def test_many_parked_waits_are_all_woken_by_one_commit(server: ServerProcess) ->
 
 _FAILING_FSYNC_SERVER = """
 import errno, os, sys
-from walqueue.cli.serve import main
+from walqueue.serve.cli import main
 
 real_fsync, flag = os.fsync, sys.argv[3]
 
@@ -247,7 +247,7 @@ def test_a_half_closed_client_still_gets_its_wait_answered(server: ServerProcess
 
 
 def test_the_metrics_answer_counts_the_served_requests_by_op(server: ServerProcess) -> None:
-    from walqueue.cli import Client
+    from walqueue.client import Client
 
     with Client(server.socket_path) as client:
         for number in range(3):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from walqueue.cli import Client
+from walqueue.client import Client
 
 pytestmark = pytest.mark.timeout(120)
 

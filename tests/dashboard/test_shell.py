@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from walqueue.cli import Client
 from walqueue.cli.shell import ShellExit
+from walqueue.client import Client
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from walqueue.cli import Client
+from walqueue.client import Client
 from walqueue.worker import Context, Job, Worker
 
 pytestmark = pytest.mark.timeout(120)

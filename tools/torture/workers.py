@@ -208,7 +208,7 @@ def _kill_one(unit: Unit, supervisor: subprocess.Popen[bytes]) -> None:
 
 def _progress(unit: Unit, tasks: dict[str, dict[str, Any]]) -> bool:
     """Whether every put task is completed or dead (asked of the server; False while it is away)."""
-    from walqueue.cli.client import Client
+    from walqueue.client import Client
 
     try:
         with Client(unit.store / "worker.sock", timeout=5, reconnect_seconds=0.5) as client:

@@ -43,7 +43,7 @@ from typing import Any
 
 from walqueue.engine import events, ops, paging
 from walqueue.engine.autocompact import Compactor
-from walqueue.engine.calls import OPEN_GUARDS, Batch, CallGuard
+from walqueue.engine.callguard import OPEN_GUARDS, Batch, CallGuard
 from walqueue.engine.commits import CommitNotices
 from walqueue.engine.durability import Durability
 from walqueue.engine.metrics import Metrics, MetricsReading

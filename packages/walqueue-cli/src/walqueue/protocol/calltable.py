@@ -29,11 +29,11 @@ from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, Final
 
 from walqueue.engine import ops
-from walqueue.engine.callkinds import ANSWER_KINDS, KINDS, MAX_WAIT_SECONDS, AnswerKind, BadArgument, Kind, describe
 from walqueue.engine.paging import check_page_args
 from walqueue.engine.records import check_status_filter
 from walqueue.engine.types import Lease, StaleLease, Task, plain_lease
 from walqueue.engine.validate import MAX_INT, check_error, check_int, check_name
+from walqueue.protocol.callkinds import ANSWER_KINDS, KINDS, MAX_WAIT_SECONDS, AnswerKind, BadArgument, Kind, describe
 
 __all__ = [
     "ACK",

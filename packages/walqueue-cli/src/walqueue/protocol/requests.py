@@ -47,9 +47,9 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO, Final
 
 from walqueue import KeyConflict, StaleLease, WrongStatus
-from walqueue.cli.lines import MAX_LINE_BYTES, OVERLONG, LineReader, discard_line, read_bounded_line
-from walqueue.engine.callkinds import MAX_WAIT_SECONDS, BadArgument, describe
-from walqueue.engine.calltable import CALLS, Call
+from walqueue.protocol.callkinds import MAX_WAIT_SECONDS, BadArgument, describe
+from walqueue.protocol.calltable import CALLS, Call
+from walqueue.protocol.lines import MAX_LINE_BYTES, OVERLONG, LineReader, discard_line, read_bounded_line
 
 __all__ = [
     "MAX_DEPTH",

@@ -25,12 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from walqueue import CorruptStore, DirectoryLocked, Queue, WalQueueError
-from walqueue.cli.eventloop import DEFAULT_TURN_CAP, Limits, Loop
-from walqueue.cli.lines import MAX_LINE_BYTES
-from walqueue.cli.listener import SocketInUse, bind_socket, remove_socket_file
-from walqueue.engine.calltable import CALLS
 from walqueue.engine.metrics import RequestSeconds
 from walqueue.format.cmdline import EXIT_CANNOT_OPEN, EXIT_FATAL, EXIT_OK
+from walqueue.protocol.calltable import CALLS
+from walqueue.protocol.lines import MAX_LINE_BYTES
+from walqueue.serve.eventloop import DEFAULT_TURN_CAP, Limits, Loop
+from walqueue.serve.listener import SocketInUse, bind_socket, remove_socket_file
 
 __all__ = [
     "DEFAULT_MAX_CLIENTS",

@@ -29,7 +29,7 @@ from collections import deque
 from dataclasses import KW_ONLY, InitVar, dataclass, field
 from typing import Any, Final
 
-from walqueue.cli.lines import OVERLONG, LineReader, RequestLine
+from walqueue.protocol.lines import OVERLONG, LineReader, RequestLine
 
 __all__ = ["INPUT_LIMIT", "OUTPUT_LIMIT", "Conversation", "Line"]
 

@@ -21,9 +21,9 @@ from collections.abc import Awaitable, Iterable, Mapping
 from typing import Any, Unpack
 
 from walqueue import Lease, QueueClosed, Task
-from walqueue.cli.exchange import ClientSettings, Exchange, Outcome, ServerError
-from walqueue.cli.shaping import OutgoingCall, PutOptions, named, outgoing
-from walqueue.engine import calltable as calls
+from walqueue.protocol import calltable as calls
+from walqueue.protocol.exchange import ClientSettings, Exchange, Outcome, ServerError
+from walqueue.protocol.shaping import OutgoingCall, PutOptions, named, outgoing
 
 __all__ = ["AsyncClient"]
 

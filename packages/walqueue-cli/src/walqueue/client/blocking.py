@@ -41,10 +41,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Unpack
 
 from walqueue import Lease, QueueClosed, Task
-from walqueue.cli.aclient import AsyncClient
-from walqueue.cli.exchange import ClientSettings, Exchange, Outcome, RetryRule, ServerError
-from walqueue.cli.shaping import OutgoingCall, PutOptions, named, outgoing
-from walqueue.engine import calltable as calls
+from walqueue.client.asynchronous import AsyncClient
+from walqueue.protocol import calltable as calls
+from walqueue.protocol.exchange import ClientSettings, Exchange, Outcome, RetryRule, ServerError
+from walqueue.protocol.shaping import OutgoingCall, PutOptions, named, outgoing
 
 __all__ = ["AsyncClient", "Client", "Pipeline", "ServerError"]
 

@@ -46,10 +46,10 @@ from time import perf_counter
 from typing import Any, Final
 
 from walqueue import Queue, QueueClosed
-from walqueue.cli.conversation import Conversation
-from walqueue.cli.lines import OVERLONG, RequestLine
-from walqueue.cli.listener import peer_of
-from walqueue.cli.protocol import (
+from walqueue.engine.metrics import RequestSeconds
+from walqueue.protocol.calltable import CALLS
+from walqueue.protocol.lines import OVERLONG, RequestLine
+from walqueue.protocol.requests import (
     NO_ID,
     BadRequest,
     bad_request_answer,
@@ -61,8 +61,8 @@ from walqueue.cli.protocol import (
     parse_request,
     success_answer,
 )
-from walqueue.engine.calltable import CALLS
-from walqueue.engine.metrics import RequestSeconds
+from walqueue.serve.conversation import Conversation
+from walqueue.serve.listener import peer_of
 
 __all__ = ["DEFAULT_TURN_CAP", "Limits", "Loop"]
 

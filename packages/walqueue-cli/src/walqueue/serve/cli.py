@@ -32,9 +32,11 @@ import sys
 from collections.abc import Callable, Sequence
 from types import FrameType
 
-from walqueue.cli.listener import SocketInUse
-from walqueue.cli.parentpipe import add_parent_pipe_argument, watch_parent
-from walqueue.cli.server import (
+from walqueue.dashboard.http import add_http_arguments, http_options, start_dashboard
+from walqueue.format.cmdline import EX_USAGE, EXIT_CANNOT_OPEN, EXIT_FATAL, EXIT_OK, UsageParser, version_line
+from walqueue.serve.listener import SocketInUse
+from walqueue.serve.parentpipe import add_parent_pipe_argument, watch_parent
+from walqueue.serve.server import (
     DEFAULT_MAX_CLIENTS,
     DEFAULT_MODE,
     DEFAULT_WRITE_TIMEOUT,
@@ -42,8 +44,6 @@ from walqueue.cli.server import (
     Server,
     StartFailed,
 )
-from walqueue.dashboard.http import add_http_arguments, http_options, start_dashboard
-from walqueue.format.cmdline import EX_USAGE, EXIT_CANNOT_OPEN, EXIT_FATAL, EXIT_OK, UsageParser, version_line
 
 __all__ = ["DEFAULT_MAX_CLIENTS", "DEFAULT_MODE", "EXIT_USAGE", "Server", "SocketInUse", "main"]
 

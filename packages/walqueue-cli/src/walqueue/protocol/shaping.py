@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
-from walqueue.engine.calltable import CALLS, Call
+from walqueue.protocol.calltable import CALLS, Call
 
 __all__ = ["OutgoingCall", "PutOptions", "named", "outgoing"]
 
