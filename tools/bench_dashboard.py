@@ -159,7 +159,7 @@ class _Watched:
         import threading
 
         self.socket_path = str(place / "s")
-        command = [sys.executable, "-m", "walqueue.cli.serve", str(place / "q"), "--socket", self.socket_path]
+        command = [sys.executable, "-m", "walqueue.serve", str(place / "q"), "--socket", self.socket_path]
         self.inside = (
             dashboard
             and "--http"

@@ -1,4 +1,4 @@
-"""`walqueue.cli.Client`: Queue's API over the socket, and what it retries.
+"""`walqueue.client.Client`: Queue's API over the socket, and what it retries.
 
 Most tests run a real `walqueue-serve`; the retry rules use `FlakyServer`,
 an in-process server that runs each request on a real `Queue` and then may

@@ -26,6 +26,7 @@ NOT_CALLS = {
     "close": "the front end owns the queue's life",
     "batch": "a front end's own grouping of calls",
     "last_seq": "a property; clients derive it from stats",
+    "attach_request_seconds": "the serving front end shows its own request durations in metrics()",
 }
 
 

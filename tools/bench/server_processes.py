@@ -126,7 +126,7 @@ class _Served:
 
         roots = [str(Path(entry).parent) for entry in walqueue.__path__]
         env["PYTHONPATH"] = os.pathsep.join(roots + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-        command = [sys.executable, "-m", "walqueue.cli.serve", str(directory), "--socket", self.socket_path]
+        command = [sys.executable, "-m", "walqueue.serve", str(directory), "--socket", self.socket_path]
         command += ["--log-level", "WARNING"]
         if not sync:
             command = [sys.executable, "-c", _UNSYNCED_SERVER, str(directory), self.socket_path]

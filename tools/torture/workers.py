@@ -190,7 +190,7 @@ def _children(parent: int) -> list[tuple[int, str]]:
 
 def _kill_one(unit: Unit, supervisor: subprocess.Popen[bytes]) -> None:
     children = _children(supervisor.pid)
-    servers = [pid for pid, command in children if "walqueue.cli.serve" in command]
+    servers = [pid for pid, command in children if "walqueue.serve" in command]
     workers = [pid for pid, command in children if "walqueue.worker" in command]
     if servers and unit.rng.random() < 0.3:
         target, what = servers[0], "server kills"

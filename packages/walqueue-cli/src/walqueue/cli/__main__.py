@@ -1,7 +1,7 @@
 """The consumer process: `python -m walqueue.cli DIRECTORY` (script `walqueue`).
 
 This module only moves bytes and picks exit codes; what a line means and what
-its answer says is `walqueue.cli.protocol`. It is meant to be driven as a
+its answer says is `walqueue.protocol.requests`. It is meant to be driven as a
 co-process through pipes, so it reads with `readline` on the binary stream
 (no read-ahead waits for more input than one line) and flushes every answer
 before reading the next request.

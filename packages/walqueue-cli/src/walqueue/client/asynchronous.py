@@ -1,6 +1,6 @@
 """`AsyncClient`: `Client` for asyncio, with any number of calls in flight on one connection.
 
-The bytes are `walqueue.cli.exchange.Exchange`'s, as for `Client`; this
+The bytes are `walqueue.protocol.exchange.Exchange`'s, as for `Client`; this
 module only moves them with asyncio's readiness callbacks. Calls share one
 connection (the server answers in order, so no call waits for a round trip
 of its own), except `wait`, which takes a connection of its own so that a

@@ -3,7 +3,7 @@
 Code moves between `Queue(directory)` and `Client(socket_path)` by changing
 the constructor: the methods, their arguments, their return types (`Lease`,
 `Task`) and their exceptions are the same. Arguments are checked here by the
-engine's own rules (`walqueue.cli.shaping`), so a bad one raises what
+engine's own rules (`walqueue.protocol.shaping`), so a bad one raises what
 `Queue` raises, before anything is sent. What differs:
 
 - A lost connection. A call is *sent* once its whole line reached the

@@ -9,7 +9,7 @@ whether it blocks until another client commits (`blocks`: a front end
 serves it with its own waiter, a server parks it).
 
 Derived from it: the protocol's request table, its validation and its
-answers (`walqueue.cli.protocol`); the consumer's ``--help`` list; the
+answers (`walqueue.protocol.requests`); the consumer's ``--help`` list; the
 clients' checks (a row's `check`: `Queue`'s order where it is not the
 signature's), requests, answers and retry rule, and so every client's
 generic ``call(name, ...)``; the lists the tests iterate over. `Queue`'s

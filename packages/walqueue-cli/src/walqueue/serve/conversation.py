@@ -1,6 +1,6 @@
 """One connection's side of the protocol as bytes in and bytes out, with no I/O of its own (the h11 way).
 
-The event loop (`walqueue.cli.eventloop`) owns the sockets; a `Conversation`
+The event loop (`walqueue.serve.eventloop`) owns the sockets; a `Conversation`
 holds what a connection sent but was not yet executed and what it was
 answered but did not yet read, and says what the loop may do next:
 

@@ -18,7 +18,7 @@ alive `grace + 10` seconds after the first signal is killed; its leases then
 expire as any crashed worker's do.
 
 If the supervisor itself dies without passing a signal on (SIGKILL, an OOM
-kill), its children notice through ``--parent-pipe`` (`walqueue.cli.parentpipe`:
+kill), its children notice through ``--parent-pipe`` (`walqueue.serve.parentpipe`:
 the read end of a pipe whose write end only the supervisor holds): each
 worker stops as on SIGTERM (grace, then release), and the server stops once
 its last client has left, so nothing is orphaned and no lease is held.
@@ -111,7 +111,7 @@ class Supervisor:
         inherit = (self._parent_read,)
         self.server: _Child | None = None
         if directory is not None:
-            command = [sys.executable, "-m", "walqueue.cli.serve", directory, "--socket", socket_path]
+            command = [sys.executable, "-m", "walqueue.serve", directory, "--socket", socket_path]
             command += ["--log-level", server_log_level, *watch]
             self.server = _Child("server", command, output=subprocess.DEVNULL, pass_fds=inherit)
         self.children = [
