@@ -42,6 +42,7 @@ from walqueue.format.canonical import canonical_json
 from walqueue.format.current import Current, publish_current, write_current_tmp
 from walqueue.format.errors import CorruptStore, WalQueueError
 from walqueue.format.frame import DIGEST_BYTES, LENGTH_BYTES
+from walqueue.format.fsck.check import check
 from walqueue.format.fsutil import fsync_directory, write_all
 from walqueue.format.jsonfields import FieldsJson, fields_json
 from walqueue.format.names import snapshot_name, wal_name
@@ -178,8 +179,6 @@ def salvage(
     history at all) or `OSError`; `CorruptStore` if a kept frame changed
     since the survey.
     """
-    from walqueue.format.fsck.check import check  # fsck's cli imports this module: imported here, not at the top
-
     source_dir, found, plan = _surveyed(directory, options)
     out_dir = os.fspath(out)
     _refuse_unsalvageable(source_dir, plan)
