@@ -276,7 +276,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if arguments.processes is not None:
         from walqueue.worker.supervisor import supervise
 
-        return supervise(directory, arguments.socket, spec, arguments)
+        return supervise(directory, arguments.socket, spec, arguments, prog=PROG, until_stopped=until_stopped)
     return _run_here(directory, arguments, handler, schedule)
 
 

@@ -33,6 +33,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -250,16 +251,26 @@ def _child_command(socket_path: str, spec: str, arguments: Any) -> list[str]:
     return command
 
 
-def supervise(directory: str | None, socket_path: str | None, spec: str, arguments: Any) -> int:
-    """Run P children (and the server, for a directory) until SIGTERM/SIGINT; returns the exit status."""
-    from walqueue.worker.cli import PROG, until_stopped
+def supervise(
+    directory: str | None,
+    socket_path: str | None,
+    spec: str,
+    arguments: Any,
+    *,
+    prog: str,
+    until_stopped: Callable[[Any, Callable[[], Any]], bool],
+) -> int:
+    """Run P children (and the server, for a directory) until SIGTERM/SIGINT; returns the exit status.
 
+    `prog` and `until_stopped` are the command's (`walqueue.worker.cli`), which
+    calls this: passed in, so that this module does not import its caller.
+    """
     if socket_path is None:
         assert directory is not None
         socket_path = os.path.join(os.path.abspath(directory), SOCKET_NAME)
         if len(os.fsencode(socket_path)) > _MAX_SOCKET_PATH:
             print(
-                f"{PROG}: the socket path {socket_path} is longer than a Unix socket allows "
+                f"{prog}: the socket path {socket_path} is longer than a Unix socket allows "
                 f"({_MAX_SOCKET_PATH} bytes): start walqueue-serve with a shorter --socket yourself "
                 "and run walqueue-worker --socket PATH",
                 file=sys.stderr,
