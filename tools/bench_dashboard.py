@@ -124,7 +124,7 @@ def _environment() -> dict[str, str]:
 
 
 def _client_process(socket_path: str, prefix: str, count: int, barrier: Any, results: Any) -> None:
-    from walqueue.cli import Client
+    from walqueue.client import Client
 
     with Client(socket_path, timeout=120) as client:
         barrier.wait()
@@ -159,7 +159,7 @@ class _Watched:
         import threading
 
         self.socket_path = str(place / "s")
-        command = [sys.executable, "-m", "walqueue.cli.serve", str(place / "q"), "--socket", self.socket_path]
+        command = [sys.executable, "-m", "walqueue.serve", str(place / "q"), "--socket", self.socket_path]
         self.inside = (
             dashboard
             and "--http"
@@ -174,7 +174,7 @@ class _Watched:
         if dashboard and not self.inside:
             script = (
                 "import sys, time\n"
-                "from walqueue.cli import Client\n"
+                "from walqueue.client import Client\n"
                 "from walqueue.dashboard import Dashboard, serve_in_thread\n"
                 "app = Dashboard(Client(sys.argv[1]))\n"
                 "running = serve_in_thread(app, '127.0.0.1', 0, sample=app.sample)\n"

@@ -51,7 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench.harness import payload, run_forked  # noqa: E402  # the bench's own payloads and process runner
 from bench.server_processes import _Served, open_for_processes  # noqa: E402
 
-from walqueue.cli import Client  # noqa: E402
+from walqueue.client import Client  # noqa: E402
 
 PROCESSES = 8
 

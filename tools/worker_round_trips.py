@@ -33,7 +33,7 @@ from multiprocessing.synchronize import Event
 from pathlib import Path
 from typing import Any
 
-from walqueue.cli import Client
+from walqueue.client import Client
 from walqueue.worker import Worker
 
 
@@ -91,7 +91,7 @@ def measure(tasks: int, processes: int, prefetch: int | None) -> dict[str, Any]:
     place = Path(tempfile.mkdtemp(prefix="wq-", dir="/tmp"))
     socket_path = str(place / "s")
     server = subprocess.Popen(
-        [sys.executable, "-m", "walqueue.cli.serve", str(place / "q"), "--socket", socket_path],
+        [sys.executable, "-m", "walqueue.serve", str(place / "q"), "--socket", socket_path],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

@@ -13,7 +13,7 @@ import pytest
 from servers import FlakyServer, ServerProcess, running_server, short_directory
 
 from walqueue import Queue
-from walqueue.cli import Client
+from walqueue.client import Client
 
 
 @pytest.fixture

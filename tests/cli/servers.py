@@ -24,7 +24,7 @@ from typing import Any
 from test_cli_process import child_environment
 
 from walqueue import Queue
-from walqueue.cli.protocol import LineReader, encode_answer, respond
+from walqueue.protocol.requests import LineReader, encode_answer, respond
 
 START_TIMEOUT = 30.0
 STOP_TIMEOUT = 30.0
@@ -41,13 +41,13 @@ def short_directory() -> Iterator[Path]:
 
 
 class ServerProcess:
-    """One `python -m walqueue.cli.serve DIR --socket PATH`; `ready` once it printed its line."""
+    """One `python -m walqueue.serve DIR --socket PATH`; `ready` once it printed its line."""
 
     def __init__(self, directory: Path | str, socket_path: Path | str, *options: str) -> None:
         self.directory = Path(directory)
         self.socket_path = str(socket_path)
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "walqueue.cli.serve", str(directory), "--socket", self.socket_path, *options],
+            [sys.executable, "-m", "walqueue.serve", str(directory), "--socket", self.socket_path, *options],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=child_environment(),
@@ -138,7 +138,7 @@ def wait_until(predicate: Any, timeout: float = 10.0, what: str = "condition") -
 
 
 def serve_command(directory: Path | str, socket_path: Path | str, *options: str) -> Sequence[str]:
-    return [sys.executable, "-m", "walqueue.cli.serve", str(directory), "--socket", str(socket_path), *options]
+    return [sys.executable, "-m", "walqueue.serve", str(directory), "--socket", str(socket_path), *options]
 
 
 __all__ = [

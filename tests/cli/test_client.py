@@ -1,4 +1,4 @@
-"""`walqueue.cli.Client`: Queue's API over the socket, and what it retries.
+"""`walqueue.client.Client`: Queue's API over the socket, and what it retries.
 
 Most tests run a real `walqueue-serve`; the retry rules use `FlakyServer`,
 an in-process server that runs each request on a real `Queue` and then may
@@ -20,7 +20,7 @@ from servers import FlakyServer, ServerProcess, running_server
 
 from model import Model, render
 from walqueue import KeyConflict, Lease, Queue, QueueClosed, StaleLease, Task
-from walqueue.cli import AsyncClient, Client
+from walqueue.client import AsyncClient, Client
 
 pytestmark = pytest.mark.timeout(120)
 

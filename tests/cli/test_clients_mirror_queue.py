@@ -20,7 +20,7 @@ from servers import FlakyServer, ServerProcess, running_server
 
 from model import render
 from walqueue import KeyConflict, Lease, Queue, StaleLease
-from walqueue.cli import AsyncClient, Client
+from walqueue.client import AsyncClient, Client
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -25,8 +25,8 @@ from test_cli_process import Consumer, answers_bad_requests, put
 
 from model import render
 from walqueue import KeyConflict, Lease, Queue, StaleLease, WrongStatus
-from walqueue.cli import AsyncClient, Client
-from walqueue.cli.protocol import OPS
+from walqueue.client import AsyncClient, Client
+from walqueue.protocol.requests import OPS
 
 pytestmark = pytest.mark.timeout(120)
 

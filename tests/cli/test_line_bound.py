@@ -22,7 +22,8 @@ import pytest
 
 from walqueue import Queue
 from walqueue.cli.__main__ import serve
-from walqueue.cli.protocol import (
+from walqueue.format import MAX_FRAME_BYTES
+from walqueue.protocol.requests import (
     MAX_LINE_BYTES,
     OVERLONG,
     LineReader,
@@ -30,7 +31,6 @@ from walqueue.cli.protocol import (
     read_bounded_line,
     respond,
 )
-from walqueue.format import MAX_FRAME_BYTES
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -15,7 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from walqueue import KeyConflict, LastError, Lease, Queue, QueueClosed, StaleLease, Task, WrongStatus
-from walqueue.cli.protocol import (
+from walqueue.engine.validate import MAX_NAME_BYTES, MAX_PAYLOAD_DEPTH
+from walqueue.protocol.calltable import CALLS
+from walqueue.protocol.requests import (
     MAX_DEPTH,
     NO_ID,
     OPS,
@@ -27,8 +29,6 @@ from walqueue.cli.protocol import (
     parse_request,
     respond,
 )
-from walqueue.engine.calltable import CALLS
-from walqueue.engine.validate import MAX_NAME_BYTES, MAX_PAYLOAD_DEPTH
 
 LEASE = Lease(task_id="t1", worker="w", generation=1, deadline=130, attempts=1, payload={"n": 1})
 EXTENDED = Lease(task_id="t1", worker="w", generation=1, deadline=170, attempts=1, payload={"n": 1})

@@ -23,7 +23,7 @@ from servers import RawConnection, ServerProcess, child_environment, running_ser
 from test_cli_process import BAD_LINES
 
 from walqueue import Queue
-from walqueue.cli.protocol import MAX_LINE_BYTES, respond
+from walqueue.protocol.requests import MAX_LINE_BYTES, respond
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -23,10 +23,18 @@ def run(command: list[str] | tuple[str, ...], stdin: bytes | None = None) -> sub
     return subprocess.run(list(command), input=stdin, capture_output=True, timeout=60, env=child_environment())
 
 
-def test_version_prints_the_program_and_its_version() -> None:
-    result = run([sys.executable, "-m", "walqueue.cli.serve", "--version"])
+@pytest.mark.parametrize("module", ["walqueue.serve", "walqueue.cli.serve"])  # the second: the deprecated path
+def test_version_prints_the_program_and_its_version(module: str) -> None:
+    result = run([sys.executable, "-m", module, "--version"])
     assert result.returncode == 0, result.stderr
     assert result.stdout.decode().startswith("walqueue-serve ")
+
+
+def test_the_deprecated_module_path_is_the_servers_main() -> None:
+    from walqueue.cli.serve import main as old
+    from walqueue.serve.cli import main
+
+    assert old is main
 
 
 @pytest.mark.parametrize(
@@ -41,7 +49,7 @@ def test_version_prints_the_program_and_its_version() -> None:
 )
 def test_a_usage_error_exits_64_and_creates_nothing(place: Path, arguments: list[str]) -> None:
     arguments = [str(place / "q") if a == "DIR" else str(place / "s") if a == "S" else a for a in arguments]
-    result = run([sys.executable, "-m", "walqueue.cli.serve", *arguments])
+    result = run([sys.executable, "-m", "walqueue.serve", *arguments])
     assert result.returncode == EX_USAGE == 64, result.stderr
     assert not (place / "q").exists() and not (place / "s").exists()
 
@@ -114,4 +122,13 @@ def test_the_consumer_answers_a_compaction_obstacle_by_name_and_reads_on(tmp_pat
 def test_python_m_walqueue_lists_the_server_among_the_commands() -> None:
     result = run([sys.executable, "-m", "walqueue"])
     assert result.returncode == 0, result.stderr
-    assert b"walqueue-serve" in result.stdout and b"python -m walqueue.cli.serve" in result.stdout
+    assert b"walqueue-serve" in result.stdout and b"python -m walqueue.serve" in result.stdout
+
+
+def test_the_clients_old_import_path_still_works_and_says_where_they_live() -> None:
+    import walqueue.cli
+    import walqueue.client
+
+    for name in ("Client", "AsyncClient"):
+        with pytest.warns(DeprecationWarning, match="walqueue.client"):
+            assert getattr(walqueue.cli, name) is getattr(walqueue.client, name)

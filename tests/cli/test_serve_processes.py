@@ -28,7 +28,7 @@ from servers import ServerProcess, running_server, short_directory
 
 from model import Model, render, view
 from walqueue import KeyConflict, Lease, Queue, StaleLease, WrongStatus
-from walqueue.cli import Client
+from walqueue.client import Client
 
 pytestmark = pytest.mark.timeout(180)
 

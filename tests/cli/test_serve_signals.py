@@ -22,7 +22,7 @@ pytestmark = pytest.mark.timeout(60)
 
 _CHILD = """
 import os, signal, sys, threading, time
-from walqueue.cli.serve import main
+from walqueue.serve.cli import main
 
 directory, socket_path = sys.argv[1:3]
 

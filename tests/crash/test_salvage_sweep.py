@@ -23,7 +23,7 @@ from test_fsck_agreement import _build_store
 
 from walqueue import CorruptStore, Queue
 from walqueue.format.fsck import EXIT_HEALTHY, check
-from walqueue.format.salvage import SalvageError, salvage
+from walqueue.format.fsck.salvage import SalvageError, salvage
 
 Files = dict[str, bytes]
 STRIDE = 29  # bytes between two flipped bits of one file

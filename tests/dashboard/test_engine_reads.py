@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from walqueue import Queue, StaleLease
 from walqueue.engine import events
-from walqueue.engine.calltable import CALLS
+from walqueue.protocol.calltable import CALLS
 
 NOW = 1_000
 

@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from walqueue.cli import Client
+from walqueue.client import Client
 
 pytestmark = pytest.mark.timeout(120)
 
 
 def serve(src_pythonpath: str, place: Path, *options: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "walqueue.cli.serve", str(place / "q"), "--socket", str(place / "s"), *options],
+        [sys.executable, "-m", "walqueue.serve", str(place / "q"), "--socket", str(place / "s"), *options],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

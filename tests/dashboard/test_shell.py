@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from walqueue.cli import Client
 from walqueue.cli.shell import ShellExit
+from walqueue.client import Client
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -27,7 +27,7 @@ def served(src_pythonpath: str) -> Iterator[str]:
     place = Path(tempfile.mkdtemp(prefix="wq-", dir="/tmp"))
     socket_path = str(place / "s")
     process = subprocess.Popen(
-        [sys.executable, "-m", "walqueue.cli.serve", str(place / "q"), "--socket", socket_path],
+        [sys.executable, "-m", "walqueue.serve", str(place / "q"), "--socket", socket_path],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         env={"PYTHONPATH": src_pythonpath, "PATH": "/usr/bin:/bin"},

@@ -59,12 +59,13 @@ def test_every_quoted_path_exists(doc: Path) -> None:
 #: How each quoted program is started here (with the checkout's src directories on PYTHONPATH).
 PROGRAMS: dict[str, list[str]] = {
     "walqueue-fsck": ["-m", "walqueue.format.fsck"],
-    "walqueue-serve": ["-m", "walqueue.cli.serve"],
+    "walqueue-serve": ["-m", "walqueue.serve"],
     "walqueue-worker": ["-m", "walqueue.worker"],
     "python -m walqueue.worker": ["-m", "walqueue.worker"],
     "walqueue": ["-m", "walqueue.cli"],
     "python -m walqueue.format.fsck": ["-m", "walqueue.format.fsck"],
     "python -m walqueue.cli.serve": ["-m", "walqueue.cli.serve"],
+    "python -m walqueue.serve": ["-m", "walqueue.serve"],
     "python -m walqueue.cli": ["-m", "walqueue.cli"],
     "python -m walqueue": ["-m", "walqueue"],
 }

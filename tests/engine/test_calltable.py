@@ -17,15 +17,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from walqueue import Lease, Queue, Task
-from walqueue.engine.callkinds import ANSWER_KINDS, KINDS, BadArgument
-from walqueue.engine.calltable import CALLS, REQUIRED, Arg, Call
 from walqueue.engine.validate import MAX_INT, MAX_NAME_BYTES, MAX_PAYLOAD_DEPTH
+from walqueue.protocol.callkinds import ANSWER_KINDS, KINDS, BadArgument
+from walqueue.protocol.calltable import CALLS, REQUIRED, Arg, Call
 
 #: Public members of `Queue` that are not calls of the protocol, each for a reason.
 NOT_CALLS = {
     "close": "the front end owns the queue's life",
     "batch": "a front end's own grouping of calls",
     "last_seq": "a property; clients derive it from stats",
+    "attach_request_seconds": "the serving front end shows its own request durations in metrics()",
 }
 
 

@@ -24,8 +24,9 @@ import walqueue
 import walqueue.format
 import walqueue.format.cmdline
 import walqueue.format.fsck
+import walqueue.format.fsck.salvage
 import walqueue.format.progress
-import walqueue.format.salvage
+import walqueue.format.salvage_plan
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -37,7 +38,8 @@ CHECKED_MODULES = (
     walqueue.format.cmdline,
     walqueue.format.fsck,
     walqueue.format.progress,
-    walqueue.format.salvage,
+    walqueue.format.fsck.salvage,
+    walqueue.format.salvage_plan,
 )
 
 

@@ -26,7 +26,7 @@ from test_fsck import unchanged
 from walqueue import CorruptStore, Queue
 from walqueue.format import snapshot_name
 from walqueue.format.fsck import EXIT_CORRUPT, EXIT_HEALTHY, check, main
-from walqueue.format.salvage import SalvageError, export_suffix, salvage
+from walqueue.format.fsck.salvage import SalvageError, export_suffix, salvage
 
 if TYPE_CHECKING:
     from conftest import RunPython

@@ -25,7 +25,7 @@ import walqueue.format.log_rules as log_rules
 from walqueue import Queue, WalQueueError
 from walqueue.engine.state import InvalidTransaction
 from walqueue.format.fsck import EXIT_HEALTHY, ReplayUnavailable, check
-from walqueue.format.salvage import SalvageError
+from walqueue.format.fsck.salvage import SalvageError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 FORMAT_SRC = REPO_ROOT / "packages" / "walqueue-format" / "src"

@@ -31,7 +31,7 @@ from walqueue.format import wal_name
 from walqueue.format.directory import StoreDirectory
 from walqueue.format.fsck import EXIT_CORRUPT, check, main
 from walqueue.format.fsck.render import describe_plan
-from walqueue.format.salvage import SalvageError, salvage, survey
+from walqueue.format.fsck.salvage import SalvageError, salvage, survey
 
 #: The unprivileged user a root test process drops to.
 NOBODY = 65534

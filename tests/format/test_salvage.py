@@ -24,8 +24,8 @@ from test_fsck import tree_state, tx, unchanged, write_segment
 from walqueue import Queue
 from walqueue.format import canonical_json, snapshot_name, wal_name, write_snapshot
 from walqueue.format.fsck import EXIT_CORRUPT, EXIT_HEALTHY, check, main
+from walqueue.format.fsck.salvage import SalvageError, salvage, seq_ranges, survey
 from walqueue.format.progress import Progress
-from walqueue.format.salvage import SalvageError, salvage, seq_ranges, survey
 
 if TYPE_CHECKING:
     from conftest import RunPython

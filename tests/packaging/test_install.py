@@ -183,7 +183,14 @@ def test_only_the_engine_wheel_ships_walqueue_init(build: Build) -> None:
 OWNED_DIRECTORIES = {
     "walqueue-format": ("walqueue/format/",),
     "walqueue-engine": ("walqueue/",),
-    "walqueue-cli": ("walqueue/cli/", "walqueue/worker/", "walqueue/dashboard/"),
+    "walqueue-cli": (
+        "walqueue/cli/",
+        "walqueue/client/",
+        "walqueue/dashboard/",
+        "walqueue/protocol/",
+        "walqueue/serve/",
+        "walqueue/worker/",
+    ),
 }
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from walqueue.cli import Client
+from walqueue.client import Client
 from walqueue.worker import Context, Job, Worker
 
 pytestmark = pytest.mark.timeout(120)
@@ -45,7 +45,7 @@ def client(src_pythonpath: str) -> Iterator[Client]:
     place = Path(tempfile.mkdtemp(prefix="wq-", dir="/tmp"))
     env = dict(os.environ, PYTHONPATH=src_pythonpath)
     server = subprocess.Popen(
-        [sys.executable, "-m", "walqueue.cli.serve", str(place / "q"), "--socket", str(place / "s")],
+        [sys.executable, "-m", "walqueue.serve", str(place / "q"), "--socket", str(place / "s")],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         env=env,

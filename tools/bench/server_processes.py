@@ -45,7 +45,7 @@ SQLITE_BUSY_MS = 60_000
 
 def open_for_processes(kind: str, target: str) -> Any:
     if kind == "serve":
-        from walqueue.cli import Client
+        from walqueue.client import Client
 
         return Client(target, timeout=120)
     if kind == "sqlite":
@@ -106,7 +106,7 @@ def _run_processes(kind: str, target: str, processes: int, total: int) -> tuple[
 
 #: A server with its fsync off (`Server(sync=False)`; the command line has no such option on purpose).
 _UNSYNCED_SERVER = (
-    "import sys; from walqueue.cli.server import Server; "
+    "import sys; from walqueue.serve.server import Server; "
     "server = Server(sys.argv[1], sys.argv[2], sync=False); server.start(); "
     "print('listening', flush=True); sys.exit(server.serve_forever())"
 )
@@ -126,7 +126,7 @@ class _Served:
 
         roots = [str(Path(entry).parent) for entry in walqueue.__path__]
         env["PYTHONPATH"] = os.pathsep.join(roots + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-        command = [sys.executable, "-m", "walqueue.cli.serve", str(directory), "--socket", self.socket_path]
+        command = [sys.executable, "-m", "walqueue.serve", str(directory), "--socket", self.socket_path]
         command += ["--log-level", "WARNING"]
         if not sync:
             command = [sys.executable, "-c", _UNSYNCED_SERVER, str(directory), self.socket_path]
@@ -259,7 +259,7 @@ def run(ctx: Context) -> dict[str, Any]:
 
 
 def _cpu_worker(op: str, target: str, prefix: str, count: int, barrier: Any, results: Any) -> None:
-    from walqueue.cli import Client
+    from walqueue.client import Client
 
     client = Client(target, timeout=120)
     client.stats()
@@ -337,7 +337,7 @@ def _server_cpu(ctx: Context, total: int, reps: int) -> dict[str, Any]:
 
 def _pipelined(ctx: Context, rounds: int) -> dict[str, Any]:
     """One client: 100 durable puts in one pipeline (one round trip) against 100 single puts."""
-    from walqueue.cli import Client
+    from walqueue.client import Client
 
     served = _Served(ctx.dir("j-pipeline") / "q")
     ratios: list[float] = []
@@ -366,7 +366,7 @@ def _pipelined(ctx: Context, rounds: int) -> dict[str, Any]:
 
 def _round_trips(ctx: Context, calls: int) -> dict[str, Any]:
     """One client's round trip (a read, a durable put) against the same call on an in-process Queue."""
-    from walqueue.cli import Client
+    from walqueue.client import Client
 
     served = _Served(ctx.dir("j-rtt-served") / "q")
     local = Queue(ctx.dir("j-rtt-local") / "q", sync=True)

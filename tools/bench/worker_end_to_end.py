@@ -122,7 +122,7 @@ def _child_env() -> dict[str, str]:
 
 def walqueue_processes(directory: Path, count: int) -> Drain:
     """`walqueue-worker DIR noop --processes 4` (its server's start included) draining `count` tasks."""
-    from walqueue.cli.client import Client
+    from walqueue.client import Client
 
     (directory / f"{_HANDLER_MODULE}.py").write_text("def noop(job, context):\n    return None\n")
     store = directory / "q"

@@ -310,7 +310,7 @@ def _cli_phase(
     rng: random.Random, directory: Path, model: Model, foreign: list[Lease], report: Report, where: str
 ) -> None:
     """Hostile lines in-process (one by one, bytes checked) and then through a real consumer process."""
-    from walqueue.cli.protocol import encode_answer, is_blank, respond
+    from walqueue.protocol.requests import encode_answer, is_blank, respond
 
     process_dir = directory.with_name(directory.name + "-cli")
     shutil.copytree(directory, process_dir)

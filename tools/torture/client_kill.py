@@ -54,7 +54,7 @@ def campaign_client_kill(seed: int, budget: float, report: Report) -> None:
     still answer another client; at the end SIGTERM exits 0 and the
     reopened directory equals what was served.
     """
-    from walqueue.cli import Client
+    from walqueue.client import Client
 
     deadline = time.monotonic() + budget
     rng = random.Random(f"client-kill:{seed}")

@@ -35,7 +35,7 @@ def campaign_hostile_clients(seed: int, budget: float, report: Report) -> None:
     Each answer must equal `respond(line)` on a copy of the store in this
     process (messages aside), and the served state must equal the copy's.
     """
-    from walqueue.cli.protocol import is_blank, respond
+    from walqueue.protocol.requests import is_blank, respond
 
     deadline = time.monotonic() + budget
     root = Path(tempfile.mkdtemp(prefix="torture-hostile-", dir=scratch_root()))

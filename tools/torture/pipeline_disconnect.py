@@ -66,7 +66,7 @@ def campaign_pipeline_disconnect(seed: int, budget: float, report: Report) -> No
     per applied request; SIGTERM exits 0 and the reopened directory equals
     what was served.
     """
-    from walqueue.cli import Client
+    from walqueue.client import Client
 
     deadline = time.monotonic() + budget
     rng = random.Random(f"pipeline-disconnect:{seed}")

@@ -29,7 +29,7 @@ class ServedQueue:
         self.start()
 
     def start(self) -> None:
-        command = [sys.executable, "-m", "walqueue.cli.serve", str(self.directory), "--socket", self.socket_path]
+        command = [sys.executable, "-m", "walqueue.serve", str(self.directory), "--socket", self.socket_path]
         command += ["--log-level", "WARNING"]
         self.process = subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=child_environment(), bufsize=0

@@ -38,7 +38,7 @@ def campaign_server_kill(seed: int, budget: float, report: Report) -> None:
     the restart and must answer as the model does (applied exactly once); an
     `ack`, `release` or `reserve` in flight raises `ConnectionError`.
     """
-    from walqueue.cli import Client
+    from walqueue.client import Client
 
     deadline = time.monotonic() + budget
     root = Path(tempfile.mkdtemp(prefix="torture-serve-", dir=scratch_root()))

@@ -190,7 +190,7 @@ def _children(parent: int) -> list[tuple[int, str]]:
 
 def _kill_one(unit: Unit, supervisor: subprocess.Popen[bytes]) -> None:
     children = _children(supervisor.pid)
-    servers = [pid for pid, command in children if "walqueue.cli.serve" in command]
+    servers = [pid for pid, command in children if "walqueue.serve" in command]
     workers = [pid for pid, command in children if "walqueue.worker" in command]
     if servers and unit.rng.random() < 0.3:
         target, what = servers[0], "server kills"
@@ -208,7 +208,7 @@ def _kill_one(unit: Unit, supervisor: subprocess.Popen[bytes]) -> None:
 
 def _progress(unit: Unit, tasks: dict[str, dict[str, Any]]) -> bool:
     """Whether every put task is completed or dead (asked of the server; False while it is away)."""
-    from walqueue.cli.client import Client
+    from walqueue.client import Client
 
     try:
         with Client(unit.store / "worker.sock", timeout=5, reconnect_seconds=0.5) as client:

@@ -4,7 +4,7 @@ The library has no command of its own; this prints the version of the
 installed (or source-tree) WALQueue and which of its commands are available:
 `walqueue` (walqueue-cli, the JSON-lines consumer: `python -m walqueue.cli
 DIRECTORY`), `walqueue-serve` (walqueue-cli, the server for several
-processes: `python -m walqueue.cli.serve DIRECTORY --socket PATH`),
+processes: `python -m walqueue.serve DIRECTORY --socket PATH`),
 `walqueue-worker` (walqueue-cli, runs a function for each task:
 `python -m walqueue.worker DIRECTORY MODULE:CALLABLE`) and
 `walqueue-fsck` (walqueue-format, the offline inspector: `python -m
@@ -50,8 +50,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"walqueue {__version__}: a durable single-writer task queue (from walqueue import Queue)")
     print(f"  walqueue DIRECTORY       JSON-lines consumer, also python -m walqueue.cli DIRECTORY: {cli}")
     print(
-        "  walqueue-serve DIRECTORY --socket PATH  server for several processes, "
-        f"also python -m walqueue.cli.serve: {cli}"
+        f"  walqueue-serve DIRECTORY --socket PATH  server for several processes, also python -m walqueue.serve: {cli}"
     )
     print(
         "  walqueue-worker DIRECTORY MODULE:CALLABLE  runs your function for each task, "

@@ -1,7 +1,7 @@
 """The consumer process: `python -m walqueue.cli DIRECTORY` (script `walqueue`).
 
 This module only moves bytes and picks exit codes; what a line means and what
-its answer says is `walqueue.cli.protocol`. It is meant to be driven as a
+its answer says is `walqueue.protocol.requests`. It is meant to be driven as a
 co-process through pipes, so it reads with `readline` on the binary stream
 (no read-ahead waits for more input than one line) and flushes every answer
 before reading the next request.
@@ -18,15 +18,6 @@ from typing import BinaryIO
 
 from walqueue import CorruptStore, DirectoryLocked, Queue
 from walqueue.cli import shell
-from walqueue.cli.protocol import (
-    MAX_DEPTH,
-    MAX_LINE_BYTES,
-    QueueLike,
-    encode_answer,
-    request_lines,
-    respond,
-)
-from walqueue.engine.calltable import CALLS
 from walqueue.engine.validate import MAX_NAME_BYTES, MAX_PAYLOAD_DEPTH
 from walqueue.format.cmdline import (
     EX_USAGE,
@@ -37,6 +28,15 @@ from walqueue.format.cmdline import (
     UsageParser,
     interrupted,
     version_line,
+)
+from walqueue.protocol.calltable import CALLS
+from walqueue.protocol.requests import (
+    MAX_DEPTH,
+    MAX_LINE_BYTES,
+    QueueLike,
+    encode_answer,
+    request_lines,
+    respond,
 )
 
 EXIT_USAGE = EX_USAGE

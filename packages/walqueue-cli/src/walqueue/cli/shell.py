@@ -29,9 +29,9 @@ from collections.abc import Iterable, Sequence
 from typing import Any, BinaryIO, TextIO
 
 from walqueue import QueueClosed, WrongStatus
-from walqueue.cli.protocol import request_lines
 from walqueue.format import cmdline
 from walqueue.format.cmdline import EX_USAGE, EXIT_INTERRUPTED, UsageParser, interrupted, version_line
+from walqueue.protocol.requests import request_lines
 
 __all__ = ["ShellExit", "main", "wants_shell"]
 
@@ -245,7 +245,7 @@ def _read(path: str, op: str, timeout: float) -> Any:
 
 
 def _verb(arguments: argparse.Namespace) -> int:
-    from walqueue.cli.client import Client
+    from walqueue.client import Client
 
     with Client(arguments.socket, timeout=arguments.timeout, reconnect_seconds=0) as client:
         try:

@@ -26,9 +26,9 @@ from types import FrameType
 from typing import Any, Final
 
 from walqueue import WalQueueError
-from walqueue.cli.parentpipe import add_parent_pipe_argument, watch_parent
 from walqueue.engine.events import JsonLinesFormatter
 from walqueue.format.cmdline import EX_USAGE, EXIT_CANNOT_OPEN, EXIT_FATAL, EXIT_OK, UsageParser, version_line
+from walqueue.serve.parentpipe import add_parent_pipe_argument, watch_parent
 from walqueue.worker.clock import MILLISECONDS
 from walqueue.worker.schedule import Periodic, load_schedule
 
@@ -276,7 +276,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if arguments.processes is not None:
         from walqueue.worker.supervisor import supervise
 
-        return supervise(directory, arguments.socket, spec, arguments)
+        return supervise(directory, arguments.socket, spec, arguments, prog=PROG, until_stopped=until_stopped)
     return _run_here(directory, arguments, handler, schedule)
 
 
@@ -297,7 +297,7 @@ def _run_here(directory: str | None, arguments: Any, handler: Callable[..., Any]
             print(f"{PROG}: cannot open {directory}: {type(error).__name__}: {error}{hint}", file=sys.stderr)
             return EXIT_CANNOT_OPEN
     else:
-        from walqueue.cli.client import Client
+        from walqueue.client import Client
 
         source = Client(arguments.socket)
     try:

@@ -18,7 +18,7 @@ alive `grace + 10` seconds after the first signal is killed; its leases then
 expire as any crashed worker's do.
 
 If the supervisor itself dies without passing a signal on (SIGKILL, an OOM
-kill), its children notice through ``--parent-pipe`` (`walqueue.cli.parentpipe`:
+kill), its children notice through ``--parent-pipe`` (`walqueue.serve.parentpipe`:
 the read end of a pipe whose write end only the supervisor holds): each
 worker stops as on SIGTERM (grace, then release), and the server stops once
 its last client has left, so nothing is orphaned and no lease is held.
@@ -33,6 +33,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -111,7 +112,7 @@ class Supervisor:
         inherit = (self._parent_read,)
         self.server: _Child | None = None
         if directory is not None:
-            command = [sys.executable, "-m", "walqueue.cli.serve", directory, "--socket", socket_path]
+            command = [sys.executable, "-m", "walqueue.serve", directory, "--socket", socket_path]
             command += ["--log-level", server_log_level, *watch]
             self.server = _Child("server", command, output=subprocess.DEVNULL, pass_fds=inherit)
         self.children = [
@@ -250,16 +251,26 @@ def _child_command(socket_path: str, spec: str, arguments: Any) -> list[str]:
     return command
 
 
-def supervise(directory: str | None, socket_path: str | None, spec: str, arguments: Any) -> int:
-    """Run P children (and the server, for a directory) until SIGTERM/SIGINT; returns the exit status."""
-    from walqueue.worker.cli import PROG, until_stopped
+def supervise(
+    directory: str | None,
+    socket_path: str | None,
+    spec: str,
+    arguments: Any,
+    *,
+    prog: str,
+    until_stopped: Callable[[Any, Callable[[], Any]], bool],
+) -> int:
+    """Run P children (and the server, for a directory) until SIGTERM/SIGINT; returns the exit status.
 
+    `prog` and `until_stopped` are the command's (`walqueue.worker.cli`), which
+    calls this: passed in, so that this module does not import its caller.
+    """
     if socket_path is None:
         assert directory is not None
         socket_path = os.path.join(os.path.abspath(directory), SOCKET_NAME)
         if len(os.fsencode(socket_path)) > _MAX_SOCKET_PATH:
             print(
-                f"{PROG}: the socket path {socket_path} is longer than a Unix socket allows "
+                f"{prog}: the socket path {socket_path} is longer than a Unix socket allows "
                 f"({_MAX_SOCKET_PATH} bytes): start walqueue-serve with a shorter --socket yourself "
                 "and run walqueue-worker --socket PATH",
                 file=sys.stderr,

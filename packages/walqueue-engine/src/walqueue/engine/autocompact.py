@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import os
 
-from walqueue.engine.calls import CallGuard
+from walqueue.engine.callguard import CallGuard
 from walqueue.engine.compaction import (
     BackgroundSnapshot,
     FrozenState,

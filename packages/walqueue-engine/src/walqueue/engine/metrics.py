@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Mapping, Sequence
-from typing import Any, Final, TypedDict
+from typing import Any, Final, NotRequired, TypedDict
 
 from walqueue.engine.validate import check_int
 from walqueue.format.transaction import OP_NAMES
@@ -158,12 +158,15 @@ class MetricsReading(TypedDict):
       the earliest `available_at` of a ready task, at least 0; None without
       `now` or with no ready task), `next_available_at`, `next_deadline`,
       `wal_bytes`, `segments`, `last_seq`, `snapshot_seq`;
-    - `histograms`: `fsync_seconds` and `commit_group_size`.
+    - `histograms`: `fsync_seconds` and `commit_group_size`;
+    - `request_seconds`: only when a server serves the queue
+      (`Queue.attach_request_seconds`): each request's seconds by op.
     """
 
     counters: dict[str, int]
     gauges: dict[str, Any]
     histograms: dict[str, HistogramReading]
+    request_seconds: NotRequired[dict[str, HistogramReading]]
 
 
 def read_metrics(
@@ -222,7 +225,7 @@ class Metrics:
     (`synced`); the compactor counts its snapshots.
     """
 
-    __slots__ = ("ops", "duplicate_puts", "fsyncs", "dead_at_open", "fsync_seconds", "group_size")
+    __slots__ = ("ops", "duplicate_puts", "fsyncs", "dead_at_open", "fsync_seconds", "group_size", "request_seconds")
 
     def __init__(self, dead_at_open: int) -> None:
         self.ops = dict.fromkeys(OP_NAMES, 0)
@@ -231,6 +234,8 @@ class Metrics:
         self.dead_at_open = dead_at_open
         self.fsync_seconds = Histogram(FSYNC_SECONDS_BOUNDS)
         self.group_size = Histogram(GROUP_SIZE_BOUNDS)
+        #: A server's request durations (`Queue.attach_request_seconds`): the front end observes, this reads.
+        self.request_seconds: RequestSeconds | None = None
 
     def synced(self, seconds: float, transactions: int) -> None:
         """One group-commit fsync ended (`Durability` calls this holding its lock)."""
@@ -258,4 +263,7 @@ class Metrics:
         counters.fsyncs = self.fsyncs
         counters.compactions = compactions
         histograms = {"fsync_seconds": self.fsync_seconds, "commit_group_size": self.group_size}
-        return read_metrics(counters, histograms, stats, now, dead_now)
+        reading = read_metrics(counters, histograms, stats, now, dead_now)
+        if self.request_seconds is not None:
+            reading["request_seconds"] = self.request_seconds.reading()
+        return reading

@@ -43,10 +43,10 @@ from typing import Any
 
 from walqueue.engine import events, ops, paging
 from walqueue.engine.autocompact import Compactor
-from walqueue.engine.calls import OPEN_GUARDS, Batch, CallGuard
+from walqueue.engine.callguard import OPEN_GUARDS, Batch, CallGuard
 from walqueue.engine.commits import CommitNotices
 from walqueue.engine.durability import Durability
-from walqueue.engine.metrics import Metrics, MetricsReading
+from walqueue.engine.metrics import Metrics, MetricsReading, RequestSeconds
 from walqueue.engine.ownership import DirectoryLock
 from walqueue.engine.recovery import recover
 from walqueue.engine.state import apply
@@ -555,6 +555,13 @@ class Queue:
         stats = self.stats()
         with self._guard:  # the dead count with the counters: `deaths` is derived from both
             return self._metrics.reading(stats, now, self._state, self._guard, self._compactor)
+
+    def attach_request_seconds(self, request_seconds: RequestSeconds) -> None:
+        """Show a server's request durations in `metrics()` as ``request_seconds`` (the server observes them).
+
+        So that every reader of this queue's metrics (a ``metrics`` request,
+        the dashboard in the server's process) gets them from one place."""
+        self._metrics.request_seconds = request_seconds
 
     def page(self, status: Status, *, after: str | None = None, limit: int = 100) -> list[Task]:
         """Up to `limit` (1 to 10,000) tasks with `status` whose ids sort after `after`, by id: a bounded `tasks`.

@@ -37,7 +37,7 @@ from walqueue.format.log_rules import LiveSegment, SequenceRule, live_segments, 
 from walqueue.format.names import CURRENT_NAME, LOCK_NAME, DirectoryListing, list_directory, wal_name
 from walqueue.format.progress import Progress
 from walqueue.format.replay import ReplayState, StateMachine, require_state_machine
-from walqueue.format.salvage import survey
+from walqueue.format.salvage_plan import survey
 from walqueue.format.snapshot import SnapshotReader
 from walqueue.format.transaction import transaction_seq
 

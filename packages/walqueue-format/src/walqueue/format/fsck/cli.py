@@ -20,9 +20,9 @@ from walqueue.format.errors import CorruptStore
 from walqueue.format.fsck.check import check
 from walqueue.format.fsck.render import render_export, render_salvage, render_text, show
 from walqueue.format.fsck.report import EXIT_CORRUPT, EXIT_HEALTHY, EXIT_NOT_A_STORE
+from walqueue.format.fsck.salvage import SalvageError, export_suffix, salvage
 from walqueue.format.progress import Progress
 from walqueue.format.replay import ReplayUnavailable
-from walqueue.format.salvage import SalvageError, export_suffix, salvage
 
 __all__ = ["main", "repair_guide"]
 

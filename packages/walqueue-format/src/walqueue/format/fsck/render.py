@@ -12,7 +12,8 @@ import os
 from collections.abc import Iterator
 
 from walqueue.format.fsck.report import DeadLetters, Report
-from walqueue.format.salvage import END_OF_LOG, NO_FRAME, ExportResult, SalvageResult
+from walqueue.format.fsck.salvage import ExportResult, SalvageResult
+from walqueue.format.salvage_plan import END_OF_LOG, NO_FRAME
 from walqueue.format.survey import SalvagePlan, ranges_text
 
 __all__ = ["describe_plan", "plural", "render_export", "render_salvage", "render_text", "show"]

@@ -28,9 +28,11 @@ the answer). A parked ``wait`` costs no thread: it is a deadline here.
 
 Request seconds: each executed request is timed by one `perf_counter` pair
 around its execution (not the turn's fsync, which the fsync histogram
-times; not a parked ``wait``) into `RequestSeconds` by op, and a
-``metrics`` answer carries that reading as ``request_seconds``: the
-protocol's `Queue.metrics` knows nothing of the server.
+times; not a parked ``wait``) into `RequestSeconds` by op, which the loop
+attaches to the queue (`Queue.attach_request_seconds`): every reading of
+the queue's metrics (a ``metrics`` request, the dashboard) then carries it
+as ``request_seconds``. The loop names no op: which calls park is each
+row's `blocks` in the call table.
 """
 
 from __future__ import annotations
@@ -46,10 +48,10 @@ from time import perf_counter
 from typing import Any, Final
 
 from walqueue import Queue, QueueClosed
-from walqueue.cli.conversation import Conversation
-from walqueue.cli.lines import OVERLONG, RequestLine
-from walqueue.cli.listener import peer_of
-from walqueue.cli.protocol import (
+from walqueue.engine.metrics import RequestSeconds
+from walqueue.protocol.calltable import CALLS
+from walqueue.protocol.lines import OVERLONG, RequestLine
+from walqueue.protocol.requests import (
     NO_ID,
     BadRequest,
     bad_request_answer,
@@ -61,8 +63,8 @@ from walqueue.cli.protocol import (
     parse_request,
     success_answer,
 )
-from walqueue.engine.calltable import CALLS
-from walqueue.engine.metrics import RequestSeconds
+from walqueue.serve.conversation import Conversation
+from walqueue.serve.listener import peer_of
 
 __all__ = ["DEFAULT_TURN_CAP", "Limits", "Loop"]
 
@@ -84,6 +86,8 @@ _WRITE: Final = selectors.EVENT_WRITE
 _LISTENER: Final = "listener"
 #: Whether each call may commit a transaction (else the queue's last sequence cannot have moved).
 _WRITES: Final = {name: call.writes for name, call in CALLS.items()}
+#: The calls that block until another client commits (`Call.blocks`): parked here, not executed.
+_PARKS: Final = {name: call.blocks for name, call in CALLS.items()}
 _PIPE: Final = "pipe"
 
 
@@ -122,6 +126,7 @@ class Loop:
         self._queue = queue
         #: Each executed request's seconds by op (a parked `wait` is not timed: its time is the client's).
         self._request_seconds = request_seconds if request_seconds is not None else RequestSeconds(tuple(CALLS))
+        queue.attach_request_seconds(self._request_seconds)
         self._listener = listener
         self._limits = limits
         self._stopping = stopping
@@ -266,14 +271,11 @@ class Loop:
         parsed = parse_request(line)
         if isinstance(parsed, BadRequest):
             return bad_request_answer(parsed)
-        if parsed.op == "wait":
-            return self._wait(client, parsed.arguments["timeout"], parsed.request_id)
+        if _PARKS[parsed.op]:
+            return self._wait(client, CALLS[parsed.op].blocks_for(parsed.arguments), parsed.request_id)
         started = perf_counter()
         reply = execute(parsed, self._queue)
-        op = parsed.op
-        self._request_seconds.observe(op, perf_counter() - started)
-        if op == "metrics" and reply.answer.get("ok"):
-            reply.answer["metrics"]["request_seconds"] = self._request_seconds.reading()
+        self._request_seconds.observe(parsed.op, perf_counter() - started)
         if reply.fatal:
             self.fatal = True
             return reply.answer

@@ -1,23 +1,23 @@
 """walqueue-serve: one process owns a directory and serves many over a Unix socket.
 
-`walqueue-serve DIR --socket PATH` (also `python -m walqueue.cli.serve`)
+`walqueue-serve DIR --socket PATH` (also `python -m walqueue.serve`)
 opens DIR as a `Queue` and answers, on every connection to the Unix domain
 socket PATH, exactly the JSON-lines protocol of `python -m walqueue.cli`
-(`walqueue.cli.protocol`): one answer per request, in order per connection,
+(`walqueue.protocol.requests`): one answer per request, in order per connection,
 and any number of requests may be sent before reading their answers.
 
-This module is the command line only. The server is `walqueue.cli.server`
-(starting and stopping), `walqueue.cli.eventloop` (the one thread that owns
+This module is the command line only. The server is `walqueue.serve.server`
+(starting and stopping), `walqueue.serve.eventloop` (the one thread that owns
 the queue: each turn executes every request that arrived, runs one fsync
-for all of them, then answers), `walqueue.cli.conversation` (one
-connection's buffers, no I/O) and `walqueue.cli.listener` (the socket file).
+for all of them, then answers), `walqueue.serve.conversation` (one
+connection's buffers, no I/O) and `walqueue.serve.listener` (the socket file).
 
 Signals: SIGTERM and SIGINT stop the server gracefully (exit 0). `main`
 points `signal.set_wakeup_fd` at a pipe the loop watches: a signal that
 lands just before the loop sleeps (or on another thread) runs its Python
 handler only once the loop wakes, and without that pipe the loop would
 sleep through it. Started by walqueue-worker's supervisor (the hidden
-``--parent-pipe FD``, `walqueue.cli.parentpipe`), it also stops once the
+``--parent-pipe FD``, `walqueue.serve.parentpipe`), it also stops once the
 supervisor is gone and its last client has left.
 """
 
@@ -32,9 +32,11 @@ import sys
 from collections.abc import Callable, Sequence
 from types import FrameType
 
-from walqueue.cli.listener import SocketInUse
-from walqueue.cli.parentpipe import add_parent_pipe_argument, watch_parent
-from walqueue.cli.server import (
+from walqueue.dashboard.http import add_http_arguments, http_options, start_dashboard
+from walqueue.format.cmdline import EX_USAGE, EXIT_CANNOT_OPEN, EXIT_FATAL, EXIT_OK, UsageParser, version_line
+from walqueue.serve.listener import SocketInUse
+from walqueue.serve.parentpipe import add_parent_pipe_argument, watch_parent
+from walqueue.serve.server import (
     DEFAULT_MAX_CLIENTS,
     DEFAULT_MODE,
     DEFAULT_WRITE_TIMEOUT,
@@ -42,8 +44,6 @@ from walqueue.cli.server import (
     Server,
     StartFailed,
 )
-from walqueue.dashboard.http import add_http_arguments, http_options, start_dashboard
-from walqueue.format.cmdline import EX_USAGE, EXIT_CANNOT_OPEN, EXIT_FATAL, EXIT_OK, UsageParser, version_line
 
 __all__ = ["DEFAULT_MAX_CLIENTS", "DEFAULT_MODE", "EXIT_USAGE", "Server", "SocketInUse", "main"]
 

@@ -1,6 +1,6 @@
 """Lines of bounded length: splitting a byte stream into request lines without ever holding an overlong one.
 
-Apart from the protocol's meaning (`walqueue.cli.protocol`) because it is
+Apart from the protocol's meaning (`walqueue.protocol.requests`) because it is
 the one part the front ends use differently: the consumer reads a pipe with
 `read_bounded_line`/`discard_line`, the server feeds socket reads to a
 `LineReader`. Neither ever holds more than `MAX_LINE_BYTES` (plus one read)

@@ -9,7 +9,7 @@ whether it blocks until another client commits (`blocks`: a front end
 serves it with its own waiter, a server parks it).
 
 Derived from it: the protocol's request table, its validation and its
-answers (`walqueue.cli.protocol`); the consumer's ``--help`` list; the
+answers (`walqueue.protocol.requests`); the consumer's ``--help`` list; the
 clients' checks (a row's `check`: `Queue`'s order where it is not the
 signature's), requests, answers and retry rule, and so every client's
 generic ``call(name, ...)``; the lists the tests iterate over. `Queue`'s
@@ -29,11 +29,11 @@ from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, Final
 
 from walqueue.engine import ops
-from walqueue.engine.callkinds import ANSWER_KINDS, KINDS, MAX_WAIT_SECONDS, AnswerKind, BadArgument, Kind, describe
 from walqueue.engine.paging import check_page_args
 from walqueue.engine.records import check_status_filter
 from walqueue.engine.types import Lease, StaleLease, Task, plain_lease
 from walqueue.engine.validate import MAX_INT, check_error, check_int, check_name
+from walqueue.protocol.callkinds import ANSWER_KINDS, KINDS, MAX_WAIT_SECONDS, AnswerKind, BadArgument, Kind, describe
 
 __all__ = [
     "ACK",

@@ -8,7 +8,7 @@ loop in `__main__` only moves bytes. The rules this module enforces:
   argument names, and an optional ``"id"`` that every answer echoes, whatever
   JSON value it is (also in a `BadRequest` answer, as long as the line was a
   JSON object and its id can be written back).
-- The ops are the engine's table of calls (`walqueue.engine.calltable.CALLS`):
+- The ops are the engine's table of calls (`walqueue.protocol.calltable.CALLS`):
   a request's fields are its call's arguments, each checked by its kind,
   first for its JSON shape, then by the engine's own value rule with the
   limits `Queue` applies (one acceptor per value, in every layer), and the
@@ -26,7 +26,7 @@ guess: duplicate field names, numbers outside the range of a double (which
 `json.loads` turns into infinity), ``NaN``/``Infinity`` literals and
 nesting deeper than `MAX_DEPTH` levels are all `BadRequest`, and so is a
 line longer than `MAX_LINE_BYTES`, which no front end reads whole
-(`walqueue.cli.lines`, re-exported here, discards the rest of it).
+(`walqueue.protocol.lines`, re-exported here, discards the rest of it).
 
 The ``wait`` op is answered by the front end's `Waiter`: the server knows
 when another connection commits; a consumer that owns its queue alone has
@@ -47,9 +47,9 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO, Final
 
 from walqueue import KeyConflict, StaleLease, WrongStatus
-from walqueue.cli.lines import MAX_LINE_BYTES, OVERLONG, LineReader, discard_line, read_bounded_line
-from walqueue.engine.callkinds import MAX_WAIT_SECONDS, BadArgument, describe
-from walqueue.engine.calltable import CALLS, Call
+from walqueue.protocol.callkinds import MAX_WAIT_SECONDS, BadArgument, describe
+from walqueue.protocol.calltable import CALLS, Call
+from walqueue.protocol.lines import MAX_LINE_BYTES, OVERLONG, LineReader, discard_line, read_bounded_line
 
 __all__ = [
     "MAX_DEPTH",
@@ -421,7 +421,7 @@ def _quote(name: str) -> str:
 # call's arguments, checked by their kinds (JSON shape, then the engine's own
 # value rule, with `Queue`'s limits); the answer's field is the call's.
 
-#: Every op of the protocol: `walqueue.engine.calltable.CALLS`.
+#: Every op of the protocol: `walqueue.protocol.calltable.CALLS`.
 OPS: Final[Mapping[str, Call[Any]]] = CALLS
 
 _ENVELOPE: Final = frozenset({"op", "id"})

@@ -1,6 +1,6 @@
 """One connection's side of the protocol as bytes in and bytes out, with no I/O of its own (the h11 way).
 
-The event loop (`walqueue.cli.eventloop`) owns the sockets; a `Conversation`
+The event loop (`walqueue.serve.eventloop`) owns the sockets; a `Conversation`
 holds what a connection sent but was not yet executed and what it was
 answered but did not yet read, and says what the loop may do next:
 
@@ -29,7 +29,7 @@ from collections import deque
 from dataclasses import KW_ONLY, InitVar, dataclass, field
 from typing import Any, Final
 
-from walqueue.cli.lines import OVERLONG, LineReader, RequestLine
+from walqueue.protocol.lines import OVERLONG, LineReader, RequestLine
 
 __all__ = ["INPUT_LIMIT", "OUTPUT_LIMIT", "Conversation", "Line"]
 

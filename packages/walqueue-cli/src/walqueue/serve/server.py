@@ -1,6 +1,6 @@
 """`Server`: one queue directory served on one Unix socket, from start to a clean stop.
 
-The loop itself is `walqueue.cli.eventloop`; this module holds the order
+The loop itself is `walqueue.serve.eventloop`; this module holds the order
 of starting and stopping, which is where a server must never leave
 something behind or touch what another owns:
 
@@ -22,15 +22,14 @@ import logging
 import os
 import socket
 from pathlib import Path
-from typing import Any
 
 from walqueue import CorruptStore, DirectoryLocked, Queue, WalQueueError
-from walqueue.cli.eventloop import DEFAULT_TURN_CAP, Limits, Loop
-from walqueue.cli.lines import MAX_LINE_BYTES
-from walqueue.cli.listener import SocketInUse, bind_socket, remove_socket_file
-from walqueue.engine.calltable import CALLS
 from walqueue.engine.metrics import RequestSeconds
 from walqueue.format.cmdline import EXIT_CANNOT_OPEN, EXIT_FATAL, EXIT_OK
+from walqueue.protocol.calltable import CALLS
+from walqueue.protocol.lines import MAX_LINE_BYTES
+from walqueue.serve.eventloop import DEFAULT_TURN_CAP, Limits, Loop
+from walqueue.serve.listener import SocketInUse, bind_socket, remove_socket_file
 
 __all__ = [
     "DEFAULT_MAX_CLIENTS",
@@ -139,17 +138,18 @@ class Server:
         assert self._queue is not None, "start() first"
         return self._queue
 
-    def dashboard_backend(self) -> Any:
+    def dashboard_backend(self) -> Queue:
         """The queue as the dashboard reads it in this process: its `metrics` carry the server's request seconds.
 
         The dashboard's threads read the queue directly (not through the
-        socket), so the figures the loop keeps are added here, as the loop
-        adds them to a `metrics` answer.
+        socket); the figures the loop keeps are attached to the queue when
+        it is opened, so its `metrics()` carries them as a `metrics` answer does.
         """
-        return _ServedQueue(self.queue, self.request_seconds)
+        return self.queue
 
     def open_queue(self) -> None:
         self._queue = Queue(self.directory, sync=self.sync, create=self.create)
+        self._queue.attach_request_seconds(self.request_seconds)
 
     def close_queue(self) -> None:
         if self._queue is not None:
@@ -240,19 +240,3 @@ class Server:
             os.close(self._stop_write)
             log.info("stopped serving %s", self.directory)
         return self._exit_status
-
-
-class _ServedQueue:
-    """A served `Queue` whose `metrics()` also holds the server's ``request_seconds`` (everything else delegated)."""
-
-    def __init__(self, queue: Queue, request_seconds: RequestSeconds) -> None:
-        self._queue = queue
-        self._request_seconds = request_seconds
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._queue, name)
-
-    def metrics(self, *, now: int | None = None) -> dict[str, Any]:
-        reading: dict[str, Any] = dict(self._queue.metrics(now=now))
-        reading["request_seconds"] = self._request_seconds.reading()
-        return reading

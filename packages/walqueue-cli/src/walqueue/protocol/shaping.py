@@ -2,7 +2,7 @@
 
 Both clients (`Client`, `AsyncClient`, and so `Pipeline`) shape every call
 here, and all of it comes from the table of calls
-(`walqueue.engine.calltable`): the row's `check` runs the engine's own
+(`walqueue.protocol.calltable`): the row's `check` runs the engine's own
 checks in `Queue`'s order, so a bad argument raises the exception `Queue`
 raises for it (type and message) before anything is sent, and the server
 then refuses nothing for a reason `Queue` would not; the row builds the
@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
-from walqueue.engine.calltable import CALLS, Call
+from walqueue.protocol.calltable import CALLS, Call
 
 __all__ = ["OutgoingCall", "PutOptions", "named", "outgoing"]
 

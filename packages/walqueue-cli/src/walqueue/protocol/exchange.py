@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from walqueue import KeyConflict, QueueClosed, StaleLease, WalQueueError, WrongStatus
-from walqueue.cli.shaping import OutgoingCall
+from walqueue.protocol.shaping import OutgoingCall
 
 __all__ = ["ClientSettings", "Exchange", "Outcome", "RetryRule", "ServerError", "encode_request"]
 

@@ -1,6 +1,6 @@
 """`AsyncClient`: `Client` for asyncio, with any number of calls in flight on one connection.
 
-The bytes are `walqueue.cli.exchange.Exchange`'s, as for `Client`; this
+The bytes are `walqueue.protocol.exchange.Exchange`'s, as for `Client`; this
 module only moves them with asyncio's readiness callbacks. Calls share one
 connection (the server answers in order, so no call waits for a round trip
 of its own), except `wait`, which takes a connection of its own so that a
@@ -21,9 +21,9 @@ from collections.abc import Awaitable, Iterable, Mapping
 from typing import Any, Unpack
 
 from walqueue import Lease, QueueClosed, Task
-from walqueue.cli.exchange import ClientSettings, Exchange, Outcome, ServerError
-from walqueue.cli.shaping import OutgoingCall, PutOptions, named, outgoing
-from walqueue.engine import calltable as calls
+from walqueue.protocol import calltable as calls
+from walqueue.protocol.exchange import ClientSettings, Exchange, Outcome, ServerError
+from walqueue.protocol.shaping import OutgoingCall, PutOptions, named, outgoing
 
 __all__ = ["AsyncClient"]
 

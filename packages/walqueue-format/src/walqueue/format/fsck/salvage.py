@@ -36,17 +36,17 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, TypedDict, Unpack
+from typing import Any, Unpack
 
 from walqueue.format.canonical import canonical_json
 from walqueue.format.current import Current, publish_current, write_current_tmp
 from walqueue.format.errors import CorruptStore, WalQueueError
 from walqueue.format.frame import DIGEST_BYTES, LENGTH_BYTES
+from walqueue.format.fsck.check import check
 from walqueue.format.fsutil import fsync_directory, write_all
 from walqueue.format.jsonfields import FieldsJson, fields_json
 from walqueue.format.names import snapshot_name, wal_name
-from walqueue.format.progress import Progress
-from walqueue.format.replay import StateMachine, registered_state_machine, require_state_machine
+from walqueue.format.salvage_plan import SurveyOptions, survey
 from walqueue.format.snapshot import write_snapshot
 from walqueue.format.survey import (
     Damage,
@@ -56,7 +56,6 @@ from walqueue.format.survey import (
     SnapshotSurvey,
     Survey,
     SurveySource,
-    read_survey,
     seq_ranges,
 )
 from walqueue.format.transaction import transaction_seq
@@ -80,117 +79,6 @@ __all__ = [
 
 class SalvageError(WalQueueError):
     """Salvage could not write a store: `out` is not usable, a file is unreadable, or nothing valid survives."""
-
-
-class SurveyOptions(TypedDict, total=False):
-    """The keywords of `survey`, which `salvage` and `export_suffix` pass on to it as they are."""
-
-    engine: bool | None
-    progress: Progress | None
-
-
-def survey(
-    directory: str | os.PathLike[str], *, engine: bool | None = None, progress: Progress | None = None
-) -> Survey:
-    """Read everything that may hold history in `directory` (read only) and plan the longest history.
-
-    `engine`: replay the plan with the registered state machine (``None``:
-    if one is registered; ``True``: `ReplayUnavailable` if none is).
-    `progress` is advanced by the bytes read. Raises `OSError` if the
-    directory cannot be listed.
-    """
-    machine = require_state_machine("a salvage checked by the state machine") if engine else None
-    if engine is None:
-        machine = registered_state_machine()
-    result = read_survey(directory, progress=progress)
-    result.plan = _plan(SurveySource(result.directory), result, machine)
-    if progress is not None:
-        progress.finish()
-    return result
-
-
-# -- the plan ---------------------------------------------------------------------------------
-
-
-def _reach(frames: dict[int, tuple[str, int, int]], base_seq: int) -> int:
-    end = base_seq
-    while end + 1 in frames:
-        end += 1
-    return end
-
-
-NO_FRAME = "the next sequence is in no intact frame"
-END_OF_LOG = "end of the log"
-
-#: A base of the history: (snapshot file or None for the empty state, its seq, its tasks, named by CURRENT).
-_Base = tuple[str | None, int, int, bool]
-
-
-def _plan(source: SurveySource, result: Survey, machine: StateMachine | None) -> SalvagePlan:
-    frames = result.frames
-    bases: list[_Base] = [(None, 0, 0, False)]
-    for snap in result.snapshots:
-        if snap.valid:
-            bases.append((snap.file, snap.seq, snap.tasks or 0, snap.named_by_current))
-    ranked = sorted(bases, key=lambda b: (_reach(frames, b[1]), b[3], b[1]), reverse=True)
-    best: tuple[_Base, int, str] | None = None
-    for base in ranked:
-        raw_end = _reach(frames, base[1])
-        if best is not None and raw_end <= best[1]:
-            break
-        stop = NO_FRAME if raw_end < max(frames, default=0) else END_OF_LOG
-        end = raw_end
-        if machine is not None:
-            checked = _replay(source, result, machine, base, raw_end)
-            if checked is None:
-                continue  # the snapshot's records are invalid for the state machine
-            end, why = checked
-            if why is not None:
-                stop = why
-        if best is None or end > best[1]:
-            best = (base, end, stop)
-    if best is None:  # every snapshot invalid and the empty base too: impossible, the empty base always works
-        best = ((None, 0, 0, False), 0, "nothing is valid")
-    (name, base_seq, tasks, _), last, stop = best
-    highest = max([*frames, *(s.seq for s in result.snapshots)], default=0)
-    above = [seq for seq in frames if seq > last]
-    return SalvagePlan(
-        base=name,
-        base_seq=base_seq,
-        base_tasks=tasks,
-        last_seq=last,
-        highest_seq=max(highest, last),
-        lost=seq_ranges(set(range(last + 1, highest + 1)) - set(above)),
-        intact_dropped=seq_ranges(above),
-        engine_checked=machine is not None,
-        stop=stop,
-        unreadable=result.unreadable(),
-    )
-
-
-def _replay(
-    source: SurveySource, result: Survey, machine: StateMachine, base: _Base, raw_end: int
-) -> tuple[int, str | None] | None:
-    """Apply the base and its transactions with the state machine; the last valid sequence and why it stops."""
-    name, base_seq, _, _ = base
-    try:
-        if name is None:
-            state = machine.new_state()
-        else:
-            with source.snapshot(name) as reader:
-                state = machine.from_records(reader.seq, reader.records())
-    except (machine.invalid, CorruptStore, OSError):
-        return None
-    for seq in range(base_seq + 1, raw_end + 1):
-        file, offset, size = result.frames[seq]
-        try:
-            _, value = source.read_frame(file, offset, size)
-            machine.apply(state, value)
-        except machine.invalid as exc:
-            return seq - 1, f"transaction {seq} is invalid for the state machine: {exc}"
-        except (CorruptStore, OSError) as exc:
-            return seq - 1, f"transaction {seq} can no longer be read: {exc}"
-    return raw_end, None
 
 
 # -- writing the new store --------------------------------------------------------------------
@@ -291,8 +179,6 @@ def salvage(
     history at all) or `OSError`; `CorruptStore` if a kept frame changed
     since the survey.
     """
-    from walqueue.format.fsck.check import check  # fsck's cli imports this module: imported here, not at the top
-
     source_dir, found, plan = _surveyed(directory, options)
     out_dir = os.fspath(out)
     _refuse_unsalvageable(source_dir, plan)

@@ -3,7 +3,7 @@
 Code moves between `Queue(directory)` and `Client(socket_path)` by changing
 the constructor: the methods, their arguments, their return types (`Lease`,
 `Task`) and their exceptions are the same. Arguments are checked here by the
-engine's own rules (`walqueue.cli.shaping`), so a bad one raises what
+engine's own rules (`walqueue.protocol.shaping`), so a bad one raises what
 `Queue` raises, before anything is sent. What differs:
 
 - A lost connection. A call is *sent* once its whole line reached the
@@ -41,10 +41,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Unpack
 
 from walqueue import Lease, QueueClosed, Task
-from walqueue.cli.aclient import AsyncClient
-from walqueue.cli.exchange import ClientSettings, Exchange, Outcome, RetryRule, ServerError
-from walqueue.cli.shaping import OutgoingCall, PutOptions, named, outgoing
-from walqueue.engine import calltable as calls
+from walqueue.client.asynchronous import AsyncClient
+from walqueue.protocol import calltable as calls
+from walqueue.protocol.exchange import ClientSettings, Exchange, Outcome, RetryRule, ServerError
+from walqueue.protocol.shaping import OutgoingCall, PutOptions, named, outgoing
 
 __all__ = ["AsyncClient", "Client", "Pipeline", "ServerError"]
 
