@@ -21,7 +21,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 DOCS = REPO_ROOT / "docs"
 
 #: The modules whose `__all__` is the public API, each documented by an automodule in docs/api.md.
-PUBLIC_MODULES = ["walqueue", "walqueue.worker", "walqueue.cli", "walqueue.dashboard", "walqueue.format"]
+PUBLIC_MODULES = ["walqueue", "walqueue.worker", "walqueue.client", "walqueue.dashboard", "walqueue.format"]
 
 
 def test_the_readme_is_a_front_page_of_at_most_300_lines() -> None:
