@@ -5,7 +5,8 @@ cross-site form a hostile page submits, a token the page read from its own
 origin does not (the classic synchronizer-token defence). The token is
 random per server start, compared in constant time, and taken from the
 ``X-WALQueue-Token`` header or the ``token`` field. A request whose
-``Origin`` names another host is refused as well.
+``Origin`` names another host, or a name the dashboard does not accept
+(walqueue.dashboard.hosts), is refused as well.
 
 An action by error group works through the group's tasks in id order, at
 most `ACTION_BATCH` per request and `GROUP_BUDGET` tasks read; the answer
@@ -26,6 +27,7 @@ from typing import Any, Final
 
 from walqueue import Task, WrongStatus
 from walqueue.dashboard.api import GROUP_BUDGET, MAX_ID_CHARS
+from walqueue.dashboard.hosts import HostRule
 from walqueue.dashboard.source import SCAN_CHUNK, Source, error_of, group_id
 from walqueue.dashboard.web import HttpError, parse_form
 
@@ -49,13 +51,14 @@ def check_token(environ: Mapping[str, Any], fields: Mapping[str, str], token: st
         raise HttpError(403, "missing or wrong action token (reload the page to get the current one)")
 
 
-def check_origin(environ: Mapping[str, Any]) -> None:
-    """403 when the browser says the request comes from a page of another origin."""
+def check_origin(environ: Mapping[str, Any], hosts: HostRule) -> None:
+    """403 when the browser says the request comes from another origin, or from a name not accepted."""
     origin = environ.get("HTTP_ORIGIN")
     if origin is None:
         return
-    host = environ.get("HTTP_HOST", "")
-    if origin not in (f"http://{host}", f"https://{host}"):
+    host = environ.get("HTTP_HOST")
+    same = host is None or origin in (f"http://{host}", f"https://{host}")
+    if not (same and hosts.allows_origin(origin)):
         raise HttpError(403, f"cross-origin action refused (Origin {origin[:100]!r})")
 
 
@@ -133,9 +136,10 @@ def run_action(
     token: str,
     now: int,
     remote: Callable[[], str],
+    hosts: HostRule,
 ) -> dict[str, Any]:
     """Check the request, apply the action to one task or one error group, log it, and say what happened."""
-    check_origin(environ)
+    check_origin(environ, hosts)
     fields = parse_form(environ)
     check_token(environ, fields, token)
     unknown = sorted(set(fields) - {"token", "task_id", "group", "extra_attempts", "after"})
