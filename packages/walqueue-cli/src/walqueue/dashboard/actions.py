@@ -28,6 +28,7 @@ from typing import Any, Final
 from walqueue import Task, WrongStatus
 from walqueue.dashboard.api import GROUP_BUDGET, MAX_ID_CHARS
 from walqueue.dashboard.hosts import HostRule
+from walqueue.dashboard.routes import ACTION_FIELDS
 from walqueue.dashboard.source import SCAN_CHUNK, Source, error_of, group_id
 from walqueue.dashboard.web import HttpError, parse_form
 
@@ -142,7 +143,7 @@ def run_action(
     check_origin(environ, hosts)
     fields = parse_form(environ)
     check_token(environ, fields, token)
-    unknown = sorted(set(fields) - {"token", "task_id", "group", "extra_attempts", "after"})
+    unknown = sorted(set(fields) - set(ACTION_FIELDS))
     if unknown:
         raise HttpError(400, f"unknown field {unknown[0]!r}")
     task_id, group = fields.get("task_id"), fields.get("group")

@@ -10,8 +10,9 @@ anything else. The page fills itself from the JSON API with ``textContent``,
 never markup, so whatever a payload or an error message holds is shown as
 text.
 
-Routes (GET unless said):
+Routes (GET unless said; the JSON API's are declared in walqueue.dashboard.routes):
   /                      the page
+  /api/                  the JSON API's index: routes, their fields, a task's fields
   /static/app.js, /static/style.css
   /api/overview          counts, ages, WAL, snapshot, fsync and group-size histograms, counters
   /api/throughput        puts, acks, releases, deaths per minute over the last hour
@@ -45,6 +46,7 @@ from walqueue.dashboard import api
 from walqueue.dashboard.actions import ACTIONS, run_action
 from walqueue.dashboard.hosts import HostRule
 from walqueue.dashboard.prometheus import CONTENT_TYPE, render
+from walqueue.dashboard.routes import api_index
 from walqueue.dashboard.sampler import Sampler
 from walqueue.dashboard.source import Backend, Source
 from walqueue.dashboard.web import (
@@ -168,6 +170,8 @@ class Dashboard:
             "/static/style.css": self._static,
             "/static/icon.svg": self._static,
             "/metrics": self._metrics,
+            "/api/": lambda e: self._json(lambda now: api_index(self.actions), e),
+            "/api": lambda e: self._json(lambda now: api_index(self.actions), e),
             "/api/overview": lambda e: self._json(
                 lambda now: api.overview(self.source, self.sampler, now, self.clock()), e
             ),
