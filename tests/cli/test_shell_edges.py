@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -105,3 +106,26 @@ def test_a_client_on_a_relative_socket_path_survives_a_chdir(server: ServerProce
 def test_the_shell_takes_a_relative_socket_path(server: ServerProcess, place: Path) -> None:
     result = shell("--socket", "s", "stats", cwd=place)
     assert result.returncode == 0, result.stderr
+
+
+def test_the_relay_ends_quietly_too_when_its_output_is_closed(server: ServerProcess) -> None:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "walqueue.cli", "--socket", server.socket_path],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=child_environment(),
+    )
+    assert process.stdin is not None and process.stdout is not None and process.stderr is not None
+    process.stdin.write(b'{"op": "stats"}\n')
+    process.stdin.flush()
+    assert b'"ok":true' in process.stdout.readline()
+    process.stdout.close()  # the reader is gone
+    with contextlib.suppress(BrokenPipeError):  # it may have stopped already
+        for _ in range(50):
+            process.stdin.write(b'{"op": "stats"}\n' * 100)
+            process.stdin.flush()
+    with contextlib.suppress(BrokenPipeError):
+        process.stdin.close()
+    assert process.wait(60) == ShellExit.OUTPUT_CLOSED
+    assert process.stderr.read() == b""

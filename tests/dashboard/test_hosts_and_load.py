@@ -230,3 +230,15 @@ def test_a_bad_http_host_is_a_usage_error(src_pythonpath: str, place: Path, name
     assert process.returncode == 64, process.stderr
     assert "host name" in process.stderr
     assert sorted(path.name for path in place.iterdir()) == []
+
+
+def test_the_served_dashboard_takes_the_bound_address_the_loopback_names_and_the_given_ones(queue: Queue) -> None:
+    from walqueue.dashboard.http import HttpOptions, start_dashboard
+
+    running = start_dashboard(queue, HttpOptions("127.0.0.2", 0, False, None, ("queue.internal",)))
+    try:
+        app = running.server.get_app()
+        assert isinstance(app, Dashboard)
+        assert app.hosts.names == {"127.0.0.2", "localhost", "127.0.0.1", "::1", "queue.internal"}
+    finally:
+        running.stop()

@@ -10,7 +10,8 @@ Binding: loopback by default. Any other address needs ``--http-allow-remote``
 and an access token (``--http-token-file``, or the ``WALQUEUE_HTTP_TOKEN``
 environment variable; never a command-line argument, which other users can
 read in the process list). A request's ``Host`` must be the bound address,
-``localhost`` or a name given with ``--http-host`` (walqueue.dashboard.hosts).
+a loopback name (``localhost``, ``127.0.0.1``, ``::1``) or a name given with
+``--http-host`` (walqueue.dashboard.hosts).
 
 Under load: the listening socket's backlog is `LISTEN_BACKLOG` (the
 standard library's default of 5 makes a burst of connections wait for
@@ -35,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
-from walqueue.dashboard.hosts import check_host_name
+from walqueue.dashboard.hosts import DEFAULT_HOSTS, check_host_name
 from walqueue.dashboard.web import SOCKET_KEY, check_access_token
 
 __all__ = [
@@ -169,7 +170,7 @@ def start_dashboard(
 
     if on_commit is not None:
         backend = _Announced(backend, on_commit)
-    hosts = (options.host, "localhost", *options.hosts)
+    hosts = (options.host, *DEFAULT_HOSTS, *options.hosts)  # the loopback names can never be rebound
     app = Dashboard(backend, actions=options.actions, access_token=options.token, hosts=hosts)
     running = serve_in_thread(app, options.host, options.port, sample=app.sample, bound=bound)
     log.info("dashboard on %s (actions %s)", running.url, "enabled" if options.actions else "disabled")
@@ -260,7 +261,7 @@ def add_http_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NAME",
         action="append",
         default=[],
-        help="also accept requests whose Host is NAME (repeatable; the bound address and localhost always are; "
+        help="also accept requests whose Host is NAME (repeatable; the bound address and the loopback names are; "
         "any other Host is refused with 421, against DNS rebinding)",
     )
     group.add_argument(
