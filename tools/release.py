@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""Keep the three distributions on one version, and build them.
+"""Keep the four distributions on one version, and build them.
 
-WALQueue ships three distributions (walqueue-format, walqueue-engine,
-walqueue-cli) that always carry the same version, each pinning the layer below
-it exactly (`walqueue-format==X.Y.Z`). The versions are static strings in each
+WALQueue ships three layers (walqueue-format, walqueue-engine, walqueue-cli)
+and the meta-distribution `walqueue` (no code: `pip install walqueue` brings
+all three), always at the same version, each layer pinning the layer below
+it exactly (`walqueue-format==X.Y.Z`) and the meta pinning all three. The versions are static strings in each
 `pyproject.toml` (plainer than a shared VERSION file plus build hooks, and an
 sdist then builds on its own), and once more in the format layer's
 `_version.py` (`__version__`, which the engine and the CLI re-use, so that a
@@ -13,7 +14,7 @@ way to move them all:
     python tools/release.py                  print the version
     python tools/release.py check            exit 1 if versions, pins or __version__ drift
     python tools/release.py bump X.Y.Z       rewrite all versions, pins and __version__ at once
-    python tools/release.py build [--out D]  build the three sdists and wheels (default D: dist/)
+    python tools/release.py build [--out D]  build the four sdists and wheels (default D: dist/)
 
 `--root DIR` (before the command) works on another checkout; the tests use it
 on a temporary copy. Standard library only, like the project.
@@ -32,12 +33,13 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-#: The distributions, bottom layer first; each pins the one before it.
-DISTRIBUTIONS: tuple[str, ...] = ("walqueue-format", "walqueue-engine", "walqueue-cli")
-PINNED_BELOW: dict[str, str | None] = {
-    "walqueue-format": None,
-    "walqueue-engine": "walqueue-format",
-    "walqueue-cli": "walqueue-engine",
+#: The distributions, bottom layer first; each layer pins the one before it, the meta `walqueue` all three.
+DISTRIBUTIONS: tuple[str, ...] = ("walqueue-format", "walqueue-engine", "walqueue-cli", "walqueue")
+PINNED: dict[str, tuple[str, ...]] = {
+    "walqueue-format": (),
+    "walqueue-engine": ("walqueue-format",),
+    "walqueue-cli": ("walqueue-engine",),
+    "walqueue": ("walqueue-format", "walqueue-engine", "walqueue-cli"),
 }
 
 # Final releases, pre-releases, post- and dev-releases; no epochs or local parts.
@@ -74,7 +76,7 @@ def read_manifest(root: Path, dist: str) -> Manifest:
 
 
 def find_drift(root: Path) -> list[str]:
-    """Every way the three pyproject.toml files disagree; empty when in lockstep."""
+    """Every way the four pyproject.toml files disagree; empty when in lockstep."""
     problems: list[str] = []
     manifests: list[Manifest] = []
     for dist in DISTRIBUTIONS:
@@ -99,8 +101,7 @@ def find_drift(root: Path) -> list[str]:
     for manifest in manifests:
         if not VERSION_RE.match(manifest.version):
             problems.append(f"{manifest.dist}: version {manifest.version!r} is not X.Y.Z[aN|bN|rcN][.postN][.devN]")
-        below = PINNED_BELOW[manifest.dist]
-        expected = [f"{below}=={manifest.version}"] if below else []
+        expected = [f"{pinned}=={manifest.version}" for pinned in PINNED[manifest.dist]]
         if manifest.pins != expected:
             problems.append(f"{manifest.dist}: requires {manifest.pins} of ours, expected {expected}")
     return problems
@@ -253,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser("check", help="exit 1 if versions or pins drift")
     bump_parser = commands.add_parser("bump", help="set every version and pin to VERSION")
     bump_parser.add_argument("version")
-    build_parser = commands.add_parser("build", help="build the three sdists and wheels")
+    build_parser = commands.add_parser("build", help="build the four sdists and wheels")
     build_parser.add_argument("--out", type=Path, default=None, help="output directory (default: ROOT/dist)")
     args = parser.parse_args(argv)
     root: Path = args.root.resolve()
@@ -266,10 +267,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"release: {problem}", file=sys.stderr)
         if problems:
             return 1
-        print(f"release: all three distributions are at {current_version(root)}, pinned exactly")
+        print(f"release: all four distributions are at {current_version(root)}, pinned exactly")
     elif args.command == "bump":
         bump(root, args.version)
-        print(f"release: version and pins set to {args.version} in all three pyproject.toml files and {VERSION_MODULE}")
+        print(f"release: version and pins set to {args.version} in all four pyproject.toml files and {VERSION_MODULE}")
     elif args.command == "build":
         out = (args.out if args.out is not None else root / "dist").resolve()
         for artifact in build(root, out):

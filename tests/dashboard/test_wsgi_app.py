@@ -10,6 +10,8 @@ from dashboard_helpers import NOW, call, form_headers, kill
 
 from walqueue import Queue
 from walqueue.dashboard import Dashboard
+from walqueue.dashboard.api import GROUP_BUDGET
+from walqueue.dashboard.source import group_id
 
 
 def test_the_overview_counts_are_the_queues(app: Dashboard, queue: Queue) -> None:
@@ -207,20 +209,73 @@ def test_an_action_by_error_group_applies_to_every_member_and_is_logged(
             body=f"group={group}".encode(),
             headers=form_headers(acting.action_token),
         )
-    assert answer.json() == {"ok": True, "action": "redrive", "done": 5, "skipped": 0, "more": False}
+    assert answer.json() == {"ok": True, "action": "redrive", "done": 5, "skipped": 0, "more": False, "after": None}
     assert queue.stats()["counts"]["dead"] == 0
     assert any("redrive" in record.getMessage() and group in record.getMessage() for record in caplog.records)
 
 
-def test_cancel_by_error_group_takes_the_ready_and_leased_members(acting: Dashboard, queue: Queue) -> None:
-    queue.put("r", {})
-    queue.put("l", {})
-    queue.reserve("w", now=NOW, lease_seconds=60, limit=1)
+def _fail_once(queue: Queue, task_id: str, message: str = "flaky") -> None:
+    """Put a task with attempts left, lease it and release it with an error: ready again, retrying."""
+    queue.put(task_id, {}, max_attempts=5)
+    (lease,) = queue.reserve("w", now=NOW, lease_seconds=60, limit=1)
+    queue.release(lease, now=NOW, error={"type": "OSError", "message": message})
+
+
+def _group_action(acting: Dashboard, action: str, body: str) -> dict[str, object]:
     answer = call(
-        acting, "/api/actions/cancel", method="POST", body=b"group=none", headers=form_headers(acting.action_token)
+        acting, f"/api/actions/{action}", method="POST", body=body.encode(), headers=form_headers(acting.action_token)
     )
-    assert answer.json()["done"] == 2
+    assert answer.status == 200, answer.body
+    result: dict[str, object] = answer.json()
+    return result
+
+
+def test_cancel_by_error_group_takes_the_ready_and_leased_members(acting: Dashboard, queue: Queue) -> None:
+    _fail_once(queue, "r")
+    _fail_once(queue, "l")
+    queue.reserve("w", now=NOW, lease_seconds=60, limit=1)
+    group = group_id({"type": "OSError", "message": "flaky"})
+    assert _group_action(acting, "cancel", f"group={group}")["done"] == 2
     assert queue.stats()["counts"]["dead"] == 2
+
+
+def test_cancel_by_error_group_never_takes_a_task_that_never_failed(acting: Dashboard, queue: Queue) -> None:
+    kill(queue, "dead-without-error")
+    queue.put_many([{"task_id": f"fresh{i}", "payload": {}} for i in range(3)])
+    _fail_once(queue, "other", message="another error")
+    for group in ("none", group_id({"type": "OSError", "message": "flaky"})):
+        answer = _group_action(acting, "cancel", f"group={group}")
+        assert (answer["done"], answer["more"]) == (0, False)
+    assert queue.stats()["counts"]["dead"] == 1
+
+
+def test_a_group_action_resumes_past_the_scan_budget_with_its_cursor(acting: Dashboard, queue: Queue) -> None:
+    _fail_once(queue, "z-retrying")
+    queue.put_many([{"task_id": f"a{i:05}", "payload": {}} for i in range(GROUP_BUDGET + 1)])
+    group = group_id({"type": "OSError", "message": "flaky"})
+    done, body, rounds = 0, f"group={group}", 0
+    while True:
+        rounds += 1
+        assert rounds < 5, "the cursor does not advance"
+        answer = _group_action(acting, "cancel", body)
+        done += int(str(answer["done"]))
+        if not answer["more"]:
+            break
+        body = f"group={group}&after={answer['after']}"
+    assert done == 1 and queue.get("z-retrying").status == "dead"  # type: ignore[union-attr]
+    assert queue.stats()["counts"]["dead"] == 1
+
+
+def test_a_malformed_group_cursor_is_a_400(acting: Dashboard, queue: Queue) -> None:
+    for after in ("dead:x", "nocolon", "ready:" + "x" * 2000):
+        answer = call(
+            acting,
+            "/api/actions/cancel",
+            method="POST",
+            body=f"group=none&after={after}".encode(),
+            headers=form_headers(acting.action_token),
+        )
+        assert answer.status == 400
 
 
 def test_an_access_token_guards_every_route(queue: Queue) -> None:

@@ -34,6 +34,8 @@ PY_TYPED = {
     "walqueue-cli": "walqueue/cli/py.typed",
 }
 PINNED_BELOW = {"walqueue-format": None, "walqueue-engine": "walqueue-format", "walqueue-cli": "walqueue-engine"}
+#: The meta-distribution: no code, the three layers pinned exactly (`pip install walqueue`).
+META = "walqueue"
 
 # Imports every layer and prints where each module came from.
 IMPORT_ALL = """if True:
@@ -70,8 +72,10 @@ def check(result: subprocess.CompletedProcess[str]) -> subprocess.CompletedProce
 @dataclass(frozen=True)
 class Build:
     directory: Path
-    wheels: dict[str, Path]
+    wheels: dict[str, Path]  # the three layers'
     sdists: dict[str, Path]
+    meta_wheel: Path
+    meta_sdist: Path
 
 
 @dataclass(frozen=True)
@@ -108,8 +112,9 @@ def build(tmp_path_factory: pytest.TempPathFactory) -> Build:
     check(run([sys.executable, str(REPO_ROOT / "tools" / "release.py"), "build", "--out", str(out)], cwd=out))
     wheels = {distribution_of(path.name): path for path in out.glob("*.whl")}
     sdists = {distribution_of(path.name): path for path in out.glob("*.tar.gz")}
-    assert set(wheels) == set(sdists) == set(DISTRIBUTIONS), sorted(path.name for path in out.iterdir())
-    return Build(directory=out, wheels=wheels, sdists=sdists)
+    assert set(wheels) == set(sdists) == {*DISTRIBUTIONS, META}, sorted(path.name for path in out.iterdir())
+    meta_wheel, meta_sdist = wheels.pop(META), sdists.pop(META)
+    return Build(directory=out, wheels=wheels, sdists=sdists, meta_wheel=meta_wheel, meta_sdist=meta_sdist)
 
 
 @pytest.fixture(scope="session")
@@ -276,6 +281,31 @@ def test_each_distribution_installs_from_its_own_directory(
     check(new_venv.python_code(code))
 
 
+def test_the_meta_wheel_holds_no_code_and_pins_all_three_layers(build: Build) -> None:
+    assert wheel_files(build.meta_wheel) == set()
+    metadata = wheel_metadata(build.meta_wheel)
+    version = metadata["Version"]
+    assert {wheel_metadata(wheel)["Version"] for wheel in build.wheels.values()} == {version}
+    assert sorted(metadata.get_all("Requires-Dist") or []) == sorted(f"{dist}=={version}" for dist in DISTRIBUTIONS)
+    assert metadata["License-Expression"] == "Apache-2.0" and metadata.get_all("License-File") == ["LICENSE"]
+    with tarfile.open(build.meta_sdist) as archive:
+        assert [m.name for m in archive.getmembers() if m.name.endswith("/LICENSE")]
+
+
+def test_pip_install_walqueue_brings_all_three_layers(build: Build, new_venv: Venv) -> None:
+    new_venv.pip_install("--find-links", build.directory, META)
+    result = check(new_venv.python_code(IMPORT_ALL))
+    for module_file in result.stdout.splitlines():
+        assert Path(module_file).is_relative_to(new_venv.root), module_file
+    assert_scripts_answer_help(new_venv, "walqueue", "walqueue-serve", "walqueue-worker", "walqueue-fsck")
+    versions = check(
+        new_venv.python_code(
+            f"import importlib.metadata as m; print(*(m.version(d) for d in {(*DISTRIBUTIONS, META)!r}))"
+        )
+    )
+    assert len(set(versions.stdout.split())) == 1, versions.stdout
+
+
 # --- licence, versions and the READMEs' install lines ---------------------------
 
 
@@ -343,7 +373,7 @@ def readme_shell_lines(path: Path) -> list[str]:
     return lines
 
 
-@pytest.mark.parametrize("dist", DISTRIBUTIONS)
+@pytest.mark.parametrize("dist", (*DISTRIBUTIONS, META))
 def test_the_package_readme_install_lines_work_as_written(
     build: Build, build_backend_wheels: Path, tmp_path: Path, dist: str
 ) -> None:

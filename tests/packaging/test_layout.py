@@ -27,6 +27,18 @@ PACKAGE_DIRS = {
     "walqueue-cli": "walqueue/cli",
 }
 PINNED_BELOW = {"walqueue-format": None, "walqueue-engine": "walqueue-format", "walqueue-cli": "walqueue-engine"}
+#: The meta-distribution (`pip install walqueue`): no code, the three layers pinned exactly, the same version.
+META = "walqueue"
+ALL_DISTRIBUTIONS = (*DISTRIBUTIONS, META)
+
+
+def expected_pins(dist: str, version: str) -> list[str]:
+    if dist == META:
+        return [f"{layer}=={version}" for layer in DISTRIBUTIONS]
+    below = PINNED_BELOW[dist]
+    return [f"{below}=={version}"] if below else []
+
+
 #: The one `__version__` of the code, rewritten by `release.py bump` with the pyproject files.
 VERSION_MODULE = Path("packages/walqueue-format/src/walqueue/format/_version.py")
 
@@ -51,8 +63,8 @@ def run_release(*args: str, root: Path = REPO_ROOT) -> subprocess.CompletedProce
 
 
 def copy_pyprojects(destination: Path) -> Path:
-    """A scratch repository root holding copies of the three pyproject.toml files and of `_version.py`."""
-    for dist in DISTRIBUTIONS:
+    """A scratch repository root holding copies of the four pyproject.toml files and of `_version.py`."""
+    for dist in ALL_DISTRIBUTIONS:
         target = destination / "packages" / dist / "pyproject.toml"
         target.parent.mkdir(parents=True)
         shutil.copyfile(REPO_ROOT / "packages" / dist / "pyproject.toml", target)
@@ -90,17 +102,23 @@ def run_without_install(code: str, dists: tuple[str, ...], cwd: Path) -> subproc
 # --- one version -------------------------------------------------------------
 
 
-def test_all_three_distributions_carry_one_version() -> None:
-    versions = {dist: load_pyproject(REPO_ROOT, dist)["project"]["version"] for dist in DISTRIBUTIONS}
+def test_all_four_distributions_carry_one_version() -> None:
+    versions = {dist: load_pyproject(REPO_ROOT, dist)["project"]["version"] for dist in ALL_DISTRIBUTIONS}
     assert len(set(versions.values())) == 1, versions
 
 
 def test_each_layer_pins_the_layer_below_exactly_and_nothing_else() -> None:
-    for dist in DISTRIBUTIONS:
+    for dist in ALL_DISTRIBUTIONS:
         project = load_pyproject(REPO_ROOT, dist)["project"]
-        below = PINNED_BELOW[dist]
-        expected = [f"{below}=={project['version']}"] if below else []
-        assert project.get("dependencies", []) == expected, dist
+        assert project.get("dependencies", []) == expected_pins(dist, project["version"]), dist
+
+
+def test_the_meta_distribution_ships_no_code() -> None:
+    data = load_pyproject(REPO_ROOT, META)
+    assert data["project"]["name"] == "walqueue"
+    assert data["tool"]["hatch"]["build"]["targets"]["wheel"] == {"bypass-selection": True}
+    assert not (REPO_ROOT / "packages" / META / "src").exists()
+    assert "scripts" not in data["project"]
 
 
 def test_release_check_accepts_the_repository() -> None:
@@ -118,11 +136,10 @@ def test_release_bump_rewrites_every_version_and_pin_at_once(tmp_path: Path) -> 
     root = copy_pyprojects(tmp_path)
     result = run_release("bump", "0.2.0rc1", root=root)
     assert result.returncode == 0, result.stderr
-    for dist in DISTRIBUTIONS:
+    for dist in ALL_DISTRIBUTIONS:
         project = load_pyproject(root, dist)["project"]
         assert project["version"] == "0.2.0rc1"
-        below = PINNED_BELOW[dist]
-        assert project["dependencies"] == ([f"{below}==0.2.0rc1"] if below else [])
+        assert project["dependencies"] == expected_pins(dist, "0.2.0rc1")
     assert module_version(root) == "0.2.0rc1"
     assert run_release("check", root=root).returncode == 0
 
@@ -130,7 +147,7 @@ def test_release_bump_rewrites_every_version_and_pin_at_once(tmp_path: Path) -> 
 def test_release_bump_keeps_everything_but_the_version_and_pins(tmp_path: Path) -> None:
     root = copy_pyprojects(tmp_path)
     assert run_release("bump", "0.2.0", root=root).returncode == 0
-    for dist in DISTRIBUTIONS:
+    for dist in ALL_DISTRIBUTIONS:
         before = (REPO_ROOT / "packages" / dist / "pyproject.toml").read_text(encoding="utf-8")
         old_version = load_pyproject(REPO_ROOT, dist)["project"]["version"]
         after = (root / "packages" / dist / "pyproject.toml").read_text(encoding="utf-8")
@@ -139,11 +156,11 @@ def test_release_bump_keeps_everything_but_the_version_and_pins(tmp_path: Path) 
 
 def test_release_bump_refuses_a_malformed_version_and_writes_nothing(tmp_path: Path) -> None:
     root = copy_pyprojects(tmp_path)
-    before = {dist: (root / "packages" / dist / "pyproject.toml").read_bytes() for dist in DISTRIBUTIONS}
+    before = {dist: (root / "packages" / dist / "pyproject.toml").read_bytes() for dist in ALL_DISTRIBUTIONS}
     version_before = (root / VERSION_MODULE).read_bytes()
     result = run_release("bump", "0.2", root=root)
     assert result.returncode != 0
-    assert {dist: (root / "packages" / dist / "pyproject.toml").read_bytes() for dist in DISTRIBUTIONS} == before
+    assert {dist: (root / "packages" / dist / "pyproject.toml").read_bytes() for dist in ALL_DISTRIBUTIONS} == before
     assert (root / VERSION_MODULE).read_bytes() == version_before
 
 
@@ -184,12 +201,12 @@ def test_the_root_license_is_the_apache_license_2_0() -> None:
 def test_each_distribution_carries_an_identical_copy_of_the_license() -> None:
     # An sdist is built from its package folder alone, so each needs its own copy.
     root_license = (REPO_ROOT / "LICENSE").read_bytes()
-    for dist in DISTRIBUTIONS:
+    for dist in ALL_DISTRIBUTIONS:
         assert (REPO_ROOT / "packages" / dist / "LICENSE").read_bytes() == root_license, dist
 
 
 def test_each_distribution_declares_apache_2_0_and_its_authors_and_no_url() -> None:
-    for dist in DISTRIBUTIONS:
+    for dist in ALL_DISTRIBUTIONS:
         data = load_pyproject(REPO_ROOT, dist)
         project = data["project"]
         assert project["license"] == "Apache-2.0", dist  # PEP 639: an SPDX expression
@@ -206,8 +223,11 @@ def test_each_distribution_declares_apache_2_0_and_its_authors_and_no_url() -> N
         ("walqueue-cli", 'version = "0.', 'version = "9.'),
         ("walqueue-engine", '"walqueue-format==', '"walqueue-format>='),
         ("walqueue-cli", '"walqueue-engine==', '"walqueue-engine==9.9.9", "walqueue-engine=='),
+        ("walqueue", 'version = "0.', 'version = "9.'),
+        ("walqueue", '"walqueue-cli==', '"walqueue-cli>='),
+        ("walqueue", '"walqueue-cli==', '"walqueue-engine=='),
     ],
-    ids=["version", "loose-pin", "second-pin"],
+    ids=["version", "loose-pin", "second-pin", "meta-version", "meta-loose-pin", "meta-missing-layer"],
 )
 def test_release_check_fails_when_versions_or_pins_drift(tmp_path: Path, dist: str, old: str, new: str) -> None:
     root = copy_pyprojects(tmp_path)

@@ -49,6 +49,8 @@ with sync=True (every transaction is fsynced before it is answered).
 owns, and has operator verbs: dead [--group G] [--limit N] [--format
 text|json|ids], redrive [--available-at T] [--extra-attempts N] TASK_ID...,
 cancel TASK_ID..., stats, metrics (see `walqueue --socket PATH --help`).
+`walqueue DIRECTORY VERB ...` runs the same verbs on DIRECTORY (through its
+walqueue-serve when one owns it).
 """
 
 
@@ -184,8 +186,11 @@ def _log_warnings() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the consumer; returns the exit status instead of exiting."""
-    if shell.wants_shell(sys.argv[1:] if argv is None else argv):
+    given = sys.argv[1:] if argv is None else list(argv)
+    if shell.wants_shell(given):
         return shell.main(argv)  # a queue another process serves: walqueue --socket PATH --help
+    if shell.wants_directory_verb(given):
+        return shell.main(given[1:], directory=given[0])  # walqueue DIR stats: the shell's verbs on DIR
     arguments = _argument_parser().parse_args(argv)
     _log_warnings()
     try:

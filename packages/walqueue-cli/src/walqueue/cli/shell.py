@@ -14,7 +14,10 @@ verbs do the usual chores from a shell script:
   metrics                      the server's metrics() as one JSON object (counters, gauges, histograms)
 
 so that ``walqueue --socket S dead --group G --format ids | walqueue --socket S redrive -``
-redrives one error group.
+redrives one error group. The same verbs work on a directory, ``walqueue DIR
+stats``: on the opened queue when nobody owns it (never creating it), and
+through the owner's socket when a walqueue-serve owns it (its owner note in
+LOCK names the socket), so that both forms behave alike.
 """
 
 from __future__ import annotations
@@ -22,18 +25,24 @@ from __future__ import annotations
 import argparse
 import enum
 import json
+import math
+import os
 import socket
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, BinaryIO, TextIO
 
 from walqueue import QueueClosed, WrongStatus
 from walqueue.format import cmdline
 from walqueue.format.cmdline import EX_USAGE, EXIT_INTERRUPTED, UsageParser, interrupted, version_line
+from walqueue.protocol.exchange import socket_address
 from walqueue.protocol.requests import request_lines
 
-__all__ = ["ShellExit", "main", "wants_shell"]
+__all__ = ["VERBS", "ShellExit", "main", "wants_directory_verb", "wants_shell"]
+
+#: The operator verbs; also taken after a directory (``walqueue DIR stats``), with the same behaviour.
+VERBS = ("dead", "redrive", "cancel", "stats", "metrics")
 
 
 class ShellExit(enum.IntEnum):
@@ -50,7 +59,7 @@ class ShellExit(enum.IntEnum):
 
     #: Done (relay: the end of the input).
     OK = cmdline.EXIT_OK
-    #: relay: a Fatal answer was relayed (the server's queue was poisoned), or stdout was closed.
+    #: relay: a Fatal answer was relayed (the server's queue was poisoned).
     FATAL = cmdline.EXIT_FATAL
     #: redrive/cancel: at least one task was refused (WrongStatus, a bad id); the others were done.
     SOME_REFUSED = 1
@@ -58,6 +67,9 @@ class ShellExit(enum.IntEnum):
     CANNOT_CONNECT = 2
     #: The connection was lost, or the server answered something this shell cannot read.
     CONNECTION_LOST = 3
+    #: Its reader closed stdout (``walqueue ... dead | head -1``): stopped quietly, as a Unix tool killed
+    #: by SIGPIPE ends (128 + 13), so that ``set -o pipefail`` sees it as it sees ``yes | head -1``.
+    OUTPUT_CLOSED = 141
 
 
 _EPILOG = f"""\
@@ -73,13 +85,15 @@ ids prints the task ids alone, ready to be piped into redrive - or cancel -.
 
 exit status:
   {ShellExit.OK:<5}done (relay: end of input)
-  {ShellExit.FATAL:<5}relay: a Fatal answer was relayed, or stdout was closed;
+  {ShellExit.FATAL:<5}relay: a Fatal answer was relayed;
        redrive/cancel: at least one task was refused (reported on stderr),
        every other one was done
   {ShellExit.CANNOT_CONNECT:<5}the server could not be reached at PATH (is walqueue-serve running?)
   {ShellExit.CONNECTION_LOST:<5}the connection was lost, or the server's answer could not be read
   {EX_USAGE:<5}usage error
   {EXIT_INTERRUPTED:<5}interrupted by Ctrl-C
+  {ShellExit.OUTPUT_CLOSED:<5}stdout was closed by its reader (`| head -1`): stopped quietly, as
+       a Unix tool killed by SIGPIPE (128 + 13)
 """
 
 
@@ -96,21 +110,61 @@ class _Lost(Exception):
     """The connection broke, or an answer made no sense."""
 
 
-def _parser() -> argparse.ArgumentParser:
+class _OutputClosed(Exception):
+    """Whoever read stdout went away: not the server's fault, and nothing to report."""
+
+
+def _write(out: TextIO | BinaryIO, data: Any, *, flush: bool = False) -> None:
+    """Write to stdout; a closed pipe becomes `_OutputClosed` (never a lost connection)."""
+    try:
+        out.write(data)
+        if flush:
+            out.flush()
+    except BrokenPipeError:
+        raise _OutputClosed from None
+
+
+def _finite_seconds(text: str) -> float:
+    """An argparse type: a finite number of seconds > 0 (``-1``, ``nan`` and ``inf`` are usage errors)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"expected a finite number of seconds > 0, not {text!r}")
+    return value
+
+
+def _limit(text: str) -> int:
+    """An argparse type: a whole number >= 0."""
+    if not (text.isascii() and text.isdigit()):
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, not {text!r}")
+    return int(text)
+
+
+def _parser(on_directory: bool = False) -> argparse.ArgumentParser:
     parser = UsageParser(
-        prog="walqueue",
-        description="Talk to a queue served by walqueue-serve, over its Unix socket.",
+        prog="walqueue DIRECTORY" if on_directory else "walqueue",
+        description="Talk to a queue served by walqueue-serve, over its Unix socket"
+        + (" (or to DIRECTORY itself: the same verbs, through its server if one owns it)." if on_directory else "."),
         epilog=_EPILOG,
     )
-    parser.add_argument("--socket", required=True, metavar="PATH", help="the socket walqueue-serve listens on")
+    if not on_directory:
+        parser.add_argument("--socket", required=True, metavar="PATH", help="the socket walqueue-serve listens on")
+    else:
+        parser.set_defaults(socket=None)
     parser.add_argument(
-        "--timeout", type=float, default=60.0, metavar="SECONDS", help="how long a verb's call may take (default 60)"
+        "--timeout",
+        type=_finite_seconds,
+        default=60.0,
+        metavar="SECONDS",
+        help="how long a verb's call may take (default 60)",
     )
     parser.add_argument("--version", action="version", version=version_line("walqueue"))
-    verbs = parser.add_subparsers(dest="verb", metavar="VERB")
+    verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=on_directory)
     dead = verbs.add_parser("dead", help="list the dead letters with their last errors")
     dead.add_argument("--group", help="only this error group (its id, as the dashboard shows it)")
-    dead.add_argument("--limit", type=int, default=None, help="at most this many (default: all)")
+    dead.add_argument("--limit", type=_limit, default=None, help="at most this many (default: all)")
     dead.add_argument("--format", choices=("text", "json", "ids"), default="text")
     redrive = verbs.add_parser("redrive", help="make dead tasks ready again")
     redrive.add_argument(
@@ -150,8 +204,7 @@ def relay(sock: socket.socket, requests: BinaryIO, answers: BinaryIO) -> int:
             raise _Lost(f"the connection to the server broke: {error}") from None
         if not answer.endswith(b"\n"):
             raise _Lost("the server closed the connection before answering")
-        answers.write(answer)
-        answers.flush()
+        _write(answers, answer, flush=True)
         if _is_fatal(answer):
             return ShellExit.FATAL
     return ShellExit.OK
@@ -214,15 +267,15 @@ def _dead(client: Any, arguments: argparse.Namespace, out: TextIO) -> int:
 
 def _print_dead(view: dict[str, Any], form: str, out: TextIO) -> None:
     if form == "ids":
-        out.write(view["task_id"] + "\n")
+        _write(out, view["task_id"] + "\n")
     elif form == "json":
         keys = ("task_id", "attempts", "max_attempts", "payload_excerpt", "last_error", "group")
-        out.write(json.dumps({key: view[key] for key in keys}, ensure_ascii=False) + "\n")
+        _write(out, json.dumps({key: view[key] for key in keys}, ensure_ascii=False) + "\n")
     else:
         error = view["last_error"]
         text = "-" if error is None else f"{error.get('type', '')}: {error.get('message', '')}"
         flat = " ".join(text.split())  # one line per task, whatever the message holds
-        out.write(f"{view['task_id']}\t{view['attempts']}\t{flat}\n")
+        _write(out, f"{view['task_id']}\t{view['attempts']}\t{flat}\n")
 
 
 def _read(path: str, op: str, timeout: float) -> Any:
@@ -244,29 +297,72 @@ def _read(path: str, op: str, timeout: float) -> Any:
     return answer[op]
 
 
+def _run_verb(client: Any, arguments: argparse.Namespace, read: Callable[[str], Any]) -> int:
+    """One verb over `client` (a `Client`, or a `Queue` for ``walqueue DIR VERB``); `read` answers stats/metrics."""
+    if arguments.verb in ("redrive", "cancel"):
+        return _change(client, arguments.verb, arguments, sys.stdin)
+    if arguments.verb == "dead":
+        status = _dead(client, arguments, sys.stdout)
+        _write(sys.stdout, "", flush=True)
+        return status
+    _write(sys.stdout, json.dumps(read(arguments.verb), sort_keys=True) + "\n", flush=True)
+    return ShellExit.OK
+
+
 def _verb(arguments: argparse.Namespace) -> int:
     from walqueue.client import Client
 
+    _connect(arguments.socket).close()  # unreachable: say so now, as exit 2, before any change
     with Client(arguments.socket, timeout=arguments.timeout, reconnect_seconds=0) as client:
         try:
-            if arguments.verb in ("redrive", "cancel"):
-                return _change(client, arguments.verb, arguments, sys.stdin)
-            if arguments.verb == "dead":
-                return _dead(client, arguments, sys.stdout)
-            print(json.dumps(_read(arguments.socket, arguments.verb, arguments.timeout), sort_keys=True))
-            return ShellExit.OK
+            return _run_verb(client, arguments, lambda op: _read(arguments.socket, op, arguments.timeout))
         except (ConnectionError, TimeoutError, QueueClosed) as error:
             raise _Lost(str(error)) from None
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the shell; returns the exit status."""
-    arguments = _parser().parse_args(argv)
+def _read_queue(queue: Any, op: str) -> Any:
+    """A read call answered by the protocol over an opened queue: the very JSON walqueue-serve would send."""
+    from walqueue.protocol.requests import respond
+
+    return respond(json.dumps({"op": op}), queue).answer[op]
+
+
+def _directory_verb(directory: str, arguments: argparse.Namespace) -> int:
+    """``walqueue DIR VERB``: the verb on the opened directory, or through its walqueue-serve if one owns it."""
+    from walqueue import CorruptStore, DirectoryLocked, Queue
+
     try:
+        queue = Queue(directory, sync=True, create=False)
+    except DirectoryLocked as error:
+        if error.socket_path is None:
+            raise _Unreachable(
+                f"cannot open {directory}: {error} (stop its owner, or use its server's --socket)"
+            ) from None
+        arguments.socket = error.socket_path  # a walqueue-serve owns it: the same verb through its socket
+        return _verb(arguments)
+    except (CorruptStore, OSError) as error:
+        raise _Unreachable(f"cannot open {directory}: {type(error).__name__}: {error}") from None
+    with queue:
+        return _run_verb(queue, arguments, lambda op: _read_queue(queue, op))
+
+
+def wants_directory_verb(argv: Sequence[str]) -> bool:
+    """Whether this command line is ``walqueue DIR VERB ...`` (a verb on a directory, not the line consumer)."""
+    return len(argv) >= 2 and not argv[0].startswith("-") and argv[1] in VERBS
+
+
+def main(argv: Sequence[str] | None = None, *, directory: str | None = None) -> int:
+    """Run the shell (on ``--socket PATH``, or on `directory`: ``walqueue DIR VERB``); returns the exit status."""
+    arguments = _parser(directory is not None).parse_args(argv)
+    if arguments.socket is not None:
+        arguments.socket = socket_address(arguments.socket)  # once: a later chdir must not move it
+    try:
+        if directory is not None:
+            return _directory_verb(directory, arguments)
         if arguments.verb is None:
+            assert arguments.socket is not None  # required without a directory
             with _connect(arguments.socket) as sock:
                 return relay(sock, sys.stdin.buffer, sys.stdout.buffer)
-        _connect(arguments.socket).close()  # unreachable: say so now, as exit 2, before any change
         return _verb(arguments)
     except KeyboardInterrupt:
         return interrupted("walqueue")
@@ -276,6 +372,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except _Lost as error:
         print(f"walqueue: {error}; check walqueue-serve's log, then retry", file=sys.stderr)
         return ShellExit.CONNECTION_LOST
-    except BrokenPipeError:
-        print("walqueue: stdout was closed; stopping", file=sys.stderr)
-        return ShellExit.FATAL
+    except _OutputClosed:
+        _silence_stdout()
+        return ShellExit.OUTPUT_CLOSED
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's last flush of the closed pipe says nothing."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass

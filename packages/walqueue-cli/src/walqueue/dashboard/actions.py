@@ -5,11 +5,15 @@ cross-site form a hostile page submits, a token the page read from its own
 origin does not (the classic synchronizer-token defence). The token is
 random per server start, compared in constant time, and taken from the
 ``X-WALQueue-Token`` header or the ``token`` field. A request whose
-``Origin`` names another host is refused as well.
+``Origin`` names another host, or a name the dashboard does not accept
+(walqueue.dashboard.hosts), is refused as well.
 
 An action by error group works through the group's tasks in id order, at
-most `ACTION_BATCH` per request; the answer says whether any are left, so
-that the page (or a script) repeats it. A task that changed meanwhile
+most `ACTION_BATCH` per request and `GROUP_BUDGET` tasks read; the answer
+says whether any are left (``more``) and where to resume (``after``, a
+cursor the page or a script sends back), so that repeating it gets through
+any number of tasks. A member is a task whose last error is the group's
+error: a ready task that never failed belongs to no group. A task that changed meanwhile
 (`WrongStatus`: a worker finished it, another operator redrove it) is
 counted as skipped, never an error of the whole batch.
 """
@@ -21,9 +25,11 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from walqueue import WrongStatus
+from walqueue import Task, WrongStatus
 from walqueue.dashboard.api import GROUP_BUDGET, MAX_ID_CHARS
-from walqueue.dashboard.source import Source, error_of, group_id
+from walqueue.dashboard.hosts import HostRule
+from walqueue.dashboard.routes import ACTION_FIELDS
+from walqueue.dashboard.source import SCAN_CHUNK, Source, error_of, group_id
 from walqueue.dashboard.web import HttpError, parse_form
 
 __all__ = ["ACTION_BATCH", "ACTIONS", "TOKEN_HEADER", "check_origin", "check_token", "run_action"]
@@ -46,13 +52,14 @@ def check_token(environ: Mapping[str, Any], fields: Mapping[str, str], token: st
         raise HttpError(403, "missing or wrong action token (reload the page to get the current one)")
 
 
-def check_origin(environ: Mapping[str, Any]) -> None:
-    """403 when the browser says the request comes from a page of another origin."""
+def check_origin(environ: Mapping[str, Any], hosts: HostRule) -> None:
+    """403 when the browser says the request comes from another origin, or from a name not accepted."""
     origin = environ.get("HTTP_ORIGIN")
     if origin is None:
         return
-    host = environ.get("HTTP_HOST", "")
-    if origin not in (f"http://{host}", f"https://{host}"):
+    host = environ.get("HTTP_HOST")
+    same = host is None or origin in (f"http://{host}", f"https://{host}")
+    if not (same and hosts.allows_origin(origin)):
         raise HttpError(403, f"cross-origin action refused (Origin {origin[:100]!r})")
 
 
@@ -63,11 +70,57 @@ def _apply(source: Source, action: str, task_id: str, now: int, extra_attempts: 
         source.backend.cancel(task_id)
 
 
-def _group_members(source: Source, action: str, group: str) -> tuple[list[str], bool]:
-    """Up to `ACTION_BATCH` ids of the group's tasks in the action's statuses, and whether more may be left."""
-    tasks, truncated = source.scan(ACTIONS[action], GROUP_BUDGET)
-    members = [task.task_id for task in tasks if group_id(error_of(task)) == group]
-    return members[:ACTION_BATCH], truncated or len(members) > ACTION_BATCH
+def _is_member(task: Task, action: str, group: str) -> bool:
+    """Whether `task` belongs to `group` for `action`: its last error is the group's error.
+
+    A ready or leased task with no last error has never failed: it is no
+    member of any group, "none" included, so that "cancel retrying" on the
+    group of dead letters without an error never takes a fresh task.
+    """
+    error = error_of(task)
+    if error is None and action == "cancel":
+        return False
+    return group_id(error) == group
+
+
+def _parse_cursor(action: str, text: str | None) -> tuple[int, str | None]:
+    """The ``after`` field (``STATUS:TASK_ID``, from a previous answer) as (index of the status, task id or None)."""
+    if text is None:
+        return 0, None
+    status, colon, task_id = text.partition(":")
+    statuses = ACTIONS[action]
+    if not colon or status not in statuses or len(task_id) > MAX_ID_CHARS:
+        raise HttpError(400, f"after must be STATUS:TASK_ID with a status of {', '.join(statuses)} (from an answer)")
+    return statuses.index(status), task_id or None
+
+
+def _group_members(source: Source, action: str, group: str, after: str | None) -> tuple[list[str], str | None]:
+    """Up to `ACTION_BATCH` members of the group after the cursor, reading at most `GROUP_BUDGET` tasks.
+
+    Returns the members and the cursor to resume from (``STATUS:TASK_ID``;
+    ``STATUS:`` is that status from its start), or None when every task of
+    the action's statuses was read. The cursor advances over what was read,
+    matched or not, so repeated requests get past any number of tasks of
+    other groups.
+    """
+    statuses = ACTIONS[action]
+    index, last = _parse_cursor(action, after)
+    members: list[str] = []
+    read = 0
+    while index < len(statuses):
+        if read >= GROUP_BUDGET:
+            return members, f"{statuses[index]}:{last or ''}"
+        page = source.page(statuses[index], last, min(SCAN_CHUNK, GROUP_BUDGET - read))
+        for task in page.tasks:
+            read += 1
+            last = task.task_id
+            if _is_member(task, action, group):
+                members.append(task.task_id)
+                if len(members) >= ACTION_BATCH:
+                    return members, f"{statuses[index]}:{last}"
+        if page.next_after is None:
+            index, last = index + 1, None
+    return members, None
 
 
 def _extra_attempts(fields: Mapping[str, str]) -> int:
@@ -84,12 +137,13 @@ def run_action(
     token: str,
     now: int,
     remote: Callable[[], str],
+    hosts: HostRule,
 ) -> dict[str, Any]:
     """Check the request, apply the action to one task or one error group, log it, and say what happened."""
-    check_origin(environ)
+    check_origin(environ, hosts)
     fields = parse_form(environ)
     check_token(environ, fields, token)
-    unknown = sorted(set(fields) - {"token", "task_id", "group", "extra_attempts"})
+    unknown = sorted(set(fields) - set(ACTION_FIELDS))
     if unknown:
         raise HttpError(400, f"unknown field {unknown[0]!r}")
     task_id, group = fields.get("task_id"), fields.get("group")
@@ -106,9 +160,9 @@ def run_action(
         except (TypeError, ValueError) as error:
             raise HttpError(400, str(error)) from None
         log.warning("dashboard action %s task_id=%r from %s", action, task_id, remote())
-        return {"ok": True, "action": action, "done": 1, "skipped": 0, "more": False}
+        return {"ok": True, "action": action, "done": 1, "skipped": 0, "more": False, "after": None}
     assert group is not None
-    members, more = _group_members(source, action, group)
+    members, resume = _group_members(source, action, group, fields.get("after"))
     done = skipped = 0
     for member in members:
         try:
@@ -117,4 +171,4 @@ def run_action(
         except WrongStatus:
             skipped += 1
     log.warning("dashboard action %s group=%r done=%d skipped=%d from %s", action, group, done, skipped, remote())
-    return {"ok": True, "action": action, "done": done, "skipped": skipped, "more": more}
+    return {"ok": True, "action": action, "done": done, "skipped": skipped, "more": resume is not None, "after": resume}

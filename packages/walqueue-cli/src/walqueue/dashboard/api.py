@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
+from walqueue.dashboard.routes import route
 from walqueue.dashboard.sampler import Sampler
 from walqueue.dashboard.source import MAX_LIMIT, Source, task_view
 from walqueue.dashboard.web import HttpError, parse_query, query_int, query_text
@@ -94,12 +95,12 @@ def _listing(source: Source, status: str, fields: Mapping[str, str], now: int) -
 
 def leases_page(source: Source, environ: Mapping[str, Any], now: int) -> dict[str, Any]:
     """The leased tasks, with worker, deadline and time left (against the dashboard's clock)."""
-    return _listing(source, "leased", parse_query(environ, ("after", "limit", "page")), now)
+    return _listing(source, "leased", parse_query(environ, route("/api/leases").fields), now)
 
 
 def dead_page(source: Source, environ: Mapping[str, Any], now: int) -> dict[str, Any]:
     """The dead letters, all or one error group's, with a payload excerpt and the last error."""
-    fields = parse_query(environ, ("after", "limit", "page", "group"))
+    fields = parse_query(environ, route("/api/dead").fields)
     group = query_text(fields, "group")
     if group is None:
         return _listing(source, "dead", fields, now)
@@ -140,7 +141,7 @@ def dead_groups(source: Source, environ: Mapping[str, Any]) -> dict[str, Any]:
 
 def task_lookup(source: Source, environ: Mapping[str, Any], now: int) -> dict[str, Any]:
     """One task by id (``?id=``), as the lists show it; 404 when there is no such task."""
-    fields = parse_query(environ, ("id",))
+    fields = parse_query(environ, route("/api/task").fields)
     task_id = query_text(fields, "id")
     if task_id is None or len(task_id) > MAX_ID_CHARS:
         raise HttpError(400, f"id must be a task id of 1 to {MAX_ID_CHARS} characters")

@@ -10,8 +10,9 @@ anything else. The page fills itself from the JSON API with ``textContent``,
 never markup, so whatever a payload or an error message holds is shown as
 text.
 
-Routes (GET unless said):
+Routes (GET unless said; the JSON API's are declared in walqueue.dashboard.routes):
   /                      the page
+  /api/                  the JSON API's index: routes, their fields, a task's fields
   /static/app.js, /static/style.css
   /api/overview          counts, ages, WAL, snapshot, fsync and group-size histograms, counters
   /api/throughput        puts, acks, releases, deaths per minute over the last hour
@@ -22,6 +23,10 @@ Routes (GET unless said):
   /metrics               Prometheus text exposition 0.0.4
   POST /api/actions/redrive, /api/actions/cancel   (only with actions enabled; token)
   /login?token=T         with an access token: sets the cookie that carries it, then redirects to /
+
+Every route first checks the ``Host`` header against the dashboard's own
+names (walqueue.dashboard.hosts): any other is a 421, the defence against
+DNS rebinding.
 """
 
 from __future__ import annotations
@@ -39,7 +44,9 @@ from typing import Any, Final
 from walqueue import QueueClosed
 from walqueue.dashboard import api
 from walqueue.dashboard.actions import ACTIONS, run_action
+from walqueue.dashboard.hosts import HostRule
 from walqueue.dashboard.prometheus import CONTENT_TYPE, render
+from walqueue.dashboard.routes import api_index
 from walqueue.dashboard.sampler import Sampler
 from walqueue.dashboard.source import Backend, Source
 from walqueue.dashboard.web import (
@@ -84,7 +91,11 @@ class Dashboard:
     request (``Authorization: Bearer T`` or the cookie `/login?token=T`
     sets): use it whenever the address is reachable by others. `clock`
     gives the ``now`` for ages, times left and redrives (seconds since the
-    epoch, as the queue's callers use).
+    epoch, as the queue's callers use). `hosts` are the names a request's
+    ``Host`` may carry (default: localhost, 127.0.0.1 and ::1); any other
+    is refused with 421, so that a hostile name pointed at this address
+    (DNS rebinding) reads nothing. An application serving it under its own
+    name passes that name.
     """
 
     def __init__(
@@ -94,9 +105,11 @@ class Dashboard:
         actions: bool = False,
         access_token: str | None = None,
         clock: Callable[[], float] = time.time,
+        hosts: Iterable[str] | None = None,
     ) -> None:
         if access_token is not None:
             check_access_token(access_token)
+        self.hosts = HostRule.of(hosts)
         self.source = Source(backend)
         self.sampler = Sampler()
         self.actions = actions
@@ -127,6 +140,7 @@ class Dashboard:
     def _route(self, environ: Mapping[str, Any]) -> Response:
         path = environ.get("PATH_INFO") or "/"
         method = environ.get("REQUEST_METHOD", "GET")
+        self._check_host(environ)
         if path == "/login":
             return self._login(environ)
         self._check_access(environ)
@@ -140,7 +154,8 @@ class Dashboard:
                 raise HttpError(403, "actions are disabled (start the dashboard with actions enabled)")
             now = int(self.clock())
             remote = str(environ.get("REMOTE_ADDR", "?"))
-            return json_response(run_action(self.source, action, environ, self.action_token, now, lambda: remote))
+            answer = run_action(self.source, action, environ, self.action_token, now, lambda: remote, self.hosts)
+            return json_response(answer)
         handler = self._views().get(path)
         if handler is None:
             raise HttpError(404, f"no such page {path[:100]!r}")
@@ -155,6 +170,8 @@ class Dashboard:
             "/static/style.css": self._static,
             "/static/icon.svg": self._static,
             "/metrics": self._metrics,
+            "/api/": lambda e: self._json(lambda now: api_index(self.actions), e),
+            "/api": lambda e: self._json(lambda now: api_index(self.actions), e),
             "/api/overview": lambda e: self._json(
                 lambda now: api.overview(self.source, self.sampler, now, self.clock()), e
             ),
@@ -190,6 +207,15 @@ class Dashboard:
         return Response(200, render(metrics).encode("utf-8"), CONTENT_TYPE)
 
     # -- access ----------------------------------------------------------------------
+
+    def _check_host(self, environ: Mapping[str, Any]) -> None:
+        host = environ.get("HTTP_HOST")
+        if not self.hosts.allows(host):
+            raise HttpError(
+                421,
+                f"Host {str(host)[:100]!r} is not a name of this dashboard (accepted: {self.hosts.describe()}); "
+                "serve it under another name with --http-host NAME",
+            )
 
     def _check_access(self, environ: Mapping[str, Any]) -> None:
         token = self.access_token

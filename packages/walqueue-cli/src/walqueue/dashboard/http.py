@@ -9,7 +9,17 @@ metrics every `SAMPLE_SECONDS` for the throughput chart.
 Binding: loopback by default. Any other address needs ``--http-allow-remote``
 and an access token (``--http-token-file``, or the ``WALQUEUE_HTTP_TOKEN``
 environment variable; never a command-line argument, which other users can
-read in the process list).
+read in the process list). A request's ``Host`` must be the bound address,
+a loopback name (``localhost``, ``127.0.0.1``, ``::1``) or a name given with
+``--http-host`` (walqueue.dashboard.hosts).
+
+Under load: the listening socket's backlog is `LISTEN_BACKLOG` (the
+standard library's default of 5 makes a burst of connections wait for
+SYN retries), and a request body that stops short of its Content-Length is
+a prompt 400: the body is read with web.BODY_TIMEOUT, not the connection's.
+
+`bind` comes apart from `serve_in_thread` so that walqueue-serve binds the
+port before it opens or creates the store: a busy port then leaves nothing.
 """
 
 from __future__ import annotations
@@ -26,7 +36,8 @@ from dataclasses import dataclass
 from typing import Any, Final
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
-from walqueue.dashboard.web import check_access_token
+from walqueue.dashboard.hosts import DEFAULT_HOSTS, check_host_name
+from walqueue.dashboard.web import SOCKET_KEY, check_access_token
 
 __all__ = [
     "CONNECTION_TIMEOUT",
@@ -34,6 +45,7 @@ __all__ = [
     "RunningServer",
     "SAMPLE_SECONDS",
     "add_http_arguments",
+    "bind",
     "http_options",
     "is_loopback",
     "parse_address",
@@ -47,6 +59,8 @@ log = logging.getLogger("walqueue.dashboard")
 CONNECTION_TIMEOUT: Final = 10.0
 #: Seconds between two readings of the metrics for the throughput chart.
 SAMPLE_SECONDS: Final = 5.0
+#: The listening socket's backlog (the kernel caps it at net.core.somaxconn).
+LISTEN_BACKLOG: Final = 1024
 #: The environment variable that may hold the access token.
 TOKEN_ENVIRONMENT: Final = "WALQUEUE_HTTP_TOKEN"
 
@@ -61,10 +75,16 @@ class _Handler(WSGIRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class's name)
         log.debug("%s %s", self.address_string(), format % args)
 
+    def get_environ(self) -> dict[str, Any]:
+        environ = super().get_environ()
+        environ[SOCKET_KEY] = self.connection
+        return environ
+
 
 class _ThreadingServer(socketserver.ThreadingMixIn, WSGIServer):
     daemon_threads = True
     block_on_close = False
+    request_queue_size = LISTEN_BACKLOG
 
 
 class _ThreadingServer6(_ThreadingServer):
@@ -95,18 +115,29 @@ class RunningServer:
             self.thread.join()
 
 
+def bind(host: str, port: int) -> WSGIServer:
+    """A server bound and listening on ``host:port``, not yet answering; `OSError` if the address cannot be bound."""
+    server_class = _ThreadingServer6 if ":" in host else _ThreadingServer
+    return server_class((host, port), _Handler)
+
+
 def serve_in_thread(
-    app: WsgiApp, host: str = "127.0.0.1", port: int = 0, *, sample: Callable[[], None] | None = None
+    app: WsgiApp,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    sample: Callable[[], None] | None = None,
+    bound: WSGIServer | None = None,
 ) -> RunningServer:
     """Serve `app` on ``host:port`` (port 0: any free one) from daemon threads; returns at once.
 
     `sample`, if given (a `Dashboard`'s ``sample``), is called every
     `SAMPLE_SECONDS` on a thread of its own until `stop()`; a failure there
-    is logged and sampling goes on. Raises `OSError` if the address cannot
+    is logged and sampling goes on. `bound`, if given, is the server
+    `bind(host, port)` made earlier. Raises `OSError` if the address cannot
     be bound.
     """
-    server_class = _ThreadingServer6 if ":" in host else _ThreadingServer
-    server = server_class((host, port), _Handler)
+    server = bind(host, port) if bound is None else bound
     server.set_app(app)
     stopping = threading.Event()
     thread = threading.Thread(
@@ -121,20 +152,27 @@ def serve_in_thread(
     return RunningServer(host, int(bound_port), server, thread, stopping)
 
 
-def start_dashboard(backend: Any, options: HttpOptions, on_commit: Callable[[], None] | None = None) -> RunningServer:
+def start_dashboard(
+    backend: Any,
+    options: HttpOptions,
+    on_commit: Callable[[], None] | None = None,
+    bound: WSGIServer | None = None,
+) -> RunningServer:
     """Serve the dashboard of `backend` (a `Queue` or a `Client`) as `options` say, sampling for its chart.
 
     What ``walqueue-serve --http`` runs beside its socket. `on_commit` is
     called after each action that committed (walqueue-serve wakes its loop
     with it: the loop's parked waits must see a commit made by this
-    thread). Raises `OSError` if the address cannot be bound.
+    thread). `bound`: the server `bind` made before the store was opened.
+    Raises `OSError` if the address cannot be bound.
     """
     from walqueue.dashboard.app import Dashboard
 
     if on_commit is not None:
         backend = _Announced(backend, on_commit)
-    app = Dashboard(backend, actions=options.actions, access_token=options.token)
-    running = serve_in_thread(app, options.host, options.port, sample=app.sample)
+    hosts = (options.host, *DEFAULT_HOSTS, *options.hosts)  # the loopback names can never be rebound
+    app = Dashboard(backend, actions=options.actions, access_token=options.token, hosts=hosts)
+    running = serve_in_thread(app, options.host, options.port, sample=app.sample, bound=bound)
     log.info("dashboard on %s (actions %s)", running.url, "enabled" if options.actions else "disabled")
     return running
 
@@ -199,6 +237,7 @@ class HttpOptions:
     port: int
     actions: bool
     token: str | None
+    hosts: tuple[str, ...] = ()
 
 
 def add_http_arguments(parser: argparse.ArgumentParser) -> None:
@@ -218,6 +257,14 @@ def add_http_arguments(parser: argparse.ArgumentParser) -> None:
         "--http-token-file", metavar="PATH", help=f"read the access token from PATH (or set {TOKEN_ENVIRONMENT})"
     )
     group.add_argument(
+        "--http-host",
+        metavar="NAME",
+        action="append",
+        default=[],
+        help="also accept requests whose Host is NAME (repeatable; the bound address and the loopback names are; "
+        "any other Host is refused with 421, against DNS rebinding)",
+    )
+    group.add_argument(
         "--http-actions",
         action="store_true",
         help="enable redrive and cancel from the dashboard (POST with the page's token; logged)",
@@ -227,8 +274,8 @@ def add_http_arguments(parser: argparse.ArgumentParser) -> None:
 def http_options(arguments: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> HttpOptions | None:
     """The checked options, or None without ``--http``; `ValueError` (a usage error) naming what is wrong."""
     if arguments.http is None:
-        if arguments.http_allow_remote or arguments.http_token_file or arguments.http_actions:
-            raise ValueError("--http-allow-remote, --http-token-file and --http-actions need --http")
+        if arguments.http_allow_remote or arguments.http_token_file or arguments.http_actions or arguments.http_host:
+            raise ValueError("--http-allow-remote, --http-token-file, --http-host and --http-actions need --http")
         return None
     host, port = parse_address(arguments.http)
     token = environ.get(TOKEN_ENVIRONMENT) or None
@@ -245,4 +292,5 @@ def http_options(arguments: argparse.Namespace, environ: Mapping[str, str] = os.
             raise ValueError(f"--http {host} is not a loopback address: add --http-allow-remote (and a token)")
         if token is None:
             raise ValueError(f"a non-loopback --http needs an access token: --http-token-file or {TOKEN_ENVIRONMENT}")
-    return HttpOptions(host, port, bool(arguments.http_actions), token)
+    hosts = tuple(check_host_name(name) for name in arguments.http_host)
+    return HttpOptions(host, port, bool(arguments.http_actions), token, hosts)

@@ -37,6 +37,10 @@ __all__ = [
 MAX_BODY_BYTES: Final = 64 * 1024
 #: The longest value of one query or form field, in characters.
 MAX_FIELD_CHARS: Final = 4096
+#: Seconds the body of a request may take to arrive once its headers have (served by walqueue.dashboard.http).
+BODY_TIMEOUT: Final = 2.0
+#: The WSGI environ key that carries the connection's socket, when walqueue.dashboard.http serves.
+SOCKET_KEY: Final = "walqueue.socket"
 #: The most fields one query string or form may hold.
 MAX_FIELDS: Final = 16
 
@@ -64,6 +68,7 @@ _REASONS: Final = {
     411: "Length Required",
     413: "Content Too Large",
     415: "Unsupported Media Type",
+    421: "Misdirected Request",
     500: "Internal Server Error",
     503: "Service Unavailable",
 }
@@ -193,8 +198,23 @@ def read_body(environ: Mapping[str, Any]) -> bytes:
     length = int(length_text)
     if length > MAX_BODY_BYTES:
         raise HttpError(413, f"the body is larger than {MAX_BODY_BYTES} bytes")
-    stream = environ["wsgi.input"]
-    body: bytes = stream.read(length) if length else b""
+    if not length:
+        return b""
+    connection = environ.get(SOCKET_KEY)
+    previous = connection.gettimeout() if connection is not None else None
+    try:
+        if connection is not None:
+            connection.settimeout(BODY_TIMEOUT)
+        body: bytes = environ["wsgi.input"].read(length)
+    except (TimeoutError, OSError):
+        body = b""
+    finally:
+        if connection is not None:
+            connection.settimeout(previous)
+    if len(body) != length:
+        raise HttpError(
+            400, f"the body ended before its Content-Length of {length} bytes (or took over {BODY_TIMEOUT:g} s)"
+        )
     return body
 
 

@@ -25,7 +25,7 @@ from typing import Any, Final
 from walqueue import KeyConflict, QueueClosed, StaleLease, WalQueueError, WrongStatus
 from walqueue.protocol.shaping import OutgoingCall
 
-__all__ = ["ClientSettings", "Exchange", "Outcome", "RetryRule", "ServerError", "encode_request"]
+__all__ = ["ClientSettings", "Exchange", "Outcome", "RetryRule", "ServerError", "encode_request", "socket_address"]
 
 DEFAULT_RECONNECT_SECONDS = 10.0
 
@@ -149,6 +149,23 @@ class Exchange:
         return calls
 
 
+#: The longest path a Unix socket address holds on Linux (108 bytes with the final NUL).
+MAX_SOCKET_PATH_BYTES = 107
+
+
+def socket_address(path: str | os.PathLike[str]) -> str:
+    """`path` made absolute now, so that a later ``os.chdir`` (a handler's) cannot move it.
+
+    Resolved once, when the client is made, as the engine resolves its
+    directory. A relative path whose absolute form is longer than a Unix
+    socket address holds stays as given (it works as long as the working
+    directory stays; docs/DECISIONS.md says so).
+    """
+    given = os.fspath(path)
+    absolute = os.path.abspath(given)
+    return absolute if len(os.fsencode(absolute)) <= MAX_SOCKET_PATH_BYTES else given
+
+
 class ClientSettings:
     """What both clients are made of: the socket, the timeout of a call, how long to reconnect, closed or not.
 
@@ -164,7 +181,7 @@ class ClientSettings:
         timeout: float | None = 60.0,
         reconnect_seconds: float = DEFAULT_RECONNECT_SECONDS,
     ) -> None:
-        self.socket_path = os.fspath(socket_path)
+        self.socket_path = socket_address(socket_path)
         self.timeout = timeout
         self.reconnect_seconds = reconnect_seconds
         self._closed = False

@@ -32,7 +32,7 @@ import sys
 from collections.abc import Callable, Sequence
 from types import FrameType
 
-from walqueue.dashboard.http import add_http_arguments, http_options, start_dashboard
+from walqueue.dashboard.http import add_http_arguments, bind, http_options, start_dashboard
 from walqueue.format.cmdline import EX_USAGE, EXIT_CANNOT_OPEN, EXIT_FATAL, EXIT_OK, UsageParser, version_line
 from walqueue.serve.listener import SocketInUse
 from walqueue.serve.parentpipe import add_parent_pipe_argument, watch_parent
@@ -172,15 +172,23 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    # The HTTP port is bound before the store is opened or created: a busy port leaves nothing behind.
+    try:
+        bound = None if http is None else bind(http.host, http.port)
+    except OSError as error:
+        print(f"walqueue-serve: cannot serve the dashboard on {arguments.http}: {error}", file=sys.stderr)
+        return EXIT_SOCKET
     try:
         server.start()
     except StartFailed as failure:
+        if bound is not None:
+            bound.server_close()
         print(f"walqueue-serve: {failure}", file=sys.stderr)
         return failure.status
     dashboard = None
     if http is not None:
         try:
-            dashboard = start_dashboard(server.dashboard_backend(), http, on_commit=server.poke)
+            dashboard = start_dashboard(server.dashboard_backend(), http, on_commit=server.poke, bound=bound)
         except OSError as error:
             server.close_queue()
             server.unbind()

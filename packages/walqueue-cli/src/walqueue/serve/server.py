@@ -25,8 +25,10 @@ from pathlib import Path
 
 from walqueue import CorruptStore, DirectoryLocked, Queue, WalQueueError
 from walqueue.engine.metrics import RequestSeconds
+from walqueue.engine.ownership import write_owner_note
 from walqueue.format.cmdline import EXIT_CANNOT_OPEN, EXIT_FATAL, EXIT_OK
 from walqueue.protocol.calltable import CALLS
+from walqueue.protocol.exchange import socket_address
 from walqueue.protocol.lines import MAX_LINE_BYTES
 from walqueue.serve.eventloop import DEFAULT_TURN_CAP, Limits, Loop
 from walqueue.serve.listener import SocketInUse, bind_socket, remove_socket_file
@@ -79,7 +81,8 @@ class Server:
         turn_cap: int = DEFAULT_TURN_CAP,
     ) -> None:
         self.directory = Path(directory)
-        self.socket_path = os.fspath(socket_path)
+        self._absolute_directory = os.path.abspath(directory)  # resolved once, as the socket path is
+        self.socket_path = socket_address(socket_path)
         self.mode = mode
         self.limits = Limits(max_clients, write_timeout, line_limit, turn_cap)
         self.sync = sync
@@ -116,6 +119,16 @@ class Server:
             except BaseException:
                 self.unbind()
                 raise
+        self._write_owner_note()
+
+    def _write_owner_note(self) -> None:
+        """Name this server's socket in LOCK, so that a `DirectoryLocked` met by a producer says where to go."""
+        if not os.path.isabs(self.socket_path):
+            return  # a path too long to resolve names nothing another process could use
+        try:
+            write_owner_note(self._absolute_directory, self.socket_path)
+        except OSError as error:
+            log.warning("cannot write the owner note into %s/LOCK: %s", self._absolute_directory, error)
 
     def _open_or_fail(self) -> None:
         try:

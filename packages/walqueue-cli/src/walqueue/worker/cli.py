@@ -88,7 +88,7 @@ def _parser() -> UsageParser:
     )
     parser.add_argument("--timeout", type=_seconds, metavar="S", help="a handler's time limit in seconds (none)")
     parser.add_argument("--schedule", metavar="FILE", help="periodic tasks: a TOML ([[task]]) or JSON file")
-    parser.add_argument("--name", help="the worker name in leases (default HOST:PID)")
+    parser.add_argument("--name", type=_worker_name, help="the worker name in leases (default HOST:PID)")
     parser.add_argument("--log-json", action="store_true", help="log JSON lines instead of text")
     parser.add_argument(
         "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="INFO: a line per task"
@@ -119,6 +119,16 @@ def _int_at_least(minimum: int) -> Callable[[str], int]:
         return value
 
     return parse
+
+
+def _worker_name(text: str) -> str:
+    """An argparse type: a name the queue can store as a lease's worker (the engine's rule, checked up front)."""
+    from walqueue.engine.validate import check_name
+
+    try:
+        return check_name(text, "--name")
+    except (TypeError, ValueError) as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 _positive_int: Final = _int_at_least(1)

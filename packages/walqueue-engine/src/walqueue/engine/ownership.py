@@ -14,12 +14,20 @@ the ownership alive once the owner has closed. A forked child, for its part,
 closes its inherited copies without unlocking (`abandon`), since that would
 release its parent's ownership. Every descriptor is close-on-exec. POSIX
 only.
+
+The owner note: a walqueue-serve that owns a directory writes one JSON line
+into LOCK, ``{"pid": P, "socket": "/abs/path"}`` (`write_owner_note`), so
+that a `DirectoryLocked` met by someone else names the socket to use
+instead. Every new owner empties LOCK first, so a note never outlives the
+ownership it describes (a crashed server's note is gone at the next
+opening). LOCK's content is no part of the store (docs/FORMAT.md).
 """
 
 from __future__ import annotations
 
 import errno
 import fcntl
+import json
 import os
 import stat
 import weakref
@@ -29,7 +37,10 @@ from walqueue.format.directory import StoreDirectory, describe_file_type
 from walqueue.format.errors import CorruptStore
 from walqueue.format.names import LOCK_NAME
 
-__all__ = ["DirectoryLock"]
+__all__ = ["DirectoryLock", "OWNER_NOTE_BYTES", "read_owner_note", "write_owner_note"]
+
+#: The most bytes of LOCK read as an owner note.
+OWNER_NOTE_BYTES = 4096
 
 _LOCK_FILE_FLAGS = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
@@ -62,7 +73,7 @@ class DirectoryLock:
             try:
                 fcntl.flock(dir_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                raise DirectoryLocked(f"{directory.path} is owned by another Queue") from None
+                raise _locked(directory, f"{directory.path} is owned by another Queue") from None
             fds.append(self._lock_file(directory))
         except BaseException:
             for fd in fds:
@@ -91,7 +102,9 @@ class DirectoryLock:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                raise DirectoryLocked(f"{directory.path} is owned by another process (its LOCK is locked)") from None
+                raise _locked(directory, f"{directory.path} is owned by another process (its LOCK is locked)") from None
+            if os.fstat(fd).st_size:
+                os.ftruncate(fd, 0)  # a note a previous owner left (it crashed): this owner is someone else
         except BaseException:
             os.close(fd)
             raise
@@ -109,3 +122,54 @@ class DirectoryLock:
                     os.close(fd)
                 except OSError:
                     pass
+
+
+def _locked(directory: StoreDirectory, message: str) -> DirectoryLocked:
+    """The `DirectoryLocked` to raise: naming the owner's socket when its note gives one."""
+    note = read_owner_note(directory)
+    socket_path = note.get("socket") if note is not None else None
+    if not isinstance(socket_path, str) or not socket_path:
+        return DirectoryLocked(message)
+    error = DirectoryLocked(
+        f"{directory.path} is owned by walqueue-serve (pid {note.get('pid') if note else '?'}), listening on "
+        f"{socket_path}: use Client({socket_path!r}) there, or walqueue --socket {socket_path}"
+    )
+    error.socket_path = socket_path
+    return error
+
+
+def read_owner_note(directory: StoreDirectory) -> dict[str, object] | None:
+    """The owner note in LOCK (a JSON object), or None: no note, unreadable, or not a note; never raises."""
+    try:
+        fd = os.open(LOCK_NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=directory.fd)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = os.read(fd, OWNER_NOTE_BYTES)
+        value = json.loads(data.decode("utf-8"))
+    except (OSError, ValueError):
+        return None
+    finally:
+        os.close(fd)
+    return value if isinstance(value, dict) else None
+
+
+def write_owner_note(directory: str | os.PathLike[str], socket_path: str) -> None:
+    """Write the owner note into ``DIR/LOCK``: call it only while this process owns DIR (walqueue-serve).
+
+    Best effort: a note that cannot be written only leaves `DirectoryLocked`
+    without the socket's name; `OSError` is the caller's to log.
+    """
+    note = json.dumps({"pid": os.getpid(), "socket": socket_path}, ensure_ascii=False).encode("utf-8") + b"\n"
+    if len(note) > OWNER_NOTE_BYTES:
+        return
+    fd = os.open(os.path.join(directory, LOCK_NAME), os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return
+        os.ftruncate(fd, 0)
+        os.write(fd, note)
+    finally:
+        os.close(fd)

@@ -113,8 +113,14 @@ class DirectoryLocked(WalQueueError):
     """Another `Queue` (in this process or another) owns the directory.
 
     Ownership is an `fcntl.flock` on ``DIR/LOCK``; it ends when that queue is
-    closed, garbage-collected or poisoned, or its process exits.
+    closed, garbage-collected or poisoned, or its process exits. When the
+    owner is a walqueue-serve, `socket_path` is the socket it listens on
+    (its owner note in LOCK; the message names it too): use
+    ``Client(socket_path)`` there.
     """
+
+    #: The owning walqueue-serve's socket, when its owner note says (else None).
+    socket_path: str | None = None
 
 
 class QueueClosed(WalQueueError):

@@ -104,6 +104,8 @@
       button.disabled = true;
       try {
         const answer = await post(action, fields);
+        // A group action resumes where the last one stopped (its answer's cursor).
+        if (answer.after) fields.after = answer.after; else delete fields.after;
         text("action-result", action + ": " + answer.done + " done, " + answer.skipped + " skipped" +
           (answer.more ? " (more left: repeat)" : ""));
       } catch (error) {

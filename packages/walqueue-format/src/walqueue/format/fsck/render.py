@@ -78,9 +78,14 @@ def _summary_lines(report: Report) -> Iterator[str]:
         yield f"  snapshot  {snapshot.file}: seq {snapshot.seq}, {tasks}, {snapshot.size} bytes"
     for s in report.segments:
         seqs = "" if s.first_seq is None else f", seq {s.first_seq}..{s.last_seq}"
-        yield f"  segment   {s.file}: {s.size} bytes, {plural(s.frames, 'frame')}{seqs}"
+        if s.size is None:  # an OSError stopped the read: what it holds is unknown, not empty
+            verified = f"{plural(s.frames, 'frame')} verified before that{seqs}" if s.frames else "no frame verified"
+            yield f"  segment   {s.file}: could not be read to its end, so its size is unknown; {verified}"
+        else:
+            yield f"  segment   {s.file}: {s.size} bytes, {plural(s.frames, 'frame')}{seqs}"
     for left in report.leftover_segments:
-        yield f"  leftover  {left.file}: {left.size} bytes (not read)"
+        size = "size unknown (cannot stat it)" if left.size is None else f"{left.size} bytes"
+        yield f"  leftover  {left.file}: {size} (not read)"
     if report.last_seq is not None:
         yield f"  last seq  {report.last_seq}"
     replay = report.replay
