@@ -13,7 +13,7 @@ from servers import ServerProcess, running_server
 from test_cli_process import child_environment
 
 from walqueue import DirectoryLocked, Queue
-from walqueue.cli import Client
+from walqueue.client import Client
 
 pytestmark = pytest.mark.timeout(120)
 

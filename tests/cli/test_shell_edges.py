@@ -14,7 +14,7 @@ from servers import ServerProcess, running_server
 from test_cli_process import child_environment
 
 from walqueue import Queue
-from walqueue.cli import Client
+from walqueue.client import Client
 from walqueue.cli.shell import ShellExit
 
 pytestmark = pytest.mark.timeout(120)

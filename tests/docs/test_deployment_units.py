@@ -77,7 +77,7 @@ def test_the_guide_gives_a_server_unit_and_a_worker_unit() -> None:
 
 
 def test_each_unit_runs_a_command_line_its_command_accepts() -> None:
-    from walqueue.cli.serve import _argument_parser as serve_parser
+    from walqueue.serve.cli import _argument_parser as serve_parser
     from walqueue.worker.cli import _parser as worker_parser
 
     sockets = {}
