@@ -205,3 +205,22 @@ def test_a_payload_holding_script_renders_as_text(browser: Any, open_page: Any, 
     assert browser.find_elements(By.CSS_SELECTOR, "#dead img, #dead script, #dead b") == []
     time.sleep(0.5)
     assert browser.execute_script("return window.pwned === undefined")
+
+
+def test_cancel_retrying_on_a_group_reaches_past_many_fresh_tasks_in_one_click(
+    browser: Any, open_page: Any, queue: Queue
+) -> None:
+    kill(queue, "d", error="OSError", message="flaky")
+    queue.put("z-retrying", {}, max_attempts=5)
+    (lease,) = queue.reserve("w", now=NOW, lease_seconds=60, limit=1)
+    queue.release(lease, now=NOW, error={"type": "OSError", "message": "flaky"})
+    queue.put_many([{"task_id": f"a{i:05}", "payload": {}} for i in range(10_001)])
+    open_page(Dashboard(queue, actions=True, clock=lambda: NOW))
+    button = until(
+        lambda: browser.find_elements(By.CSS_SELECTOR, '#groups tbody tr[data-group] button[data-action="cancel"]'),
+        "the group's cancel button",
+    )[0]
+    button.click()
+    until(lambda: "cancel: 1 done" in text_of(browser, "action-result"), "the group action's result")
+    assert queue.get("z-retrying").status == "dead"  # type: ignore[union-attr]
+    assert queue.stats()["counts"]["ready"] == 10_001  # no fresh task was taken

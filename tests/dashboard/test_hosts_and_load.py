@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 from dashboard_helpers import NOW, call, form_headers
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 from walqueue import Queue
 from walqueue.dashboard import Dashboard, RunningServer, serve_in_thread
@@ -242,3 +244,24 @@ def test_the_served_dashboard_takes_the_bound_address_the_loopback_names_and_the
         assert app.hosts.names == {"127.0.0.2", "localhost", "127.0.0.1", "::1", "queue.internal"}
     finally:
         running.stop()
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    name=st.from_regex(
+        r"[a-z0-9]([a-z0-9-]{0,20}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,20}[a-z0-9])?){0,3}", fullmatch=True
+    ),
+    port=st.one_of(st.none(), st.integers(0, 65535)),
+    upper=st.booleans(),
+)
+def test_no_other_name_reads_anything(app: Dashboard, name: str, port: int | None, upper: bool) -> None:
+    assume(name not in {"localhost", "127.0.0.1"})
+    header = (name.upper() if upper else name) + ("" if port is None else f":{port}")
+    assert call(app, "/api/overview", headers={"Host": header}).status == 421
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=60))
+def test_any_host_header_parses_to_a_name_or_none_and_never_raises(header: str) -> None:
+    name = host_of(header)
+    assert name is None or (name == name.lower() and not name.endswith("."))

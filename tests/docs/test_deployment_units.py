@@ -21,6 +21,8 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEPLOYMENT = REPO_ROOT / "docs" / "guide" / "deployment.md"
+#: The guide to several processes keeps the server's unit beside its options: it is checked too.
+PROCESSES = REPO_ROOT / "docs" / "guide" / "processes.md"
 EXAMPLE_BIN = "/opt/app/venv/bin/"
 SECTIONS = {"Unit", "Service", "Install"}
 #: Each command's exit statuses, as its --help documents them.
@@ -62,8 +64,8 @@ def parse_unit(text: str) -> Unit:
     return unit
 
 
-def documented_units() -> dict[str, Unit]:
-    return {name: parse_unit(text) for name, text in units(DEPLOYMENT).items()}
+def documented_units(path: Path = DEPLOYMENT) -> dict[str, Unit]:
+    return {name: parse_unit(text) for name, text in units(path).items()}
 
 
 def test_the_guide_gives_a_server_unit_and_a_worker_unit() -> None:
@@ -76,12 +78,15 @@ def test_the_guide_gives_a_server_unit_and_a_worker_unit() -> None:
     }
 
 
-def test_each_unit_runs_a_command_line_its_command_accepts() -> None:
+@pytest.mark.parametrize("document", [DEPLOYMENT, PROCESSES], ids=["deployment-guide", "processes-guide"])
+def test_each_unit_runs_a_command_line_its_command_accepts(document: Path) -> None:
     from walqueue.serve.cli import _argument_parser as serve_parser
     from walqueue.worker.cli import _parser as worker_parser
 
     sockets = {}
-    for name, unit in documented_units().items():
+    found = documented_units(document)
+    assert document == PROCESSES or len(found) == 2
+    for name, unit in found.items():
         service = unit["Service"]
         (exec_start,) = service["ExecStart"]
         program, *arguments = shlex.split(exec_start)
@@ -93,9 +98,11 @@ def test_each_unit_runs_a_command_line_its_command_accepts() -> None:
         assert statuses <= EXIT_STATUSES[command] - {0}, name
         assert service["KillSignal"] == ["SIGTERM"], name
         assert "multi-user.target" in unit["Install"]["WantedBy"], name
-    assert sockets["walqueue-worker"] == sockets["walqueue-serve"]  # the workers reach the server's socket
-    worker = documented_units()["app-worker.service"]
-    assert worker["Unit"]["Requires"] == ["app-queue.service"] and worker["Unit"]["After"] == ["app-queue.service"]
+    if document == DEPLOYMENT:
+        assert sockets["walqueue-worker"] == sockets["walqueue-serve"]  # the workers reach the server's socket
+        worker = found["app-worker.service"]
+        assert worker["Unit"]["Requires"] == ["app-queue.service"]
+        assert worker["Unit"]["After"] == ["app-queue.service"]
 
 
 def test_the_worker_unit_gives_its_workers_more_than_their_grace_to_stop() -> None:

@@ -206,7 +206,7 @@ def read_body(environ: Mapping[str, Any]) -> bytes:
         if connection is not None:
             connection.settimeout(BODY_TIMEOUT)
         body: bytes = environ["wsgi.input"].read(length)
-    except (TimeoutError, OSError):
+    except OSError:  # a timeout (TimeoutError) or a reset: the body did not arrive
         body = b""
     finally:
         if connection is not None:

@@ -96,6 +96,10 @@
     return answer;
   }
 
+  // Where an unfinished group action resumes, by action and group; rounds of one click at most.
+  const resume = new Map();
+  const MAX_ROUNDS = 50;
+
   function actionButton(label, action, fields) {
     const button = el("button", label, "act");
     button.type = "button";
@@ -103,10 +107,21 @@
     button.addEventListener("click", async function () {
       button.disabled = true;
       try {
-        const answer = await post(action, fields);
-        // A group action resumes where the last one stopped (its answer's cursor).
-        if (answer.after) fields.after = answer.after; else delete fields.after;
-        text("action-result", action + ": " + answer.done + " done, " + answer.skipped + " skipped" +
+        // A group action goes on from its answer's cursor while more is left (bounded rounds per click);
+        // a click after that resumes where the last round stopped.
+        const key = action + ":" + (fields.group || "");
+        const sent = Object.assign({}, fields);
+        if (fields.group !== undefined && resume.has(key)) sent.after = resume.get(key);
+        let answer, done = 0, skipped = 0, rounds = 0;
+        do {
+          answer = await post(action, sent);
+          done += answer.done;
+          skipped += answer.skipped;
+          rounds += 1;
+          if (answer.after) sent.after = answer.after;
+        } while (answer.more && fields.group !== undefined && rounds < MAX_ROUNDS);
+        if (answer.more && answer.after) resume.set(key, answer.after); else resume.delete(key);
+        text("action-result", action + ": " + done + " done, " + skipped + " skipped" +
           (answer.more ? " (more left: repeat)" : ""));
       } catch (error) {
         text("action-result", action + " failed: " + error.message);
