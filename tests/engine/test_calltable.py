@@ -26,6 +26,7 @@ NOT_CALLS = {
     "close": "the front end owns the queue's life",
     "batch": "a front end's own grouping of calls",
     "last_seq": "a property; clients derive it from stats",
+    "replication": "the replicator's seat beside the writer, in the writer's process",
 }
 
 
