@@ -67,13 +67,14 @@ class LocalLog:
         chunks: list[bytes] = []
         count = total = 0
         segment, offset, next_seq = cursor.segment, cursor.offset, cursor.next_seq
-        while next_seq <= durable and total < max_bytes:
+        while True:
             path = self.directory.file_path(wal_name(segment))
             try:
                 fd = self.directory.open_regular(wal_name(segment), "WAL segment")
             except FileNotFoundError:
                 raise SegmentGone(f"{path} is gone before it was shipped") from None
             run_start = run_end = offset
+            stopped = False  # by the durable sequence or the size, before the segment's end
             with os.fdopen(fd, "rb") as file:
                 try:
                     for frame_offset, size, value in scan_frames(file, path, allow_torn_tail=True, start=offset):
@@ -84,6 +85,7 @@ class LocalLog:
                         if seq != next_seq:
                             raise CorruptStore(path, frame_offset, f"sequence {seq} where {next_seq} was expected")
                         if seq > durable or total >= max_bytes:
+                            stopped = True
                             break
                         run_end = frame_offset + size
                         total += size
@@ -96,7 +98,7 @@ class LocalLog:
                 if run_end > run_start:
                     chunks.append(os.pread(file.fileno(), run_end - run_start, run_start))
             offset = run_end
-            if next_seq > durable or total >= max_bytes or segment >= newest:
+            if stopped or segment >= newest:
                 break
             segment, offset = segment + 1, 0  # a sealed segment read to its end: the log goes on in the next
         return b"".join(chunks), count, Cursor(segment, offset, next_seq)

@@ -15,7 +15,6 @@ and an existing store (any non-empty directory) is never overwritten.
 from __future__ import annotations
 
 import hashlib
-import io
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -25,7 +24,7 @@ from walqueue.backup.layout import ChainError, LogObject, SnapshotManifest
 from walqueue.backup.stores import ObjectStore
 from walqueue.format.current import Current, publish_current, write_current_tmp
 from walqueue.format.directory import StoreDirectory
-from walqueue.format.frame import scan_frames
+from walqueue.format.frame import DIGEST_BYTES, LENGTH_BYTES, decode_frame
 from walqueue.format.names import snapshot_name, wal_name
 from walqueue.format.transaction import transaction_seq
 
@@ -173,12 +172,14 @@ def _write_store(store: ObjectStore, plan: Plan, path: str) -> None:
 
 
 def _cut(frames: bytes, target: int) -> bytes:
-    """The frames of transactions up to `target`, cut at a frame boundary."""
+    """The frames of transactions up to `target`, cut at a frame boundary (each frame decoded, checked)."""
     end = 0
-    for offset, size, value in scan_frames(io.BytesIO(frames), "log object", allow_torn_tail=False):
-        if transaction_seq(value, "log object", offset) > target:
+    while end < len(frames):
+        size = LENGTH_BYTES + int.from_bytes(frames[end : end + LENGTH_BYTES], "big") + DIGEST_BYTES
+        value = decode_frame(frames[end : end + size], "log object")
+        if transaction_seq(value, "log object", end) > target:
             break
-        end = offset + size
+        end += size
     return frames[:end]
 
 
