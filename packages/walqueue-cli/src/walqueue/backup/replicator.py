@@ -308,6 +308,7 @@ class Replicator:
         """Run the thread (and, with ``sync=True``, make every answer wait for the replica)."""
         if self.sync:
             self.seat.wait_in_answers(self.wait_shipped)
+        self.seat.report(self.status)
         self._thread = threading.Thread(target=self._run, name="walqueue-replicator", daemon=True)
         self._thread.start()
         return self
@@ -344,12 +345,13 @@ class Replicator:
         """Ship what is durable one last time, release the lease and the hold, stop the thread."""
         if self.sync:
             self.seat.wait_in_answers(None)
+        self.seat.report(None)
         self._stopping = True
         self._wake.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join()
-        if self.fatal is None and not self.seat.closed:
-            self.tick()
+        if self.fatal is None:
+            self.tick()  # the last transactions (a closed queue's log is all durable: close drains it)
         if self.lease.fence and self.fatal is None:
             self.lease.release()
         try:

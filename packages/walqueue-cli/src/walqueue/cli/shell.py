@@ -12,6 +12,7 @@ verbs do the usual chores from a shell script:
   cancel TASK_ID... | -        (``-``: the ids are read from stdin, one a line)
   stats                        the server's stats() as one JSON object
   metrics                      the server's metrics() as one JSON object (counters, gauges, histograms)
+  backup status                the replicator's state as one JSON object (walqueue-serve --replicate)
 
 so that ``walqueue --socket S dead --group G --format ids | walqueue --socket S redrive -``
 redrives one error group.
@@ -58,6 +59,10 @@ class ShellExit(enum.IntEnum):
     CANNOT_CONNECT = 2
     #: The connection was lost, or the server answered something this shell cannot read.
     CONNECTION_LOST = 3
+    #: backup status: the server replicates nowhere (started without --replicate).
+    NO_REPLICA = 4
+    #: backup status: the backup is broken or stopped (the status is printed all the same).
+    BACKUP_BROKEN = 5
 
 
 _EPILOG = f"""\
@@ -126,6 +131,8 @@ def _parser() -> argparse.ArgumentParser:
     cancel.add_argument("task_ids", nargs="+", metavar="TASK_ID", help="task ids, or - to read them from stdin")
     verbs.add_parser("stats", help="print the server's stats() as JSON")
     verbs.add_parser("metrics", help="print the server's metrics() as JSON")
+    backup = verbs.add_parser("backup", help="the continuous backup: `backup status` prints its state as JSON")
+    backup.add_argument("action", choices=["status"])
     return parser
 
 
@@ -244,6 +251,15 @@ def _read(path: str, op: str, timeout: float) -> Any:
     return answer[op]
 
 
+def _backup_status(metrics: Any, out: TextIO) -> int:
+    replica = metrics.get("replica") if isinstance(metrics, dict) else None
+    if replica is None:
+        print("walqueue: this server replicates nowhere (start walqueue-serve with --replicate URL)", file=sys.stderr)
+        return ShellExit.NO_REPLICA
+    out.write(json.dumps(replica, sort_keys=True) + "\n")
+    return ShellExit.BACKUP_BROKEN if replica.get("state") in ("broken", "stopped") else ShellExit.OK
+
+
 def _verb(arguments: argparse.Namespace) -> int:
     from walqueue.cli.client import Client
 
@@ -253,6 +269,8 @@ def _verb(arguments: argparse.Namespace) -> int:
                 return _change(client, arguments.verb, arguments, sys.stdin)
             if arguments.verb == "dead":
                 return _dead(client, arguments, sys.stdout)
+            if arguments.verb == "backup":
+                return _backup_status(_read(arguments.socket, "metrics", arguments.timeout), sys.stdout)
             print(json.dumps(_read(arguments.socket, arguments.verb, arguments.timeout), sort_keys=True))
             return ShellExit.OK
         except (ConnectionError, TimeoutError, QueueClosed) as error:

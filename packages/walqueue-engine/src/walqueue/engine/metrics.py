@@ -21,8 +21,8 @@ exposition (walqueue.dashboard.prometheus); docs/DECISIONS.md lists them.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Mapping, Sequence
-from typing import Any, Final, TypedDict
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final, NotRequired, TypedDict
 
 from walqueue.engine.validate import check_int
 from walqueue.format.transaction import OP_NAMES
@@ -158,12 +158,14 @@ class MetricsReading(TypedDict):
       the earliest `available_at` of a ready task, at least 0; None without
       `now` or with no ready task), `next_available_at`, `next_deadline`,
       `wal_bytes`, `segments`, `last_seq`, `snapshot_seq`;
-    - `histograms`: `fsync_seconds` and `commit_group_size`.
+    - `histograms`: `fsync_seconds` and `commit_group_size`;
+    - `replica` (only while a replicator runs beside the writer): its status (walqueue.backup).
     """
 
     counters: dict[str, int]
     gauges: dict[str, Any]
     histograms: dict[str, HistogramReading]
+    replica: NotRequired[dict[str, Any]]
 
 
 def read_metrics(
@@ -222,7 +224,7 @@ class Metrics:
     (`synced`); the compactor counts its snapshots.
     """
 
-    __slots__ = ("ops", "duplicate_puts", "fsyncs", "dead_at_open", "fsync_seconds", "group_size")
+    __slots__ = ("ops", "duplicate_puts", "fsyncs", "dead_at_open", "fsync_seconds", "group_size", "replica")
 
     def __init__(self, dead_at_open: int) -> None:
         self.ops = dict.fromkeys(OP_NAMES, 0)
@@ -231,6 +233,8 @@ class Metrics:
         self.dead_at_open = dead_at_open
         self.fsync_seconds = Histogram(FSYNC_SECONDS_BOUNDS)
         self.group_size = Histogram(GROUP_SIZE_BOUNDS)
+        #: A replicator's status (walqueue.backup), joined to every reading as ``replica`` while it runs.
+        self.replica: Callable[[], dict[str, Any]] | None = None
 
     def synced(self, seconds: float, transactions: int) -> None:
         """One group-commit fsync ended (`Durability` calls this holding its lock)."""
@@ -258,4 +262,7 @@ class Metrics:
         counters.fsyncs = self.fsyncs
         counters.compactions = compactions
         histograms = {"fsync_seconds": self.fsync_seconds, "commit_group_size": self.group_size}
-        return read_metrics(counters, histograms, stats, now, dead_now)
+        reading = read_metrics(counters, histograms, stats, now, dead_now)
+        if self.replica is not None:
+            reading["replica"] = self.replica()
+        return reading

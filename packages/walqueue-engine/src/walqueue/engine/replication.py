@@ -18,6 +18,7 @@ outside, in walqueue.backup.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from walqueue.engine.calls import CallGuard
 from walqueue.engine.durability import Durability
@@ -69,6 +70,12 @@ class ReplicationSeat:
     def held(self) -> int | None:
         """The segment the hold starts at, or None."""
         return self._wal.hold
+
+    def report(self, status: Callable[[], dict[str, Any]] | None) -> None:
+        """Join `status()` to every `Queue.metrics()` reading as ``replica`` (None: stop)."""
+        metrics = self._durability.metrics
+        if metrics is not None:
+            metrics.replica = status
 
     def wait_in_answers(self, wait: Callable[[int], None] | None) -> None:
         """Synchronous replication: every answer calls `wait(seq)` after its fsync (None: stop)."""
