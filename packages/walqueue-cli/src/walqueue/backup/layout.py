@@ -26,6 +26,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from walqueue.format.errors import WalQueueError
+
 __all__ = [
     "ChainError",
     "LogObject",
@@ -48,7 +50,7 @@ _MANIFEST_KEY = re.compile(r"generations/([0-9]{20})/snapshots/([0-9]{20})\.json
 _GENERATION = re.compile(r"generations/([0-9]{20})/")
 
 
-class ChainError(Exception):
+class ChainError(WalQueueError):
     """The replica cannot give an unbroken, digest-checked chain (a gap, a mismatch, a damaged object)."""
 
 

@@ -22,15 +22,16 @@ from typing import Any
 
 from walqueue.backup.layout import LEASE_KEY
 from walqueue.backup.stores import ObjectStore, PreconditionFailed
+from walqueue.format.errors import WalQueueError
 
 __all__ = ["Lease", "LeaseHeld", "LeaseLost", "store_identity"]
 
 
-class LeaseHeld(Exception):
+class LeaseHeld(WalQueueError):
     """Another replicator holds the replica's lease: this one must not write there."""
 
 
-class LeaseLost(Exception):
+class LeaseLost(WalQueueError):
     """This replicator's lease was taken over (or the replica changed under it): it stops writing."""
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from walqueue.format.current import read_current
 from walqueue.format.directory import StoreDirectory
-from walqueue.format.errors import CorruptStore
+from walqueue.format.errors import CorruptStore, WalQueueError
 from walqueue.format.frame import scan_frames
 from walqueue.format.names import list_directory, wal_name
 from walqueue.format.transaction import transaction_seq
@@ -26,7 +26,7 @@ from walqueue.format.transaction import transaction_seq
 __all__ = ["Base", "Cursor", "LocalLog", "SegmentGone"]
 
 
-class SegmentGone(Exception):
+class SegmentGone(WalQueueError):
     """A segment the cursor needs was deleted (compaction ran without the hold): start a new lineage."""
 
 

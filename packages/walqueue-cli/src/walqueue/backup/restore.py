@@ -24,6 +24,7 @@ from walqueue.backup.layout import ChainError, LogObject, SnapshotManifest
 from walqueue.backup.stores import ObjectStore
 from walqueue.format.current import Current, publish_current, write_current_tmp
 from walqueue.format.directory import StoreDirectory
+from walqueue.format.errors import WalQueueError
 from walqueue.format.frame import DIGEST_BYTES, LENGTH_BYTES, decode_frame
 from walqueue.format.names import snapshot_name, wal_name
 from walqueue.format.transaction import transaction_seq
@@ -31,7 +32,7 @@ from walqueue.format.transaction import transaction_seq
 __all__ = ["Plan", "TargetExists", "execute", "make_plan", "prune"]
 
 
-class TargetExists(Exception):
+class TargetExists(WalQueueError):
     """The restore's target holds something already: a restore never overwrites."""
 
 

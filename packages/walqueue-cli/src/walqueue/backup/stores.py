@@ -26,20 +26,22 @@ import uuid
 from typing import Protocol
 from urllib.parse import unquote, urlsplit
 
+from walqueue.format.errors import WalQueueError
+
 __all__ = ["FileStore", "ObjectStore", "PreconditionFailed", "StoreUnavailable", "UsageError", "open_store"]
 
 _KEY = re.compile(r"[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*")
 
 
-class PreconditionFailed(Exception):
+class PreconditionFailed(WalQueueError):
     """A conditional put was refused: the key exists (if_none_match) or changed (if_match)."""
 
 
-class StoreUnavailable(Exception):
+class StoreUnavailable(WalQueueError):
     """The store did not answer as it should; a later attempt may succeed."""
 
 
-class UsageError(ValueError):
+class UsageError(WalQueueError, ValueError):
     """A replica URL or option that cannot work (a bad scheme, the S3 extra missing)."""
 
 
