@@ -10,6 +10,7 @@ transactions from file://, against reopening that store from local disk.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 from typing import Any
@@ -46,12 +47,13 @@ SCALES: dict[str, dict[str, int]] = {
 def _moto() -> tuple[Any, str] | None:
     try:
         import boto3  # type: ignore[import-untyped]
-        from moto.server import ThreadedMotoServer  # type: ignore[import-untyped]
+        from moto.server import ThreadedMotoServer
     except ImportError:
         return None
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = int(sock.getsockname()[1])
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto's server logs every request otherwise
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     endpoint = f"http://127.0.0.1:{port}"

@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -197,32 +197,49 @@ class SnapshotManifest:
         return manifest
 
 
-def resolve_chain(start: int, link: str, objects: Iterable[tuple[int, int, int, str]]) -> list[str]:
+def resolve_chain(
+    start: int,
+    link: str,
+    objects: Iterable[tuple[int, int, int, str]],
+    read: Callable[[str, str], str | None] | None = None,
+) -> list[str]:
     """The keys of the unbroken chain from boundary `start` (digest `link`), as far as it goes.
 
     `objects` are ``(first, last, fence, key)`` of one generation's log
-    objects; their `prev` digests are checked by the caller when it reads
-    them (`decode_log`). Here the rule is the names': the next object
-    starts at the boundary + 1; when several do (an old writer's, fenced
-    off), the highest fence wins, and a lower fence never follows a higher
-    one. A later object beyond a missing range is a gap, named.
+    objects. The next object starts at the boundary + 1; when several do (an
+    old writer's, fenced off; a retry that took more transactions), the
+    highest fence wins, then the longest, and a lower fence never follows a
+    higher one. With `read`, a candidate counts only if ``read(key, link)``
+    gives its digest (intact, and chained to `link`): a damaged or partial
+    object is as good as absent. A later object beyond a missing range is a
+    gap, named.
     """
     by_first: dict[int, list[tuple[int, int, str]]] = {}
     for first, last, fence, key in objects:
         by_first.setdefault(first, []).append((fence, last, key))
     chain: list[str] = []
-    position, min_fence = start, 0
+    position, min_fence, refused = start, 0, []
     while True:
-        candidates = [c for c in by_first.get(position + 1, []) if c[0] >= min_fence and c[1] >= position + 1]
-        if not candidates:
+        candidates = sorted(
+            (c for c in by_first.get(position + 1, []) if c[0] >= min_fence and c[1] >= position + 1), reverse=True
+        )
+        chosen = None
+        for fence, last, key in candidates:
+            digest = link if read is None else read(key, link)
+            if digest is not None:
+                chosen, link = (fence, last, key), digest
+                break
+            refused.append(key)
+        if chosen is None:
             later = sorted(first for first in by_first if first > position + 1)
             if later:
+                damaged = f"; damaged or unchained: {', '.join(refused)}" if refused else ""
                 raise ChainError(
                     f"gap: transactions {position + 1}..{later[0] - 1} are in no log object "
-                    f"(the chain ends at {position}, the next object starts at {later[0]})"
+                    f"(the chain ends at {position}, the next object starts at {later[0]}){damaged}"
                 )
             return chain
-        fence, last, key = max(candidates)
+        fence, last, key = chosen
         chain.append(key)
         position, min_fence = last, fence
 

@@ -5,7 +5,9 @@ ships (host and directory), a fencing number and an expiry (the holder's
 clock). It is only ever written conditionally: created with
 ``if_none_match``, renewed or taken over with ``if_match`` on the etag read.
 A second replicator finds a live lease held by another and stops
-(`LeaseHeld`); one whose renewal is refused has lost it and stops
+(`LeaseHeld`) -- unless the holder is this very store (the same host and
+directory) restarted after a crash: the directory's LOCK already makes
+that one writer, and the takeover raises the fence; one whose renewal is refused has lost it and stops
 (`LeaseLost`). The fence goes into every log object's name, and a restore
 never follows a lower fence after a higher one: an old holder that has
 not noticed yet cannot interleave its objects into the new holder's chain.
@@ -67,7 +69,10 @@ class Lease:
             else:
                 data, etag = found
                 held = _parse(data)
-                if held.get("expires", 0) > now and held.get("holder"):
+                # The same store (host and directory) is a previous run of this very writer: the
+                # directory's LOCK lets one process own it at a time, so its lease is ours to take over.
+                same_store = held.get("store") == self.identity
+                if held.get("expires", 0) > now and held.get("holder") and not same_store:
                     raise LeaseHeld(
                         f"{self.store.url} is leased to {held.get('store')!r} (fence {held.get('fence')}) for "
                         f"{held['expires'] - now:.0f} more seconds: another replicator writes there; stop it, "

@@ -137,7 +137,7 @@ class Replicator:
         if found is None:
             return False
         manifest = SnapshotManifest.from_bytes(layout.manifest_key(*manifests[0]), found[0])
-        chain = layout.resolve_chain(manifest.boundary, manifest.link, _log_entries(keys))
+        chain = layout.resolve_chain(manifest.boundary, manifest.link, _log_entries(keys), self._chained)
         if not chain:
             return False
         got = self.store.get(chain[-1])
@@ -162,6 +162,14 @@ class Replicator:
         self.seat.hold(after.segment)
         log.info("replica %s: resumed generation %d after transaction %d", self.store.url, generation, header.last)
         return True
+
+    def _chained(self, key: str, link: str) -> str | None:
+        """The digest of log object `key` if it is intact and chains to `link` (resolving the chain to resume)."""
+        found = self.store.get(key)
+        if found is None or not _intact(key, found[0]):
+            return None
+        header, _ = layout.decode_log(key, found[0])
+        return header.digest if header.prev == link else None
 
     def _new_generation(self, generation: int, now: float) -> None:
         """Begin `generation` at the published snapshot (or the empty store), under the hold."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from walqueue.backup import layout
@@ -87,7 +88,7 @@ def make_plan(store: ObjectStore, *, to_seq: int | None = None, to_time: float |
             continue
         snapshot = manifests[-1]
         entries = [(p[1], p[2], p[3], key) for key in own if (p := layout.parse_log_key(key)) is not None]
-        chain = layout.resolve_chain(snapshot.boundary, snapshot.link, entries)
+        chain = layout.resolve_chain(snapshot.boundary, snapshot.link, entries, _reader(store))
         head = layout.head_of(snapshot.boundary, chain)
         if to_seq is not None and to_seq > head:
             reasons.append(f"generation {generation} ends at transaction {head}, before {to_seq}")
@@ -96,6 +97,19 @@ def make_plan(store: ObjectStore, *, to_seq: int | None = None, to_time: float |
         _fill(store, plan, chain, to_seq, to_time)
         return plan
     raise ChainError("no restore is possible: " + ("; ".join(reasons) or "the replica holds no generation"))
+
+
+def _reader(store: ObjectStore) -> Callable[[str, str], str | None]:
+    """The chain's check of a candidate: its digest if it is intact and chained to `link`, else None."""
+
+    def read(key: str, link: str) -> str | None:
+        try:
+            header, _ = _read_log(store, key, link)
+        except ChainError:
+            return None
+        return header.digest
+
+    return read
 
 
 def _fill(store: ObjectStore, plan: Plan, chain: list[str], to_seq: int | None, to_time: float | None) -> None:

@@ -83,6 +83,8 @@ exit status:
        every other one was done
   {ShellExit.CANNOT_CONNECT:<5}the server could not be reached at PATH (is walqueue-serve running?)
   {ShellExit.CONNECTION_LOST:<5}the connection was lost, or the server's answer could not be read
+  {ShellExit.NO_REPLICA:<5}backup status: the server replicates nowhere (no --replicate)
+  {ShellExit.BACKUP_BROKEN:<5}backup status: the backup is broken or stopped (its status is printed)
   {EX_USAGE:<5}usage error
   {EXIT_INTERRUPTED:<5}interrupted by Ctrl-C
 """
