@@ -106,6 +106,8 @@ def test_sync_replication_answers_after_the_upload_and_metrics_show_it(
         assert sorted(restored["tasks"]) == ["a", "b"]
         text = urllib.request.urlopen(url.rstrip("/") + "/metrics", timeout=TIMEOUT).read().decode()
         assert "walqueue_replica_lag_transactions 0" in text and "walqueue_replica_broken 0" in text
+        overview = json.loads(urllib.request.urlopen(url.rstrip("/") + "/api/overview", timeout=TIMEOUT).read())
+        assert overview["replica"]["state"] == "ok" and overview["replica"]["shipped_seq"] == 2
     finally:
         code, err = _stop(process)
     assert code == 0, err
