@@ -26,6 +26,7 @@ class FaultyStore:
     `down`: every call raises StoreUnavailable (a 500, a timeout, a reset).
     `partial_next`: the next put writes half the object under its key, then fails.
     `fail_puts`: the next N puts fail before writing.
+    `lose_answer_next`: the next log object is written, then its answer is lost (a timeout after success).
     """
 
     def __init__(self, inner: ObjectStore) -> None:
@@ -34,6 +35,7 @@ class FaultyStore:
         self.down = False
         self.partial_next = False
         self.fail_puts = 0
+        self.lose_answer_next = False
         self.puts = 0
 
     def _check(self, what: str) -> None:
@@ -50,7 +52,11 @@ class FaultyStore:
             self.inner.put(key, data[: len(data) // 2])
             raise StoreUnavailable("put: timed out mid-upload (injected)")
         self.puts += 1
-        return self.inner.put(key, data, if_none_match=if_none_match, if_match=if_match)
+        etag = self.inner.put(key, data, if_none_match=if_none_match, if_match=if_match)
+        if self.lose_answer_next and key.endswith(".wal"):
+            self.lose_answer_next = False
+            raise StoreUnavailable("put: read timeout (injected, after the store had the object)")
+        return etag
 
     def get(self, key: str) -> tuple[bytes, str] | None:
         self._check("get")

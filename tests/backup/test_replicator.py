@@ -251,3 +251,45 @@ def test_a_restore_refuses_a_gap_by_name(tmp_path: Path) -> None:
 
 
 logging.getLogger("walqueue.backup").setLevel(logging.INFO)
+
+
+def test_an_upload_whose_answer_was_lost_is_not_taken_for_another_writer(tmp_path: Path) -> None:
+    inner = file_store(tmp_path)
+    store, clock = FaultyStore(inner), Clock()
+    with Queue(tmp_path / "q") as queue:
+        replicator = Replicator(queue, store, clock=clock)
+        _put(queue, 0, 2)
+        store.lose_answer_next = True
+        assert not replicator.tick()
+        clock.now += 5  # the retry is cut later: another upload time in the same object
+        assert replicator.tick()
+        assert replicator.fatal is None and replicator.status()["state"] == "ok"
+        expected = snapshot_of(queue)
+        replicator.stop()
+    assert restore_to(inner, str(tmp_path / "r"))["tasks"] == expected
+
+
+def test_a_restarted_writer_takes_its_own_lease_over_at_once(tmp_path: Path) -> None:
+    store, clock = file_store(tmp_path), Clock()
+    with Queue(tmp_path / "q") as queue:
+        crashed = Replicator(queue, store, clock=clock)
+        _put(queue, 0, 2)
+        assert crashed.tick()  # then the process dies: its lease is still live
+        restarted = Replicator(queue, store, clock=clock)
+        _put(queue, 2, 2)
+        assert restarted.tick()
+        assert restarted.status()["fence"] == crashed.status()["fence"] + 1
+        restarted.stop()
+
+
+def test_a_partial_object_at_the_end_of_the_chain_is_as_good_as_absent(tmp_path: Path) -> None:
+    inner = file_store(tmp_path)
+    store = FaultyStore(inner)
+    with Queue(tmp_path / "q") as queue:
+        replicator = Replicator(queue, store)
+        _put(queue, 0, 3)
+        assert replicator.tick()
+        _put(queue, 3, 2)
+        store.partial_next = True
+        assert not replicator.tick()  # and the writer dies here: the damaged object stays
+    assert restore_to(inner, str(tmp_path / "r"))["last_seq"] == 3

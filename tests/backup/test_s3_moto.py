@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
+import struct
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -89,3 +93,95 @@ def test_an_unreachable_endpoint_is_store_unavailable(monkeypatch: pytest.Monkey
     store = open_store("s3://nobody/x", endpoint=f"http://127.0.0.1:{_free_port()}", region="us-east-1")
     with pytest.raises(StoreUnavailable):
         store.get("lease.json")
+
+
+class FaultProxy:
+    """A TCP proxy between boto3 and moto: passes, resets, answers 500, or stalls, per connection."""
+
+    def __init__(self, endpoint: str) -> None:
+        self.target = int(endpoint.rsplit(":", 1)[1])
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        self.mode = "pass"
+        self.delay = 0.0
+        self.live: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def set(self, mode: str, delay: float = 0.0) -> None:
+        self.mode, self.delay = mode, delay
+        for sock in self.live:  # kept-alive connections see the new mode too
+            with contextlib.suppress(OSError):
+                sock.close()
+        self.live.clear()
+
+    def close(self) -> None:
+        self.set("pass")
+        self.listener.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
+
+    def _handle(self, conn: socket.socket) -> None:
+        mode, delay = self.mode, self.delay
+        if mode == "reset":
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            conn.close()
+            return
+        if mode == "500":
+            with contextlib.suppress(OSError):
+                conn.recv(65536)
+                conn.sendall(b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+            conn.close()
+            return
+        if delay:
+            time.sleep(delay)
+        upstream = socket.create_connection(("127.0.0.1", self.target))
+        self.live += [conn, upstream]
+        threading.Thread(target=self._pump, args=(upstream, conn), daemon=True).start()
+        self._pump(conn, upstream)
+
+    @staticmethod
+    def _pump(source: socket.socket, sink: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while chunk := source.recv(65536):
+                sink.sendall(chunk)
+        for sock in (source, sink):
+            with contextlib.suppress(OSError):
+                sock.close()
+
+
+@pytest.fixture
+def proxied(s3_env: str, endpoint: str) -> Iterator[tuple[FaultProxy, str]]:
+    proxy = FaultProxy(endpoint)
+    yield proxy, s3_env
+    proxy.close()
+
+
+@pytest.mark.parametrize(("mode", "delay"), [("500", 0.0), ("reset", 0.0), ("pass", 2.0)], ids=["500", "reset", "slow"])
+def test_s3_faults_are_retried_and_nothing_is_lost(
+    proxied: tuple[FaultProxy, str], tmp_path: Path, mode: str, delay: float
+) -> None:
+    from walqueue.backup.s3 import S3Store
+
+    proxy, url = proxied
+    bucket, prefix = url[len("s3://") :].split("/", 1)
+    store = S3Store(bucket, prefix, endpoint=proxy.url, region="us-east-1", timeout=0.5, attempts=1)
+    with Queue(tmp_path / "q") as queue:
+        replicator = Replicator(queue, store)
+        queue.put("before", {})
+        assert replicator.tick()
+        proxy.set(mode, delay)
+        queue.put("during", {})
+        assert not replicator.tick()
+        status = replicator.status()
+        assert status["state"] == "retrying" and status["failures"] == 1 and status["lag_transactions"] == 1
+        proxy.set("pass")
+        assert replicator.tick()
+        expected = snapshot_of(queue)
+        replicator.stop()
+    assert restore_to(open_store(url), str(tmp_path / "r"))["tasks"] == expected

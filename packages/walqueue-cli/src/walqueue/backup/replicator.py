@@ -20,6 +20,7 @@ lost stops the replicator for good (`fatal`).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -208,8 +209,8 @@ class Replicator:
             self.store.put(key, data, if_none_match=True)
         except PreconditionFailed:
             found = self.store.get(key)
-            if found is not None and found[0] == data:
-                return
+            if found is not None and _same_content(key, found[0], data):
+                return  # an earlier attempt got through (a timeout after the store had it)
             if found is not None and key.endswith(".wal") and not _intact(key, found[0]):
                 # a partial upload some proxy let through: ours to replace (we hold the lease)
                 log.warning("replica %s: %s is damaged (a partial upload); writing it again", self.store.url, key)
@@ -391,6 +392,22 @@ class Replicator:
             "sync": self.sync,
             "last_error": self.last_error,
         }
+
+
+def _same_content(key: str, stored: bytes, mine: bytes) -> bool:
+    """Whether `stored` is what `mine` says, but for its upload time (a retry is cut later than the first try)."""
+    if stored == mine:
+        return True
+    try:
+        if key.endswith(".wal"):
+            logs = layout.decode_log(key, stored)[0], layout.decode_log(key, mine)[0]
+            return dataclasses.replace(logs[0], uploaded=0.0) == dataclasses.replace(logs[1], uploaded=0.0)
+        if key.endswith(".json"):
+            manifests = SnapshotManifest.from_bytes(key, stored), SnapshotManifest.from_bytes(key, mine)
+            return dataclasses.replace(manifests[0], uploaded=0.0) == dataclasses.replace(manifests[1], uploaded=0.0)
+    except layout.ChainError:
+        return False
+    return False
 
 
 def _intact(key: str, data: bytes) -> bool:

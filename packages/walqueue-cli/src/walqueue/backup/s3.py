@@ -25,7 +25,16 @@ _MISSING_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
 class S3Store:
     """A replica under `prefix` in `bucket`."""
 
-    def __init__(self, bucket: str, prefix: str, *, endpoint: str | None = None, region: str | None = None) -> None:
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str,
+        *,
+        endpoint: str | None = None,
+        region: str | None = None,
+        timeout: float = 30.0,
+        attempts: int = 3,
+    ) -> None:
         try:
             import boto3  # type: ignore[import-untyped]
             from botocore.config import Config  # type: ignore[import-untyped]
@@ -37,9 +46,9 @@ class S3Store:
         self.bucket = bucket
         self.prefix = f"{prefix}/" if prefix else ""
         config = Config(
-            retries={"max_attempts": 3, "mode": "standard"},
-            connect_timeout=5,
-            read_timeout=30,
+            retries={"max_attempts": attempts, "mode": "standard"},
+            connect_timeout=min(5.0, timeout),
+            read_timeout=timeout,
             s3={"addressing_style": "path"} if (endpoint or os.environ.get("AWS_ENDPOINT_URL")) else None,
         )
         self._client: Any = boto3.session.Session().client(
