@@ -293,3 +293,26 @@ def test_a_partial_object_at_the_end_of_the_chain_is_as_good_as_absent(tmp_path:
         store.partial_next = True
         assert not replicator.tick()  # and the writer dies here: the damaged object stays
     assert restore_to(inner, str(tmp_path / "r"))["last_seq"] == 3
+
+
+def test_sync_answers_stop_waiting_once_a_failing_store_outlasts_the_grace(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    inner = file_store(tmp_path)
+    store, clock = FaultyStore(inner), Clock()
+    with Queue(tmp_path / "q") as queue:
+        replicator = Replicator(queue, store, clock=clock, sync=True, sync_grace=60)
+        assert replicator.tick()
+        store.down = True
+        queue.put("a", {})  # not started: nothing waits yet
+        replicator.tick()
+        clock.now += 30
+        replicator.tick()
+        assert replicator.status()["state"] == "retrying"
+        clock.now += 31
+        replicator.tick()
+        assert replicator.status()["broken"] and "synchronous answers waited" in caplog.text
+        replicator.wait_shipped(queue.last_seq)  # returns at once: broken
+        store.down = False
+        assert replicator.tick() and replicator.status()["generation"] == 2
+        replicator.stop()

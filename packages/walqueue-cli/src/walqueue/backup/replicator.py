@@ -59,6 +59,7 @@ class Replicator:
         max_hold_bytes: int = DEFAULT_MAX_HOLD_BYTES,
         lease_seconds: float = 30.0,
         snapshot_interval: float = 3600.0,
+        sync_grace: float = 60.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.seat: ReplicationSeat = queue.replication
@@ -66,6 +67,10 @@ class Replicator:
         self.interval, self.trigger_bytes, self.object_bytes = interval, trigger_bytes, object_bytes
         self.sync, self.max_hold_bytes, self.snapshot_interval = sync, max_hold_bytes, snapshot_interval
         self.clock = clock
+        #: Synchronous mode: how long answers wait for a failing store before the backup is declared broken.
+        self.sync_grace = sync_grace
+        self._streak = 0
+        self._failing_since: float | None = None
         self.local = LocalLog(self.seat.path)
         self.lease = Lease(self.store, store_identity(self.seat.path), lease_seconds)
         self.generation: int | None = None
@@ -270,28 +275,37 @@ class Replicator:
 
     def _succeeded(self, now: float) -> None:
         self.state, self.last_error, self.last_success = "ok", None, now
+        self._streak, self._failing_since = 0, None
         if self.head >= self.seat.durable_seq:
             self.caught_up_at = now
 
     def _failed(self, now: float, exc: Exception) -> None:
         self.failures += 1
+        self._streak += 1
+        self._failing_since = now if self._failing_since is None else self._failing_since
         self.last_error = str(exc)
-        self.retry_at = now + min(self.interval * 2 ** min(self.failures, 10), 30.0)
-        if self.state != "broken":
-            self.state = "retrying"
-            log.warning("replica %s: %s (failure %d; the unshipped log is held)", self.store.url, exc, self.failures)
+        self.retry_at = now + min(self.interval * 2 ** min(self._streak, 10), 30.0)
+        if self.state == "broken":
+            return
+        self.state = "retrying"
+        log.warning("replica %s: %s (failure %d; the unshipped log is held)", self.store.url, exc, self._streak)
         held = self.held_bytes()
-        if self.state != "broken" and held > self.max_hold_bytes:
-            self.seat.hold(None)
-            self.state, self.generation = "broken", None
-            log.error(
-                "BACKUP BROKEN: replica %s unreachable while %d unshipped bytes were held (limit %d): the hold is "
-                "released and the queue goes on; a new generation from a fresh snapshot begins once the store answers",
-                self.store.url,
-                held,
-                self.max_hold_bytes,
-            )
-            self._wake_waiters()
+        if held > self.max_hold_bytes:
+            self._break(f"{held} unshipped bytes were held (limit {self.max_hold_bytes})")
+        elif self.sync and now - self._failing_since > self.sync_grace:
+            self._break(f"synchronous answers waited {now - self._failing_since:.0f} s (limit {self.sync_grace:.0f})")
+
+    def _break(self, why: str) -> None:
+        """Give the backup up until the store answers: release the hold and the waiting answers, say so loudly."""
+        self.seat.hold(None)
+        self.state, self.generation = "broken", None
+        log.error(
+            "BACKUP BROKEN: replica %s unreachable while %s: the hold is released and the queue goes on; "
+            "a new generation from a fresh snapshot begins once the store answers",
+            self.store.url,
+            why,
+        )
+        self._wake_waiters()
 
     def _stop_for_good(self, why: str) -> None:
         self.fatal, self.state, self.last_error = why, "stopped", why
@@ -332,7 +346,11 @@ class Replicator:
             grown = abs(self.seat.wal_bytes - self._wal_bytes_seen) >= self.trigger_bytes
             if (urgent or now >= next_due or grown) and now >= self.retry_at:
                 self._wal_bytes_seen = self.seat.wal_bytes
-                self.tick()
+                try:
+                    self.tick()
+                except Exception as exc:  # noqa: BLE001 - a bug: stop loudly, never leave answers waiting
+                    log.exception("replica %s: the replicator failed", self.store.url)
+                    self._stop_for_good(f"the replicator failed: {exc!r}")
                 next_due = now + self.interval
             if self.fatal is not None or self.seat.closed:
                 break
