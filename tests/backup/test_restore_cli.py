@@ -107,7 +107,7 @@ def test_help_documents_the_statuses(capsys: pytest.CaptureFixture[str]) -> None
         main(["--help"])
     assert stopped.value.code == 0
     out = capsys.readouterr().out
-    for status in ("65", "69", "73", "64"):
+    for status in ("65", "69", "73", "74", "64"):
         assert f"  {status}" in out
 
 
@@ -128,3 +128,8 @@ def test_restore_equals_the_store_it_came_from(tmp_path: Path) -> None:
     assert main([store.url, str(tmp_path / "new")]) == 0
     with Queue(tmp_path / "new", create=False) as queue:
         assert snapshot_of(queue) == expected
+
+
+def test_a_target_that_cannot_be_written_exits_74(replica: str, tmp_path: Path) -> None:
+    assert main([replica, str(tmp_path / "missing-parent" / "new")]) == 74
+    assert not (tmp_path / "missing-parent").exists()

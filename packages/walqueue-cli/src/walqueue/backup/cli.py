@@ -25,6 +25,8 @@ EXIT_CHAIN = 65
 EXIT_UNAVAILABLE = 69
 #: The target exists and is not empty: a restore never overwrites.
 EXIT_TARGET_EXISTS = 73
+#: The new store could not be written (a missing parent, permissions, a full disk): nothing is left there.
+EXIT_CANNOT_WRITE = 74
 
 EPILOG = f"""\
 examples:
@@ -43,6 +45,7 @@ exit statuses:
   {EXIT_CHAIN}  the replica cannot give it: a gap (named), a damaged object, no snapshot early enough
   {EXIT_UNAVAILABLE}  the object store did not answer; try again
   {EXIT_TARGET_EXISTS}  the target exists and is not empty: choose a new directory
+  {EXIT_CANNOT_WRITE}  the new store could not be written (missing parent, permissions, disk full)
   {EX_USAGE}  usage error
   {EXIT_INTERRUPTED} interrupted by Ctrl-C
 """
@@ -120,6 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     except TargetExists as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return EXIT_TARGET_EXISTS
+    except OSError as exc:
+        print(f"{PROG}: cannot write the new store: {exc}; nothing was left at the target", file=sys.stderr)
+        return EXIT_CANNOT_WRITE
     except KeyboardInterrupt:
         return interrupted(PROG)
 
