@@ -88,39 +88,44 @@ def make_plan(store: ObjectStore, *, to_seq: int | None = None, to_time: float |
             continue
         snapshot = manifests[-1]
         entries = [(p[1], p[2], p[3], key) for key in own if (p := layout.parse_log_key(key)) is not None]
-        chain = layout.resolve_chain(snapshot.boundary, snapshot.link, entries, _reader(store))
+        headers: dict[str, LogObject] = {}
+        chain = layout.resolve_chain(snapshot.boundary, snapshot.link, entries, _reader(store, headers))
         head = layout.head_of(snapshot.boundary, chain)
         if to_seq is not None and to_seq > head:
             reasons.append(f"generation {generation} ends at transaction {head}, before {to_seq}")
             continue
         plan = Plan(generation, snapshot, head=head)
-        _fill(store, plan, chain, to_seq, to_time)
+        _fill(plan, [headers[key] for key in chain], to_seq, to_time)
         return plan
     raise ChainError("no restore is possible: " + ("; ".join(reasons) or "the replica holds no generation"))
 
 
-def _reader(store: ObjectStore) -> Callable[[str, str], str | None]:
-    """The chain's check of a candidate: its digest if it is intact and chained to `link`, else None."""
+def _reader(store: ObjectStore, headers: dict[str, LogObject]) -> Callable[[str, str], str | None]:
+    """The chain's check of a candidate: its digest if it is intact and chained to `link`, else None.
+
+    The headers of the objects it accepted are kept in `headers` (the plan's; the frames are read again,
+    one object at a time, when the restore writes them).
+    """
 
     def read(key: str, link: str) -> str | None:
         try:
             header, _ = _read_log(store, key, link)
         except ChainError:
             return None
+        headers[key] = header
         return header.digest
 
     return read
 
 
-def _fill(store: ObjectStore, plan: Plan, chain: list[str], to_seq: int | None, to_time: float | None) -> None:
-    """Read the chain's headers (digests checked) up to the target; set the plan's objects and target."""
-    link, target = plan.snapshot.link, plan.snapshot.seq
-    for key in chain:
-        header, _ = _read_log(store, key, link)
+def _fill(plan: Plan, chain: list[LogObject], to_seq: int | None, to_time: float | None) -> None:
+    """Take the chain's objects (digests checked) up to the target; set the plan's objects and target."""
+    target = plan.snapshot.seq
+    for header in chain:
         if to_time is not None and header.uploaded > to_time:
             break
         plan.objects.append(header)
-        link, target = header.digest, header.last
+        target = header.last
         if to_seq is not None and header.last >= to_seq:
             target = to_seq
             break
