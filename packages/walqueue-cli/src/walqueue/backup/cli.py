@@ -150,3 +150,7 @@ def _verify(store: object, plan: object) -> int:
         return EXIT_VERIFY_FAILED
     print(f"verified: the replica restores through transaction {last}, and fsck finds it sound")
     return EXIT_OK
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
