@@ -14,8 +14,8 @@ from servers import ServerProcess, running_server
 from test_cli_process import child_environment
 
 from walqueue import Queue
-from walqueue.client import Client
 from walqueue.cli.shell import ShellExit
+from walqueue.client import Client
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -179,7 +179,7 @@ def test_a_busy_http_port_fails_the_start_and_creates_nothing(src_pythonpath: st
         busy.listen()
         port = busy.getsockname()[1]
         process = subprocess.run(
-            [sys.executable, "-m", "walqueue.cli.serve", str(place / "q"), "--socket", str(place / "s")]
+            [sys.executable, "-m", "walqueue.serve", str(place / "q"), "--socket", str(place / "s")]
             + ["--http", f"127.0.0.1:{port}"],
             capture_output=True,
             text=True,
@@ -193,7 +193,7 @@ def test_a_busy_http_port_fails_the_start_and_creates_nothing(src_pythonpath: st
 
 def test_the_served_dashboard_accepts_its_http_host_names_only(src_pythonpath: str, place: Path) -> None:
     process = subprocess.Popen(
-        [sys.executable, "-m", "walqueue.cli.serve", str(place / "q"), "--socket", str(place / "s")]
+        [sys.executable, "-m", "walqueue.serve", str(place / "q"), "--socket", str(place / "s")]
         + ["--http", "127.0.0.1:0", "--http-host", "queue.internal", "--log-level", "WARNING"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -222,7 +222,7 @@ def test_the_served_dashboard_accepts_its_http_host_names_only(src_pythonpath: s
 @pytest.mark.parametrize("name", ["", "bad name", "*"])
 def test_a_bad_http_host_is_a_usage_error(src_pythonpath: str, place: Path, name: str) -> None:
     process = subprocess.run(
-        [sys.executable, "-m", "walqueue.cli.serve", str(place / "q"), "--socket", str(place / "s")]
+        [sys.executable, "-m", "walqueue.serve", str(place / "q"), "--socket", str(place / "s")]
         + ["--http", "127.0.0.1:0", "--http-host", name],
         capture_output=True,
         text=True,

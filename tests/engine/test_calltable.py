@@ -27,6 +27,7 @@ NOT_CALLS = {
     "batch": "a front end's own grouping of calls",
     "last_seq": "a property; clients derive it from stats",
     "attach_request_seconds": "the serving front end shows its own request durations in metrics()",
+    "replication": "the replicator's seat beside the writer, in the writer's process",
 }
 
 

@@ -265,7 +265,7 @@ def test_console_scripts_name_a_main_in_their_own_distribution() -> None:
     expected = {
         "walqueue-format": {"walqueue-fsck"},
         "walqueue-engine": set(),
-        "walqueue-cli": {"walqueue", "walqueue-serve", "walqueue-worker"},
+        "walqueue-cli": {"walqueue", "walqueue-serve", "walqueue-worker", "walqueue-restore"},
     }
     for dist in DISTRIBUTIONS:
         scripts: dict[str, str] = load_pyproject(REPO_ROOT, dist)["project"].get("scripts", {})

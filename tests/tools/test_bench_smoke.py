@@ -99,6 +99,11 @@ EXPECTED_FIGURES: dict[str, set[str]] = {
         "pipeline_100_puts_vs_100_calls",
     },
 }
+#: (m) measures S3 through moto's server when moto and boto3 are installed (test-only dependencies).
+MOTO = importlib.util.find_spec("moto") is not None and importlib.util.find_spec("boto3") is not None
+EXPECTED_FIGURES["replication"] = {"async_file_vs_plain", "sync_file_vs_plain", "restore_vs_reopen"} | (
+    {"async_s3_vs_plain", "sync_s3_vs_plain"} if MOTO else set()
+)
 if importlib.util.find_spec("persistqueue") is not None:  # (j) compares with persist-queue when it can
     EXPECTED_FIGURES["server_processes"] |= {"puts_serve8_vs_persist_queue8", "cycles_serve8_vs_persist_queue8"}
 #: (l) compares walqueue-worker with huey's consumer when huey is installed (a tool-only dependency).
@@ -142,6 +147,9 @@ EXPECTED_TARGETS = {
     ("server_processes", "server_cpu_per_put"),
     ("server_processes", "server_cpu_per_get"),
 }
+EXPECTED_TARGETS |= {("replication", "async_file_vs_plain"), ("replication", "restore_vs_reopen")}
+if MOTO:
+    EXPECTED_TARGETS |= {("replication", "async_s3_vs_plain")}
 if HUEY:
     EXPECTED_TARGETS |= {
         ("worker_end_to_end", "walqueue_threads_8_vs_huey_threads_8"),

@@ -20,6 +20,7 @@ from . import (
     kill,
     os_faults,
     pipeline_disconnect,
+    replica,
     server_kill,
     workers,
 )
@@ -51,6 +52,7 @@ REGISTRY: tuple[Campaign, ...] = (
     Campaign("hostile-clients", 0.06, hostile_clients.campaign_hostile_clients),
     Campaign("pipeline-disconnect", 0.06, pipeline_disconnect.campaign_pipeline_disconnect),
     Campaign("workers", 0.08, workers.campaign_workers),  # walqueue-worker --processes
+    Campaign("replica", 0.08, replica.campaign_replica),  # continuous backup: kill -9, store faults, restores
 )
 CAMPAIGNS = tuple(campaign.name for campaign in REGISTRY)
 BUDGET_SHARES = {campaign.name: campaign.share for campaign in REGISTRY}

@@ -12,6 +12,7 @@ verbs do the usual chores from a shell script:
   cancel TASK_ID... | -        (``-``: the ids are read from stdin, one a line)
   stats                        the server's stats() as one JSON object
   metrics                      the server's metrics() as one JSON object (counters, gauges, histograms)
+  backup status                the replicator's state as one JSON object (walqueue-serve --replicate)
 
 so that ``walqueue --socket S dead --group G --format ids | walqueue --socket S redrive -``
 redrives one error group. The same verbs work on a directory, ``walqueue DIR
@@ -70,6 +71,10 @@ class ShellExit(enum.IntEnum):
     #: Its reader closed stdout (``walqueue ... dead | head -1``): stopped quietly, as a Unix tool killed
     #: by SIGPIPE ends (128 + 13), so that ``set -o pipefail`` sees it as it sees ``yes | head -1``.
     OUTPUT_CLOSED = 141
+    #: backup status: the server replicates nowhere (started without --replicate).
+    NO_REPLICA = 4
+    #: backup status: the backup is broken or stopped (the status is printed all the same).
+    BACKUP_BROKEN = 5
 
 
 _EPILOG = f"""\
@@ -90,6 +95,8 @@ exit status:
        every other one was done
   {ShellExit.CANNOT_CONNECT:<5}the server could not be reached at PATH (is walqueue-serve running?)
   {ShellExit.CONNECTION_LOST:<5}the connection was lost, or the server's answer could not be read
+  {ShellExit.NO_REPLICA:<5}backup status: the server replicates nowhere (no --replicate)
+  {ShellExit.BACKUP_BROKEN:<5}backup status: the backup is broken or stopped (its status is printed)
   {EX_USAGE:<5}usage error
   {EXIT_INTERRUPTED:<5}interrupted by Ctrl-C
   {ShellExit.OUTPUT_CLOSED:<5}stdout was closed by its reader (`| head -1`): stopped quietly, as
@@ -180,6 +187,8 @@ def _parser(on_directory: bool = False) -> argparse.ArgumentParser:
     cancel.add_argument("task_ids", nargs="+", metavar="TASK_ID", help="task ids, or - to read them from stdin")
     verbs.add_parser("stats", help="print the server's stats() as JSON")
     verbs.add_parser("metrics", help="print the server's metrics() as JSON")
+    backup = verbs.add_parser("backup", help="the continuous backup: `backup status` prints its state as JSON")
+    backup.add_argument("action", choices=["status"])
     return parser
 
 
@@ -297,10 +306,21 @@ def _read(path: str, op: str, timeout: float) -> Any:
     return answer[op]
 
 
+def _backup_status(metrics: Any, out: TextIO) -> int:
+    replica = metrics.get("replica") if isinstance(metrics, dict) else None
+    if replica is None:
+        print("walqueue: this server replicates nowhere (start walqueue-serve with --replicate URL)", file=sys.stderr)
+        return ShellExit.NO_REPLICA
+    _write(out, json.dumps(replica, sort_keys=True) + "\n", flush=True)
+    return ShellExit.BACKUP_BROKEN if replica.get("state") in ("broken", "stopped") else ShellExit.OK
+
+
 def _run_verb(client: Any, arguments: argparse.Namespace, read: Callable[[str], Any]) -> int:
     """One verb over `client` (a `Client`, or a `Queue` for ``walqueue DIR VERB``); `read` answers stats/metrics."""
     if arguments.verb in ("redrive", "cancel"):
         return _change(client, arguments.verb, arguments, sys.stdin)
+    if arguments.verb == "backup":
+        return _backup_status(read("metrics"), sys.stdout)
     if arguments.verb == "dead":
         status = _dead(client, arguments, sys.stdout)
         _write(sys.stdout, "", flush=True)

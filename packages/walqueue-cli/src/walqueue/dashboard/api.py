@@ -58,6 +58,7 @@ def overview(source: Source, sampler: Sampler, now: int, seen_at: float) -> dict
         "commit_group_size": histograms.get("commit_group_size"),
         "moments": sampler.moments(),
         "bounded_reads": source.bounded,
+        "replica": metrics.get("replica"),  # None unless a replicator runs beside the writer (walqueue.backup)
     }
 
 

@@ -124,12 +124,36 @@ def _histograms(histograms: Mapping[str, Any], requests: Mapping[str, Any]) -> I
             yield from _histogram("walqueue_request_seconds", reading, f'op="{_label(op)}",')
 
 
+#: The replicator's figures (walqueue.backup), when one runs beside the writer: status key -> (name, kind, help).
+_REPLICA: dict[str, tuple[str, str, str]] = {
+    "lag_seconds": (
+        "walqueue_replica_lag_seconds",
+        "gauge",
+        "Seconds since the replica last had every durable transaction.",
+    ),
+    "lag_transactions": ("walqueue_replica_lag_transactions", "gauge", "Durable transactions not yet in the replica."),
+    "last_success": ("walqueue_replica_last_success_timestamp_seconds", "gauge", "When the replica last answered."),
+    "bytes_shipped": ("walqueue_replica_shipped_bytes_total", "counter", "Log bytes uploaded to the replica."),
+    "failures": ("walqueue_replica_failures_total", "counter", "Failed attempts to reach the replica."),
+    "broken": ("walqueue_replica_broken", "gauge", "1 while the backup is broken (the hold was released)."),
+}
+
+
+def _replica(status: Mapping[str, Any]) -> Iterator[str]:
+    for key, (name, kind, help_text) in _REPLICA.items():
+        value = status.get(key)
+        if value is not None:
+            yield from _header(name, kind, help_text)
+            yield f"{name} {_number(float(value))}"
+
+
 def render(metrics: Mapping[str, Any], extra: Mapping[str, tuple[str, str, float]] | None = None) -> str:
     """The exposition text of one reading; `extra` adds gauges ``name -> (name, help, value)`` (the dashboard's own)."""
     lines = [
         *_counters(metrics.get("counters", {})),
         *_gauges(metrics["gauges"]),
         *_histograms(metrics.get("histograms", {}), metrics.get("request_seconds", {})),
+        *_replica(metrics.get("replica") or {}),
     ]
     for name, help_text, value in (extra or {}).values():
         lines.extend(_header(name, "gauge", help_text))

@@ -32,6 +32,7 @@ import sys
 from collections.abc import Callable, Sequence
 from types import FrameType
 
+from walqueue.backup.serving import add_replicate_arguments, check_replicate_arguments, start_replicator
 from walqueue.dashboard.http import add_http_arguments, bind, http_options, start_dashboard
 from walqueue.format.cmdline import EX_USAGE, EXIT_CANNOT_OPEN, EXIT_FATAL, EXIT_OK, UsageParser, version_line
 from walqueue.serve.listener import SocketInUse
@@ -136,6 +137,7 @@ def _argument_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=version_line("walqueue-serve"))
     add_http_arguments(parser)  # --http HOST:PORT: the dashboard, /metrics and the JSON API (walqueue.dashboard)
     add_parent_pipe_argument(parser)  # walqueue-worker's supervisor: stop once it is gone and the clients have left
+    add_replicate_arguments(parser)  # --replicate URL: continuous backup (walqueue.backup)
     return parser
 
 
@@ -156,6 +158,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         http = http_options(arguments)
     except ValueError as error:
         parser.error(str(error))
+    replicate_problem = check_replicate_arguments(arguments)
+    if replicate_problem is not None:
+        parser.error(replicate_problem)
     _configure_logging(arguments.log_level)
     server = Server(
         arguments.directory,
@@ -194,6 +199,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             server.unbind()
             print(f"walqueue-serve: cannot serve the dashboard on {arguments.http}: {error}", file=sys.stderr)
             return EXIT_SOCKET
+    replicator = start_replicator(server.queue, arguments)
     if arguments.parent_pipe is not None:
         watch_parent(arguments.parent_pipe, server.stop_when_idle)
     wakeup_read, wakeup_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -206,6 +212,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if dashboard is not None:
             dashboard.stop()
+        if replicator is not None:
+            replicator.stop()
         signal.set_wakeup_fd(previous_wakeup)
         os.close(wakeup_read)
         os.close(wakeup_write)

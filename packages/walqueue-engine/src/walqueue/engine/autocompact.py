@@ -211,7 +211,7 @@ class Compactor:
             return None
         try:
             current = publish(self.store, self.wal, frozen, info, hook=no_hook, sync=self._sync, delete=False)
-            covered = covered_files(self.store, self.wal.first_live, frozen.seq)
+            covered = covered_files(self.store, self.wal.deletable_below(), frozen.seq)
         except BaseException as exc:
             self.source.thaw(frozen, written=False)
             log.error("publishing the snapshot through sequence %d failed; the queue is closed: %s", frozen.seq, exc)

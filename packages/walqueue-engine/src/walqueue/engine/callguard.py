@@ -146,6 +146,8 @@ class CallGuard:
         flags = self.flags
         if needed > durability.durable and not flags.batching:
             self.wait_durable(needed)
+        if durability.replica_wait is not None and not flags.batching:
+            durability.replica_wait(needed)  # synchronous replication: the answer waits for the replica too
         flags.seen = needed  # what a `wait` (or the batch's exit) of this thread waits beyond
         if self.commits.watchers:  # holding no lock: wakes the `wait`s of other threads
             self.commits.announce()
@@ -299,5 +301,7 @@ class Batch:
         needed = flags.seen
         if needed is not None and needed > guard.durability.durable:
             guard.wait_durable(needed)
+        if needed is not None and guard.durability.replica_wait is not None:
+            guard.durability.replica_wait(needed)
         if guard.commits.watchers:  # holding no lock: wakes the `wait`s of other threads
             guard.commits.announce()

@@ -66,7 +66,7 @@ def _delete_leftovers(directory: StoreDirectory, wal: WalWriter, keep_snapshot: 
     listing = list_directory(directory)
     deleted = False
     for number in listing.segment_numbers:
-        if number >= wal.first_live:
+        if number >= wal.deletable_below():
             break
         _remove_entry(directory, listing.segments[number])
         deleted = True

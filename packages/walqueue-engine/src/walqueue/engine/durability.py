@@ -38,6 +38,7 @@ from __future__ import annotations
 import errno
 import threading
 import time
+from collections.abc import Callable
 
 from walqueue.engine.metrics import Metrics
 from walqueue.engine.types import QueueClosed
@@ -66,6 +67,7 @@ class Durability:
         "_syncing",
         "_failure",
         "metrics",
+        "replica_wait",
     )
 
     def __init__(self, seq: int, wal: WalWriter, *, grouped: bool) -> None:
@@ -79,6 +81,9 @@ class Durability:
         self._failure: OSError | QueueClosed | None = None
         #: Told of each successful fsync, holding the lock: its seconds and the transactions it made durable.
         self.metrics: Metrics | None = None
+        #: Synchronous replication only: called outside every lock with the sequence an answer needs in the
+        #: replica; returns once it is there (walqueue.engine.replication, the replicator beside the writer).
+        self.replica_wait: Callable[[int], None] | None = None
 
     @property
     def grouped(self) -> bool:

@@ -21,7 +21,7 @@ exposition (walqueue.dashboard.prometheus); docs/DECISIONS.md lists them.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, NotRequired, TypedDict
 
 from walqueue.engine.validate import check_int
@@ -161,12 +161,14 @@ class MetricsReading(TypedDict):
     - `histograms`: `fsync_seconds` and `commit_group_size`;
     - `request_seconds`: only when a server serves the queue
       (`Queue.attach_request_seconds`): each request's seconds by op.
+    - `replica` (only while a replicator runs beside the writer): its status (walqueue.backup).
     """
 
     counters: dict[str, int]
     gauges: dict[str, Any]
     histograms: dict[str, HistogramReading]
     request_seconds: NotRequired[dict[str, HistogramReading]]
+    replica: NotRequired[dict[str, Any]]
 
 
 def read_metrics(
@@ -225,7 +227,16 @@ class Metrics:
     (`synced`); the compactor counts its snapshots.
     """
 
-    __slots__ = ("ops", "duplicate_puts", "fsyncs", "dead_at_open", "fsync_seconds", "group_size", "request_seconds")
+    __slots__ = (
+        "ops",
+        "duplicate_puts",
+        "fsyncs",
+        "dead_at_open",
+        "fsync_seconds",
+        "group_size",
+        "request_seconds",
+        "replica",
+    )
 
     def __init__(self, dead_at_open: int) -> None:
         self.ops = dict.fromkeys(OP_NAMES, 0)
@@ -236,6 +247,8 @@ class Metrics:
         self.group_size = Histogram(GROUP_SIZE_BOUNDS)
         #: A server's request durations (`Queue.attach_request_seconds`): the front end observes, this reads.
         self.request_seconds: RequestSeconds | None = None
+        #: A replicator's status (walqueue.backup), joined to every reading as ``replica`` while it runs.
+        self.replica: Callable[[], dict[str, Any]] | None = None
 
     def synced(self, seconds: float, transactions: int) -> None:
         """One group-commit fsync ended (`Durability` calls this holding its lock)."""
@@ -266,4 +279,6 @@ class Metrics:
         reading = read_metrics(counters, histograms, stats, now, dead_now)
         if self.request_seconds is not None:
             reading["request_seconds"] = self.request_seconds.reading()
+        if self.replica is not None:
+            reading["replica"] = self.replica()
         return reading

@@ -49,6 +49,7 @@ from walqueue.engine.durability import Durability
 from walqueue.engine.metrics import Metrics, MetricsReading, RequestSeconds
 from walqueue.engine.ownership import DirectoryLock
 from walqueue.engine.recovery import recover
+from walqueue.engine.replication import ReplicationSeat
 from walqueue.engine.state import apply
 from walqueue.engine.types import Lease, QueueClosed, ReentrantCall, Stats, Status, Task, plain_lease
 from walqueue.engine.validate import check_error, check_queue_options, check_timeout
@@ -575,6 +576,11 @@ class Queue:
         """The sequence number of the last committed transaction (0 when none). Raises `QueueClosed`."""
         with self._guard:
             return self._state.last_seq
+
+    @property
+    def replication(self) -> ReplicationSeat:
+        """What a replicator beside the writer reads and holds (walqueue.backup; engine/replication.py)."""
+        return ReplicationSeat(os.path.abspath(self._directory), self._guard, self._wal, self._durability)
 
     def __repr__(self) -> str:
         state = "closed" if self._guard.closed else f"last_seq={self._state.last_seq}"

@@ -69,12 +69,20 @@ class WalWriter:
         self.first_live = first_live
         self.newest = newest
         self.wal_bytes = wal_bytes
+        #: A replicator's retention hold: the lowest segment it has not shipped yet (None: no hold).
+        #: Compaction deletes only segments below both this and `first_live` (`deletable_below`).
+        self.hold: int | None = None
         self._fd: int | None = None
         self._closer: weakref.finalize[[int], WalWriter] | None = None
         self._adopt(fd)  # from here the writer owns the descriptor (closed when the writer goes)
         os.lseek(fd, newest_size, os.SEEK_SET)  # the descriptor has no O_APPEND: writes go at its offset
         self._size = newest_size
         self._sync = sync
+
+    def deletable_below(self) -> int:
+        """Segments numbered below this may be deleted: below the first live one and below the hold."""
+        hold = self.hold
+        return self.first_live if hold is None else min(self.first_live, hold)
 
     @property
     def segments(self) -> int:

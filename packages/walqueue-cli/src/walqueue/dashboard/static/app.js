@@ -149,6 +149,11 @@
     const seen = o.moments.compaction_seen_at;
     text("compaction", compactions === undefined ? "–" :
       compactions + " since the queue opened" + (seen ? ", last " + duration(o.now - seen) + " ago" : ""));
+    const r = o.replica;
+    text("replica", !r ? "no replica" : r.state + ": " + r.url + ", " + r.lag_transactions +
+      " transactions behind" + (r.lag_seconds ? " (" + duration(Math.round(r.lag_seconds)) + ")" : "") +
+      (r.last_success ? ", last upload " + duration(Math.max(0, Math.round(o.now - r.last_success))) + " ago" : "") +
+      (r.failures ? ", " + r.failures + " failures" : "") + (r.last_error ? " – " + r.last_error : ""));
     const fsync = o.fsync_seconds;
     text("fsyncs", o.counters.fsyncs === undefined ? "–" : String(o.counters.fsyncs));
     text("fsync-latency", fsync && fsync.count ? "mean " + ms(fsync.sum / fsync.count) + ", p50 ≤ " +

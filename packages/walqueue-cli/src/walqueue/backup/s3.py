@@ -1,0 +1,116 @@
+"""`s3://bucket/prefix`: a replica in any S3-compatible store, through boto3 (the `s3` extra).
+
+boto3 was chosen on measurement (docs/DECISIONS.md §34): it finds credentials
+where every AWS tool does (the environment, ~/.aws, SSO, the instance's
+role), its PutObject takes ``IfNoneMatch``/``IfMatch`` (conditional writes),
+and it is imported only when a replica is ``s3://``. Configuration is the
+AWS tools': ``AWS_ENDPOINT_URL``, ``AWS_REGION``, ``AWS_ACCESS_KEY_ID`` ...,
+with `endpoint` and `region` (walqueue-serve's ``--replica-endpoint``,
+``--replica-region``) taking precedence.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from walqueue.backup.stores import PreconditionFailed, StoreUnavailable, UsageError, check_key
+
+__all__ = ["S3Store"]
+
+_PRECONDITION_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict", "412", "409"})
+_MISSING_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
+
+
+class S3Store:
+    """A replica under `prefix` in `bucket`."""
+
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str,
+        *,
+        endpoint: str | None = None,
+        region: str | None = None,
+        timeout: float = 30.0,
+        attempts: int = 3,
+    ) -> None:
+        try:
+            import boto3  # type: ignore[import-untyped]
+            from botocore.config import Config  # type: ignore[import-untyped]
+        except ImportError:
+            raise UsageError(
+                "an s3:// replica needs the S3 extra: pip install 'walqueue-cli[s3]' (file:// needs nothing)"
+            ) from None
+        self.url = f"s3://{bucket}/{prefix}" if prefix else f"s3://{bucket}"
+        self.bucket = bucket
+        self.prefix = f"{prefix}/" if prefix else ""
+        config = Config(
+            retries={"max_attempts": attempts, "mode": "standard"},
+            connect_timeout=min(5.0, timeout),
+            read_timeout=timeout,
+            s3={"addressing_style": "path"} if (endpoint or os.environ.get("AWS_ENDPOINT_URL")) else None,
+        )
+        self._client: Any = boto3.session.Session().client(
+            "s3",
+            endpoint_url=endpoint or os.environ.get("AWS_ENDPOINT_URL") or None,
+            region_name=region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or None,
+            config=config,
+        )
+        from botocore.exceptions import BotoCoreError, ClientError  # type: ignore[import-untyped]
+
+        self._client_error: type[Exception] = ClientError
+        self._transport_error: type[Exception] = BotoCoreError
+
+    def _key(self, key: str) -> str:
+        return self.prefix + check_key(key)
+
+    def _fail(self, what: str, exc: Exception) -> Exception:
+        if isinstance(exc, self._client_error):
+            code = str(getattr(exc, "response", {}).get("Error", {}).get("Code", ""))
+            if code in _PRECONDITION_CODES:
+                return PreconditionFailed(f"{self.url}: {what}: {code}")
+        return StoreUnavailable(f"{self.url}: {what}: {exc}")
+
+    def put(self, key: str, data: bytes, *, if_none_match: bool = False, if_match: str | None = None) -> str:
+        extra: dict[str, str] = {}
+        if if_none_match:
+            extra["IfNoneMatch"] = "*"
+        if if_match is not None:
+            extra["IfMatch"] = if_match
+        try:
+            answer = self._client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data, **extra)
+        except (self._client_error, self._transport_error) as exc:
+            raise self._fail(f"writing {key}", exc) from exc
+        return str(answer["ETag"])
+
+    def get(self, key: str) -> tuple[bytes, str] | None:
+        try:
+            answer = self._client.get_object(Bucket=self.bucket, Key=self._key(key))
+            data = answer["Body"].read()
+        except self._client_error as exc:
+            code = str(getattr(exc, "response", {}).get("Error", {}).get("Code", ""))
+            if code in _MISSING_CODES:
+                return None
+            raise self._fail(f"reading {key}", exc) from exc
+        except self._transport_error as exc:
+            raise self._fail(f"reading {key}", exc) from exc
+        return bytes(data), str(answer["ETag"])
+
+    def list(self, prefix: str) -> list[str]:
+        keys: list[str] = []
+        try:
+            pages = self._client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=self.prefix + prefix
+            )
+            for page in pages:
+                keys.extend(item["Key"][len(self.prefix) :] for item in page.get("Contents", ()))
+        except (self._client_error, self._transport_error) as exc:
+            raise self._fail(f"listing {prefix!r}", exc) from exc
+        return sorted(keys)
+
+    def delete(self, key: str) -> None:
+        try:
+            self._client.delete_object(Bucket=self.bucket, Key=self._key(key))
+        except (self._client_error, self._transport_error) as exc:
+            raise self._fail(f"deleting {key}", exc) from exc

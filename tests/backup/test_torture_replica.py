@@ -1,0 +1,26 @@
+"""The torture campaign ``replica`` (tools/torture/replica.py), bounded: writers with their replicators
+SIGKILLed under store faults, and every restore equal to the model at a position no older than the last
+confirmed upload (the newest acknowledged one in synchronous mode).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+from torture.runner import run_campaign  # noqa: E402
+
+#: Lower bounds a bounded run must reach: about a third of what a loaded two-core machine does.
+MINIMUM_COUNTS = {"units": 2, "kills": 8, "restores": 8, "point restores": 3}
+
+
+@pytest.mark.timeout(300)
+def test_the_replica_campaign_finds_no_divergence() -> None:
+    report = run_campaign("replica", 1, 10.0, MINIMUM_COUNTS)
+    print(report.line())
+    assert report.divergence_count == 0, "\n".join([report.line(), *report.divergences])
+    for what, minimum in MINIMUM_COUNTS.items():
+        assert report.counts.get(what, 0) >= minimum, f"{what}: {report.line()}"
