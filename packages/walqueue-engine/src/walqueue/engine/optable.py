@@ -93,19 +93,27 @@ def _compile(name: str, parameters: str, source_lines: list[str], namespace: dic
 
 @dataclass(frozen=True, eq=False, slots=True)
 class OpKind:
-    """One op kind: the declaration (first four fields) and what is derived from it.
+    """One op kind: the declaration (the first six fields) and what is derived from it.
 
     `fields` lists every field but ``op`` and ``task``: every op names its
     task, and `from_status` says which status that task must have, or a
     tuple of the statuses it may have (a cancel takes a ready or a leased
     task); None: the op creates it, so it must not exist yet. `transition`
-    is the state machine's function for this kind (see `state`).
+    is the state machine's function for this kind (see `state`). `counter`
+    and `event` name what the kind is counted as and logged as: the metrics'
+    counter names and the events' dispatch are read from the rows, so a
+    kind declared without them counts and logs nothing, and a new kind needs
+    no edit in `metrics` or `events`.
     """
 
     name: str
     fields: tuple[tuple[str, Field], ...]
     from_status: str | tuple[str, ...] | None
     transition: Callable[..., Any] = field(repr=False)
+    #: The counter of `Queue.metrics()` that each committed op of this kind adds one to (None: counts nothing).
+    counter: str | None = None
+    #: The lifecycle event an applied op of this kind logs (`walqueue.engine.events`; None: no event).
+    event: str | None = None
     #: The statuses `from_status` allows, as a set (None: the op creates its task).
     statuses: frozenset[str] | None = field(init=False, repr=False)
     #: The exact key set of an op of this kind.
