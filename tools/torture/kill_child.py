@@ -18,7 +18,7 @@ from walqueue import (
     Queue,
 )
 
-from . import TESTS_DIR, TOOLS_DIR
+from . import TOOLS_DIR
 from .harness import DOCUMENTED_ERRORS
 from .workload import Op, Workload, outcome, perform, seeded_error, text_digest
 
@@ -281,7 +281,7 @@ def child_environment() -> dict[str, str]:
         parent = str(Path(package_dir).resolve().parent)
         if parent not in entries:
             entries.append(parent)
-    entries.append(str(TESTS_DIR))
+    entries.append(str(TOOLS_DIR))
     env = dict(os.environ)
     inherited = env.get("PYTHONPATH")
     env["PYTHONPATH"] = os.pathsep.join(entries + ([inherited] if inherited else []))
