@@ -57,3 +57,25 @@ class ServedQueue:
 
 def socket_dir() -> str:
     return tempfile.mkdtemp(prefix="wq-torture-", dir="/tmp")  # sun_path holds 108 bytes: keep it short
+
+
+def start_victim(code: str, arguments: list[str], where: str) -> subprocess.Popen[bytes]:
+    """A client process (``python -c code arguments``) that has printed "ready"; `Abort` if it did not start.
+
+    Unbuffered: the caller's `readline` must not read past "ready" into a
+    buffer that `communicate` (which reads the raw descriptor) never looks at.
+    """
+    victim = subprocess.Popen(
+        [sys.executable, "-c", code, *arguments],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=child_environment(),
+        bufsize=0,
+    )
+    assert victim.stdout is not None
+    ready, _, _ = select.select([victim.stdout], [], [], SERVER_START_TIMEOUT)
+    if not ready or victim.stdout.readline() != b"ready\n":
+        victim.kill()
+        victim.wait(SERVER_START_TIMEOUT)
+        raise Abort(f"{where} did not start")
+    return victim
