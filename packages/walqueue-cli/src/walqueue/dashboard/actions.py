@@ -57,10 +57,14 @@ def check_origin(environ: Mapping[str, Any]) -> None:
 
 
 def _apply(source: Source, action: str, task_id: str, now: int, extra_attempts: int) -> None:
-    if action == "redrive":
-        source.backend.redrive(task_id, available_at=now, extra_attempts=extra_attempts)
-    else:
-        source.backend.cancel(task_id)
+    try:
+        if action == "redrive":
+            source.backend.redrive(task_id, available_at=now, extra_attempts=extra_attempts)
+        else:
+            source.backend.cancel(task_id)
+    finally:
+        if source.on_commit is not None:
+            source.on_commit()  # walqueue-serve's loop must see a commit made by this thread
 
 
 def _group_members(source: Source, action: str, group: str) -> tuple[list[str], bool]:

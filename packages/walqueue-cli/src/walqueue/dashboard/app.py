@@ -84,7 +84,8 @@ class Dashboard:
     request (``Authorization: Bearer T`` or the cookie `/login?token=T`
     sets): use it whenever the address is reachable by others. `clock`
     gives the ``now`` for ages, times left and redrives (seconds since the
-    epoch, as the queue's callers use).
+    epoch, as the queue's callers use). `on_commit`, if given, is called
+    after each action (walqueue-serve wakes its loop with it).
     """
 
     def __init__(
@@ -94,10 +95,11 @@ class Dashboard:
         actions: bool = False,
         access_token: str | None = None,
         clock: Callable[[], float] = time.time,
+        on_commit: Callable[[], None] | None = None,
     ) -> None:
         if access_token is not None:
             check_access_token(access_token)
-        self.source = Source(backend)
+        self.source = Source(backend, on_commit)
         self.sampler = Sampler()
         self.actions = actions
         self.action_token = secrets.token_urlsafe(32)
