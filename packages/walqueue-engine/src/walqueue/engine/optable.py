@@ -93,7 +93,7 @@ def _compile(name: str, parameters: str, source_lines: list[str], namespace: dic
 
 @dataclass(frozen=True, eq=False, slots=True)
 class OpKind:
-    """One op kind: the declaration (the first six fields) and what is derived from it.
+    """One op kind: the declaration (the first four fields, `counter` and `event`) and what is derived from it.
 
     `fields` lists every field but ``op`` and ``task``: every op names its
     task, and `from_status` says which status that task must have, or a
@@ -110,14 +110,14 @@ class OpKind:
     fields: tuple[tuple[str, Field], ...]
     from_status: str | tuple[str, ...] | None
     transition: Callable[..., Any] = field(repr=False)
-    #: The counter of `Queue.metrics()` that each committed op of this kind adds one to (None: counts nothing).
-    counter: str | None = None
-    #: The lifecycle event an applied op of this kind logs (`walqueue.engine.events`; None: no event).
-    event: str | None = None
     #: The statuses `from_status` allows, as a set (None: the op creates its task).
     statuses: frozenset[str] | None = field(init=False, repr=False)
     #: The exact key set of an op of this kind.
     keys: frozenset[str] = field(init=False, repr=False)
+    #: The counter of `Queue.metrics()` that each committed op of this kind adds one to (None: counts nothing).
+    counter: str | None = field(default=None, kw_only=True)
+    #: The lifecycle event an applied op of this kind logs (`walqueue.engine.events`; None: no event).
+    event: str | None = field(default=None, kw_only=True)
     #: The op's canonical JSON with a placeholder for each value, keys sorted.
     template: bytes = field(init=False, repr=False)
     #: The longest canonical JSON an op of this kind can have (None: a payload has no fixed bound).
