@@ -12,10 +12,11 @@ import os
 import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from processes import serve_command, socket_dir, start_ready
 
 from walqueue import Queue
 
@@ -116,26 +117,15 @@ class _Served:
     """A walqueue-serve process for one configuration (started untimed, stopped with SIGTERM)."""
 
     def __init__(self, directory: Path, *, sync: bool = True) -> None:
-        import select
-        import subprocess
-
-        self.socket_dir = tempfile.mkdtemp(prefix="wq-bench-", dir="/tmp")  # sun_path: 108 bytes
+        self.socket_dir = socket_dir("wq-bench-")
         self.socket_path = f"{self.socket_dir}/s"
-        env = dict(os.environ)
-        import walqueue
-
-        roots = [str(Path(entry).parent) for entry in walqueue.__path__]
-        env["PYTHONPATH"] = os.pathsep.join(roots + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-        command = [sys.executable, "-m", "walqueue.serve", str(directory), "--socket", self.socket_path]
-        command += ["--log-level", "WARNING"]
+        command = serve_command(directory, self.socket_path)
         if not sync:
             command = [sys.executable, "-c", _UNSYNCED_SERVER, str(directory), self.socket_path]
-        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, env=env, bufsize=0)
-        assert self.process.stdout is not None
-        ready, _, _ = select.select([self.process.stdout], [], [], 60)
-        if not ready or not self.process.stdout.readline():
-            self.process.kill()
+        process = start_ready(command, timeout=60, stderr=None)
+        if process is None:
             raise RuntimeError("server_processes: walqueue-serve did not start")
+        self.process = process
 
     def cpu_seconds(self) -> tuple[float, float]:
         """User and system CPU the server process has used so far (/proc/PID/stat), apart.

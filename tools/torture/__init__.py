@@ -4,7 +4,7 @@
 
 (or ``python -m torture ...`` with tools/ on sys.path). Eleven campaigns, each
 seeded and reproducible, each comparing the real `walqueue.Queue` (or
-`walqueue-serve`) with the reference model of `tests/model.py`. Each campaign
+`walqueue-serve`) with the reference model of `tools/model.py`. Each campaign
 is one module of this package, named after it; its docstring says what it
 does and what it requires. `runner.CAMPAIGNS` lists them in order with their
 share of the time: adding a campaign is a new module plus one row there.
@@ -37,19 +37,18 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOLS_DIR = ROOT / "tools"
-TESTS_DIR = ROOT / "tests"
 SRC_DIRS = [ROOT / "packages" / name / "src" for name in ("walqueue-format", "walqueue-engine", "walqueue-cli")]
 
 
 def _setup_path() -> None:
     """Make `walqueue` and the model importable from a checkout as well as from an install.
 
-    The model lives in tests/ and is never installed. The src directories are
+    The model (tools/model.py) is never installed. The src directories are
     added only when `walqueue` is not importable already, so an installed
     distribution is what gets tested when there is one.
     """
-    if str(TESTS_DIR) not in sys.path:
-        sys.path.insert(0, str(TESTS_DIR))
+    if str(TOOLS_DIR) not in sys.path:
+        sys.path.insert(0, str(TOOLS_DIR))
     if importlib.util.find_spec("walqueue") is None:
         for directory in reversed(SRC_DIRS):
             if directory.is_dir():

@@ -18,6 +18,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from processes import child_environment
+
 from model import Model, directory_digest, view
 from walqueue import (
     Lease,
@@ -43,7 +45,6 @@ from .hostile import (
     nested,
     short,
 )
-from .kill_child import child_environment
 from .workload import LIFECYCLE_KINDS, Workload, count_lifecycle_call, expected_states, outcome, token_for
 
 

@@ -5,10 +5,7 @@ request is completed or never started, and the server serves on.
 from __future__ import annotations
 
 import random
-import select
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -19,9 +16,8 @@ from walqueue import (
     Queue,
 )
 
-from .harness import Abort, Report, scratch_root
-from .kill_child import child_environment
-from .served import CLIENT_KILL_DELAY, SERVER_START_TIMEOUT, ServedQueue, socket_dir
+from .harness import Report, scratch_root
+from .served import CLIENT_KILL_DELAY, SERVER_START_TIMEOUT, ServedQueue, socket_dir, start_victim
 
 CLIENT_VICTIM = r"""
 import json, socket, sys, time
@@ -84,21 +80,7 @@ def _kill_one_client(
     rng: random.Random, number: int, socket_path: str, observer: Any, report: Report, where: str
 ) -> None:
     prefix = f"v{number}"
-    victim = subprocess.Popen(
-        [sys.executable, "-c", CLIENT_VICTIM, socket_path, prefix, "1000"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        env=child_environment(),
-        # Unbuffered: `readline` below must not read past "ready" into a buffer that
-        # `communicate` (which reads the raw descriptor) never looks at.
-        bufsize=0,
-    )
-    assert victim.stdout is not None
-    ready, _, _ = select.select([victim.stdout], [], [], SERVER_START_TIMEOUT)
-    if not ready or victim.stdout.readline() != b"ready\n":
-        victim.kill()
-        victim.wait(SERVER_START_TIMEOUT)
-        raise Abort(f"{where}: victim {number} did not start")
+    victim = start_victim(CLIENT_VICTIM, [socket_path, prefix, "1000"], f"{where}: victim {number}")
     time.sleep(rng.uniform(*CLIENT_KILL_DELAY))
     victim.kill()
     output, _ = victim.communicate(timeout=SERVER_START_TIMEOUT)

@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from processes import child_environment
+
 from model import Model, view
 from walqueue.format.current import read_current
 
@@ -42,7 +44,6 @@ from .kill_child import (
     STARTUP_KILL_PROBABILITY,
     ThreadOps,
     answer_of,
-    child_environment,
     kill_life_options,
     kill_workload,
 )

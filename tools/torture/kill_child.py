@@ -9,7 +9,6 @@ import struct
 import sys
 import threading
 import traceback
-from pathlib import Path
 from typing import Any
 
 from model import render
@@ -18,7 +17,7 @@ from walqueue import (
     Queue,
 )
 
-from . import TESTS_DIR, TOOLS_DIR
+from . import TOOLS_DIR
 from .harness import DOCUMENTED_ERRORS
 from .workload import Op, Workload, outcome, perform, seeded_error, text_digest
 
@@ -270,19 +269,3 @@ def kill_zygote() -> int:
         _, status = os.waitpid(pid, 0)
         os.write(out, f"exit {pid} {os.waitstatus_to_exitcode(status)}\n".encode())
     return 0
-
-
-def child_environment() -> dict[str, str]:
-    """PYTHONPATH for a child that imports exactly the walqueue (and model) this process imports."""
-    import walqueue
-
-    entries: list[str] = []
-    for package_dir in walqueue.__path__:  # every src (or site) directory that contributes to walqueue
-        parent = str(Path(package_dir).resolve().parent)
-        if parent not in entries:
-            entries.append(parent)
-    entries.append(str(TESTS_DIR))
-    env = dict(os.environ)
-    inherited = env.get("PYTHONPATH")
-    env["PYTHONPATH"] = os.pathsep.join(entries + ([inherited] if inherited else []))
-    return env

@@ -6,11 +6,8 @@ from __future__ import annotations
 
 import json
 import random
-import select
 import shutil
 import signal
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -19,9 +16,8 @@ from typing import Any
 from model import view
 from walqueue import Queue
 
-from .harness import Abort, Report, scratch_root
-from .kill_child import child_environment
-from .served import SERVER_START_TIMEOUT, ServedQueue, socket_dir
+from .harness import Report, scratch_root
+from .served import SERVER_START_TIMEOUT, ServedQueue, socket_dir, start_victim
 
 #: A victim: one pipeline of `count` requests in one write (put_many of three new tasks, or a reserve of one
 #: task for a worker named after the step), reads `read` answers, printing each, then leaves as `how` says.
@@ -103,19 +99,8 @@ def _one_victim(rng: random.Random, socket_path: str, prefix: str, count: int, r
     """Run one victim to its end; the (step, leases) of every answer it read."""
     how = rng.choice(_HOWS)
     read = rng.randint(0, count)
-    victim = subprocess.Popen(
-        [sys.executable, "-c", PIPELINE_VICTIM, socket_path, prefix, str(count), str(read), how],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        env=child_environment(),
-        bufsize=0,
-    )
-    assert victim.stdout is not None
-    ready, _, _ = select.select([victim.stdout], [], [], SERVER_START_TIMEOUT)
-    if not ready or victim.stdout.readline() != b"ready\n":
-        victim.kill()
-        victim.wait(SERVER_START_TIMEOUT)
-        raise Abort(f"pipeline-disconnect: victim {prefix} did not start")
+    arguments = [socket_path, prefix, str(count), str(read), how]
+    victim = start_victim(PIPELINE_VICTIM, arguments, f"pipeline-disconnect: victim {prefix}")
     if how == "kill":
         time.sleep(rng.uniform(0.0, 0.1))
         victim.send_signal(signal.SIGKILL)

@@ -33,6 +33,8 @@ import time
 import traceback
 from pathlib import Path
 
+from processes import child_environment
+
 from model import Model, view
 from walqueue import Queue
 from walqueue.backup.layout import ChainError
@@ -42,7 +44,6 @@ from walqueue.format.fsck import check
 
 from .checks import view_difference
 from .harness import Abort, Report, scratch_root
-from .kill_child import child_environment
 
 LIVES_PER_UNIT = 4
 LIFE_SECONDS = (0.05, 0.5)

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import select
 import signal
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
+import processes
+from processes import serve_command, start_ready
+
 from .harness import Abort
-from .kill_child import child_environment
 
 SERVER_START_TIMEOUT = 30.0
 SERVER_CLIENTS = 3
@@ -29,17 +29,9 @@ class ServedQueue:
         self.start()
 
     def start(self) -> None:
-        command = [sys.executable, "-m", "walqueue.serve", str(self.directory), "--socket", self.socket_path]
-        command += ["--log-level", "WARNING"]
-        self.process = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=child_environment(), bufsize=0
-        )
-        assert self.process.stdout is not None
-        ready, _, _ = select.select([self.process.stdout], [], [], SERVER_START_TIMEOUT)
-        if not ready or not self.process.stdout.readline():
-            self.process.kill()
-            self.process.wait(SERVER_START_TIMEOUT)
-            raise Abort(f"walqueue-serve on {self.directory} did not start (exit {self.process.returncode})")
+        self.process = start_ready(serve_command(self.directory, self.socket_path), timeout=SERVER_START_TIMEOUT)
+        if self.process is None:
+            raise Abort(f"walqueue-serve on {self.directory} did not start")
 
     def kill(self) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -56,4 +48,12 @@ class ServedQueue:
 
 
 def socket_dir() -> str:
-    return tempfile.mkdtemp(prefix="wq-torture-", dir="/tmp")  # sun_path holds 108 bytes: keep it short
+    return processes.socket_dir("wq-torture-")
+
+
+def start_victim(code: str, arguments: list[str], where: str) -> subprocess.Popen[bytes]:
+    """A client process (``python -c code arguments``) that has printed "ready"; `Abort` if it did not start."""
+    victim = start_ready([sys.executable, "-c", code, *arguments], timeout=SERVER_START_TIMEOUT, expect=b"ready\n")
+    if victim is None:
+        raise Abort(f"{where} did not start")
+    return victim

@@ -392,15 +392,7 @@ class Workload:
 def reap_only(model: Model, now: int) -> Model:
     """The model after the reap transaction of `reserve(now=now)` and before its lease transaction."""
     reaped = model.clone()
-    reap = getattr(reaped, "reap", None)
-    if callable(reap):
-        reap(now)
-        return reaped
-    # The model has no public reap (yet): do exactly what its reserve does first.
-    records = sorted(reaped._tasks.items())
-    expired = [r for _, r in records if r["status"] == "leased" and r["deadline"] <= now]
-    if expired:
-        reaped._expire([{"op": "expire", "task": r["task"], "generation": r["generation"]} for r in expired])
+    reaped.reap(now)
     return reaped
 
 

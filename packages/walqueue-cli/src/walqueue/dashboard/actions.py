@@ -64,10 +64,14 @@ def check_origin(environ: Mapping[str, Any], hosts: HostRule) -> None:
 
 
 def _apply(source: Source, action: str, task_id: str, now: int, extra_attempts: int) -> None:
-    if action == "redrive":
-        source.backend.redrive(task_id, available_at=now, extra_attempts=extra_attempts)
-    else:
-        source.backend.cancel(task_id)
+    try:
+        if action == "redrive":
+            source.backend.redrive(task_id, available_at=now, extra_attempts=extra_attempts)
+        else:
+            source.backend.cancel(task_id)
+    finally:
+        if source.on_commit is not None:
+            source.on_commit()  # walqueue-serve's loop must see a commit made by this thread
 
 
 def _is_member(task: Task, action: str, group: str) -> bool:

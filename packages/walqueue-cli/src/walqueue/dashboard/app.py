@@ -95,7 +95,8 @@ class Dashboard:
     ``Host`` may carry (default: localhost, 127.0.0.1 and ::1); any other
     is refused with 421, so that a hostile name pointed at this address
     (DNS rebinding) reads nothing. An application serving it under its own
-    name passes that name.
+    name passes that name. `on_commit`, if given, is called after each
+    action (walqueue-serve wakes its loop with it).
     """
 
     def __init__(
@@ -106,11 +107,12 @@ class Dashboard:
         access_token: str | None = None,
         clock: Callable[[], float] = time.time,
         hosts: Iterable[str] | None = None,
+        on_commit: Callable[[], None] | None = None,
     ) -> None:
         if access_token is not None:
             check_access_token(access_token)
         self.hosts = HostRule.of(hosts)
-        self.source = Source(backend)
+        self.source = Source(backend, on_commit)
         self.sampler = Sampler()
         self.actions = actions
         self.action_token = secrets.token_urlsafe(32)

@@ -168,36 +168,11 @@ def start_dashboard(
     """
     from walqueue.dashboard.app import Dashboard
 
-    if on_commit is not None:
-        backend = _Announced(backend, on_commit)
     hosts = (options.host, *DEFAULT_HOSTS, *options.hosts)  # the loopback names can never be rebound
-    app = Dashboard(backend, actions=options.actions, access_token=options.token, hosts=hosts)
+    app = Dashboard(backend, actions=options.actions, access_token=options.token, hosts=hosts, on_commit=on_commit)
     running = serve_in_thread(app, options.host, options.port, sample=app.sample, bound=bound)
     log.info("dashboard on %s (actions %s)", running.url, "enabled" if options.actions else "disabled")
     return running
-
-
-class _Announced:
-    """A backend whose writes (the actions' redrive and cancel) announce themselves once committed."""
-
-    def __init__(self, backend: Any, on_commit: Callable[[], None]) -> None:
-        self._backend = backend
-        self._on_commit = on_commit
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._backend, name)
-
-    def redrive(self, task_id: str, *, available_at: int, extra_attempts: int = 1) -> None:
-        try:
-            self._backend.redrive(task_id, available_at=available_at, extra_attempts=extra_attempts)
-        finally:
-            self._on_commit()
-
-    def cancel(self, task_id: str) -> None:
-        try:
-            self._backend.cancel(task_id)
-        finally:
-            self._on_commit()
 
 
 def _sampling(sample: Callable[[], None], stopping: threading.Event) -> None:

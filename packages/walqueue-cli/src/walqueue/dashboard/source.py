@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
@@ -147,8 +147,10 @@ def task_view(task: Task, now: int) -> dict[str, Any]:
 class Source:
     """The dashboard's reads and actions over one backend."""
 
-    def __init__(self, backend: Backend) -> None:
+    def __init__(self, backend: Backend, on_commit: Callable[[], None] | None = None) -> None:
         self.backend = backend
+        #: Called after each action that may have committed (walqueue-serve wakes its loop with it).
+        self.on_commit = on_commit
         self._page = getattr(backend, "page", None)
         self._metrics = getattr(backend, "metrics", None)
         self._groups: tuple[int, float, tuple[list[ErrorGroup], int, bool]] | None = None

@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import IO, Any, Final
+
+from walqueue.engine.state import OP_KINDS
 
 __all__ = [
     "ACK",
@@ -55,20 +57,27 @@ EVENT_LOG: Final = logging.getLogger("walqueue.events")
 #: Whether the queues of this process log their events (`enable`); read once per transaction.
 listening = False
 
-PUT: Final = "task.put"  # a new task (fields: task_id, key, available_at, max_attempts)
-LEASE: Final = "task.lease"  # leased by a reserve (task_id, worker, generation, attempt, deadline)
-ACK: Final = "task.ack"  # completed (task_id, worker, generation)
-RELEASE: Final = "task.release"  # given back (task_id, worker, generation, available_at, error?)
-EXPIRY: Final = "task.expiry"  # a lease ran out (task_id, worker, generation, deadline)
-DEATH: Final = (
-    "task.death"  # dead after a release or an expiry out of attempts, or a fail (task_id, attempts, after, error)
-)
-REDRIVE: Final = "task.redrive"  # a dead task made ready again (task_id, available_at, max_attempts)
-CANCEL: Final = "task.cancel"  # a ready or leased task made dead (task_id, worker?, error?)
-EXTEND: Final = "task.extend"  # a heartbeat moved a lease's deadline (task_id, worker, deadline)
 
-#: Every event name, in lifecycle order.
-EVENTS: Final = (PUT, LEASE, ACK, RELEASE, EXPIRY, DEATH, REDRIVE, CANCEL, EXTEND)
+def _event_of(kind: str) -> str:
+    """The event op kind `kind` logs: its row's `event` in `state.OP_KINDS`, where each name is spelled once."""
+    event = OP_KINDS[kind].event
+    assert event is not None, kind
+    return event
+
+
+PUT: Final = _event_of("put")  # a new task (fields: task_id, key, available_at, max_attempts)
+LEASE: Final = _event_of("lease")  # leased by a reserve (task_id, worker, generation, attempt, deadline)
+ACK: Final = _event_of("ack")  # completed (task_id, worker, generation)
+RELEASE: Final = _event_of("release")  # given back (task_id, worker, generation, available_at, error?)
+EXPIRY: Final = _event_of("expire")  # a lease ran out (task_id, worker, generation, deadline)
+#: A fail's event, and also logged after a release or an expiry out of attempts (task_id, attempts, after, error).
+DEATH: Final = _event_of("fail")
+REDRIVE: Final = _event_of("redrive")  # a dead task made ready again (task_id, available_at, max_attempts)
+CANCEL: Final = _event_of("cancel")  # a ready or leased task made dead (task_id, worker?, error?)
+EXTEND: Final = _event_of("extend")  # a heartbeat moved a lease's deadline (task_id, worker, deadline)
+
+#: Every event name, in the op table's order: each op kind's row declares the event it logs.
+EVENTS: Final = tuple(dict.fromkeys(kind.event for kind in OP_KINDS.values() if kind.event is not None))
 
 
 def enable(on: bool = True) -> None:
@@ -108,72 +117,83 @@ def _error(record: Any) -> dict[str, Any] | None:
     return dict(to_dict()) if callable(to_dict) else {"message": str(error)}
 
 
-def _fields(op: Mapping[str, Any], record: Any, held: tuple[Any, Any]) -> tuple[str, dict[str, Any]] | None:
-    """The event of one applied op and its fields; None for an op kind that is no lifecycle event."""
-    kind = op["op"]
-    task_id = op["task"]
-    worker, deadline = held
-    if kind == "put":
-        return PUT, {
-            "task_id": task_id,
-            "key": record.key,
-            "available_at": record.available_at,
-            "max_attempts": record.max_attempts,
-        }
-    if kind == "lease":
-        return LEASE, {
-            "task_id": task_id,
-            "worker": op["worker"],
-            "generation": op["generation"],
-            "attempt": record.attempts,
-            "deadline": op["deadline"],
-        }
-    if kind == "ack":
-        return ACK, {"task_id": task_id, "worker": worker, "generation": op["generation"]}
-    if kind == "release":
-        fields = {
-            "task_id": task_id,
-            "worker": worker,
-            "generation": op["generation"],
-            "available_at": op["available_at"],
-        }
-        return RELEASE, {**fields, "error": _error(record)}
-    if kind == "expire":
-        return EXPIRY, {"task_id": task_id, "worker": worker, "generation": op["generation"], "deadline": deadline}
-    if kind == "extend":
-        return EXTEND, {"task_id": task_id, "worker": worker, "deadline": op["deadline"]}
-    if kind == "redrive":
-        return REDRIVE, {"task_id": task_id, "available_at": op["available_at"], "max_attempts": op["max_attempts"]}
-    if kind == "cancel":
-        return CANCEL, {"task_id": task_id, "worker": worker, "error": _error(record)}
-    if kind == "fail":  # a permanent failure: the task dies at once
-        return DEATH, {"task_id": task_id, "attempts": record.attempts, "after": "fail", "error": _error(record)}
-    return None
+_Fields = Callable[[Mapping[str, Any], Any, Any, Any], dict[str, Any]]
+
+#: Each event's fields, from the applied op, its task's record and the lease it held before (worker, deadline).
+_FIELDS: Final[dict[str, _Fields]] = {
+    PUT: lambda op, record, worker, deadline: {
+        "task_id": op["task"],
+        "key": record.key,
+        "available_at": record.available_at,
+        "max_attempts": record.max_attempts,
+    },
+    LEASE: lambda op, record, worker, deadline: {
+        "task_id": op["task"],
+        "worker": op["worker"],
+        "generation": op["generation"],
+        "attempt": record.attempts,
+        "deadline": op["deadline"],
+    },
+    ACK: lambda op, record, worker, deadline: {"task_id": op["task"], "worker": worker, "generation": op["generation"]},
+    RELEASE: lambda op, record, worker, deadline: {
+        "task_id": op["task"],
+        "worker": worker,
+        "generation": op["generation"],
+        "available_at": op["available_at"],
+        "error": _error(record),
+    },
+    EXPIRY: lambda op, record, worker, deadline: {
+        "task_id": op["task"],
+        "worker": worker,
+        "generation": op["generation"],
+        "deadline": deadline,
+    },
+    EXTEND: lambda op, record, worker, deadline: {"task_id": op["task"], "worker": worker, "deadline": op["deadline"]},
+    REDRIVE: lambda op, record, worker, deadline: {
+        "task_id": op["task"],
+        "available_at": op["available_at"],
+        "max_attempts": op["max_attempts"],
+    },
+    CANCEL: lambda op, record, worker, deadline: {"task_id": op["task"], "worker": worker, "error": _error(record)},
+    # A death: a fail's own event, or the one that follows a release or an expiry out of attempts.
+    DEATH: lambda op, record, worker, deadline: {
+        "task_id": op["task"],
+        "attempts": record.attempts,
+        "after": op["op"],
+        "error": _error(record),
+    },
+}
+#: The event of each op kind: its row's `event` (`state.OP_KINDS`); a kind without one logs nothing.
+_KIND_EVENTS: Final = {kind.name: kind.event for kind in OP_KINDS.values() if kind.event is not None}
+
+
+def _op_fields(op: Mapping[str, Any], record: Any, worker: Any, deadline: Any) -> dict[str, Any]:
+    """The fields of an event declared without a builder in `_FIELDS`: the task and the op's own fields."""
+    return {"task_id": op["task"], **{name: value for name, value in op.items() if name not in ("op", "task")}}
 
 
 def emit_transaction(
     ops: Sequence[Mapping[str, Any]], held: Mapping[str, tuple[Any, Any]], tasks: Mapping[str, Any], seq: int
 ) -> None:
-    """Log the events of one applied transaction, in op order (a release or expiry that killed: then `DEATH`)."""
-    for op in ops:
+    """Log the events of one applied transaction, in op order (a release or expiry that killed: then `DEATH`).
+
+    `tasks` holds the records after the whole transaction, so a death is
+    logged after the task's last op in it, when that op left the task dead
+    and is not itself a death or a cancel: no op kind is named here.
+    """
+    last = {op["task"]: index for index, op in enumerate(ops)}
+    for index, op in enumerate(ops):
         task_id = op["task"]
-        record = tasks[task_id]
-        event = _fields(op, record, held.get(task_id, (None, None)))
-        if event is None:
+        name = _KIND_EVENTS.get(op["op"])
+        ends = last[task_id] == index
+        if name is None and not ends:
             continue
-        name, fields = event
-        emit(name, {**fields, "seq": seq})
-        if op["op"] in ("release", "expire") and record.status == "dead":
-            emit(
-                DEATH,
-                {
-                    "task_id": task_id,
-                    "attempts": record.attempts,
-                    "after": op["op"],
-                    "error": _error(record),
-                    "seq": seq,
-                },
-            )
+        record = tasks[task_id]
+        worker, deadline = held.get(task_id, (None, None))
+        if name is not None:
+            emit(name, {**_FIELDS.get(name, _op_fields)(op, record, worker, deadline), "seq": seq})
+        if ends and record.status == "dead" and name not in (DEATH, CANCEL):
+            emit(DEATH, {**_FIELDS[DEATH](op, record, worker, deadline), "seq": seq})
 
 
 #: The attributes of every `logging.LogRecord`, which a formatter must not mistake for an extra field.

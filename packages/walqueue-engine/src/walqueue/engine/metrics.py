@@ -24,8 +24,8 @@ from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, NotRequired, TypedDict
 
+from walqueue.engine.state import OP_KINDS
 from walqueue.engine.validate import check_int
-from walqueue.format.transaction import OP_NAMES
 
 __all__ = [
     "COUNTERS",
@@ -41,22 +41,12 @@ __all__ = [
     "read_metrics",
 ]
 
-#: Every counter, in the order they are shown; each is an attribute of `Counters`.
-COUNTERS: Final = (
-    "puts",
-    "duplicate_puts",
-    "reserves",
-    "acks",
-    "releases",
-    "expiries",
-    "deaths",
-    "redrives",
-    "cancels",
-    "extends",
-    "stale_leases",
-    "fsyncs",
-    "compactions",
-)
+#: The counter each op kind adds one to as it is committed: its row's `counter` (`state.OP_KINDS`).
+_OP_COUNTERS: Final = {kind.name: kind.counter for kind in OP_KINDS.values() if kind.counter is not None}
+#: The counters that no op kind moves: counted by the calls, the guard, the fsyncs, the compactor, or derived.
+_OTHER_COUNTERS: Final = ("duplicate_puts", "deaths", "stale_leases", "fsyncs", "compactions")
+#: Every counter, in the order they are shown: the op kinds' in the table's order, then the others.
+COUNTERS: Final = (*_OP_COUNTERS.values(), *_OTHER_COUNTERS)
 
 #: Upper bounds of the fsync-latency buckets, in seconds (a disk's fsync: 50 us to a stalled second).
 FSYNC_SECONDS_BOUNDS: Final = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
@@ -76,18 +66,17 @@ class Counters:
     (a redrive takes one task out of the dead letters, a cancel puts one in).
     """
 
-    __slots__ = COUNTERS + ("dead_at_open",)
+    __slots__ = ("values", "dead_at_open")
 
     def __init__(self, dead_at_open: int = 0) -> None:
-        self.puts = self.duplicate_puts = self.reserves = self.acks = self.releases = self.expiries = 0
-        self.deaths = self.redrives = self.cancels = self.extends = self.stale_leases = 0
-        self.fsyncs = self.compactions = 0
+        #: Every counter of `COUNTERS` by name.
+        self.values = dict.fromkeys(COUNTERS, 0)
         self.dead_at_open = dead_at_open
 
     def reading(self, dead_now: int) -> dict[str, int]:
         """Every counter by name, `deaths` derived from `dead_now`."""
-        values = {name: getattr(self, name) for name in COUNTERS}
-        values["deaths"] = dead_now - self.dead_at_open + self.redrives - self.cancels
+        values = dict(self.values)
+        values["deaths"] = dead_now - self.dead_at_open + values["redrives"] - values["cancels"]
         return values
 
 
@@ -202,26 +191,13 @@ def read_metrics(
     }
 
 
-#: The counter each op kind bumps as it is committed (the other kinds count nothing of their own).
-_OP_COUNTERS: Final = {
-    "put": "puts",
-    "lease": "reserves",
-    "ack": "acks",
-    "release": "releases",
-    "expire": "expiries",
-    "extend": "extends",
-    "redrive": "redrives",
-    "cancel": "cancels",
-}
-
-
 class Metrics:
     """One queue's counters and histograms.
 
     Why by op kind: every change goes through `Queue._commit`, whose ops say
-    what happened, so one loop there counts puts, leases, acks, releases,
-    expiries, extends, redrives and cancels alike (an int per op, in `ops`,
-    written inline there: it is the hot path). The
+    what happened, so one loop there counts every kind alike (an int per op
+    kind, in `ops`, written inline there: it is the hot path); the counter
+    each kind feeds is its row's `counter`. The
     calls count only what commits nothing: `duplicate_puts`; the call guard
     counts `StaleLease` refusals; `Durability` reports each fsync
     (`synced`); the compactor counts its snapshots.
@@ -239,7 +215,7 @@ class Metrics:
     )
 
     def __init__(self, dead_at_open: int) -> None:
-        self.ops = dict.fromkeys(OP_NAMES, 0)
+        self.ops = dict.fromkeys(OP_KINDS, 0)
         self.duplicate_puts = 0
         self.fsyncs = 0
         self.dead_at_open = dead_at_open
@@ -269,12 +245,13 @@ class Metrics:
         if now is not None:
             check_int(now, "now")  # the rule of every `now`: an int in 0..2**63-1
         counters = Counters(self.dead_at_open)
+        values = counters.values
         for kind, name in _OP_COUNTERS.items():
-            setattr(counters, name, self.ops[kind])
-        counters.duplicate_puts = self.duplicate_puts
-        counters.stale_leases = stale_leases
-        counters.fsyncs = self.fsyncs
-        counters.compactions = compactions
+            values[name] = self.ops[kind]
+        values["duplicate_puts"] = self.duplicate_puts
+        values["stale_leases"] = stale_leases
+        values["fsyncs"] = self.fsyncs
+        values["compactions"] = compactions
         histograms = {"fsync_seconds": self.fsync_seconds, "commit_group_size": self.group_size}
         reading = read_metrics(counters, histograms, stats, now, dead_now)
         if self.request_seconds is not None:

@@ -93,13 +93,17 @@ def _compile(name: str, parameters: str, source_lines: list[str], namespace: dic
 
 @dataclass(frozen=True, eq=False, slots=True)
 class OpKind:
-    """One op kind: the declaration (first four fields) and what is derived from it.
+    """One op kind: the declaration (the first four fields, `counter` and `event`) and what is derived from it.
 
     `fields` lists every field but ``op`` and ``task``: every op names its
     task, and `from_status` says which status that task must have, or a
     tuple of the statuses it may have (a cancel takes a ready or a leased
     task); None: the op creates it, so it must not exist yet. `transition`
-    is the state machine's function for this kind (see `state`).
+    is the state machine's function for this kind (see `state`). `counter`
+    and `event` name what the kind is counted as and logged as: the metrics'
+    counter names and the events' dispatch are read from the rows, so a
+    kind declared without them counts and logs nothing, and a new kind needs
+    no edit in `metrics` or `events`.
     """
 
     name: str
@@ -110,6 +114,10 @@ class OpKind:
     statuses: frozenset[str] | None = field(init=False, repr=False)
     #: The exact key set of an op of this kind.
     keys: frozenset[str] = field(init=False, repr=False)
+    #: The counter of `Queue.metrics()` that each committed op of this kind adds one to (None: counts nothing).
+    counter: str | None = field(default=None, kw_only=True)
+    #: The lifecycle event an applied op of this kind logs (`walqueue.engine.events`; None: no event).
+    event: str | None = field(default=None, kw_only=True)
     #: The op's canonical JSON with a placeholder for each value, keys sorted.
     template: bytes = field(init=False, repr=False)
     #: The longest canonical JSON an op of this kind can have (None: a payload has no fixed bound).

@@ -487,6 +487,13 @@ class Queue:
             pass
         return guard.wait_for_commit(after, min(timeout, threading.TIMEOUT_MAX))
 
+    def attach_request_seconds(self, request_seconds: RequestSeconds) -> None:
+        """Show a server's request durations in `metrics()` as ``request_seconds`` (the server observes them).
+
+        So that every reader of this queue's metrics (a ``metrics`` request,
+        the dashboard in the server's process) gets them from one place."""
+        self._metrics.request_seconds = request_seconds
+
     def compact(self) -> None:
         """Write a snapshot of the state, publish it, and delete the WAL it covers.
 
@@ -556,13 +563,6 @@ class Queue:
         stats = self.stats()
         with self._guard:  # the dead count with the counters: `deaths` is derived from both
             return self._metrics.reading(stats, now, self._state, self._guard, self._compactor)
-
-    def attach_request_seconds(self, request_seconds: RequestSeconds) -> None:
-        """Show a server's request durations in `metrics()` as ``request_seconds`` (the server observes them).
-
-        So that every reader of this queue's metrics (a ``metrics`` request,
-        the dashboard in the server's process) gets them from one place."""
-        self._metrics.request_seconds = request_seconds
 
     def page(self, status: Status, *, after: str | None = None, limit: int = 100) -> list[Task]:
         """Up to `limit` (1 to 10,000) tasks with `status` whose ids sort after `after`, by id: a bounded `tasks`.

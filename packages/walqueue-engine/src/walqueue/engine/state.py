@@ -348,7 +348,8 @@ def _describe(value: object) -> str:
 
 
 #: The one declaration of every op kind (CONTRACT §3): name, fields besides ``op`` and ``task``, the
-#: status its task must have (None: it creates the task), and its transition.
+#: status its task must have (None: it creates the task), its transition, and the metrics counter and
+#: lifecycle event it is counted and logged as (neither, when left out).
 OP_KINDS: dict[str, OpKind] = {
     kind.name: kind
     for kind in (
@@ -362,24 +363,52 @@ OP_KINDS: dict[str, OpKind] = {
             ),
             None,
             transitions.put,
+            counter="puts",
+            event="task.put",
         ),
         OpKind(
             "lease",
             (("worker", Field.NAME), ("generation", Field.POSITIVE_INT), ("deadline", Field.INT)),
             READY,
             transitions.lease,
+            counter="reserves",
+            event="task.lease",
         ),
-        OpKind("expire", (("generation", Field.POSITIVE_INT),), LEASED, transitions.expire),
-        OpKind("ack", (("generation", Field.POSITIVE_INT),), LEASED, transitions.ack),
         OpKind(
-            "release", (("generation", Field.POSITIVE_INT), ("available_at", Field.INT)), LEASED, transitions.release
+            "expire",
+            (("generation", Field.POSITIVE_INT),),
+            LEASED,
+            transitions.expire,
+            counter="expiries",
+            event="task.expiry",
         ),
-        OpKind("extend", (("generation", Field.POSITIVE_INT), ("deadline", Field.INT)), LEASED, transitions.extend),
+        OpKind("ack", (("generation", Field.POSITIVE_INT),), LEASED, transitions.ack, counter="acks", event="task.ack"),
         OpKind(
-            "redrive", (("available_at", Field.INT), ("max_attempts", Field.POSITIVE_INT)), DEAD, transitions.redrive
+            "release",
+            (("generation", Field.POSITIVE_INT), ("available_at", Field.INT)),
+            LEASED,
+            transitions.release,
+            counter="releases",
+            event="task.release",
         ),
-        OpKind("cancel", (), (READY, LEASED), transitions.cancel),
-        OpKind("fail", (("generation", Field.POSITIVE_INT),), LEASED, transitions.fail),
+        OpKind(
+            "extend",
+            (("generation", Field.POSITIVE_INT), ("deadline", Field.INT)),
+            LEASED,
+            transitions.extend,
+            counter="extends",
+            event="task.extend",
+        ),
+        OpKind(
+            "redrive",
+            (("available_at", Field.INT), ("max_attempts", Field.POSITIVE_INT)),
+            DEAD,
+            transitions.redrive,
+            counter="redrives",
+            event="task.redrive",
+        ),
+        OpKind("cancel", (), (READY, LEASED), transitions.cancel, counter="cancels", event="task.cancel"),
+        OpKind("fail", (("generation", Field.POSITIVE_INT),), LEASED, transitions.fail, event="task.death"),
         OpKind(
             "error",
             (("type", Field.ERROR_TYPE), ("message", Field.ERROR_MESSAGE), ("at", Field.INT)),
