@@ -85,6 +85,7 @@ ROUTES: Final = (
             "commit_group_size",
             "moments",
             "bounded_reads",
+            "replica",
         ),
     ),
     Route("GET", "/api/throughput", "puts, acks, releases and deaths per minute over the last hour", (), ()),
