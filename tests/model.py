@@ -222,6 +222,8 @@ class Model:
         self._tasks: dict[str, dict[str, Any]] = {}
         self._keys: dict[str, str] = {}
         self._last_seq = 0
+        #: The store's clock unit once `set_clock` recorded it (format extension "clock").
+        self.clock: int | None = None
 
     # -- bookkeeping ------------------------------------------------------
 
@@ -601,6 +603,16 @@ class Model:
         record["worker"] = None
         record["deadline"] = None
 
+    def set_clock(self, units_per_second: int) -> None:
+        """Record the store's clock unit once; the same again writes nothing, another is a ValueError."""
+        _check_int(units_per_second, "units_per_second", 1)
+        if self.clock == units_per_second:
+            return
+        if self.clock is not None:
+            raise ValueError(f"the store's clock unit is {self.clock} per second, not {units_per_second}")
+        self._commit()
+        self.clock = units_per_second
+
     # -- reads ------------------------------------------------------------
 
     def get(self, task_id: str) -> Task | None:
@@ -705,15 +717,18 @@ def view(queue_or_model: Queue | Model) -> dict[str, Any]:
     if isinstance(queue_or_model, Model):
         counts = queue_or_model.counts()
         due = {"next_available_at": queue_or_model.next_available_at(), "next_deadline": queue_or_model.next_deadline()}
+        clock = queue_or_model.clock
     else:
         stats = queue_or_model.stats()
         counts = stats["counts"]
         due = {"next_available_at": stats["next_available_at"], "next_deadline": stats["next_deadline"]}
+        clock = stats["clock"]
     return {
         "tasks": [render(task) for task in queue_or_model.tasks()],
         "counts": render(counts),
         "due": render(due),
         "last_seq": queue_or_model.last_seq,
+        "clock": clock,
     }
 
 

@@ -77,7 +77,8 @@ def test_the_format_layers_op_names_are_the_tables() -> None:
 def test_every_kind_has_its_name_task_and_declared_fields_as_keys() -> None:
     for name, kind in OP_KINDS.items():
         assert kind.name == name
-        assert kind.keys == {"op", "task", *(field for field, _ in kind.fields)}
+        task = () if kind.store else ("task",)  # a store-level kind's ops name no task
+        assert kind.keys == {"op", *task, *(field for field, _ in kind.fields)}
         assert OP_KEYS[name] == kind.keys
         assert kind.statuses is None or (kind.statuses and kind.statuses <= set(STATUSES))
 
@@ -86,7 +87,7 @@ def test_every_kind_has_its_name_task_and_declared_fields_as_keys() -> None:
 @settings(max_examples=80, deadline=None)
 @given(data=st.data())
 def test_every_kinds_encoding_is_the_canonical_json_of_its_op(kind: OpKind, data: st.DataObject) -> None:
-    op = {"op": kind.name, "task": data.draw(names)}
+    op = {"op": kind.name} if kind.store else {"op": kind.name, "task": data.draw(names)}
     for field, field_kind in kind.fields:
         op[field] = data.draw(VALUES[field_kind])
     encoded = kind.encode(op)
@@ -102,7 +103,8 @@ def test_every_bounded_kinds_size_bound_is_its_exact_worst_case(kind: OpKind) ->
     if Field.PAYLOAD in kinds.values():
         assert kind.max_json is None  # a payload's size is bounded by the frame, not by the kind
         return
-    worst = {"op": kind.name, "task": WORST[Field.NAME], **{field: WORST[k] for field, k in kinds.items()}}
+    worst = {"op": kind.name, **({} if kind.store else {"task": WORST[Field.NAME]})}
+    worst.update({field: WORST[k] for field, k in kinds.items()})
     assert kind.max_json == len(canonical_json(worst))
 
 
@@ -120,7 +122,8 @@ def _valid_op(kind: OpKind) -> tuple[State, dict[str, Any]]:
     steps = {None: [], "ready": [put], "leased": [put, lease], "dead": [{**put, "max_attempts": 1}, lease, expire]}
     for step in steps[first]:
         apply(state, {"seq": state.last_seq + 1, "ops": [step]})
-    return state, {"op": kind.name, "task": "t", **{field: values[k] for field, k in kind.fields}}
+    task = {} if kind.store else {"task": "t"}
+    return state, {"op": kind.name, **task, **{field: values[k] for field, k in kind.fields}}
 
 
 @pytest.mark.parametrize("kind", KINDS, ids=[kind.name for kind in KINDS])
@@ -132,7 +135,8 @@ def test_apply_refuses_a_wrong_value_in_every_field_of_every_kind(kind: OpKind) 
         for wrong in WRONG[field_kind]:
             with pytest.raises(InvalidTransaction, match=rf"\({kind.name}\)"):
                 apply(state, {"seq": state.last_seq + 1, "ops": [{**op, field: wrong}]})
-    for extra in ({**op, "extra": 1}, {name: value for name, value in op.items() if name != "task"}):
+    missing = "units_per_second" if kind.store else "task"  # a store-level kind's ops name no task
+    for extra in ({**op, "extra": 1}, {name: value for name, value in op.items() if name != missing}):
         with pytest.raises(InvalidTransaction, match="keys must be exactly"):
             apply(state, {"seq": state.last_seq + 1, "ops": [extra]})
 

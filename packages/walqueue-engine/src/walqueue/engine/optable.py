@@ -106,6 +106,9 @@ class OpKind:
     fields: tuple[tuple[str, Field], ...]
     from_status: str | tuple[str, ...] | None
     transition: Callable[..., Any] = field(repr=False)
+    #: A store-level kind: its ops name no task and change a setting of the store, not a record
+    #: (`from_status` is then None and unused; the transition returns the setting's new value).
+    store: bool = field(default=False, kw_only=True)
     #: The statuses `from_status` allows, as a set (None: the op creates its task).
     statuses: frozenset[str] | None = field(init=False, repr=False)
     #: The exact key set of an op of this kind.
@@ -135,7 +138,8 @@ class OpKind:
             raise ValueError(f"op kind {self.name}: fields must be unique and exclude op and task")
         if not all(name.isidentifier() and not keyword.iskeyword(name) for name in kinds):
             raise ValueError(f"op kind {self.name}: field names must be Python identifiers (splice takes them)")
-        kinds["task"] = Field.NAME
+        if not self.store:
+            kinds["task"] = Field.NAME
         parts: list[bytes] = []
         size: int | None = 0
         order = sorted([*kinds, "op"])

@@ -45,6 +45,7 @@ __all__ = [
     "Transition",
     "ack",
     "cancel",
+    "clock",
     "error",
     "expire",
     "extend",
@@ -58,6 +59,9 @@ __all__ = [
 
 class StateReads(Protocol):
     """What a transition reads of the state besides the op's own record."""
+
+    #: The store's clock unit (units per second), None until a "clock" op recorded it.
+    clock: int | None
 
     def lookup_key(self, key: str) -> str | None: ...
 
@@ -82,11 +86,13 @@ class Staging:
     shares an empty one from `NOTHING_STAGED`, which transitions only read.
     """
 
-    __slots__ = ("records", "keys", "decoded", "planned")
+    __slots__ = ("records", "keys", "decoded", "planned", "settings")
 
     def __init__(self, decoded: bool, planned: bool) -> None:
         self.records: dict[str, Record] = {}
         self.keys: set[str] = set()
+        #: The store-level settings this transaction's ops set (a "clock" op), by name.
+        self.settings: dict[str, int] = {}
         self.decoded = decoded
         self.planned = planned
 
@@ -241,6 +247,21 @@ def error(state: StateReads, staging: Staging, record: Record | None, op: Op) ->
     return _with(
         record, record.status, record.available_at, record.max_attempts, record.worker, record.deadline, last_error
     )
+
+
+# -- store-level kinds: they name no task; each returns (the setting, its new value) --
+
+
+def clock(state: StateReads, staging: Staging, record: Record | None, op: Op) -> tuple[str, int]:
+    """The store's clock unit, recorded once: a second "clock" op is refused, whatever its unit.
+
+    The engine never reads a clock; this is only the agreement every tool
+    that does (worker, scheduler, shell, dashboard, metrics) checks itself against.
+    """
+    recorded = staging.settings.get("clock", state.clock)
+    if recorded is not None:
+        raise OpError(f"the store's clock unit is already recorded ({recorded} units per second)")
+    return ("clock", op["units_per_second"])
 
 
 Transition = Callable[[StateReads, Staging, Record | None, Op], Record]

@@ -50,7 +50,10 @@ class Stats(TypedDict):
     - `next_available_at`: the smallest `available_at` of a ready task (None:
       none is ready), and `next_deadline`: the earliest deadline of a leased
       task (None: none is leased), so that a worker on its own clock knows
-      when the next `reserve` can find work.
+      when the next `reserve` can find work;
+    - `clock`: the store's clock unit in units per second, as `Queue.set_clock`
+      recorded it (None: never recorded; tools then read milliseconds, see
+      walqueue.engine.clockunit).
     """
 
     counts: dict[str, int]
@@ -60,6 +63,7 @@ class Stats(TypedDict):
     segments: int
     next_available_at: int | None
     next_deadline: int | None
+    clock: int | None
 
 
 #: Every fault-injection phase, in the order they can occur; `Queue(hook=...)` is called with each

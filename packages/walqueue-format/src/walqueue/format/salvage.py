@@ -178,7 +178,8 @@ def _replay(
             state = machine.new_state()
         else:
             with source.snapshot(name) as reader:
-                state = machine.from_records(reader.seq, reader.records())
+                clock = {} if reader.clock is None else {"clock": reader.clock}  # a header's, when it has one
+                state = machine.from_records(reader.seq, reader.records(), **clock)
     except (machine.invalid, CorruptStore, OSError):
         return None
     for seq in range(base_seq + 1, raw_end + 1):
@@ -311,7 +312,11 @@ def _write_history(source: SurveySource, found: Survey, plan: SalvagePlan, out_d
         name = snapshot_name(plan.base_seq)
         with source.snapshot(plan.base) as reader:
             info = write_snapshot(
-                os.path.join(out_dir, name), reader.seq, reader.count, (canonical_json(r) for r in reader.records())
+                os.path.join(out_dir, name),
+                reader.seq,
+                reader.count,
+                (canonical_json(r) for r in reader.records()),
+                clock=reader.clock,
             )
         _fsync_file(os.path.join(out_dir, name))
         files.append(name)
