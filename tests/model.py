@@ -175,18 +175,36 @@ def _copy(payload: Any) -> Any:
     return copy.deepcopy(payload)
 
 
-def _check_error(error: object) -> tuple[str, str] | None:
+def _check_error(error: object) -> tuple[str, ...] | None:
     if error is None:
         return None
     if not isinstance(error, Mapping):
         raise TypeError("error must be None or a mapping")
-    if set(error) != {"type", "message"}:
-        raise ValueError("error has exactly the keys type and message")
+    if set(error) != {"type", "message"} and set(error) != {"type", "message", "traceback"}:
+        raise ValueError("error has exactly the keys type and message (and traceback)")
     if type(error["type"]) is not str or type(error["message"]) is not str:
         raise TypeError("error type and message are str")
     if error["type"] == "":
         raise ValueError("error type is empty")
-    return _escaped(error["type"]), _escaped(error["message"])
+    if "traceback" not in error:
+        return _escaped(error["type"]), _escaped(error["message"])
+    if type(error["traceback"]) is not str:
+        raise TypeError("error traceback is a str")
+    return _escaped(error["type"]), _escaped(error["message"]), _escaped(error["traceback"])
+
+
+def _cut_tail(text: str, limit: int) -> str:
+    """A traceback's last `limit` UTF-8 bytes after a marker (format extension "traceback")."""
+    size = len(text.encode("utf-8"))
+    if size <= limit:
+        return text
+    marker = f"[cut: {size} bytes] ..."
+    kept = ""
+    for char in reversed(text):
+        if len((char + kept).encode("utf-8")) + len(marker) > limit:
+            break
+        kept = char + kept
+    return marker + kept
 
 
 def _escaped(text: str) -> str:
@@ -515,7 +533,7 @@ class Model:
         record["worker"] = None
         record["deadline"] = None
 
-    def _record_error(self, record: dict[str, Any], error: tuple[str, str] | None, now: int) -> None:
+    def _record_error(self, record: dict[str, Any], error: tuple[str, ...] | None, now: int) -> None:
         if error is None:
             return
         last_error = {"type": _cut(error[0], 256), "message": _cut(error[1], 2048), "attempt": record["attempts"]}
@@ -524,6 +542,11 @@ class Model:
         member = len(b',"last_error":') + len(canonical_json(last_error))
         if len(canonical_json(record["payload"])) + names + _RECORD_WITHOUT_ERROR + member > MAX_FRAME_BYTES:
             last_error["type"], last_error["message"] = (_cut(error[0], 32), _cut(error[1], 200))
+        if len(error) > 2:  # a traceback, kept when it fits beside the payload (never refused)
+            with_traceback = {**last_error, "traceback": _cut_tail(error[2], 8192)}
+            member = len(b',"last_error":') + len(canonical_json(with_traceback))
+            if len(canonical_json(record["payload"])) + names + _RECORD_WITHOUT_ERROR + member <= MAX_FRAME_BYTES:
+                last_error = with_traceback
         record["last_error"] = last_error
 
     def release(self, lease: Lease, *, now: int, delay: int = 0, error: Mapping[str, str] | None = None) -> None:

@@ -243,3 +243,16 @@ def test_a_workers_lease_shows_a_real_date_and_time_left_and_a_real_oldest_age(
             release.set()
             worker.stop(now=True)
             worker.wait(30)
+
+
+def test_a_dead_letters_traceback_is_shown_as_text_under_its_error(browser: Any, open_page: Any, queue: Queue) -> None:
+    queue.put("broken", {}, max_attempts=1)
+    (lease,) = queue.reserve("w", now=NOW, lease_seconds=60)
+    trace = 'Traceback (most recent call last):\n  File "app.py", line 9, in handle\nValueError: <b>bad</b>\n'
+    queue.fail(lease, now=NOW, error={"type": "ValueError", "message": "bad", "traceback": trace})
+    open_page(Dashboard(queue, clock=lambda: NOW))
+    row = until(lambda: browser.find_elements(By.CSS_SELECTOR, '#dead tbody tr[data-task="broken"]'), "the dead row")[0]
+    row.find_element(By.TAG_NAME, "summary").click()
+    shown = row.find_element(By.CSS_SELECTOR, "pre.traceback").text
+    assert "line 9, in handle" in shown and "ValueError: <b>bad</b>" in shown  # as text, never markup
+    assert row.find_elements(By.TAG_NAME, "b") == []

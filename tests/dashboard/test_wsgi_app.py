@@ -278,3 +278,12 @@ def test_ages_and_times_are_read_in_the_stores_clock_unit(tmp_path: Path) -> Non
         assert "walqueue_oldest_ready_age_seconds 600\n" in call(app, "/metrics").body.decode()
         [lease] = call(app, "/api/leases").json()["tasks"]
         assert (lease["deadline"], lease["time_left"]) == (now_ms + 30_000, 30_000)
+
+
+def test_a_dead_letters_traceback_is_in_the_api_and_the_shells_json(app: Dashboard, queue: Queue) -> None:
+    queue.put("broken", {}, max_attempts=1)
+    (lease,) = queue.reserve("w", now=NOW, lease_seconds=60)
+    queue.fail(lease, now=NOW, error={"type": "ValueError", "message": "bad", "traceback": "Traceback ...\nValueError"})
+    [task] = call(app, "/api/dead").json()["tasks"]
+    assert task["last_error"]["traceback"] == "Traceback ...\nValueError"
+    assert call(app, "/api/task", query="id=broken").json()["task"]["last_error"]["traceback"].endswith("ValueError")

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from walqueue.engine.optable import Field, OpKind
 from walqueue.engine.state import OP_KEYS, OP_KINDS, STATUSES, InvalidTransaction, State, apply
-from walqueue.engine.validate import ERROR_MESSAGE_BYTES, ERROR_TYPE_BYTES, MAX_INT, MAX_NAME_BYTES
+from walqueue.engine.validate import ERROR_MESSAGE_BYTES, ERROR_TYPE_BYTES, MAX_INT, MAX_NAME_BYTES, TRACEBACK_BYTES
 from walqueue.format import OP_NAMES
 from walqueue.format.canonical import canonical_json
 
@@ -45,6 +45,7 @@ VALUES: dict[Field, st.SearchStrategy[Any]] = {
     Field.PAYLOAD: payloads.map(_Carrier),
     Field.ERROR_TYPE: names,
     Field.ERROR_MESSAGE: st.text(st.characters(exclude_categories=["Cs"]), max_size=8) | st.sampled_from(["", "%s"]),
+    Field.TRACEBACK: st.text(st.characters(exclude_categories=["Cs"]), max_size=8) | st.sampled_from(["", "%s"]),
 }
 #: The worst case of each field kind that has one (`OpKind.max_json`).
 WORST: dict[Field, Any] = {
@@ -53,6 +54,7 @@ WORST: dict[Field, Any] = {
     Field.POSITIVE_INT: MAX_INT,
     Field.ERROR_TYPE: "\x01" * ERROR_TYPE_BYTES,
     Field.ERROR_MESSAGE: "\x01" * ERROR_MESSAGE_BYTES,
+    Field.TRACEBACK: "\x01" * TRACEBACK_BYTES,
 }
 #: A value of the right JSON shape that each kind refuses (checked outside a planner).
 WRONG: dict[Field, list[Any]] = {
@@ -62,6 +64,7 @@ WRONG: dict[Field, list[Any]] = {
     Field.PAYLOAD: [[], None, 1, "{}"],
     Field.ERROR_TYPE: ["", 1, None, "x" * (ERROR_TYPE_BYTES + 1), "\ud800"],
     Field.ERROR_MESSAGE: [None, 1, b"", "x" * (ERROR_MESSAGE_BYTES + 1), "é" * (ERROR_MESSAGE_BYTES // 2 + 1)],
+    Field.TRACEBACK: [None, 1, b"", "x" * (TRACEBACK_BYTES + 1), "\ud800"],
 }
 
 
@@ -118,8 +121,11 @@ def _valid_op(kind: OpKind) -> tuple[State, dict[str, Any]]:
     values: dict[Field, Any] = {Field.NAME: "w", Field.INT: 5, Field.POSITIVE_INT: 2 if first == "dead" else 1}
     values[Field.PAYLOAD] = {}
     values[Field.ERROR_TYPE], values[Field.ERROR_MESSAGE] = "ValueError", "bad input"
+    values[Field.TRACEBACK] = "Traceback (most recent call last):"
     expire = {"op": "expire", "task": "t", "generation": 1}
     steps = {None: [], "ready": [put], "leased": [put, lease], "dead": [{**put, "max_attempts": 1}, lease, expire]}
+    if kind.name == "traceback":  # a traceback belongs to a last error: the task needs one
+        steps[first] = [*steps[first], {"op": "error", "task": "t", "type": "E", "message": "m", "at": 1}]
     for step in steps[first]:
         apply(state, {"seq": state.last_seq + 1, "ops": [step]})
     task = {} if kind.store else {"task": "t"}

@@ -81,3 +81,20 @@ def test_the_state_machine_refuses_a_second_clock_op_even_in_one_transaction() -
     assert state.clock == 1 and len(state) == 1
     with pytest.raises(InvalidTransaction, match=r"\(clock\).*already recorded \(1 units per second\)"):
         apply(state, {"seq": 2, "ops": [clock]})
+
+
+def test_the_clock_op_is_no_lifecycle_event_and_a_running_snapshot_keeps_no_preimage_for_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A store-level op names no task: the event stream and the background snapshot skip it."""
+    from walqueue.engine import events
+
+    events.enable()
+    try:
+        with caplog.at_level("INFO", logger="walqueue.events"), Queue(tmp_path / "q", sync=False) as queue:
+            queue.put("a", {})
+            queue.set_clock(1000)
+            queue.put("b", {})
+    finally:
+        events.enable(False)
+    assert [record.getMessage().split()[0] for record in caplog.records] == ["task.put", "task.put"]

@@ -16,6 +16,7 @@ from typing import Final
 
 from walqueue.engine.ops import Plan
 from walqueue.engine.state import OP_KINDS, State
+from walqueue.engine.types import WalQueueError
 from walqueue.engine.validate import check_int
 
 __all__ = ["DEFAULT_UNITS_PER_SECOND", "ClockMismatch", "describe_unit", "plan_clock", "store_unit"]
@@ -27,7 +28,7 @@ _CLOCK = OP_KINDS["clock"]
 _NAMES: Final = {1: "seconds", 1000: "milliseconds", 1_000_000: "microseconds", 1_000_000_000: "nanoseconds"}
 
 
-class ClockMismatch(ValueError):
+class ClockMismatch(WalQueueError, ValueError):
     """A tool's clock unit differs from the one its store recorded; nothing was written."""
 
 

@@ -190,8 +190,8 @@ class SnapshotSource:
         if preimages is None:
             return
         for op in ops:
-            task_id = op["task"]
-            if task_id not in preimages:
+            task_id = op.get("task")  # None: a store-level op (clock), which changes no record
+            if task_id is not None and task_id not in preimages:
                 preimages[task_id] = tasks.get(task_id)
 
     def freeze(self, state: State) -> FrozenState:

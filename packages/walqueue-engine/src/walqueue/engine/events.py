@@ -91,7 +91,7 @@ def before(ops: Sequence[Mapping[str, Any]], tasks: Mapping[str, Any]) -> dict[s
     """What a transaction's ops will take away: each existing task's holder and deadline (read before `apply`)."""
     held: dict[str, tuple[Any, Any]] = {}
     for op in ops:
-        record = tasks.get(op["task"])
+        record = tasks.get(op.get("task", ""))  # no task: a store-level op (clock)
         if record is not None:
             held[op["task"]] = (record.worker, record.deadline)
     return held
@@ -156,7 +156,9 @@ def emit_transaction(
 ) -> None:
     """Log the events of one applied transaction, in op order (a release or expiry that killed: then `DEATH`)."""
     for op in ops:
-        task_id = op["task"]
+        task_id = op.get("task")
+        if task_id is None:  # a store-level op (clock): no lifecycle event
+            continue
         record = tasks[task_id]
         event = _fields(op, record, held.get(task_id, (None, None)))
         if event is None:

@@ -395,6 +395,7 @@ OP_KINDS: dict[str, OpKind] = {
         ),
         # -- format extensions (docs/FORMAT.md); add rows, never reorder --
         OpKind("clock", (("units_per_second", Field.POSITIVE_INT),), None, transitions.clock, store=True),
+        OpKind("traceback", (("text", Field.TRACEBACK),), (READY, LEASED), transitions.traceback),
     )
 }
 if frozenset(OP_KINDS) != OP_NAMES:

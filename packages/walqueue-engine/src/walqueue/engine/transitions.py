@@ -54,6 +54,7 @@ __all__ = [
     "put",
     "redrive",
     "release",
+    "traceback",
 ]
 
 
@@ -110,7 +111,10 @@ def _with(
     deadline: int | None,
     last_error: ErrorFields | None,
 ) -> TaskRecord:
-    """A not-completed record like `record` (same payload, attempts, generation) but for the fields given."""
+    """A not-completed record like `record` (same payload, attempts, generation) but for the fields given.
+
+    The traceback belongs to the last error: kept with it, dropped when another error replaces it.
+    """
     return TaskRecord(
         record.task_id,
         record.key,
@@ -123,6 +127,7 @@ def _with(
         worker,
         deadline,
         last_error,
+        record.traceback if last_error is record.last_error else None,
     )
 
 
@@ -180,6 +185,7 @@ def lease(state: StateReads, staging: Staging, record: Record | None, op: Op) ->
         op["worker"],
         op["deadline"],
         record.last_error,
+        record.traceback,
     )
 
 
@@ -246,6 +252,28 @@ def error(state: StateReads, staging: Staging, record: Record | None, op: Op) ->
     check_error_fits(record, last_error)  # a ValueError, named by apply like a field's
     return _with(
         record, record.status, record.available_at, record.max_attempts, record.worker, record.deadline, last_error
+    )
+
+
+def traceback(state: StateReads, staging: Staging, record: Record | None, op: Op) -> Record:
+    """The traceback of the task's last error: written just after the error op it belongs to (a format extension)."""
+    assert record is not None and type(record) is TaskRecord  # ready or leased
+    if record.last_error is None:
+        raise OpError(f"task {record.task_id!r:.100} has no last error for a traceback")
+    check_error_fits(record, record.last_error, op["text"])  # a ValueError, named by apply like a field's
+    return TaskRecord(
+        record.task_id,
+        record.key,
+        record.status,
+        record.digest_and_payload,
+        record.available_at,
+        record.max_attempts,
+        record.attempts,
+        record.generation,
+        record.worker,
+        record.deadline,
+        record.last_error,
+        op["text"],
     )
 
 

@@ -264,28 +264,35 @@ class LastError:
     attempt count when it failed (the attempt that failed, or 0 for a task
     cancelled before its first lease); `at` is the `now` of the call that
     recorded it, or the lease's deadline for an expiry (type
-    ``"LeaseExpired"``). Kept durably until the task completes.
+    ``"LeaseExpired"``). Kept durably until the task completes. `traceback`
+    is the failure's traceback when the caller gave one (the worker does),
+    cut to its last 8,192 UTF-8 bytes; None otherwise.
     """
 
     type: str
     message: str
     attempt: int
     at: int
+    traceback: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """The error as a plain JSON object."""
-        return {"type": self.type, "message": self.message, "attempt": self.attempt, "at": self.at}
+        """The error as a plain JSON object (``traceback`` only when there is one)."""
+        shown = {"type": self.type, "message": self.message, "attempt": self.attempt, "at": self.at}
+        return shown if self.traceback is None else {**shown, "traceback": self.traceback}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> LastError:
         """The inverse of `to_dict`; a missing or unknown key, or an ill-typed value, is a `ValueError`."""
-        if not isinstance(d, Mapping) or set(d.keys()) != {"type", "message", "attempt", "at"}:
-            raise ValueError("a last error is a mapping with exactly the keys type, message, attempt and at")
+        keys = set(d.keys()) if isinstance(d, Mapping) else None
+        if keys != {"type", "message", "attempt", "at"} and keys != {"type", "message", "attempt", "at", "traceback"}:
+            raise ValueError("a last error is a mapping with the keys type, message, attempt and at (and traceback)")
+        if type(d.get("traceback", "")) is not str:
+            raise ValueError("a last error's traceback must be a str")
         if type(d["type"]) is not str or type(d["message"]) is not str:
             raise ValueError("a last error's type and message must be str")
         if type(d["attempt"]) is not int or type(d["at"]) is not int:
             raise ValueError("a last error's attempt and at must be int")
-        return cls(d["type"], d["message"], d["attempt"], d["at"])
+        return cls(d["type"], d["message"], d["attempt"], d["at"], d.get("traceback"))
 
 
 @dataclass(frozen=True, slots=True)

@@ -61,9 +61,9 @@ class StateMachine:
     from_records: Callable[..., ReplayState]
     apply: Callable[[Any, Mapping[str, Any]], object]  # what it returns (the new task ids) is not used
     invalid: type[Exception]
-    #: The last error of each dead letter of a state, in task id order: its (type, message), or None for
+    #: The last error of each dead letter of a state, in task id order: its (type, message[, traceback]), or None for
     #: a dead letter without one. None: this state machine cannot tell (fsck then reports no grouping).
-    dead_letters: Callable[[Any], Iterable[tuple[str, str] | None]] | None = None
+    dead_letters: Callable[[Any], Iterable[tuple[str, ...] | None]] | None = None
 
 
 _registered: list[StateMachine] = []

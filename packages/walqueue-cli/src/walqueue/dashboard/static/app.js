@@ -242,6 +242,17 @@
     return (error.type || "") + ": " + (error.message || "") + (error.attempt ? " (attempt " + error.attempt + ")" : "");
   }
 
+  // The last error, and its traceback (when the worker recorded one) folded under it, as text.
+  function errorCell(error) {
+    const cell = el("td", errorText(error), "message");
+    if (error && error.traceback) {
+      const details = el("details");
+      details.append(el("summary", "traceback"), el("pre", error.traceback, "traceback"));
+      cell.appendChild(details);
+    }
+    return cell;
+  }
+
   function renderGroups(g) {
     fillTable("groups", g.groups, "no dead letters", 4, function (row, group) {
       row.dataset.group = group.group;
@@ -263,7 +274,7 @@
   function renderDead(page) {
     fillTable("dead", page.tasks, "no dead letters", 5, function (row, task) {
       taskRow(row, task, [el("td", task.task_id), el("td", task.payload_excerpt, "payload"),
-        el("td", errorText(task.last_error), "message"), el("td", task.attempts + " / " + task.max_attempts)],
+        errorCell(task.last_error), el("td", task.attempts + " / " + task.max_attempts)],
         "redrive", "redrive");
     });
     state.deadNext = page.next_after;
