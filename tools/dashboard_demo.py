@@ -97,6 +97,7 @@ def main() -> int:
     parser.add_argument("--screenshot", metavar="PNG")
     arguments = parser.parse_args()
     with tempfile.TemporaryDirectory() as place, Queue(Path(place) / "q", sync=True) as queue:
+        queue.set_clock(1)  # the simulation's times are seconds: the store says so, and the dashboard reads them so
         clock = Clock()
         app = Dashboard(queue, actions=arguments.actions or bool(arguments.screenshot), clock=clock)
         simulate(queue, app, clock)

@@ -175,18 +175,36 @@ def _copy(payload: Any) -> Any:
     return copy.deepcopy(payload)
 
 
-def _check_error(error: object) -> tuple[str, str] | None:
+def _check_error(error: object) -> tuple[str, ...] | None:
     if error is None:
         return None
     if not isinstance(error, Mapping):
         raise TypeError("error must be None or a mapping")
-    if set(error) != {"type", "message"}:
-        raise ValueError("error has exactly the keys type and message")
+    if set(error) != {"type", "message"} and set(error) != {"type", "message", "traceback"}:
+        raise ValueError("error has exactly the keys type and message (and traceback)")
     if type(error["type"]) is not str or type(error["message"]) is not str:
         raise TypeError("error type and message are str")
     if error["type"] == "":
         raise ValueError("error type is empty")
-    return _escaped(error["type"]), _escaped(error["message"])
+    if "traceback" not in error:
+        return _escaped(error["type"]), _escaped(error["message"])
+    if type(error["traceback"]) is not str:
+        raise TypeError("error traceback is a str")
+    return _escaped(error["type"]), _escaped(error["message"]), _escaped(error["traceback"])
+
+
+def _cut_tail(text: str, limit: int) -> str:
+    """A traceback's last `limit` UTF-8 bytes after a marker (format extension "traceback")."""
+    size = len(text.encode("utf-8"))
+    if size <= limit:
+        return text
+    marker = f"[cut: {size} bytes] ..."
+    kept = ""
+    for char in reversed(text):
+        if len((char + kept).encode("utf-8")) + len(marker) > limit:
+            break
+        kept = char + kept
+    return marker + kept
 
 
 def _escaped(text: str) -> str:
@@ -222,6 +240,8 @@ class Model:
         self._tasks: dict[str, dict[str, Any]] = {}
         self._keys: dict[str, str] = {}
         self._last_seq = 0
+        #: The store's clock unit once `set_clock` recorded it (format extension "clock").
+        self.clock: int | None = None
 
     # -- bookkeeping ------------------------------------------------------
 
@@ -513,7 +533,7 @@ class Model:
         record["worker"] = None
         record["deadline"] = None
 
-    def _record_error(self, record: dict[str, Any], error: tuple[str, str] | None, now: int) -> None:
+    def _record_error(self, record: dict[str, Any], error: tuple[str, ...] | None, now: int) -> None:
         if error is None:
             return
         last_error = {"type": _cut(error[0], 256), "message": _cut(error[1], 2048), "attempt": record["attempts"]}
@@ -522,6 +542,11 @@ class Model:
         member = len(b',"last_error":') + len(canonical_json(last_error))
         if len(canonical_json(record["payload"])) + names + _RECORD_WITHOUT_ERROR + member > MAX_FRAME_BYTES:
             last_error["type"], last_error["message"] = (_cut(error[0], 32), _cut(error[1], 200))
+        if len(error) > 2:  # a traceback, kept when it fits beside the payload (never refused)
+            with_traceback = {**last_error, "traceback": _cut_tail(error[2], 8192)}
+            member = len(b',"last_error":') + len(canonical_json(with_traceback))
+            if len(canonical_json(record["payload"])) + names + _RECORD_WITHOUT_ERROR + member <= MAX_FRAME_BYTES:
+                last_error = with_traceback
         record["last_error"] = last_error
 
     def release(self, lease: Lease, *, now: int, delay: int = 0, error: Mapping[str, str] | None = None) -> None:
@@ -600,6 +625,16 @@ class Model:
         record["status"] = "dead"
         record["worker"] = None
         record["deadline"] = None
+
+    def set_clock(self, units_per_second: int) -> None:
+        """Record the store's clock unit once; the same again writes nothing, another is a ValueError."""
+        _check_int(units_per_second, "units_per_second", 1)
+        if self.clock == units_per_second:
+            return
+        if self.clock is not None:
+            raise ValueError(f"the store's clock unit is {self.clock} per second, not {units_per_second}")
+        self._commit()
+        self.clock = units_per_second
 
     # -- reads ------------------------------------------------------------
 
@@ -705,15 +740,18 @@ def view(queue_or_model: Queue | Model) -> dict[str, Any]:
     if isinstance(queue_or_model, Model):
         counts = queue_or_model.counts()
         due = {"next_available_at": queue_or_model.next_available_at(), "next_deadline": queue_or_model.next_deadline()}
+        clock = queue_or_model.clock
     else:
         stats = queue_or_model.stats()
         counts = stats["counts"]
         due = {"next_available_at": stats["next_available_at"], "next_deadline": stats["next_deadline"]}
+        clock = stats["clock"]
     return {
         "tasks": [render(task) for task in queue_or_model.tasks()],
         "counts": render(counts),
         "due": render(due),
         "last_seq": queue_or_model.last_seq,
+        "clock": clock,
     }
 
 

@@ -341,3 +341,14 @@ def test_async_client_retries_a_lost_put_but_not_a_lost_ack(flaky: tuple[FlakySe
 
     asyncio.run(asyncio.wait_for(scenario(), 60))
     assert server.queue.last_seq == 3 and server.executed.count("put") == 2
+
+
+def test_a_traceback_travels_with_an_error_through_the_server_and_back(tmp_path: Path) -> None:
+    """The error's optional traceback (a format extension) is sent, stored with the last error and read back."""
+    trace = "Traceback (most recent call last):\n  ...\nValueError: bad\n"
+    with running_server(tmp_path / "q", tmp_path / "s"), Client(str(tmp_path / "s")) as client:
+        client.put("t", {}, max_attempts=1)
+        (lease,) = client.reserve("w", now=0, lease_seconds=10)
+        client.fail(lease, now=1, error={"type": "ValueError", "message": "bad", "traceback": trace})
+        task = client.get("t")
+    assert task is not None and task.last_error is not None and task.last_error.traceback == trace

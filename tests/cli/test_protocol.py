@@ -305,6 +305,7 @@ EVERY_CALL = [
     {"op": "get", "task_id": "a"},
     {"op": "tasks", "status": "ready"},
     {"op": "stats"},
+    {"op": "set_clock", "units_per_second": 1000},
     {"op": "metrics", "now": 5},
     {"op": "page", "status": "ready", "after": "a", "limit": 3},
     {"op": "compact"},

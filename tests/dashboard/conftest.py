@@ -19,6 +19,7 @@ from walqueue.dashboard import Dashboard, RunningServer, serve_in_thread
 @pytest.fixture
 def queue(tmp_path: Path) -> Iterator[Queue]:
     with Queue(tmp_path / "q", sync=False) as opened:
+        opened.set_clock(1)  # these tests count seconds (NOW): the store says so, as every tool reads it
         yield opened
 
 

@@ -9,6 +9,7 @@ installed, and not root to install it), and say so.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -224,3 +225,51 @@ def test_cancel_retrying_on_a_group_reaches_past_many_fresh_tasks_in_one_click(
     until(lambda: "cancel: 1 done" in text_of(browser, "action-result"), "the group action's result")
     assert queue.get("z-retrying").status == "dead"  # type: ignore[union-attr]
     assert queue.stats()["counts"]["ready"] == 10_001  # no fresh task was taken
+def test_a_workers_lease_shows_a_real_date_and_time_left_and_a_real_oldest_age(
+    browser: Any, open_page: Any, tmp_path: Path
+) -> None:
+    """The worker counts milliseconds; the dashboard reads the store's unit, so its dates are this year's."""
+    import threading
+    from datetime import UTC, datetime
+
+    from walqueue.worker import Worker
+
+    started, release = threading.Event(), threading.Event()
+
+    def handle(payload: dict[str, Any], context: Any) -> None:
+        started.set()
+        release.wait(60)
+
+    with Queue(tmp_path / "ms", sync=False) as queue:
+        now_ms = time.time_ns() // 1_000_000
+        queue.put("overdue", {}, available_at=now_ms - 10 * 60_000)  # ten minutes overdue, no worker for it yet
+        worker = Worker(queue, handle, lease=120_000, prefetch=0, concurrency=1)
+        worker.start()
+        try:
+            until(started.is_set, "the worker to lease the task")
+            assert queue.stats()["clock"] == 1000  # the worker recorded its unit
+            queue.put("waiting", {}, available_at=now_ms - 10 * 60_000)
+            open_page(Dashboard(queue))  # the real clock
+            row = until(lambda: browser.find_elements(By.CSS_SELECTOR, "#leases tbody tr[data-task]"), "a lease row")[0]
+            year = str(datetime.now(UTC).year)
+            cells = [cell.text for cell in row.find_elements(By.TAG_NAME, "td")]
+            assert cells[2].startswith(year), cells  # the deadline: a date of this year, not of the year 58899
+            assert re.fullmatch(r"1m [45]\ds|2m 0s", cells[3]), cells  # about two minutes left, not 20772190d
+            until(lambda: text_of(browser, "oldest-age").startswith("10m"), "an oldest ready age of ten minutes")
+        finally:
+            release.set()
+            worker.stop(now=True)
+            worker.wait(30)
+
+
+def test_a_dead_letters_traceback_is_shown_as_text_under_its_error(browser: Any, open_page: Any, queue: Queue) -> None:
+    queue.put("broken", {}, max_attempts=1)
+    (lease,) = queue.reserve("w", now=NOW, lease_seconds=60)
+    trace = 'Traceback (most recent call last):\n  File "app.py", line 9, in handle\nValueError: <b>bad</b>\n'
+    queue.fail(lease, now=NOW, error={"type": "ValueError", "message": "bad", "traceback": trace})
+    open_page(Dashboard(queue, clock=lambda: NOW))
+    row = until(lambda: browser.find_elements(By.CSS_SELECTOR, '#dead tbody tr[data-task="broken"]'), "the dead row")[0]
+    row.find_element(By.TAG_NAME, "summary").click()
+    shown = row.find_element(By.CSS_SELECTOR, "pre.traceback").text
+    assert "line 9, in handle" in shown and "ValueError: <b>bad</b>" in shown  # as text, never markup
+    assert row.find_elements(By.TAG_NAME, "b") == []

@@ -129,3 +129,25 @@ def test_the_dashboard_works_over_a_client_of_a_served_queue(served: str) -> Non
         assert [task["task_id"] for task in call(app, "/api/dead").json()["tasks"]] == ["gone"]
         assert call(app, "/metrics").status == 200
         assert call(app, "/api/dead", query="page=99999999").status == 400
+
+
+@pytest.mark.parametrize("unit", [None, 1, 1000])
+def test_redrive_makes_a_task_due_now_in_the_stores_clock_unit(
+    served: str, src_pythonpath: str, unit: int | None
+) -> None:
+    """Not seconds by assumption: a store in milliseconds (recorded, or by default) gets milliseconds."""
+    with Client(served) as client:
+        if unit is not None:
+            client.set_clock(unit)
+        kill_through(client, "d1")
+        kill_through(client, "d2")
+    before = time.time()
+    assert shell(src_pythonpath, "--socket", served, "redrive", "d1").returncode == 0
+    assert shell(src_pythonpath, "--socket", served, "redrive", "--available-at", "2000000000", "d2").returncode == 0
+    after = time.time()
+    per_second = 1000 if unit is None else unit
+    with Client(served) as client:
+        redriven, later = client.get("d1"), client.get("d2")
+    assert redriven is not None and later is not None
+    assert int(before) * per_second <= redriven.available_at <= (int(after) + 1) * per_second
+    assert later.available_at == 2_000_000_000 * per_second

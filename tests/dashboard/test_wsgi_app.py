@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 
 import pytest
 from dashboard_helpers import NOW, call, form_headers, kill
@@ -316,3 +317,28 @@ def test_paging_without_a_bounded_read_falls_back_to_the_whole_list(queue: Queue
     assert [t["task_id"] for t in page["tasks"]] == ["d0", "d1", "d2"] and page["next_after"] == "d2"
     assert call(app, "/api/overview").json()["counters"] == {}
     assert call(app, "/metrics").status == 200
+
+
+def test_ages_and_times_are_read_in_the_stores_clock_unit(tmp_path: Path) -> None:
+    """A store in milliseconds (the default when none is recorded): ages in it, /metrics in seconds."""
+    now_ms = NOW * 1000
+    with Queue(tmp_path / "ms", sync=False) as queue:
+        queue.put("overdue", {}, available_at=now_ms - 600_000)  # ten minutes overdue
+        queue.put("leased", {})
+        queue.reserve("w", now=now_ms, lease_seconds=30_000, limit=1)
+        app = Dashboard(queue, clock=lambda: NOW)
+        overview = call(app, "/api/overview").json()
+        assert (overview["units_per_second"], overview["now"]) == (1000, now_ms)
+        assert overview["oldest_ready_age"] == 600_000
+        assert "walqueue_oldest_ready_age_seconds 600\n" in call(app, "/metrics").body.decode()
+        [lease] = call(app, "/api/leases").json()["tasks"]
+        assert (lease["deadline"], lease["time_left"]) == (now_ms + 30_000, 30_000)
+
+
+def test_a_dead_letters_traceback_is_in_the_api_and_the_shells_json(app: Dashboard, queue: Queue) -> None:
+    queue.put("broken", {}, max_attempts=1)
+    (lease,) = queue.reserve("w", now=NOW, lease_seconds=60)
+    queue.fail(lease, now=NOW, error={"type": "ValueError", "message": "bad", "traceback": "Traceback ...\nValueError"})
+    [task] = call(app, "/api/dead").json()["tasks"]
+    assert task["last_error"]["traceback"] == "Traceback ...\nValueError"
+    assert call(app, "/api/task", query="id=broken").json()["task"]["last_error"]["traceback"].endswith("ValueError")

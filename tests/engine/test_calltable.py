@@ -60,7 +60,7 @@ def test_every_call_is_declared_with_a_summary_and_known_kinds() -> None:
 
 def test_a_call_that_writes_is_retried_only_if_a_second_run_changes_nothing() -> None:
     retried_writes = {name for name, call in CALLS.items() if call.writes and call.retry}
-    assert retried_writes == {"put", "put_many"}  # idempotent by their key
+    assert retried_writes == {"put", "put_many", "set_clock"}  # idempotent by their key; the same unit writes nothing
     assert all(call.retry for call in CALLS.values() if not call.writes)
 
 
@@ -226,6 +226,7 @@ def test_every_answer_kind_comes_back_as_the_queue_returned_it(tmp_path: Path) -
             "page": queue.page("ready", after="a", limit=5),
             "wait": False,
             "compact": queue.compact(),
+            "set_clock": queue.set_clock(1000),
         }
         lease = results["reserve"][0]
         results["extend"] = queue.extend(lease, now=1, lease_seconds=20)

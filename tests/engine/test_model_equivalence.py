@@ -210,6 +210,9 @@ class Harness:
             f"cancel({task_id!r}, error={error!r:.60}, now={now})", lambda q: q.cancel(task_id, error=error, now=now)
         )
 
+    def set_clock(self, units_per_second: int) -> None:
+        self.same(f"set_clock({units_per_second})", lambda q: q.set_clock(units_per_second))
+
     def held_index(self, pick: int) -> int | None:
         """The index in `leases` of a token that still holds its task (by the model), if any."""
         held = [
@@ -344,6 +347,10 @@ class QueueVersusModel(RuleBasedStateMachine):
     )
     def cancel(self, pick: int, fallback: str, status: str | None, error: dict[str, str] | None) -> None:
         self.h.cancel(self.h.some_task(pick, fallback, status), error, None if error is None else self.h.now)
+
+    @rule(units_per_second=st.sampled_from([1, 1000, 0]))
+    def set_clock(self, units_per_second: int) -> None:
+        self.h.set_clock(units_per_second)
 
     @rule(task_id=st.sampled_from(TASK_IDS + ["never"]))
     def get(self, task_id: str) -> None:

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from walqueue.engine.optable import Field, OpKind
 from walqueue.engine.state import OP_KEYS, OP_KINDS, STATUSES, InvalidTransaction, State, apply
-from walqueue.engine.validate import ERROR_MESSAGE_BYTES, ERROR_TYPE_BYTES, MAX_INT, MAX_NAME_BYTES
+from walqueue.engine.validate import ERROR_MESSAGE_BYTES, ERROR_TYPE_BYTES, MAX_INT, MAX_NAME_BYTES, TRACEBACK_BYTES
 from walqueue.format import OP_NAMES
 from walqueue.format.canonical import canonical_json
 
@@ -45,6 +45,7 @@ VALUES: dict[Field, st.SearchStrategy[Any]] = {
     Field.PAYLOAD: payloads.map(_Carrier),
     Field.ERROR_TYPE: names,
     Field.ERROR_MESSAGE: st.text(st.characters(exclude_categories=["Cs"]), max_size=8) | st.sampled_from(["", "%s"]),
+    Field.TRACEBACK: st.text(st.characters(exclude_categories=["Cs"]), max_size=8) | st.sampled_from(["", "%s"]),
 }
 #: The worst case of each field kind that has one (`OpKind.max_json`).
 WORST: dict[Field, Any] = {
@@ -53,6 +54,7 @@ WORST: dict[Field, Any] = {
     Field.POSITIVE_INT: MAX_INT,
     Field.ERROR_TYPE: "\x01" * ERROR_TYPE_BYTES,
     Field.ERROR_MESSAGE: "\x01" * ERROR_MESSAGE_BYTES,
+    Field.TRACEBACK: "\x01" * TRACEBACK_BYTES,
 }
 #: A value of the right JSON shape that each kind refuses (checked outside a planner).
 WRONG: dict[Field, list[Any]] = {
@@ -62,6 +64,7 @@ WRONG: dict[Field, list[Any]] = {
     Field.PAYLOAD: [[], None, 1, "{}"],
     Field.ERROR_TYPE: ["", 1, None, "x" * (ERROR_TYPE_BYTES + 1), "\ud800"],
     Field.ERROR_MESSAGE: [None, 1, b"", "x" * (ERROR_MESSAGE_BYTES + 1), "é" * (ERROR_MESSAGE_BYTES // 2 + 1)],
+    Field.TRACEBACK: [None, 1, b"", "x" * (TRACEBACK_BYTES + 1), "\ud800"],
 }
 
 
@@ -77,7 +80,8 @@ def test_the_format_layers_op_names_are_the_tables() -> None:
 def test_every_kind_has_its_name_task_and_declared_fields_as_keys() -> None:
     for name, kind in OP_KINDS.items():
         assert kind.name == name
-        assert kind.keys == {"op", "task", *(field for field, _ in kind.fields)}
+        task = () if kind.store else ("task",)  # a store-level kind's ops name no task
+        assert kind.keys == {"op", *task, *(field for field, _ in kind.fields)}
         assert OP_KEYS[name] == kind.keys
         assert kind.statuses is None or (kind.statuses and kind.statuses <= set(STATUSES))
 
@@ -86,7 +90,7 @@ def test_every_kind_has_its_name_task_and_declared_fields_as_keys() -> None:
 @settings(max_examples=80, deadline=None)
 @given(data=st.data())
 def test_every_kinds_encoding_is_the_canonical_json_of_its_op(kind: OpKind, data: st.DataObject) -> None:
-    op = {"op": kind.name, "task": data.draw(names)}
+    op = {"op": kind.name} if kind.store else {"op": kind.name, "task": data.draw(names)}
     for field, field_kind in kind.fields:
         op[field] = data.draw(VALUES[field_kind])
     encoded = kind.encode(op)
@@ -102,7 +106,8 @@ def test_every_bounded_kinds_size_bound_is_its_exact_worst_case(kind: OpKind) ->
     if Field.PAYLOAD in kinds.values():
         assert kind.max_json is None  # a payload's size is bounded by the frame, not by the kind
         return
-    worst = {"op": kind.name, "task": WORST[Field.NAME], **{field: WORST[k] for field, k in kinds.items()}}
+    worst = {"op": kind.name, **({} if kind.store else {"task": WORST[Field.NAME]})}
+    worst.update({field: WORST[k] for field, k in kinds.items()})
     assert kind.max_json == len(canonical_json(worst))
 
 
@@ -116,11 +121,15 @@ def _valid_op(kind: OpKind) -> tuple[State, dict[str, Any]]:
     values: dict[Field, Any] = {Field.NAME: "w", Field.INT: 5, Field.POSITIVE_INT: 2 if first == "dead" else 1}
     values[Field.PAYLOAD] = {}
     values[Field.ERROR_TYPE], values[Field.ERROR_MESSAGE] = "ValueError", "bad input"
+    values[Field.TRACEBACK] = "Traceback (most recent call last):"
     expire = {"op": "expire", "task": "t", "generation": 1}
     steps = {None: [], "ready": [put], "leased": [put, lease], "dead": [{**put, "max_attempts": 1}, lease, expire]}
+    if kind.name == "traceback":  # a traceback belongs to a last error: the task needs one
+        steps[first] = [*steps[first], {"op": "error", "task": "t", "type": "E", "message": "m", "at": 1}]
     for step in steps[first]:
         apply(state, {"seq": state.last_seq + 1, "ops": [step]})
-    return state, {"op": kind.name, "task": "t", **{field: values[k] for field, k in kind.fields}}
+    task = {} if kind.store else {"task": "t"}
+    return state, {"op": kind.name, **task, **{field: values[k] for field, k in kind.fields}}
 
 
 @pytest.mark.parametrize("kind", KINDS, ids=[kind.name for kind in KINDS])
@@ -132,7 +141,8 @@ def test_apply_refuses_a_wrong_value_in_every_field_of_every_kind(kind: OpKind) 
         for wrong in WRONG[field_kind]:
             with pytest.raises(InvalidTransaction, match=rf"\({kind.name}\)"):
                 apply(state, {"seq": state.last_seq + 1, "ops": [{**op, field: wrong}]})
-    for extra in ({**op, "extra": 1}, {name: value for name, value in op.items() if name != "task"}):
+    missing = "units_per_second" if kind.store else "task"  # a store-level kind's ops name no task
+    for extra in ({**op, "extra": 1}, {name: value for name, value in op.items() if name != missing}):
         with pytest.raises(InvalidTransaction, match="keys must be exactly"):
             apply(state, {"seq": state.last_seq + 1, "ops": [extra]})
 

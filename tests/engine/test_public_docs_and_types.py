@@ -121,6 +121,7 @@ def test_status_and_stats_are_public_types() -> None:
         "segments",
         "next_available_at",
         "next_deadline",
+        "clock",
     }
 
 

@@ -49,6 +49,7 @@ from walqueue.engine.validate import (
     MAX_INT,
     MAX_NAME_BYTES,
     RECORD_WORST_CASE_EXTRA,
+    TRACEBACK_BYTES,
     check_payload,
 )
 from walqueue.format.canonical import canonical_json
@@ -227,6 +228,7 @@ NEAR_MISSES: dict[str, list[Any]] = {
         "x",
         {"type": "E", "message": "m", "attempt": 0},
         {"type": "E", "message": "m", "attempt": 0, "at": 0, "extra": 1},
+        {"type": "E", "message": "m", "attempt": 0, "at": 0, "traceback": "in the error: not its place"},
         {"type": "", "message": "m", "attempt": 0, "at": 0},
         {"type": "x" * (ERROR_TYPE_BYTES + 1), "message": "m", "attempt": 0, "at": 0},
         {"type": "E", "message": "é" * (ERROR_MESSAGE_BYTES // 2 + 1), "attempt": 0, "at": 0},
@@ -333,7 +335,7 @@ def reference_outcome(value: Any, is_decoded: bool) -> tuple[Any, ...] | None:
     Written for clarity, not speed, and sharing no code with the engine's
     acceptor but `check_payload` (a payload's rule, tested on its own).
     """
-    if type(value) is not dict or sorted(value) not in (FIELDS, sorted(ANY_FIELDS)):
+    if type(value) is not dict or sorted(value) not in (FIELDS, sorted(ANY_FIELDS), sorted([*ANY_FIELDS, "traceback"])):
         return None
     task_id, key, identity, status = value["task"], value["key"], value["identity"], value["status"]
     attempts, generation, max_attempts = value["attempts"], value["generation"], value["max_attempts"]
@@ -371,10 +373,13 @@ def reference_outcome(value: Any, is_decoded: bool) -> tuple[Any, ...] | None:
         if len(payload_json) + names + RECORD_WORST_CASE_EXTRA > MAX_FRAME_BYTES:
             return None
         stored = digest + payload_json
-    last_error = None
+    last_error = traceback = None
     if "last_error" in value:
         last_error = _reference_last_error(value["last_error"], status, attempts)
         if last_error is None:
+            return None
+        traceback = value.get("traceback")  # a format extension: never null when present
+        if "traceback" in value and not _is_text(traceback, 0, TRACEBACK_BYTES):
             return None
     fields = (
         task_id,
@@ -388,6 +393,7 @@ def reference_outcome(value: Any, is_decoded: bool) -> tuple[Any, ...] | None:
         worker,
         deadline,
         last_error,
+        traceback,
     )
     return (Tombstone if status == COMPLETED else TaskRecord, fields)
 
@@ -509,6 +515,19 @@ def test_every_near_miss_of_a_last_error_is_judged_alike(is_decoded: bool) -> No
     for status in STATUSES:
         for miss in misses:
             record = {**base_record(status), "last_error": miss}
+            assert_judged_alike(decoded(record) if is_decoded else record, is_decoded)
+
+
+@pytest.mark.parametrize("is_decoded", [False, True])
+@pytest.mark.parametrize("traceback", ["Traceback ...", "", 1, None, "\ud800", "x" * (TRACEBACK_BYTES + 1)])
+def test_a_traceback_beside_a_last_error_is_judged_alike(is_decoded: bool, traceback: Any) -> None:
+    """The optional ``traceback`` of a record (a format extension): a str of its bound, only with a last error."""
+    error = {"type": "E", "message": "m", "attempt": 0, "at": 0}
+    for status in STATUSES:
+        for record in (
+            {**base_record(status), "last_error": error, "traceback": traceback},
+            {**base_record(status), "traceback": traceback},
+        ):
             assert_judged_alike(decoded(record) if is_decoded else record, is_decoded)
 
 

@@ -854,7 +854,7 @@ def test_ack_packs_the_task_into_a_tombstone_that_keeps_its_key() -> None:
     record = state.tasks["t"]
     assert isinstance(record, Tombstone)
     assert not hasattr(record, "__dict__")
-    assert record.fields() == ("t", "k", COMPLETED, before.digest_and_payload[:32], 0, 3, 1, 1, None, None, None)
+    assert record.fields() == ("t", "k", COMPLETED, before.digest_and_payload[:32], 0, 3, 1, 1, None, None, None, None)
     assert state.lookup_key("k") == "t"
     # A snapshot round trip gives the same tombstone back.
     reloaded = State.from_records(state.last_seq, [json.loads(line) for line in state.iter_record_json()])

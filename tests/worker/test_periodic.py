@@ -81,7 +81,7 @@ def test_any_number_of_overlapping_schedulers_enqueue_each_firing_exactly_once(q
             writes += queue.last_seq - before
         clock.advance(MINUTE)
     keys = fired(queue)
-    assert len(keys) == len(set(keys)) == writes == 13  # 12 in the hour, and the one due at the first look
+    assert len(keys) == len(set(keys)) == writes == 12  # 12 in the hour; none from before the entry's first look
     assert all(int(key.rsplit(":", 1)[1]) % (5 * MINUTE) == 0 for key in keys)
     assert all(scheduler.fired == sorted(keys) for scheduler in schedulers)
 
@@ -214,3 +214,51 @@ def test_cron_reads_names_shorthands_and_treats_weekday_seven_as_sunday() -> Non
     assert Cron("@daily").next_after(sunday_noon) == calendar.timegm((2024, 3, 4, 0, 0, 0))
     leap = Cron("0 0 29 2 *").next_after(calendar.timegm((2025, 1, 1, 0, 0, 0)))
     assert leap == calendar.timegm((2028, 2, 29, 0, 0, 0))
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ('[[task]]\nname = "x"\ncron = 5\n', "'cron' is a str"),
+        ('[[task]]\nname = "x"\nevery = inf\n', "'every' is a number of seconds"),
+        ('[[task]]\nname = "x"\nevery = nan\n', "'every' is a number of seconds"),
+        ('[[task]]\nname = "x"\nevery = 1e300\n', "'every'"),
+        ('[[task]]\nname = "x"\nevery = 1\n\n[[task]]\nname = "x"\nevery = 2\n', "names must be unique"),
+        ('[[task]]\nname = "x"\nevery = 1\nmax_attempts = 0\n', "max_attempts"),
+        ('[[task]]\nname = "x"\nevery = 1\nmax_attempts = true\n', "max_attempts"),
+        ('[[task]]\nname = "x"\nevery = 1\npayload = {at = 1979-05-27T07:32:00Z}\n', "payload"),
+        ('[[task]]\nname = "x"\nevery = 1\npayload = {n = nan}\n', "payload"),
+        (f'[[task]]\nname = "{"n" * 1_020}"\nevery = 1\n', "name"),
+        ("[[task]]\nname = 7\nevery = 1\n", "name"),
+        ('[[task]]\nname = "x"\nevery = 1\nmissed = ["once"]\n', "'missed'"),
+    ],
+)
+def test_a_bad_schedule_file_is_refused_whole_naming_its_fault(tmp_path: Path, text: str, words: str) -> None:
+    """Every entry is checked when the file is read, so a bad one never reaches a running scheduler."""
+    path = tmp_path / "schedule.toml"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=words):
+        load_schedule(path, 1_000)
+
+
+def test_a_brand_new_entry_does_not_enqueue_a_firing_from_before_it_existed(queue: Queue) -> None:
+    """A nightly job first started at 23:20 has missed nothing: it first fires at the next 03:00."""
+    entry = Periodic("nightly", {}, cron="0 3 * * *")
+    start = calendar.timegm((2026, 12, 5, 23, 20, 0)) * 1_000
+    scheduler = Scheduler([entry], queue, units_per_second=1_000)
+    next_due = scheduler.tick(start)
+    assert fired(queue) == []
+    assert next_due == calendar.timegm((2026, 12, 6, 3, 0, 0)) * 1_000
+    scheduler.tick(next_due + 5_000)
+    assert fired(queue) == [firing_key("nightly", next_due)]
+
+
+def test_once_catches_up_on_a_start_when_the_store_knows_an_earlier_firing(queue: Queue) -> None:
+    entry = Periodic("nightly", {}, cron="0 3 * * *")
+    night = calendar.timegm((2026, 12, 1, 3, 0, 0)) * 1_000
+    Scheduler([entry], queue, units_per_second=1_000).tick(night)
+    # Down for four nights: one firing on the next start (the latest), found by paging the store.
+    restart = calendar.timegm((2026, 12, 5, 23, 20, 0)) * 1_000
+    Scheduler([entry], queue, units_per_second=1_000).tick(restart)
+    latest = calendar.timegm((2026, 12, 5, 3, 0, 0)) * 1_000
+    assert fired(queue) == [firing_key("nightly", night), firing_key("nightly", latest)]

@@ -139,6 +139,33 @@ def test_usage_errors_exit_64_and_write_nothing(run_python: RunPython, app: Path
     assert not (app / "q").exists()
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        '[[task]]\nname = "x"\ncron = 5\n',
+        '[[task]]\nname = "x"\nevery = inf\n',
+        '[[task]]\nname = "x"\nevery = 1\n\n[[task]]\nname = "x"\nevery = 2\n',
+        '[[task]]\nname = "x"\nevery = 1\nmax_attempts = 0\n',
+        '[[task]]\nname = "x"\nevery = 1\npayload = {n = nan}\n',
+    ],
+)
+@pytest.mark.parametrize("processes", [[], ["--processes", "2"]])
+def test_a_bad_schedule_file_is_a_usage_error_that_writes_nothing(
+    run_python: RunPython, app: Path, text: str, processes: list[str]
+) -> None:
+    (app / "schedule.toml").write_text(text)
+    env = dict(os.environ, WORKER_SIDE_LOG=str(app / "side.log"))
+    result = run_python(
+        ["-m", "walqueue.worker", "q", "side_tasks:handle", "--schedule", "schedule.toml", *processes],
+        cwd=app,
+        env=env,
+        timeout=30,
+    )
+    assert result.returncode == 64, result.stderr
+    assert "schedule" in result.stderr and "Traceback" not in result.stderr
+    assert not (app / "q").exists()
+
+
 @pytest.mark.timeout(120)
 def test_sigterm_to_two_processes_mid_jobs_exits_0_within_the_grace_holding_no_lease(
     app: Path, src_pythonpath: str

@@ -179,7 +179,7 @@ def _parser(on_directory: bool = False) -> argparse.ArgumentParser:
         type=int,
         default=None,
         metavar="T",
-        help="when they become due (default: now, in seconds since the epoch)",
+        help="when they become due, in seconds since the epoch (default: now); sent in the store's clock unit",
     )
     redrive.add_argument("--extra-attempts", type=int, default=1, metavar="N")
     redrive.add_argument("task_ids", nargs="+", metavar="TASK_ID", help="task ids, or - to read them from stdin")
@@ -237,9 +237,12 @@ def _ids(task_ids: Sequence[str], stdin: TextIO) -> Iterable[str]:
 
 def _change(client: Any, verb: str, arguments: argparse.Namespace, stdin: TextIO) -> int:
     refused = 0
+    from walqueue.worker.clock import now_in, store_units
+
     available_at = getattr(arguments, "available_at", None)
-    if available_at is None:
-        available_at = int(time.time())
+    if verb == "redrive":  # the store's unit (walqueue.engine.clockunit), never seconds by assumption
+        units = store_units(client)
+        available_at = now_in(units) if available_at is None else available_at * units
     for task_id in _ids(arguments.task_ids, stdin):
         try:
             if verb == "redrive":
@@ -256,6 +259,7 @@ def _dead(client: Any, arguments: argparse.Namespace, out: TextIO) -> int:
     from walqueue.dashboard.source import Source, error_of, group_id, task_view
 
     source = Source(client)
+    now = source.now(time.time())
     after: str | None = None
     left = arguments.limit
     while left is None or left > 0:
@@ -263,7 +267,7 @@ def _dead(client: Any, arguments: argparse.Namespace, out: TextIO) -> int:
         for task in page.tasks:
             if arguments.group is not None and group_id(error_of(task)) != arguments.group:
                 continue
-            _print_dead(task_view(task, int(time.time())), arguments.format, out)
+            _print_dead(task_view(task, now), arguments.format, out)
             if left is not None:
                 left -= 1
                 if left == 0:

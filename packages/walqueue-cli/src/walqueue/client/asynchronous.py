@@ -269,6 +269,9 @@ class AsyncClient(ClientSettings):
     async def stats(self) -> dict[str, Any]:
         return await self._submit(outgoing(calls.STATS))
 
+    async def set_clock(self, units_per_second: int) -> None:
+        return await self._submit(outgoing(calls.CLOCK, units_per_second))
+
     async def metrics(self, *, now: int | None = None) -> dict[str, Any]:
         """`Queue.metrics`: the server's counters since it opened the queue, gauges and histograms."""
         return await self._submit(outgoing(calls.METRICS, now=now))

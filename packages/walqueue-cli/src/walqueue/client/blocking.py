@@ -318,6 +318,10 @@ class Client(ClientSettings):
     def stats(self) -> dict[str, Any]:
         return self._submit(outgoing(calls.STATS))
 
+    def set_clock(self, units_per_second: int) -> None:
+        """`Queue.set_clock`: record the store's clock unit once (the same again writes nothing)."""
+        return self._submit(outgoing(calls.CLOCK, units_per_second))
+
     def metrics(self, *, now: int | None = None) -> dict[str, Any]:
         """`Queue.metrics`: the server's counters since it opened the queue, gauges and histograms."""
         return self._submit(outgoing(calls.METRICS, now=now))

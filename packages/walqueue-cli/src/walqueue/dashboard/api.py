@@ -45,6 +45,7 @@ def overview(source: Source, sampler: Sampler, now: int, seen_at: float) -> dict
     histograms = metrics.get("histograms", {})
     return {
         "now": now,
+        "units_per_second": source.units(),  # of every time and age here (the store's clock unit)
         "counts": gauges["tasks"],
         "oldest_ready_age": gauges.get("oldest_ready_age"),
         "next_available_at": gauges.get("next_available_at"),
@@ -91,7 +92,8 @@ def _listing(source: Source, status: str, fields: Mapping[str, str], now: int) -
             return {"tasks": [], "next_after": None}
         after = skipped[-1].task_id
     page = source.page(status, after, limit)
-    return {"tasks": [task_view(task, now) for task in page.tasks], "next_after": page.next_after}
+    views = [task_view(task, now) for task in page.tasks]
+    return {"tasks": views, "next_after": page.next_after, "units_per_second": source.units()}
 
 
 def leases_page(source: Source, environ: Mapping[str, Any], now: int) -> dict[str, Any]:

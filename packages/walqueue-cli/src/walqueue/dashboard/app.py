@@ -122,7 +122,7 @@ class Dashboard:
     def sample(self) -> None:
         """Take one reading for the throughput chart (a background thread may call this every few seconds)."""
         now = self.clock()
-        self.sampler.observe(now, self.source.metrics(int(now)))
+        self.sampler.observe(now, self.source.metrics(self.source.now(now)))
 
     # -- WSGI ------------------------------------------------------------------------
 
@@ -154,7 +154,7 @@ class Dashboard:
                 raise HttpError(405, "actions are POST requests", [("Allow", "POST")])
             if not self.actions:
                 raise HttpError(403, "actions are disabled (start the dashboard with actions enabled)")
-            now = int(self.clock())
+            now = self.source.now(self.clock())
             remote = str(environ.get("REMOTE_ADDR", "?"))
             answer = run_action(self.source, action, environ, self.action_token, now, lambda: remote, self.hosts)
             return json_response(answer)
@@ -178,15 +178,15 @@ class Dashboard:
                 lambda now: api.overview(self.source, self.sampler, now, self.clock()), e
             ),
             "/api/throughput": lambda e: self._json(lambda now: api.throughput(self.sampler, self.clock()), e),
-            "/api/leases": lambda e: json_response(api.leases_page(self.source, e, int(self.clock()))),
-            "/api/dead": lambda e: json_response(api.dead_page(self.source, e, int(self.clock()))),
+            "/api/leases": lambda e: json_response(api.leases_page(self.source, e, self.source.now(self.clock()))),
+            "/api/dead": lambda e: json_response(api.dead_page(self.source, e, self.source.now(self.clock()))),
             "/api/dead/groups": lambda e: json_response(api.dead_groups(self.source, e)),
-            "/api/task": lambda e: json_response(api.task_lookup(self.source, e, int(self.clock()))),
+            "/api/task": lambda e: json_response(api.task_lookup(self.source, e, self.source.now(self.clock()))),
         }
 
     def _json(self, view: Callable[[int], Any], environ: Mapping[str, Any]) -> Response:
         parse_query(environ, ())
-        return json_response(view(int(self.clock())))
+        return json_response(view(self.source.now(self.clock())))
 
     # -- pages -----------------------------------------------------------------------
 
@@ -204,9 +204,9 @@ class Dashboard:
     def _metrics(self, environ: Mapping[str, Any]) -> Response:
         parse_query(environ, ())
         now = self.clock()
-        metrics = self.source.metrics(int(now))
+        metrics = self.source.metrics(self.source.now(now))
         self.sampler.observe(now, metrics)
-        return Response(200, render(metrics).encode("utf-8"), CONTENT_TYPE)
+        return Response(200, render(metrics, units_per_second=self.source.units()).encode("utf-8"), CONTENT_TYPE)
 
     # -- access ----------------------------------------------------------------------
 

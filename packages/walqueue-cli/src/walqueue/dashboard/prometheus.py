@@ -96,15 +96,19 @@ def _counters(counters: Mapping[str, int]) -> Iterator[str]:
             yield f"{name} {int(counters[key])}"
 
 
-def _gauges(gauges: Mapping[str, Any]) -> Iterator[str]:
+def _gauges(gauges: Mapping[str, Any], units_per_second: int) -> Iterator[str]:
     yield from _header("walqueue_tasks", "gauge", "Tasks by status.")
     for status, count in sorted(gauges["tasks"].items()):
         yield f'walqueue_tasks{{status="{_label(status)}"}} {int(count)}'
     age = gauges.get("oldest_ready_age")
     if age is not None:
-        help_text = "Age of the oldest due ready task against the reader's clock (now - available_at)."
+        help_text = (
+            "Seconds the oldest due ready task has waited since it came due (now - available_at),"
+            " converted from the store's clock unit."
+        )
         yield from _header("walqueue_oldest_ready_age_seconds", "gauge", help_text)
-        yield f"walqueue_oldest_ready_age_seconds {int(age)}"
+        seconds = age // units_per_second if age % units_per_second == 0 else age / units_per_second
+        yield f"walqueue_oldest_ready_age_seconds {_number(seconds)}"
     for key, help_text in _GAUGES.items():
         if gauges.get(key) is not None:
             name = exposition_name(key)
@@ -147,11 +151,19 @@ def _replica(status: Mapping[str, Any]) -> Iterator[str]:
             yield f"{name} {_number(float(value))}"
 
 
-def render(metrics: Mapping[str, Any], extra: Mapping[str, tuple[str, str, float]] | None = None) -> str:
-    """The exposition text of one reading; `extra` adds gauges ``name -> (name, help, value)`` (the dashboard's own)."""
+def render(
+    metrics: Mapping[str, Any],
+    extra: Mapping[str, tuple[str, str, float]] | None = None,
+    *,
+    units_per_second: int = 1,
+) -> str:
+    """The exposition text of one reading; `extra` adds gauges ``name -> (name, help, value)`` (the dashboard's own).
+
+    `units_per_second`: the store's clock unit, which the reading's ages are in (shown in seconds).
+    """
     lines = [
         *_counters(metrics.get("counters", {})),
-        *_gauges(metrics["gauges"]),
+        *_gauges(metrics["gauges"], units_per_second),
         *_histograms(metrics.get("histograms", {}), metrics.get("request_seconds", {})),
         *_replica(metrics.get("replica") or {}),
     ]

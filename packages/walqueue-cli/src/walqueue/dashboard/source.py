@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from walqueue import Task
+from walqueue.engine.clockunit import store_unit
 
 __all__ = [
     "Backend",
@@ -154,6 +155,22 @@ class Source:
         self._page = getattr(backend, "page", None)
         self._metrics = getattr(backend, "metrics", None)
         self._groups: tuple[int, float, tuple[list[ErrorGroup], int, bool]] | None = None
+        self._units: int | None = None
+
+    def units(self) -> int:
+        """The store's clock unit (units per second) every time it shows is in (walqueue.engine.clockunit).
+
+        Read from `stats()` until the store records one, then kept: a recorded unit never changes.
+        """
+        if self._units is not None:
+            return self._units
+        recorded = dict(self.backend.stats()).get("clock")
+        self._units = recorded
+        return store_unit(recorded)
+
+    def now(self, seconds: float) -> int:
+        """`seconds` since the epoch (the dashboard's clock) in the store's unit."""
+        return int(seconds * self.units())
 
     @property
     def bounded(self) -> bool:

@@ -189,7 +189,10 @@ def _error(value: Any, what: str) -> dict[str, str] | None:
     except (TypeError, ValueError) as error:
         raise type(error)(f"{what}: {error}") from None
     # The storable strings (a lone surrogate as its escape): what the engine records, and what JSON can carry.
-    return None if checked is None else {"type": checked[0], "message": checked[1]}
+    if checked is None:
+        return None
+    mapping = {"type": checked[0], "message": checked[1]}
+    return mapping if len(checked) < 3 else {**mapping, "traceback": checked[2]}
 
 
 _STATUS_CHOICES: Final = f"null or one of {', '.join(map(repr, STATUSES))}"

@@ -40,6 +40,7 @@ __all__ = [
     "ACK_MANY",
     "CALLS",
     "CANCEL",
+    "CLOCK",
     "COMPACT",
     "EXTEND",
     "FAIL",
@@ -545,6 +546,16 @@ WAIT: Final = Call[bool](
     summary=f"block until another client commits, or timeout seconds (at most {MAX_WAIT_SECONDS}) pass",
 )
 
+# -- calls added by format extensions (docs/FORMAT.md) --
+CLOCK: Final = Call[None](
+    "set_clock",
+    (_arg("units_per_second", "count"),),
+    _answer(None),
+    writes=True,
+    retry=True,  # the same unit again writes nothing
+    summary="record the store's clock unit once (1: seconds, 1000: milliseconds); stats' clock reads it",
+)
+
 #: Every public call of `Queue`, in the order the documentation lists them.
 CALLS: Final[Mapping[str, Call[Any]]] = {
     call.name: call
@@ -566,5 +577,6 @@ CALLS: Final[Mapping[str, Call[Any]]] = {
         METRICS,
         PAGE,
         WAIT,
+        CLOCK,
     )  # fmt: skip
 }

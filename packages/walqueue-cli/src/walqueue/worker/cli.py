@@ -292,6 +292,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run_here(directory: str | None, arguments: Any, handler: Callable[..., Any], schedule: list[Periodic]) -> int:
     from walqueue import CorruptStore, DirectoryLocked, Queue
+    from walqueue.worker.clock import ClockMismatch
     from walqueue.worker.runner import Worker
 
     source: Any
@@ -325,6 +326,9 @@ def _run_here(directory: str | None, arguments: Any, handler: Callable[..., Any]
             summary_every=arguments.summary or None,
         )
         until_stopped(worker, worker.start, parent_pipe=arguments.parent_pipe)
+    except ClockMismatch as error:
+        print(f"{PROG}: cannot work on {directory or arguments.socket}: {error}", file=sys.stderr)
+        return EXIT_CANNOT_OPEN
     finally:
         source.close()
     return EXIT_OK if worker.fatal is None else EXIT_FATAL

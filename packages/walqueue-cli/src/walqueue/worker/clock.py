@@ -11,14 +11,31 @@ The clock's readings are only ever compared with each other and with the
 engine's stored times; the real waits (a thread blocking until the next
 heartbeat, say) convert units to seconds with `units_per_second`, which is
 the only other fact the worker needs about the clock.
+
+A store records its unit once (walqueue.engine.clockunit); every tool that
+reads a clock for a store (the worker and its scheduler, the shell's
+redrive, the dashboard, /metrics) goes through `agree_on_unit` or
+`store_units`, so a mismatch is refused with a message, never shown as a date.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
-__all__ = ["MILLISECONDS", "Clock", "milliseconds", "seconds_until"]
+from walqueue.engine.clockunit import ClockMismatch, describe_unit, store_unit
+
+__all__ = [
+    "MILLISECONDS",
+    "Clock",
+    "ClockMismatch",
+    "agree_on_unit",
+    "milliseconds",
+    "now_in",
+    "seconds_until",
+    "store_units",
+]
 
 #: A clock: a callable with no arguments returning the current time as an int.
 Clock = Callable[[], int]
@@ -41,3 +58,37 @@ def milliseconds() -> int:
 def seconds_until(due: int, now: int, units_per_second: int) -> float:
     """Real seconds from `now` until `due` (both in clock units); never negative."""
     return max(0, due - now) / units_per_second
+
+
+def now_in(units_per_second: int) -> int:
+    """Wall-clock time since the epoch in `units_per_second` (a store's unit), as an int."""
+    return time.time_ns() * units_per_second // 1_000_000_000
+
+
+def store_units(source: Any) -> int:
+    """The unit `source`'s store keeps its times in: the recorded one, else the documented default.
+
+    A server that predates recorded units answers a `stats()` without
+    ``clock``: its store is read in the default, as one that recorded none.
+    """
+    return store_unit(dict(source.stats()).get("clock"))
+
+
+def agree_on_unit(source: Any, units_per_second: int, *, record: bool) -> None:
+    """Check a tool's clock unit against its store's: `ClockMismatch` naming both if they differ.
+
+    `record`: a store that recorded none gets this unit recorded (the
+    worker does, being the writer of times); otherwise it is read in the
+    default, which must then be this unit.
+    """
+    stats = dict(source.stats())
+    recorded = stats.get("clock")
+    if recorded is None and record and "clock" in stats:
+        source.set_clock(units_per_second)
+        return
+    if store_unit(recorded) != units_per_second:
+        whose = "records" if recorded is not None else "has recorded none, so it is read in"
+        raise ClockMismatch(
+            f"the store {whose} {describe_unit(store_unit(recorded))}, but this clock counts"
+            f" {describe_unit(units_per_second)}; use a clock in the store's unit"
+        )

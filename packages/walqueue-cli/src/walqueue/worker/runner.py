@@ -48,7 +48,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from walqueue import Lease, Queue, QueueClosed, StaleLease
-from walqueue.worker.clock import MILLISECONDS, Clock, milliseconds, seconds_until
+from walqueue.worker.clock import MILLISECONDS, Clock, ClockMismatch, agree_on_unit, milliseconds, seconds_until
 from walqueue.worker.pending import Pending
 from walqueue.worker.report import Report, log
 from walqueue.worker.retry import RetryPolicy
@@ -197,6 +197,12 @@ class Worker:
         if self._directory is not None:
             self.source = Queue(self._directory)
         assert self.source is not None
+        try:  # ClockMismatch before any thread starts
+            agree_on_unit(self.source, self.units_per_second, record=True)
+        except ClockMismatch:
+            if isinstance(self.source, Queue) and self._directory is not None:
+                self.source.close()
+            raise
         self._settler = Settler(self.source, self.clock, self.retry, self.report)
         # Acks go to the acker thread only where its batches make one round trip or one fsync;
         # otherwise each thread acks by itself, and the queue's group commit joins their fsyncs.

@@ -22,7 +22,7 @@ from walqueue.worker.context import Context, Job
 from walqueue.worker.errors import Permanent, Retry
 from walqueue.worker.report import Report, log
 from walqueue.worker.retry import RetryPolicy
-from walqueue.worker.source import Source, error_of, fail, release_failed
+from walqueue.worker.source import Source, error_of, fail, release_failed, with_traceback
 
 __all__ = ["Run", "Settler"]
 
@@ -113,7 +113,9 @@ class Settler:
                 log.debug("failure of %s discarded (%r): %s", run.job.id, error, run.context.reason)
                 return
             run.settled = True
-            stored = error_of(error)
+            stored = with_traceback(error_of(error), error)
+            if "traceback" in stored:  # the failure's whole story, logged where it happened
+                log.info("task %s attempt %d raised:\n%s", run.job.id, run.job.attempts, stored["traceback"])
             if isinstance(error, Permanent):
                 self._send(run, "dead", lambda now: fail(self.source, run.lease, now=now, error=stored), stored)
                 return

@@ -17,6 +17,10 @@ Firings missed while no scheduler ran (`missed`):
   latest firing that came due is enqueued (at most one per entry), the
   earlier ones are dropped. Like systemd's ``Persistent=true``: a nightly
   job whose night was missed runs once on start, not once per night.
+  Only firings after the entry's earliest known firing in this store count
+  as missed: a brand-new entry (no firing of it in the store) enqueues on
+  its first start only a firing that is on time (at most `tolerance` late),
+  so a nightly job added at 23:20 first runs at the next 03:00.
 - ``"skip"``: only a firing at most `tolerance` late is enqueued; a firing
   missed for longer is dropped, and the entry waits for its next time.
 
@@ -27,6 +31,7 @@ firings' puts `KeyConflict`: they are logged and skipped, never changed.
 from __future__ import annotations
 
 import json
+import math
 import threading
 import tomllib
 from collections.abc import Iterable, Mapping
@@ -35,6 +40,8 @@ from pathlib import Path
 from typing import Any
 
 from walqueue import KeyConflict
+from walqueue.engine.validate import MAX_INT, check_int, check_name, check_payload, check_record_fits
+from walqueue.format.canonical import canonical_str
 from walqueue.worker.clock import Clock, seconds_until
 from walqueue.worker.cron import Cron
 from walqueue.worker.report import log
@@ -45,6 +52,9 @@ __all__ = ["MISSED", "Periodic", "Scheduler", "firing_key", "load_schedule"]
 MISSED = ("once", "skip")
 #: The scheduler's thread wakes at least this often (seconds), in case the wall clock jumps.
 MAX_SLEEP_SECONDS = 60.0
+#: How far a first look searches the store for an entry's earlier firings (pages per status, ids per page).
+_KNOWN_PAGES = 4
+_KNOWN_PAGE_SIZE = 256
 
 
 def firing_key(name: str, fire_time: int) -> str:
@@ -66,17 +76,36 @@ class Periodic:
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
-            raise ValueError(f"a schedule entry's name is a non-empty str, not {self.name!r}")
+            raise ValueError(f"a schedule entry's name is a non-empty str, not {self.name!r:.80}")
         if not isinstance(self.payload, dict):
-            raise TypeError(f"schedule entry {self.name!r}: the payload must be a dict (a JSON object)")
+            raise TypeError(f"schedule entry {self.name!r:.80}: the payload must be a dict (a JSON object)")
         if (self.every is None) == (self.cron is None):
-            raise ValueError(f"schedule entry {self.name!r} needs exactly one of 'every' and 'cron'")
-        if self.every is not None and (type(self.every) is not int or self.every < 1):
-            raise ValueError(f"schedule entry {self.name!r}: 'every' must be an int >= 1 (clock units)")
-        if self.missed not in MISSED:
-            raise ValueError(f"schedule entry {self.name!r}: 'missed' is one of {MISSED}, not {self.missed!r}")
+            raise ValueError(f"schedule entry {self.name!r:.80} needs exactly one of 'every' and 'cron'")
+        if self.every is not None and (type(self.every) is not int or not 1 <= self.every <= MAX_INT):
+            raise ValueError(f"schedule entry {self.name!r:.80}: 'every' must be an int in 1..2**63-1 (clock units)")
+        if self.cron is not None and type(self.cron) is not str:
+            raise ValueError(f"schedule entry {self.name!r:.80}: 'cron' is a str of 5 fields, not {self.cron!r:.80}")
+        if type(self.missed) is not str or self.missed not in MISSED:
+            raise ValueError(f"schedule entry {self.name!r:.80}: 'missed' is one of {MISSED}, not {self.missed!r:.80}")
+        self._check_storable()
         if self.cron is not None:
             object.__setattr__(self, "_cron", Cron(self.cron))
+
+    def _check_storable(self) -> None:
+        """Refuse now what every firing's put would refuse later: the scheduler must never meet a bad entry.
+
+        The engine's own rules, applied to the longest key a firing can have
+        (the time at its largest), the payload and `max_attempts`.
+        """
+        where = f"schedule entry {self.name!r:.80}"
+        try:
+            key = check_name(firing_key(self.name, MAX_INT), "the firing key cron:<name>:<time>")
+            check_int(self.max_attempts, "max_attempts", 1)
+            payload_json = check_payload(self.payload)
+            key_json = canonical_str(key)
+            check_record_fits(payload_json, key_json, key_json)
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"{where}: {error}") from None
 
     def next_after(self, time: int, units_per_second: int) -> int:
         """The first firing strictly after `time` (clock units)."""
@@ -123,12 +152,53 @@ class Scheduler:
             latest = entry.latest_at_or_before(now, self.units_per_second)
             looked = self._looked.get(entry.name)
             came_due = latest is not None and (looked is None or latest > looked)
-            if came_due and latest is not None and (entry.missed == "once" or now - latest <= self.tolerance):
+            if came_due and latest is not None and self._catches_up(entry, latest, now, first_look=looked is None):
                 self._fire(entry, latest)
             self._looked[entry.name] = now
             following = entry.next_after(now, self.units_per_second)
             due = following if due is None else min(due, following)
         return due
+
+    def _catches_up(self, entry: Periodic, latest: int, now: int, *, first_look: bool) -> bool:
+        """Whether the latest firing that came due is enqueued (the module's rules on missed firings).
+
+        On time (at most `tolerance` late) it always is. A late one is under
+        ``missed="once"`` only if the entry already existed then: after this
+        scheduler's first look, or on it if the store knows a firing of the
+        entry at or before it. A brand-new entry has missed nothing.
+        """
+        if now - latest <= self.tolerance:
+            return True
+        if entry.missed != "once":
+            return False
+        return not first_look or self._known_since(entry, latest)
+
+    def _known_since(self, entry: Periodic, latest: int) -> bool:
+        """Whether the store holds a firing of `entry` at or before `latest` (the entry existed by then).
+
+        The previous firing (the usual restart) and `latest` itself by `get`;
+        then, where the source pages, the ids after ``cron:<name>:`` in each
+        status, a bounded number of pages.
+        """
+        previous = entry.latest_at_or_before(latest - 1, self.units_per_second)
+        candidates = [latest] if previous is None else [latest, previous]
+        if any(self.source.get(firing_key(entry.name, time)) is not None for time in candidates):
+            return True
+        page = getattr(self.source, "page", None)
+        if page is None:
+            return False
+        prefix = firing_key(entry.name, 0)[:-1]
+        for status in ("completed", "dead", "ready", "leased"):
+            after = prefix
+            for _ in range(_KNOWN_PAGES):
+                ids = [task.task_id for task in page(status, after=after, limit=_KNOWN_PAGE_SIZE)]
+                mine = [task_id for task_id in ids if task_id.startswith(prefix)]
+                if any(rest.isdigit() and int(rest) <= latest for rest in (i[len(prefix) :] for i in mine)):
+                    return True
+                if len(mine) < len(ids) or len(ids) < _KNOWN_PAGE_SIZE:
+                    break
+                after = ids[-1]
+        return False
 
     def _fire(self, entry: Periodic, fire_time: int) -> None:
         key = firing_key(entry.name, fire_time)
@@ -173,8 +243,12 @@ def entries_from(data: Any, units_per_second: int) -> list[Periodic]:
         if unknown:
             raise ValueError(f"schedule entry {number}: unknown field(s) {sorted(unknown)}")
         every = item.get("every")
-        if every is not None and (isinstance(every, bool) or not isinstance(every, int | float) or every <= 0):
-            raise ValueError(f"schedule entry {number}: 'every' is a number of seconds > 0, not {every!r}")
+        if every is not None and (
+            isinstance(every, bool) or not isinstance(every, int | float) or not 0 < every < math.inf
+        ):
+            raise ValueError(f"schedule entry {number}: 'every' is a number of seconds > 0, not {every!r:.80}")
+        if every is not None and every * units_per_second > MAX_INT:
+            raise ValueError(f"schedule entry {number}: 'every' of {every!r:.80} seconds is beyond 2**63-1 clock units")
         entries.append(
             Periodic(
                 name=item.get("name", ""),
@@ -185,6 +259,10 @@ def entries_from(data: Any, units_per_second: int) -> list[Periodic]:
                 max_attempts=item.get("max_attempts", 3),
             )
         )
+    names = [entry.name for entry in entries]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise ValueError(f"schedule entry names must be unique; given more than once: {twice}")
     return entries
 
 

@@ -24,12 +24,22 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import traceback
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 from walqueue import Lease, StaleLease, Task
 
-__all__ = ["MAX_ERROR_CHARS", "Source", "ack_many", "error_of", "fail", "release_failed", "settle_acks"]
+__all__ = [
+    "MAX_ERROR_CHARS",
+    "Source",
+    "ack_many",
+    "error_of",
+    "fail",
+    "release_failed",
+    "settle_acks",
+    "with_traceback",
+]
 
 #: The longest error message the worker sends (the engine bounds what it stores too).
 MAX_ERROR_CHARS = 2000
@@ -74,6 +84,18 @@ def error_of(error: BaseException) -> dict[str, str]:
     if len(message) > MAX_ERROR_CHARS:
         message = message[: MAX_ERROR_CHARS - len(_TRUNCATED)] + _TRUNCATED
     return {"type": type(error).__name__, "message": message}
+
+
+def with_traceback(stored: dict[str, str], error: BaseException) -> dict[str, str]:
+    """`stored` (error_of's) with the exception's formatted traceback, which the engine keeps with the last error.
+
+    The engine cuts it to its bound (its end kept); a traceback that cannot be formatted is left out.
+    """
+    try:
+        text = "".join(traceback.format_exception(error))
+    except Exception:  # noqa: BLE001 - a broken exception must not stop the worker from recording it
+        return stored
+    return {**stored, "traceback": text}
 
 
 def _takes_error(source: Source) -> bool:

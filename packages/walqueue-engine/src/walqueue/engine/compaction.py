@@ -190,8 +190,8 @@ class SnapshotSource:
         if preimages is None:
             return
         for op in ops:
-            task_id = op["task"]
-            if task_id not in preimages:
+            task_id = op.get("task")  # None: a store-level op (clock), which changes no record
+            if task_id is not None and task_id not in preimages:
                 preimages[task_id] = tasks.get(task_id)
 
     def freeze(self, state: State) -> FrozenState:
@@ -199,7 +199,7 @@ class SnapshotSource:
         new, self._new = self._new, []  # unsorted: the snapshot's thread sorts it, run by run
         self._preimages = {}
         self._merged = []
-        return FrozenState(self, state.last_seq, len(state.tasks), state.tasks, new)
+        return FrozenState(self, state.last_seq, len(state.tasks), state.tasks, new, state.clock)
 
     def thaw(self, frozen: FrozenState, *, written: bool) -> None:
         """The snapshot of `frozen` is done (`written`) or abandoned: stop keeping pre-images."""
@@ -214,10 +214,19 @@ class SnapshotSource:
 class FrozenState:
     """The state at one sequence, as a snapshot reads it: every task's record in task-id order."""
 
-    __slots__ = ("_source", "seq", "count", "_tasks", "new")
+    __slots__ = ("_source", "seq", "count", "_tasks", "new", "clock")
 
-    def __init__(self, source: SnapshotSource, seq: int, count: int, tasks: Mapping[str, Record], new: list[str]):
+    def __init__(
+        self,
+        source: SnapshotSource,
+        seq: int,
+        count: int,
+        tasks: Mapping[str, Record],
+        new: list[str],
+        clock: int | None = None,
+    ):
         self._source = source
+        self.clock = clock  # the store's clock unit at `seq` (the snapshot header's "clock")
         self.seq = seq
         self.count = count
         self._tasks = tasks
@@ -297,6 +306,7 @@ def write_frozen_snapshot(
         on_written=lambda: hook("snapshot.written"),
         directory=directory,
         sync=sync,
+        clock=frozen.clock,
     )
     if sync:
         directory.fsync()

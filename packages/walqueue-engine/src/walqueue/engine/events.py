@@ -100,7 +100,7 @@ def before(ops: Sequence[Mapping[str, Any]], tasks: Mapping[str, Any]) -> dict[s
     """What a transaction's ops will take away: each existing task's holder and deadline (read before `apply`)."""
     held: dict[str, tuple[Any, Any]] = {}
     for op in ops:
-        record = tasks.get(op["task"])
+        record = tasks.get(op.get("task", ""))  # no task: a store-level op (clock)
         if record is not None:
             held[op["task"]] = (record.worker, record.deadline)
     return held
@@ -181,9 +181,11 @@ def emit_transaction(
     logged after the task's last op in it, when that op left the task dead
     and is not itself a death or a cancel: no op kind is named here.
     """
-    last = {op["task"]: index for index, op in enumerate(ops)}
+    last = {op["task"]: index for index, op in enumerate(ops) if "task" in op}
     for index, op in enumerate(ops):
-        task_id = op["task"]
+        task_id = op.get("task")
+        if task_id is None:  # a store-level op (clock): no lifecycle event
+            continue
         name = _KIND_EVENTS.get(op["op"])
         ends = last[task_id] == index
         if name is None and not ends:

@@ -13,9 +13,8 @@ lack one. A put's payload travels in the op as `_EncodedPayload`, this
 module's private carrier: its canonical JSON and identity digest, computed
 once here; `apply` reads it only for a `Plan`'s ops (its `_planned` flag).
 
-Every planner that may have to split or cut a transaction takes the frame
-bound as a keyword (`max_frame_bytes`) so that tests can exercise splitting
-with small bounds; the storage layer uses the default, `MAX_FRAME_BYTES`.
+Every planner that may split or cut a transaction takes the frame bound as a keyword (`max_frame_bytes`),
+so that tests can split with small bounds; the storage layer uses the default, `MAX_FRAME_BYTES`.
 """
 
 from __future__ import annotations
@@ -26,6 +25,7 @@ from collections.abc import Set as AbstractSet
 from walqueue.engine.optable import INT_JSON_MAX, Op, OpKind
 from walqueue.engine.records import check_error_fits
 from walqueue.engine.state import LEASED, OP_KINDS, State, identity_digest
+from walqueue.engine.tracebacks import traceback_op
 from walqueue.engine.types import KeyConflict, Lease, StaleLease, WrongStatus, plain_lease
 from walqueue.engine.validate import (
     ERROR_MESSAGE_BYTES,
@@ -75,8 +75,7 @@ _CANCEL = OP_KINDS["cancel"]
 _FAIL = OP_KINDS["fail"]
 _ERROR = OP_KINDS["error"]
 
-#: An error as `validate.check_error` returns it: (type, message), storable but not yet cut.
-Error = tuple[str, str]
+Error = tuple[str, ...]  #: as `validate.check_error` returns it: (type, message[, traceback]), not yet cut
 
 #: What a transaction body ``{"ops":[...],"seq":S}`` costs besides its ops, their commas and S's digits.
 _TX_FIXED = len(b'{"ops":[],"seq":}')
@@ -515,7 +514,8 @@ def _with_error(state: State, op: Op, encoded: bytes, error: Error | None, now: 
         error_type = cut_text(error[0], TIGHT_ERROR_TYPE_BYTES)
         message = cut_text(error[1], TIGHT_ERROR_MESSAGE_BYTES)
     error_op: Op = {"op": "error", "task": op["task"], "type": error_type, "message": message, "at": now}
-    return Plan([error_op, op], [_ERROR.encode(error_op), encoded])
+    extra = () if len(error) < 3 else traceback_op(record, (error_type, message, record.attempts, now), error[2])
+    return Plan([error_op, *extra[:1], op], [_ERROR.encode(error_op), *extra[1:], encoded])
 
 
 def plan_release(state: State, lease: Lease, now: int, delay: int = 0, error: Error | None = None) -> Plan:

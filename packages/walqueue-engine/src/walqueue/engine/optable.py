@@ -25,10 +25,12 @@ from walqueue.engine.validate import (
     ERROR_TYPE_BYTES,
     MAX_INT,
     NAME_JSON_MAX,
+    TRACEBACK_BYTES,
     check_error_message,
     check_error_type,
     check_int,
     check_name,
+    check_traceback,
 )
 from walqueue.format.canonical import canonical_str
 
@@ -56,6 +58,8 @@ class Field(enum.Enum):
     ERROR_TYPE = "error type"
     #: An error's message (`check_error_message`): a str of at most 2,048 UTF-8 bytes.
     ERROR_MESSAGE = "error message"
+    #: A last error's traceback (`check_traceback`): a str of at most 8,192 UTF-8 bytes.
+    TRACEBACK = "traceback"
 
 
 #: The least value of each int kind (`check_int`'s `minimum`).
@@ -69,10 +73,15 @@ _PLACEHOLDER: dict[Field, tuple[bytes, int | None]] = {
     Field.PAYLOAD: (b"%b", None),
     Field.ERROR_TYPE: (b"%b", 6 * ERROR_TYPE_BYTES + 2),
     Field.ERROR_MESSAGE: (b"%b", 6 * ERROR_MESSAGE_BYTES + 2),
+    Field.TRACEBACK: (b"%b", 6 * TRACEBACK_BYTES + 2),
 }
 
 #: The check of each str kind besides a name, by the name the generated `check_fields` calls it.
-_TEXT_CHECKS: dict[Field, str] = {Field.ERROR_TYPE: "check_error_type", Field.ERROR_MESSAGE: "check_error_message"}
+_TEXT_CHECKS: dict[Field, str] = {
+    Field.ERROR_TYPE: "check_error_type",
+    Field.ERROR_MESSAGE: "check_error_message",
+    Field.TRACEBACK: "check_traceback",
+}
 
 
 def _compile(name: str, parameters: str, source_lines: list[str], namespace: dict[str, Any]) -> Callable[..., Any]:
@@ -110,6 +119,9 @@ class OpKind:
     fields: tuple[tuple[str, Field], ...]
     from_status: str | tuple[str, ...] | None
     transition: Callable[..., Any] = field(repr=False)
+    #: A store-level kind: its ops name no task and change a setting of the store, not a record
+    #: (`from_status` is then None and unused; the transition returns the setting's new value).
+    store: bool = field(default=False, kw_only=True)
     #: The statuses `from_status` allows, as a set (None: the op creates its task).
     statuses: frozenset[str] | None = field(init=False, repr=False)
     #: The exact key set of an op of this kind.
@@ -143,7 +155,8 @@ class OpKind:
             raise ValueError(f"op kind {self.name}: fields must be unique and exclude op and task")
         if not all(name.isidentifier() and not keyword.iskeyword(name) for name in kinds):
             raise ValueError(f"op kind {self.name}: field names must be Python identifiers (splice takes them)")
-        kinds["task"] = Field.NAME
+        if not self.store:
+            kinds["task"] = Field.NAME
         parts: list[bytes] = []
         size: int | None = 0
         order = sorted([*kinds, "op"])
@@ -168,6 +181,7 @@ class OpKind:
             Field.PAYLOAD: "op[{!r}].canonical",
             Field.ERROR_TYPE: "canonical_str(op[{!r}])",
             Field.ERROR_MESSAGE: "canonical_str(op[{!r}])",
+            Field.TRACEBACK: "canonical_str(op[{!r}])",
         }
         encode_line = "return template % ({},)".format(", ".join(spliced[kinds[v]].format(v) for v in values))
         splice_line = "return template % ({},)".format(", ".join(values))
@@ -207,6 +221,7 @@ class OpKind:
                     "check_int": check_int,
                     "check_error_type": check_error_type,
                     "check_error_message": check_error_message,
+                    "check_traceback": check_traceback,
                     "MAX_INT": MAX_INT,
                 },
             ),

@@ -41,7 +41,7 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from walqueue.engine import events, ops, paging
+from walqueue.engine import clockunit, events, ops, paging
 from walqueue.engine.autocompact import Compactor
 from walqueue.engine.callguard import OPEN_GUARDS, Batch, CallGuard
 from walqueue.engine.commits import CommitNotices
@@ -444,6 +444,18 @@ class Queue:
         with self._guard:
             self._commit(ops.plan_cancel(self._state, task_id, checked, now))
 
+    def set_clock(self, units_per_second: int) -> None:
+        """Record the store's clock unit once (1: seconds, 1000: milliseconds); the same unit again writes nothing.
+
+        Every tool that reads a clock for this store checks its unit against it (clockunit.py); `stats()["clock"]`
+        reads it. `ClockMismatch` (a `ValueError`) if another unit is recorded, writing nothing; `QueueClosed`.
+        """
+        self._check_open()
+        with self._guard:
+            plan = clockunit.plan_clock(self._state, units_per_second)
+            if plan is not None:
+                self._commit(plan)
+
     def batch(self) -> Batch:
         """A context in which this thread's calls answer at once, and leaving it waits once for all of them.
 
@@ -554,6 +566,7 @@ class Queue:
                 "segments": self._wal.segments,
                 "next_available_at": self._state.next_available_at(),
                 "next_deadline": self._state.next_deadline(),
+                "clock": self._state.clock,
             }
 
     def metrics(self, *, now: int | None = None) -> MetricsReading:

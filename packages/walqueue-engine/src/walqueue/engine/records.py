@@ -140,6 +140,8 @@ class _RecordView:
     worker: str | None
     deadline: int | None
     last_error: ErrorFields | None
+    #: The last error's traceback (the "traceback" op, a format extension); None: none recorded.
+    traceback: str | None = None
 
     def fields(self) -> tuple[object, ...]:
         """Everything that is state (not `entry`, which is only an index position)."""
@@ -155,6 +157,7 @@ class _RecordView:
             self.worker,
             self.deadline,
             self.last_error,
+            self.traceback,
         )
 
     @property
@@ -179,7 +182,7 @@ class _RecordView:
             generation=self.generation,
             worker=self.worker,
             deadline=self.deadline,
-            last_error=None if self.last_error is None else LastError(*self.last_error),
+            last_error=None if self.last_error is None else LastError(*self.last_error, traceback=self.traceback),
         )
 
     def record_json(self) -> bytes:
@@ -192,7 +195,7 @@ class _RecordView:
         worker = self.worker
         return (
             b'{"attempts":%d,"available_at":%d,"deadline":%b,"generation":%d,"identity":"%b","key":%b,%b'
-            b'"max_attempts":%d,"payload":%b,"status":"%b","task":%b,"worker":%b}'
+            b'"max_attempts":%d,"payload":%b,"status":"%b","task":%b,%b"worker":%b}'
             % (
                 self.attempts,
                 self.available_at,
@@ -205,6 +208,7 @@ class _RecordView:
                 self.payload_json(),
                 self.status.encode("ascii"),
                 canonical_str(self.task_id),
+                b"" if self.traceback is None else b'"traceback":%b,' % canonical_str(self.traceback),
                 b"null" if worker is None else canonical_str(worker),
             )
         )
@@ -333,18 +337,22 @@ def last_error_json(last_error: ErrorFields) -> bytes:
     )
 
 
-def last_error_member_size(last_error: ErrorFields) -> int:
-    """The bytes ``,"last_error":{...}`` adds to a snapshot record (validate.check_last_error_fits measures it)."""
-    return len(b',"last_error":') + len(last_error_json(last_error))
+def last_error_member_size(last_error: ErrorFields, traceback: str | None = None) -> int:
+    """The bytes ``,"last_error":{...}`` (and ``,"traceback":X``, its traceback's) add to a snapshot record.
+
+    validate.check_last_error_fits measures it.
+    """
+    size = len(b',"last_error":') + len(last_error_json(last_error))
+    return size if traceback is None else size + len(b',"traceback":') + len(canonical_str(traceback))
 
 
-def check_error_fits(record: Record, last_error: ErrorFields) -> None:
+def check_error_fits(record: Record, last_error: ErrorFields, traceback: str | None = None) -> None:
     """`ValueError` unless `record` with `last_error` still fits a snapshot frame in any status.
 
     Only a member longer than `LAST_ERROR_ROOM` (the slack every accepted
     task has) is measured against the payload and names.
     """
-    size = last_error_member_size(last_error)
+    size = last_error_member_size(last_error, traceback)
     if size > LAST_ERROR_ROOM:
         task_json = canonical_str(record.task_id)
         key_json = task_json if record.key == record.task_id else canonical_str(record.key)

@@ -17,11 +17,16 @@ from walqueue.format.replay import StateMachine, register_state_machine
 __all__ = ["STATE_MACHINE"]
 
 
-def dead_letters(state: State) -> Iterator[tuple[str, str] | None]:
-    """Each dead task's last error as (type, message), in task id order; None for one without (fsck groups them)."""
+def dead_letters(state: State) -> Iterator[tuple[str, ...] | None]:
+    """Each dead task's last error as (type, message[, traceback]), in task id order; None for one without."""
     for task in state.list_tasks("dead"):
         error = task.last_error
-        yield None if error is None else (error.type, error.message)
+        if error is None:
+            yield None
+        else:
+            yield (
+                (error.type, error.message) if error.traceback is None else (error.type, error.message, error.traceback)
+            )
 
 
 STATE_MACHINE = StateMachine(

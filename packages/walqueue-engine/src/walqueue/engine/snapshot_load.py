@@ -50,6 +50,7 @@ from walqueue.engine.validate import (
     check_name,
     check_payload,
     check_record_fits,
+    check_traceback,
 )
 from walqueue.format.canonical import canonical_str
 
@@ -120,11 +121,14 @@ _LAST_ERROR_KEYS = frozenset({"type", "message", "attempt", "at"})
 _ABSENT = object()
 
 
-def _last_error(value: object, status: str, attempts: int, payload_json: bytes, task_id: str, key: str) -> ErrorFields:
+def _last_error(
+    value: object, traceback: object, status: str, attempts: int, payload_json: bytes, task_id: str, key: str
+) -> tuple[ErrorFields, str | None]:
     """A record's ``last_error``, checked as the error op's transition checks it; `TypeError`/`ValueError` if flawed.
 
     The key is absent when a task has no last error (never null), and a
-    completed task never has one (the ack drops it with the payload).
+    completed task never has one (the ack drops it with the payload). `traceback`: the record's
+    ``traceback`` key (a format extension, only beside a last error), `_ABSENT` when it has none.
     """
     if status is COMPLETED:
         raise ValueError("a completed task has no last_error")
@@ -139,11 +143,12 @@ def _last_error(value: object, status: str, attempts: int, payload_json: bytes, 
         attempt,
         check_int(value["at"], "last_error at"),
     )
-    size = last_error_member_size(fields)
+    text = None if traceback is _ABSENT else check_traceback(traceback, "traceback")
+    size = last_error_member_size(fields, text)
     if size > LAST_ERROR_ROOM:
         task_json = canonical_str(task_id)
         check_last_error_fits(payload_json, task_json, task_json if key is task_id else canonical_str(key), size)
-    return fields
+    return fields, text
 
 
 def record_from_dict(value: object, *, decoded: bool = False) -> Record:
@@ -205,8 +210,13 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
                     raise TypeError(f"a record must be a JSON object, not {type(value).__name__}")
                 try:
                     stored_error: object = _ABSENT
+                    stored_traceback: object = _ABSENT
                     if len(value) != _RECORD_FIELD_COUNT:
-                        if len(value) != _RECORD_FIELD_COUNT + 1 or "last_error" not in value:
+                        if "last_error" not in value:
+                            raise KeyError
+                        if len(value) == _RECORD_FIELD_COUNT + 2 and "traceback" in value:  # a format extension
+                            stored_traceback = value["traceback"]
+                        elif len(value) != _RECORD_FIELD_COUNT + 1:
                             raise KeyError
                         stored_error = value["last_error"]
                     (
@@ -224,7 +234,7 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
                     ) = _record_fields(value)
                 except KeyError:
                     raise ValueError(
-                        f"record keys must be exactly {sorted(_RECORD_KEYS)} (and last_error, if any),"
+                        f"record keys must be exactly {sorted(_RECORD_KEYS)} (and last_error, if any; its traceback),"
                         f" not {sorted(map(str, value))}"
                     ) from None
                 check_name(task_id, "task")
@@ -268,10 +278,10 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
                         raise ValueError("a ready task has no attempts left")
                 elif status is not DEAD and attempts < 1:
                     raise ValueError(f"a {status} task was never leased")
-                last_error = (
-                    None
+                last_error, traceback = (
+                    (None, None)
                     if stored_error is _ABSENT
-                    else _last_error(stored_error, status, attempts, payload_json, task_id, key)
+                    else _last_error(stored_error, stored_traceback, status, attempts, payload_json, task_id, key)
                 )
                 if status is COMPLETED:
                     record = Tombstone.of(task_id, key, digest, available_at, max_attempts, attempts, generation)
@@ -288,6 +298,7 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
                         worker,
                         deadline,
                         last_error,
+                        traceback,
                     )
             except (TypeError, ValueError) as exc:
                 raise InvalidTransaction(f"snapshot record {index}: {exc}") from None

@@ -117,7 +117,7 @@ class State:
     the default key (the task id itself) costs no memory.
     """
 
-    __slots__ = ("last_seq", "tasks", "_key_owner", "_ready", "_leases", "_counts", "_dead")
+    __slots__ = ("last_seq", "tasks", "_key_owner", "_ready", "_leases", "_counts", "_dead", "clock")
 
     def __init__(self) -> None:
         self.last_seq = 0
@@ -129,6 +129,8 @@ class State:
         self._counts: dict[str, int] = dict.fromkeys(STATUSES, 0)
         #: The ids of the dead tasks (the ready and leased ones are in their heaps).
         self._dead: set[str] = set()
+        #: The store's clock unit, in units per second, once a "clock" op recorded it (None: never recorded).
+        self.clock: int | None = None
 
     # -- reads --------------------------------------------------------------
 
@@ -139,7 +141,7 @@ class State:
         """Equal states hold the same tasks with the same fields at the same sequence."""
         if not isinstance(other, State):
             return NotImplemented
-        if self.last_seq != other.last_seq or len(self.tasks) != len(other.tasks):
+        if self.last_seq != other.last_seq or len(self.tasks) != len(other.tasks) or self.clock != other.clock:
             return False
         other_tasks = other.tasks
         for task_id, record in self.tasks.items():
@@ -254,15 +256,19 @@ class State:
             yield tasks[task_id].record_json()
 
     @classmethod
-    def from_records(cls, seq: int, records: Iterable[Mapping[str, Any]], *, decoded: bool = False) -> State:
+    def from_records(
+        cls, seq: int, records: Iterable[Mapping[str, Any]], *, decoded: bool = False, clock: int | None = None
+    ) -> State:
         """Rebuild the state written as snapshot `seq` from its decoded records (see snapshot_load).
 
         Any flaw is `InvalidTransaction`; nothing is normalized, so the
         result equals the state that was written. `decoded=True` (records
         straight from the JSON decoder) checks payloads as `apply`'s
-        `decoded` does.
+        `decoded` does. `clock`: the store's clock unit, from the snapshot's header.
         """
         seq = check_snapshot_seq(seq)
+        if clock is not None:
+            check_int(clock, "the snapshot's clock", 1)
         loaded = load_records(records, decoded=decoded)
         state = cls()
         state.tasks = loaded.tasks
@@ -272,6 +278,7 @@ class State:
         state._counts = loaded.counts
         state._dead = loaded.dead
         state.last_seq = seq
+        state.clock = clock
         return state
 
     # -- commit (apply's second half) -----------------------------------------
@@ -415,6 +422,9 @@ OP_KINDS: dict[str, OpKind] = {
             (READY, LEASED),
             transitions.error,
         ),
+        # -- format extensions (docs/FORMAT.md); add rows, never reorder --
+        OpKind("clock", (("units_per_second", Field.POSITIVE_INT),), None, transitions.clock, store=True),
+        OpKind("traceback", (("text", Field.TRACEBACK),), (READY, LEASED), transitions.traceback),
     )
 }
 if frozenset(OP_KINDS) != OP_NAMES:
@@ -430,7 +440,7 @@ if frozenset(OP_KINDS) != OP_NAMES:
 OP_KEYS: dict[str, frozenset[str]] = {name: kind.keys for name, kind in OP_KINDS.items()}
 
 
-def _stage(state: State, staging: Staging, seq: int, index: int, op: object) -> Record:
+def _stage(state: State, staging: Staging, seq: int, index: int, op: object) -> Record | tuple[str, int]:
     """The record op `index` of transaction `seq` leads to, or `InvalidTransaction`.
 
     The one place that admits an op. An op a planner made (`staging.planned`)
@@ -449,6 +459,11 @@ def _stage(state: State, staging: Staging, seq: int, index: int, op: object) -> 
             f"transaction {seq} op {index} ({name}): keys must be exactly {wanted}, not {sorted(map(repr, op))}"
         )
     try:
+        if kind.store:  # a store-level op: its transition returns (setting, value), applied with the commit
+            if not staging.planned:
+                kind.check_fields(op)
+            setting: tuple[str, int] = kind.transition(state, staging, None, op)
+            return setting
         task_id = op["task"]
         statuses = kind.statuses
         if statuses is None:  # the op creates its task
@@ -508,13 +523,23 @@ def apply(state: State, tx: Mapping[str, Any], *, decoded: bool = False, _planne
         # Nothing later in the transaction can see this op's result.
         op = ops[0]
         record = _stage(state, NOTHING_STAGED[decoded, _planned], seq, 0, op)
+        if isinstance(record, tuple):  # a store-level op's (setting, value)
+            setattr(state, *record)
+            state.last_seq = seq
+            return ()
         return state._commit(((op["task"], record),), seq)  # a valid op's task is its task id
     staging = Staging(decoded, _planned)
     staged = staging.records
     for index, op in enumerate(ops):
         record = _stage(state, staging, seq, index, op)
+        if isinstance(record, tuple):  # a store-level op's (setting, value), applied after the records
+            staging.settings[record[0]] = record[1]
+            continue
         task_id = op["task"]
         if task_id not in staged and task_id not in state.tasks:  # the op created its task: its key is taken
             staging.keys.add(record.key)
         staged[task_id] = record
-    return state._commit(staged.items(), seq)
+    created = state._commit(staged.items(), seq)
+    for setting, value in staging.settings.items():
+        setattr(state, setting, value)
+    return created

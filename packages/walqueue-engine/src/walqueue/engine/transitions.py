@@ -45,6 +45,7 @@ __all__ = [
     "Transition",
     "ack",
     "cancel",
+    "clock",
     "error",
     "expire",
     "extend",
@@ -53,11 +54,15 @@ __all__ = [
     "put",
     "redrive",
     "release",
+    "traceback",
 ]
 
 
 class StateReads(Protocol):
     """What a transition reads of the state besides the op's own record."""
+
+    #: The store's clock unit (units per second), None until a "clock" op recorded it.
+    clock: int | None
 
     def lookup_key(self, key: str) -> str | None: ...
 
@@ -82,11 +87,13 @@ class Staging:
     shares an empty one from `NOTHING_STAGED`, which transitions only read.
     """
 
-    __slots__ = ("records", "keys", "decoded", "planned")
+    __slots__ = ("records", "keys", "decoded", "planned", "settings")
 
     def __init__(self, decoded: bool, planned: bool) -> None:
         self.records: dict[str, Record] = {}
         self.keys: set[str] = set()
+        #: The store-level settings this transaction's ops set (a "clock" op), by name.
+        self.settings: dict[str, int] = {}
         self.decoded = decoded
         self.planned = planned
 
@@ -104,7 +111,10 @@ def _with(
     deadline: int | None,
     last_error: ErrorFields | None,
 ) -> TaskRecord:
-    """A not-completed record like `record` (same payload, attempts, generation) but for the fields given."""
+    """A not-completed record like `record` (same payload, attempts, generation) but for the fields given.
+
+    The traceback belongs to the last error: kept with it, dropped when another error replaces it.
+    """
     return TaskRecord(
         record.task_id,
         record.key,
@@ -117,6 +127,7 @@ def _with(
         worker,
         deadline,
         last_error,
+        record.traceback if last_error is record.last_error else None,
     )
 
 
@@ -174,6 +185,7 @@ def lease(state: StateReads, staging: Staging, record: Record | None, op: Op) ->
         op["worker"],
         op["deadline"],
         record.last_error,
+        record.traceback,
     )
 
 
@@ -241,6 +253,43 @@ def error(state: StateReads, staging: Staging, record: Record | None, op: Op) ->
     return _with(
         record, record.status, record.available_at, record.max_attempts, record.worker, record.deadline, last_error
     )
+
+
+def traceback(state: StateReads, staging: Staging, record: Record | None, op: Op) -> Record:
+    """The traceback of the task's last error: written just after the error op it belongs to (a format extension)."""
+    assert record is not None and type(record) is TaskRecord  # ready or leased
+    if record.last_error is None:
+        raise OpError(f"task {record.task_id!r:.100} has no last error for a traceback")
+    check_error_fits(record, record.last_error, op["text"])  # a ValueError, named by apply like a field's
+    return TaskRecord(
+        record.task_id,
+        record.key,
+        record.status,
+        record.digest_and_payload,
+        record.available_at,
+        record.max_attempts,
+        record.attempts,
+        record.generation,
+        record.worker,
+        record.deadline,
+        record.last_error,
+        op["text"],
+    )
+
+
+# -- store-level kinds: they name no task; each returns (the setting, its new value) --
+
+
+def clock(state: StateReads, staging: Staging, record: Record | None, op: Op) -> tuple[str, int]:
+    """The store's clock unit, recorded once: a second "clock" op is refused, whatever its unit.
+
+    The engine never reads a clock; this is only the agreement every tool
+    that does (worker, scheduler, shell, dashboard, metrics) checks itself against.
+    """
+    recorded = staging.settings.get("clock", state.clock)
+    if recorded is not None:
+        raise OpError(f"the store's clock unit is already recorded ({recorded} units per second)")
+    return ("clock", op["units_per_second"])
 
 
 Transition = Callable[[StateReads, Staging, Record | None, Op], Record]

@@ -50,7 +50,10 @@ class Stats(TypedDict):
     - `next_available_at`: the smallest `available_at` of a ready task (None:
       none is ready), and `next_deadline`: the earliest deadline of a leased
       task (None: none is leased), so that a worker on its own clock knows
-      when the next `reserve` can find work.
+      when the next `reserve` can find work;
+    - `clock`: the store's clock unit in units per second, as `Queue.set_clock`
+      recorded it (None: never recorded; tools then read milliseconds, see
+      walqueue.engine.clockunit).
     """
 
     counts: dict[str, int]
@@ -60,6 +63,7 @@ class Stats(TypedDict):
     segments: int
     next_available_at: int | None
     next_deadline: int | None
+    clock: int | None
 
 
 #: Every fault-injection phase, in the order they can occur; `Queue(hook=...)` is called with each
@@ -266,28 +270,35 @@ class LastError:
     attempt count when it failed (the attempt that failed, or 0 for a task
     cancelled before its first lease); `at` is the `now` of the call that
     recorded it, or the lease's deadline for an expiry (type
-    ``"LeaseExpired"``). Kept durably until the task completes.
+    ``"LeaseExpired"``). Kept durably until the task completes. `traceback`
+    is the failure's traceback when the caller gave one (the worker does),
+    cut to its last 8,192 UTF-8 bytes; None otherwise.
     """
 
     type: str
     message: str
     attempt: int
     at: int
+    traceback: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """The error as a plain JSON object."""
-        return {"type": self.type, "message": self.message, "attempt": self.attempt, "at": self.at}
+        """The error as a plain JSON object (``traceback`` only when there is one)."""
+        shown = {"type": self.type, "message": self.message, "attempt": self.attempt, "at": self.at}
+        return shown if self.traceback is None else {**shown, "traceback": self.traceback}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> LastError:
         """The inverse of `to_dict`; a missing or unknown key, or an ill-typed value, is a `ValueError`."""
-        if not isinstance(d, Mapping) or set(d.keys()) != {"type", "message", "attempt", "at"}:
-            raise ValueError("a last error is a mapping with exactly the keys type, message, attempt and at")
+        keys = set(d.keys()) if isinstance(d, Mapping) else None
+        if keys != {"type", "message", "attempt", "at"} and keys != {"type", "message", "attempt", "at", "traceback"}:
+            raise ValueError("a last error is a mapping with the keys type, message, attempt and at (and traceback)")
+        if type(d.get("traceback", "")) is not str:
+            raise ValueError("a last error's traceback must be a str")
         if type(d["type"]) is not str or type(d["message"]) is not str:
             raise ValueError("a last error's type and message must be str")
         if type(d["attempt"]) is not int or type(d["at"]) is not int:
             raise ValueError("a last error's attempt and at must be int")
-        return cls(d["type"], d["message"], d["attempt"], d["at"])
+        return cls(d["type"], d["message"], d["attempt"], d["at"], d.get("traceback"))
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,6 +35,9 @@ __all__ = [
     "LAST_ERROR_ROOM",
     "RECORD_WORST_CASE_EXTRA",
     "TIGHT_ERROR_MESSAGE_BYTES",
+    "TRACEBACK_BYTES",
+    "check_traceback",
+    "cut_text_tail",
     "TIGHT_ERROR_TYPE_BYTES",
     "check_error",
     "check_error_message",
@@ -132,6 +135,11 @@ LAST_ERROR_JSON_MAX = 89 + 6 * ERROR_MESSAGE_BYTES + 2 + 6 * ERROR_TYPE_BYTES + 
 #: KiB of the frame bound).
 TIGHT_ERROR_MESSAGE_BYTES = 200
 TIGHT_ERROR_TYPE_BYTES = 32
+
+#: A last error's traceback (the "traceback" op, a format extension) is at most this many UTF-8
+#: bytes: a longer one keeps its end (where the exception is), cut with a marker. A traceback that
+#: would not fit beside its task's payload is not written (the type and message still are).
+TRACEBACK_BYTES = 8192
 
 #: The longest canonical JSON of a checked name: every UTF-8 byte a 6-byte
 #: ``\\uXXXX`` escape (only `"`, `\\` and control characters are escaped at
@@ -308,6 +316,20 @@ def cut_text(text: str, limit: int) -> str:
     return data[: max(limit - len(marker), 0)].decode("utf-8", "ignore") + marker
 
 
+def cut_text_tail(text: str, limit: int) -> str:
+    """`text` if it has at most `limit` UTF-8 bytes, else its longest suffix that fits after a visible marker.
+
+    For a traceback, whose end (the exception and the innermost frames) matters most.
+    """
+    if len(text) * 4 <= limit:
+        return text
+    data = text.encode("utf-8")
+    if len(data) <= limit:
+        return text
+    marker = f"[cut: {len(data)} bytes] ..."
+    return marker + data[len(data) - max(limit - len(marker), 0) :].decode("utf-8", "ignore")
+
+
 def _storable(text: str) -> str:
     """`text` with every lone surrogate written as its ``\\udXXX`` escape (UTF-8 cannot encode one)."""
     if text.isascii():
@@ -320,9 +342,10 @@ def _storable(text: str) -> str:
 
 
 _ERROR_KEYS = frozenset({"type", "message"})
+_ERROR_KEYS_WITH_TRACEBACK = _ERROR_KEYS | {"traceback"}
 
 
-def check_error(error: object) -> tuple[str, str] | None:
+def check_error(error: object) -> tuple[str, ...] | None:
     """The (type, message) of an `error` argument, made storable; None for None.
 
     An error is None or a mapping with exactly the str keys ``"type"`` and
@@ -339,14 +362,21 @@ def check_error(error: object) -> tuple[str, str] | None:
     if not isinstance(error, Mapping):
         raise TypeError(f"error must be None or a mapping with keys type and message, not {type(error).__name__}")
     keys = set(error.keys())
-    if keys != _ERROR_KEYS:
-        raise ValueError(f"error must have exactly the keys message and type, not {sorted(map(repr, keys))}")
+    if keys != _ERROR_KEYS and keys != _ERROR_KEYS_WITH_TRACEBACK:
+        raise ValueError(
+            f"error must have exactly the keys message and type (and traceback), not {sorted(map(repr, keys))}"
+        )
     error_type, message = error["type"], error["message"]
     if type(error_type) is not str or type(message) is not str:
         raise TypeError("error type and message must be str")
     if not error_type:
         raise ValueError("error type must not be empty")
-    return _storable(error_type), _storable(message)
+    if "traceback" not in keys:
+        return _storable(error_type), _storable(message)
+    traceback = error["traceback"]
+    if type(traceback) is not str:
+        raise TypeError(f"error traceback must be a str, not {type(traceback).__name__}")
+    return _storable(error_type), _storable(message), _storable(traceback)
 
 
 def _check_text(value: object, what: str, limit: int, minimum: int) -> str:
@@ -378,6 +408,11 @@ def check_error_type(value: object, what: str = "type") -> str:
 def check_error_message(value: object, what: str = "message") -> str:
     """Return `value` if it is a stored error message: a str of at most `ERROR_MESSAGE_BYTES` UTF-8 bytes."""
     return _check_text(value, what, ERROR_MESSAGE_BYTES, 0)
+
+
+def check_traceback(value: object, what: str = "text") -> str:
+    """Return `value` if it is a stored traceback: a str of at most `TRACEBACK_BYTES` UTF-8 bytes."""
+    return _check_text(value, what, TRACEBACK_BYTES, 0)
 
 
 def check_last_error_fits(payload_json: bytes, task_json: bytes, key_json: bytes, last_error_json: int) -> None:

@@ -57,12 +57,13 @@ class StateMachine:
     """
 
     new_state: Callable[[], ReplayState]
-    from_records: Callable[[int, Iterable[Mapping[str, Any]]], ReplayState]
+    #: ``from_records(seq, records)``, plus ``clock=`` when the snapshot header records one (docs/FORMAT.md).
+    from_records: Callable[..., ReplayState]
     apply: Callable[[Any, Mapping[str, Any]], object]  # what it returns (the new task ids) is not used
     invalid: type[Exception]
-    #: The last error of each dead letter of a state, in task id order: its (type, message), or None for
+    #: The last error of each dead letter of a state, in task id order: its (type, message[, traceback]), or None for
     #: a dead letter without one. None: this state machine cannot tell (fsck then reports no grouping).
-    dead_letters: Callable[[Any], Iterable[tuple[str, str] | None]] | None = None
+    dead_letters: Callable[[Any], Iterable[tuple[str, ...] | None]] | None = None
 
 
 _registered: list[StateMachine] = []

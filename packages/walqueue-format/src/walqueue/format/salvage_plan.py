@@ -124,7 +124,8 @@ def _replay(
             state = machine.new_state()
         else:
             with source.snapshot(name) as reader:
-                state = machine.from_records(reader.seq, reader.records())
+                clock = {} if reader.clock is None else {"clock": reader.clock}  # a header's, when it has one
+                state = machine.from_records(reader.seq, reader.records(), **clock)
     except (machine.invalid, CorruptStore, OSError):
         return None
     for seq in range(base_seq + 1, raw_end + 1):

@@ -42,6 +42,9 @@ _WRITE_BUFFER = 4 << 20
 #: transaction, so a whole snapshot left unsynced would stall it.
 SYNC_STEP_BYTES = 8 << 20
 _HEADER_FIELDS = frozenset({"snapshot", "seq", "tasks"})
+#: Header fields a format extension adds, each omitted at its default (docs/FORMAT.md):
+#: "clock", the store's clock unit (units per second) once a "clock" op recorded it.
+_OPTIONAL_HEADER_FIELDS = frozenset({"clock"})
 _FOOTER_FIELDS = frozenset({"end", "seq", "tasks"})
 _BODY_FIELDS = frozenset({"tasks"})
 
@@ -83,6 +86,7 @@ def write_snapshot(
     on_written: Callable[[], None] | None = None,
     directory: StoreDirectory | None = None,
     sync: bool = False,
+    clock: int | None = None,
 ) -> SnapshotInfo:
     """Write the snapshot through `seq` holding `count` records (canonical JSON bytes, in task-id order).
 
@@ -97,7 +101,8 @@ def write_snapshot(
     way (so that fsyncs of other files never wait for the whole snapshot's
     data); otherwise it is not synced. Raises
     `ValueError` (before finishing the file) if the number of records
-    differs from `count`.
+    differs from `count`. `clock`: the store's clock unit, written in the
+    header only when recorded (a store without one writes today's bytes).
     """
     if directory is None:
         directory = StoreDirectory.at(os.path.dirname(os.fspath(path)) or os.curdir)
@@ -133,7 +138,7 @@ def write_snapshot(
                     os.fdatasync(fd)
                     unsynced = 0
 
-        emit(encode_frame({"snapshot": 1, "seq": seq, "tasks": count}))
+        emit(encode_frame({"snapshot": 1, "seq": seq, "tasks": count, **({} if clock is None else {"clock": clock})}))
         flush()
         if on_partial is not None:
             on_partial()
@@ -231,7 +236,8 @@ class SnapshotReader:
             value = header.value
             if (
                 not isinstance(value, dict)
-                or set(value) != _HEADER_FIELDS
+                or value.keys() - _OPTIONAL_HEADER_FIELDS != _HEADER_FIELDS
+                or ("clock" in value and not (_check_counter(value["clock"]) and value["clock"] >= 1))
                 or type(value["snapshot"]) is not int
                 or value["snapshot"] != 1
                 or not _check_counter(value["seq"])
@@ -243,6 +249,8 @@ class SnapshotReader:
             raise
         self.seq: int = value["seq"]
         self.count: int = value["tasks"]
+        #: The store's clock unit (units per second) the header records; None: none recorded.
+        self.clock: int | None = value.get("clock")
         self._consumed = False
 
     def close(self) -> None:

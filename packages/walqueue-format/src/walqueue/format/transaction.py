@@ -20,6 +20,11 @@ __all__ = ["OP_NAMES", "transaction_seq"]
 #: refuses to import unless its names are exactly these. A new kind is
 #: named here and declared there.
 OP_NAMES = frozenset({"put", "lease", "expire", "ack", "release", "extend", "redrive", "cancel", "fail", "error"})
+# -- format extensions (docs/FORMAT.md): each a row here and in the engine's OP_KINDS --
+#: "clock": the store's clock unit, recorded once (a store-level op: it names no task).
+OP_NAMES |= {"clock"}
+#: "traceback": the traceback of a task's last error, just after the error op it belongs to.
+OP_NAMES |= {"traceback"}
 
 
 def transaction_seq(value: Any, path: str | None, offset: int) -> int:

@@ -50,11 +50,23 @@
     return (i ? n.toFixed(1) : String(n)) + " " + units[i];
   }
 
+  // The store's clock unit (units per second): every time and age the API gives is in it.
+  let unitsPerSecond = 1000;
+
+  function seconds(units) {
+    return units === null || units === undefined ? units : units / unitsPerSecond;
+  }
+
+  // A stored time as a date; one that is no date in the store's unit is said to be so, never shown as one.
   function when(epoch, now) {
     if (epoch === null || epoch === undefined) return "–";
-    const iso = new Date(epoch * 1000).toISOString().replace(".000Z", "Z");
+    const date = new Date(epoch * 1000 / unitsPerSecond);
+    if (isNaN(date.getTime()) || date.getUTCFullYear() > 9999) {
+      return epoch + " (not a time in this store's unit, " + unitsPerSecond + " per second)";
+    }
+    const iso = date.toISOString().replace(/\.\d+Z$/, "Z");
     if (now === undefined) return iso;
-    const delta = epoch - now;
+    const delta = seconds(epoch - now);
     return iso + " (" + (delta > 0 ? "in " + duration(delta) : duration(-delta) + " ago") + ")";
   }
 
@@ -133,10 +145,11 @@
   }
 
   function renderOverview(o) {
+    unitsPerSecond = o.units_per_second || unitsPerSecond;
     for (const status of ["ready", "leased", "completed", "dead"]) {
       text("count-" + status, String(o.counts[status]));
     }
-    text("oldest-age", o.oldest_ready_age === null ? "none due" : duration(o.oldest_ready_age));
+    text("oldest-age", o.oldest_ready_age === null ? "none due" : duration(seconds(o.oldest_ready_age)));
     text("next-due", when(o.next_available_at, o.now));
     text("next-deadline", when(o.next_deadline, o.now));
     text("wal-bytes", bytes(o.wal_bytes) + " in " + o.segments + " segment" + (o.segments === 1 ? "" : "s"));
@@ -144,15 +157,15 @@
     const behind = o.last_seq - o.snapshot_seq;
     const changed = o.moments.snapshot_changed_at;
     text("snapshot", o.snapshot_seq ? "seq " + o.snapshot_seq + ", " + behind + " transactions behind" +
-      (changed ? ", published " + duration(o.now - changed) + " ago" : "") : "none yet");
+      (changed ? ", published " + duration(seconds(o.now) - changed) + " ago" : "") : "none yet");
     const compactions = o.counters.compactions;
     const seen = o.moments.compaction_seen_at;
     text("compaction", compactions === undefined ? "–" :
-      compactions + " since the queue opened" + (seen ? ", last " + duration(o.now - seen) + " ago" : ""));
+      compactions + " since the queue opened" + (seen ? ", last " + duration(seconds(o.now) - seen) + " ago" : ""));
     const r = o.replica;
     text("replica", !r ? "no replica" : r.state + ": " + r.url + ", " + r.lag_transactions +
       " transactions behind" + (r.lag_seconds ? " (" + duration(Math.round(r.lag_seconds)) + ")" : "") +
-      (r.last_success ? ", last upload " + duration(Math.max(0, Math.round(o.now - r.last_success))) + " ago" : "") +
+      (r.last_success ? ", last upload " + duration(Math.max(0, Math.round(seconds(o.now) - r.last_success))) + " ago" : "") +
       (r.failures ? ", " + r.failures + " failures" : "") + (r.last_error ? " – " + r.last_error : ""));
     const fsync = o.fsync_seconds;
     text("fsyncs", o.counters.fsyncs === undefined ? "–" : String(o.counters.fsyncs));
@@ -236,9 +249,11 @@
   }
 
   function renderLeases(page, now) {
+    unitsPerSecond = page.units_per_second || unitsPerSecond;
     fillTable("leases", page.tasks, "no leases", 6, function (row, task) {
       taskRow(row, task, [el("td", task.task_id), el("td", task.worker), el("td", when(task.deadline)),
-        el("td", duration(task.time_left)), el("td", task.attempts + " / " + task.max_attempts)], "cancel", "cancel");
+        el("td", duration(seconds(task.time_left))), el("td", task.attempts + " / " + task.max_attempts)],
+        "cancel", "cancel");
     });
     state.leasesNext = page.next_after;
     $("leases-next").disabled = !page.next_after;
@@ -247,6 +262,17 @@
   function errorText(error) {
     if (!error) return "(no error recorded)";
     return (error.type || "") + ": " + (error.message || "") + (error.attempt ? " (attempt " + error.attempt + ")" : "");
+  }
+
+  // The last error, and its traceback (when the worker recorded one) folded under it, as text.
+  function errorCell(error) {
+    const cell = el("td", errorText(error), "message");
+    if (error && error.traceback) {
+      const details = el("details");
+      details.append(el("summary", "traceback"), el("pre", error.traceback, "traceback"));
+      cell.appendChild(details);
+    }
+    return cell;
   }
 
   function renderGroups(g) {
@@ -270,7 +296,7 @@
   function renderDead(page) {
     fillTable("dead", page.tasks, "no dead letters", 5, function (row, task) {
       taskRow(row, task, [el("td", task.task_id), el("td", task.payload_excerpt, "payload"),
-        el("td", errorText(task.last_error), "message"), el("td", task.attempts + " / " + task.max_attempts)],
+        errorCell(task.last_error), el("td", task.attempts + " / " + task.max_attempts)],
         "redrive", "redrive");
     });
     state.deadNext = page.next_after;

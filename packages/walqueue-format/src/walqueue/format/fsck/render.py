@@ -112,6 +112,8 @@ def _dead_letter_lines(dead: DeadLetters) -> Iterator[str]:
             continue
         example = "" if group.example is None else f", e.g. {quoted(group.example)}"
         yield f"  dead      {group.count} {quoted(group.type)[1:-1]}{example}"
+        if group.traceback:  # its last line (the exception) here; --json has it whole
+            yield f"            traceback ending {quoted(group.traceback.rstrip().rsplit(chr(10), 1)[-1])}"
     if dead.more_groups:
         more = f"{plural(dead.more_groups, 'more error type')} ({plural(dead.more_tasks, 'dead letter')})"
         yield f"  dead      and {more}"

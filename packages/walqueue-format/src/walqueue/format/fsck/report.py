@@ -140,6 +140,8 @@ class DeadLetterGroup(FieldsJson):
     count: int
     #: The message of the group's first dead letter by task id (None for the group without an error).
     example: str | None
+    #: That dead letter's traceback, when its last error kept one (a format extension); None otherwise.
+    traceback: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,24 +154,27 @@ class DeadLetters(FieldsJson):
     more_tasks: int = 0
 
 
-def group_dead_letters(errors: Iterable[tuple[str, str] | None], limit: int = DEAD_LETTER_GROUPS) -> DeadLetters:
+def group_dead_letters(errors: Iterable[tuple[str, ...] | None], limit: int = DEAD_LETTER_GROUPS) -> DeadLetters:
     """Group dead letters' last errors (in task id order) by type: the `limit` largest groups, then the rest counted.
 
     Largest first, ties by type name, the group without an error last among
-    its equals; each keeps its first message as its example. Why by type:
+    its equals; each keeps its first message (and traceback, the error's
+    third item when there is one) as its example. Why by type:
     a message carries ids and times, so grouping by it would list every
     task; the type is what an operator acts on (a bug, a timeout, a cancel).
     """
     counts: dict[str | None, int] = {}
     examples: dict[str | None, str | None] = {}
+    tracebacks: dict[str | None, str | None] = {}
     for error in errors:
-        kind, message = (None, None) if error is None else error
+        kind, message = (None, None) if error is None else error[:2]
         counts[kind] = counts.get(kind, 0) + 1
         examples.setdefault(kind, message)
+        tracebacks.setdefault(kind, None if error is None or len(error) < 3 else error[2])
     ordered = sorted(counts, key=lambda kind: (-counts[kind], kind is None, kind or ""))
     shown, rest = ordered[:limit], ordered[limit:]
     return DeadLetters(
-        tuple(DeadLetterGroup(kind, counts[kind], examples[kind]) for kind in shown),
+        tuple(DeadLetterGroup(kind, counts[kind], examples[kind], tracebacks[kind]) for kind in shown),
         len(rest),
         sum(counts[kind] for kind in rest),
     )

@@ -197,7 +197,11 @@ def _write_history(source: SurveySource, found: Survey, plan: SalvagePlan, out_d
         name = snapshot_name(plan.base_seq)
         with source.snapshot(plan.base) as reader:
             info = write_snapshot(
-                os.path.join(out_dir, name), reader.seq, reader.count, (canonical_json(r) for r in reader.records())
+                os.path.join(out_dir, name),
+                reader.seq,
+                reader.count,
+                (canonical_json(r) for r in reader.records()),
+                clock=reader.clock,
             )
         _fsync_file(os.path.join(out_dir, name))
         files.append(name)
