@@ -225,6 +225,8 @@ def test_cancel_retrying_on_a_group_reaches_past_many_fresh_tasks_in_one_click(
     until(lambda: "cancel: 1 done" in text_of(browser, "action-result"), "the group action's result")
     assert queue.get("z-retrying").status == "dead"  # type: ignore[union-attr]
     assert queue.stats()["counts"]["ready"] == 10_001  # no fresh task was taken
+
+
 def test_a_workers_lease_shows_a_real_date_and_time_left_and_a_real_oldest_age(
     browser: Any, open_page: Any, tmp_path: Path
 ) -> None:
