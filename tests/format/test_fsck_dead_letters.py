@@ -73,9 +73,9 @@ def test_the_json_report_carries_the_same_groups_with_whole_messages(tmp_path: P
     dead = json.loads(out)["replay"]["dead_letters"]
     assert dead == {
         "groups": [
-            {"type": "KeyError", "count": 2, "example": "no handler for 'resize'"},
-            {"type": "TimeoutError", "count": 1, "example": "smtp"},
-            {"type": None, "count": 1, "example": None},
+            {"type": "KeyError", "count": 2, "example": "no handler for 'resize'", "traceback": None},
+            {"type": "TimeoutError", "count": 1, "example": "smtp", "traceback": None},
+            {"type": None, "count": 1, "example": None, "traceback": None},
         ],
         "more_groups": 0,
         "more_tasks": 0,

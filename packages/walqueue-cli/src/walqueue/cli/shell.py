@@ -237,7 +237,7 @@ def _ids(task_ids: Sequence[str], stdin: TextIO) -> Iterable[str]:
 
 def _change(client: Any, verb: str, arguments: argparse.Namespace, stdin: TextIO) -> int:
     refused = 0
-    from walqueue.worker.clock import now_in, store_units
+    from walqueue.protocol.storeclock import now_in, store_units
 
     available_at = getattr(arguments, "available_at", None)
     if verb == "redrive":  # the store's unit (walqueue.engine.clockunit), never seconds by assumption

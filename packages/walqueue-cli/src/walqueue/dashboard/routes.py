@@ -86,6 +86,7 @@ ROUTES: Final = (
             "moments",
             "bounded_reads",
             "replica",
+            "units_per_second",
         ),
     ),
     Route("GET", "/api/throughput", "puts, acks, releases and deaths per minute over the last hour", (), ()),

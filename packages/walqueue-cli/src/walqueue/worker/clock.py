@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from walqueue.engine.clockunit import ClockMismatch, describe_unit, store_unit
+from walqueue.protocol.storeclock import now_in, store_units
 
 __all__ = [
     "MILLISECONDS",
@@ -58,20 +59,6 @@ def milliseconds() -> int:
 def seconds_until(due: int, now: int, units_per_second: int) -> float:
     """Real seconds from `now` until `due` (both in clock units); never negative."""
     return max(0, due - now) / units_per_second
-
-
-def now_in(units_per_second: int) -> int:
-    """Wall-clock time since the epoch in `units_per_second` (a store's unit), as an int."""
-    return time.time_ns() * units_per_second // 1_000_000_000
-
-
-def store_units(source: Any) -> int:
-    """The unit `source`'s store keeps its times in: the recorded one, else the documented default.
-
-    A server that predates recorded units answers a `stats()` without
-    ``clock``: its store is read in the default, as one that recorded none.
-    """
-    return store_unit(dict(source.stats()).get("clock"))
 
 
 def agree_on_unit(source: Any, units_per_second: int, *, record: bool) -> None:
