@@ -316,3 +316,17 @@ def test_sync_answers_stop_waiting_once_a_failing_store_outlasts_the_grace(
         store.down = False
         assert replicator.tick() and replicator.status()["generation"] == 2
         replicator.stop()
+
+
+def test_a_stop_while_the_store_fails_does_not_wait_for_it(tmp_path: Path) -> None:
+    inner = file_store(tmp_path)
+    store = FaultyStore(inner)
+    with Queue(tmp_path / "q") as queue:
+        replicator = Replicator(queue, store)
+        assert replicator.tick()
+        store.down = True
+        queue.put("a", {})
+        assert not replicator.tick()
+        calls = store.puts
+        replicator.stop()
+        assert store.puts == calls  # no last upload, no lease release tried against a failing store

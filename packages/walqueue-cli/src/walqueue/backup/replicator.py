@@ -377,9 +377,12 @@ class Replicator:
         self._wake.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join()
-        if self.fatal is None:
-            self.tick()  # the last transactions (a closed queue's log is all durable: close drains it)
-        if self.lease.fence and self.fatal is None:
+        # The last transactions (a closed queue's log is all durable: close drains it), unless the store is
+        # known to be failing: a stop must not hang on its timeouts (the next start resumes from the replica).
+        reachable = self.fatal is None and self.state not in ("retrying", "broken")
+        if reachable:
+            self.tick()
+        if self.lease.fence and reachable and self.state == "ok":
             self.lease.release()
         try:
             self.seat.hold(None)
