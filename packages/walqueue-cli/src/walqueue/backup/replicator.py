@@ -71,6 +71,7 @@ class Replicator:
         self.sync_grace = sync_grace
         self._streak = 0
         self._failing_since: float | None = None
+        self._lease_wait: float | None = None
         self.local = LocalLog(self.seat.path)
         self.lease = Lease(self.store, store_identity(self.seat.path), lease_seconds)
         self.generation: int | None = None
@@ -109,7 +110,10 @@ class Replicator:
                 self.lease.renew(now)
             self._ship(now)
             self._maybe_snapshot(now)
-        except (LeaseHeld, LeaseLost) as exc:
+        except LeaseHeld as exc:
+            self._lease_held(now, str(exc))
+            return False
+        except LeaseLost as exc:
             self._stop_for_good(str(exc))
             return False
         except (StoreUnavailable, OSError) as exc:
@@ -275,7 +279,7 @@ class Replicator:
 
     def _succeeded(self, now: float) -> None:
         self.state, self.last_error, self.last_success = "ok", None, now
-        self._streak, self._failing_since = 0, None
+        self._streak, self._failing_since, self._lease_wait = 0, None, None
         if self.head >= self.seat.durable_seq:
             self.caught_up_at = now
 
@@ -306,6 +310,17 @@ class Replicator:
             why,
         )
         self._wake_waiters()
+
+    def _lease_held(self, now: float, why: str) -> None:
+        """Another holder's lease: wait for it to expire (a crashed writer's, say after a move to another host);
+        a lease still renewed after two of its lifetimes is another live replicator, and this one stops."""
+        if self._lease_wait is None:
+            self._lease_wait = now
+            log.warning("replica %s: %s; waiting for it to expire", self.store.url, why)
+        if now - self._lease_wait > 2 * self.lease.ttl:
+            self._stop_for_good(why)
+        else:
+            self.state, self.last_error = "waiting", why
 
     def _stop_for_good(self, why: str) -> None:
         self.fatal, self.state, self.last_error = why, "stopped", why
@@ -379,7 +394,7 @@ class Replicator:
             self._thread.join()
         # The last transactions (a closed queue's log is all durable: close drains it), unless the store is
         # known to be failing: a stop must not hang on its timeouts (the next start resumes from the replica).
-        reachable = self.fatal is None and self.state not in ("retrying", "broken")
+        reachable = self.fatal is None and self.state not in ("retrying", "broken", "waiting")
         if reachable:
             self.tick()
         if self.lease.fence and reachable and self.state == "ok":
