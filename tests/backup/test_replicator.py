@@ -351,3 +351,20 @@ def test_a_stop_while_the_store_fails_does_not_wait_for_it(tmp_path: Path) -> No
         calls = store.attempts
         replicator.stop()
         assert store.attempts == calls  # no last upload, no lease release tried against a failing store
+
+
+def test_a_replica_with_a_gap_is_never_continued(tmp_path: Path) -> None:
+    store = file_store(tmp_path)
+    with Queue(tmp_path / "q") as queue:
+        replicator = Replicator(queue, store, object_bytes=1)
+        _put(queue, 0, 4)
+        replicator.tick()
+        replicator.stop()
+    store.delete(next(key for key in store.list("generations/") if "-00000000000000000002-" in key))
+    with Queue(tmp_path / "q") as queue:
+        replicator = Replicator(queue, store)
+        _put(queue, 4, 1)
+        assert replicator.tick() and replicator.status()["generation"] == 2
+        expected = snapshot_of(queue)
+        replicator.stop()
+    assert restore_to(store, str(tmp_path / "r"))["tasks"] == expected

@@ -133,8 +133,12 @@ class Replicator:
         elif self.lease.due(now):
             self.lease.renew(now)
         generations = layout.generations(self.store.list(layout.GENERATIONS))
-        if generations and self._resume(generations[-1]):
-            return
+        if generations:
+            try:
+                if self._resume(generations[-1]):
+                    return
+            except layout.ChainError as exc:  # a damaged or gapped replica is never continued
+                log.warning("replica %s: generation %d cannot be continued: %s", self.store.url, generations[-1], exc)
         self._new_generation((generations[-1] if generations else 0) + 1, now)
 
     def _resume(self, generation: int) -> bool:
@@ -154,6 +158,7 @@ class Replicator:
         if got is None:
             return False
         header, frames = layout.decode_log(chain[-1], got[0])
+        self.seat.hold(min(self.local.segment_numbers(), default=1))  # nothing goes while it is compared
         cursor = self.local.find(header.first)
         if cursor is None:
             return False
