@@ -45,7 +45,7 @@ from .harness import Abort, Report, scratch_root
 from .kill_child import child_environment
 
 LIVES_PER_UNIT = 4
-LIFE_SECONDS = (0.05, 0.5)
+LIFE_SECONDS = (0.15, 0.8)
 CHILD_TIMEOUT = 30.0
 
 _CHILD = r"""
@@ -119,10 +119,15 @@ def _unit(rng: random.Random, directory: Path, report: Report) -> None:
     store, replica = directory / "store", directory / "replica"
     sync = rng.random() < 0.33
     fault = rng.choice([0.0, 0.05, 0.2])
-    confirmed = -1
+    confirmed = last_done = -1
+    report.count("sync units" if sync else "async units")
+    if fault:
+        report.count("units with store faults")
     for life in range(LIVES_PER_UNIT):
         done, life_confirmed = _life(store, replica, rng.randrange(2**32), sync, fault, rng.uniform(*LIFE_SECONDS))
         report.count("kills")
+        report.count("acknowledged puts", max(0, done - last_done))
+        last_done = max(last_done, done)
         confirmed = max(confirmed, life_confirmed)
         newest_acknowledged = done
         with Queue(store) as queue:
