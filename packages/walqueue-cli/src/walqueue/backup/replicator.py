@@ -234,10 +234,14 @@ class Replicator:
             raise LeaseLost(f"{self.store.url}: {key} was written by another replicator; this one stops") from None
 
     def _ship(self, now: float) -> None:
-        """Upload every durable transaction not yet shipped, as log objects of at most `object_bytes`."""
+        """Upload what was durable when the tick began, as log objects of at most `object_bytes`.
+
+        Not what becomes durable meanwhile: chasing a busy writer would cut many small objects, each an
+        upload (and, on file://, two fsyncs) competing with the writer's own; the next tick takes the rest.
+        """
         assert self.generation is not None
+        durable = self.seat.durable_seq
         while True:
-            durable = self.seat.durable_seq
             newest = self.seat.segments()[1]
             first = self.cursor.next_seq
             data, count, after = self.local.read(self.cursor, durable, newest, self.object_bytes)
