@@ -41,7 +41,7 @@ from walqueue.backup.stores import FileStore
 from walqueue.format.fsck import check
 
 from .checks import view_difference
-from .harness import Abort, Report, scratch_root
+from .harness import Abort, Budget, Report, scratch_root
 from .kill_child import child_environment
 
 LIVES_PER_UNIT = 4
@@ -96,11 +96,11 @@ while True:
 
 def campaign_replica(seed: int, budget: float, report: Report) -> None:
     """Units of killed lives and restores until the budget is spent (at least one unit)."""
-    deadline = time.monotonic() + budget
+    spent = Budget(budget, report)  # past its budget (up to the overtime) while short of the caller's targets
     root = Path(tempfile.mkdtemp(prefix="torture-replica-", dir=scratch_root()))
     try:
         unit = 0
-        while unit == 0 or time.monotonic() < deadline:
+        while unit == 0 or not spent.over():
             rng = random.Random(f"{seed}:replica:{unit}")
             try:
                 _unit(rng, root / f"u{unit}", report)
