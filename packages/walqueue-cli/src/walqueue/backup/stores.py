@@ -81,10 +81,11 @@ def check_key(key: str) -> str:
 class FileStore:
     """A replica in a local or mounted directory (``file:///path``)."""
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, *, create: bool = True) -> None:
         self.root = os.path.abspath(root)
         self.url = "file://" + self.root
-        os.makedirs(self.root, exist_ok=True)
+        if create:  # a replicator's; a restore's reading of a mistyped path must not create it
+            os.makedirs(self.root, exist_ok=True)
 
     def _path(self, key: str) -> str:
         return os.path.join(self.root, *check_key(key).split("/"))
@@ -201,13 +202,13 @@ def _fsync_directory(path: str) -> None:
         os.close(fd)
 
 
-def open_store(url: str, *, endpoint: str | None = None, region: str | None = None) -> ObjectStore:
+def open_store(url: str, *, endpoint: str | None = None, region: str | None = None, create: bool = True) -> ObjectStore:
     """The store a replica URL names: ``file:///path`` or ``s3://bucket/prefix`` (the `s3` extra)."""
     parts = urlsplit(url)
     if parts.scheme == "file":
         if parts.netloc not in ("", "localhost") or not parts.path.startswith("/"):
             raise UsageError(f"{url!r}: a file replica is file:///absolute/path")
-        return FileStore(unquote(parts.path))
+        return FileStore(unquote(parts.path), create=create)
     if parts.scheme == "s3":
         if not parts.netloc:
             raise UsageError(f"{url!r}: an S3 replica is s3://bucket/prefix")
