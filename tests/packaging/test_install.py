@@ -183,8 +183,12 @@ def test_only_the_engine_wheel_ships_walqueue_init(build: Build) -> None:
 OWNED_DIRECTORIES = {
     "walqueue-format": ("walqueue/format/",),
     "walqueue-engine": ("walqueue/",),
-    "walqueue-cli": ("walqueue/cli/", "walqueue/worker/", "walqueue/dashboard/"),
+    "walqueue-cli": ("walqueue/cli/", "walqueue/worker/", "walqueue/dashboard/", "walqueue/backup/"),
 }
+
+
+#: The optional extras, never installed unless asked for: s3:// replicas (walqueue.backup.s3; DECISIONS §34).
+OPTIONAL_EXTRAS = {"walqueue-cli": ["boto3>=1.35; extra == 's3'"]}
 
 
 def owner_of(name: str) -> str:
@@ -210,6 +214,7 @@ def test_wheel_metadata_pins_the_layer_below_exactly(build: Build) -> None:
         assert metadata["Requires-Python"] == ">=3.12"
         below = PINNED_BELOW[dist]
         expected = [f"{below}=={metadata['Version']}"] if below else []
+        expected += OPTIONAL_EXTRAS.get(dist, [])
         assert (metadata.get_all("Requires-Dist") or []) == expected, dist
     assert len(versions) == 1, versions
 
