@@ -37,12 +37,14 @@ class FaultyStore:
         self.fail_puts = 0
         self.lose_answer_next = False
         self.puts = 0
+        self.attempts = 0
 
     def _check(self, what: str) -> None:
         if self.down:
             raise StoreUnavailable(f"{what}: 503 Service Unavailable (injected)")
 
     def put(self, key: str, data: bytes, *, if_none_match: bool = False, if_match: str | None = None) -> str:
+        self.attempts += 1
         self._check("put")
         if self.fail_puts:
             self.fail_puts -= 1

@@ -126,6 +126,11 @@ def test_a_second_replicator_is_refused_by_the_lease(tmp_path: Path, caplog: pyt
         _put(second_queue, 100, 3)
         assert first.tick()
         assert not second.tick()
+        assert second.status()["state"] == "waiting"  # the holder may be a crashed writer: its lease may expire
+        for _ in range(5):  # but a live holder renews it: after two lifetimes the second one stops
+            clock.now += 15
+            assert first.tick()
+            assert not second.tick()
         assert second.status()["state"] == "stopped"
         assert "is leased to" in (second.fatal or "")
         expected = snapshot_of(first_queue)
@@ -219,6 +224,22 @@ def test_sync_mode_answers_only_after_the_replica_has_the_transaction(tmp_path: 
             queue.put("b2", {})
         assert replicator.head >= queue.last_seq
         replicator.stop()
+
+
+def test_a_lease_left_by_a_writer_that_died_elsewhere_is_taken_once_it_expires(tmp_path: Path) -> None:
+    store, clock = file_store(tmp_path), Clock()
+    with Queue(tmp_path / "a") as old_queue, Queue(tmp_path / "b") as new_queue:
+        dead = Replicator(old_queue, store, clock=clock)
+        _put(old_queue, 0, 2)
+        assert dead.tick()  # then its host is gone: nobody renews
+        successor = Replicator(new_queue, store, clock=clock)
+        _put(new_queue, 0, 3)
+        assert not successor.tick() and successor.status()["state"] == "waiting"
+        clock.now += 31
+        assert successor.tick() and successor.status()["state"] == "ok"
+        expected = snapshot_of(new_queue)
+        successor.stop()
+    assert restore_to(store, str(tmp_path / "r"))["tasks"] == expected
 
 
 def test_the_thread_ships_within_the_interval(tmp_path: Path) -> None:
@@ -316,3 +337,34 @@ def test_sync_answers_stop_waiting_once_a_failing_store_outlasts_the_grace(
         store.down = False
         assert replicator.tick() and replicator.status()["generation"] == 2
         replicator.stop()
+
+
+def test_a_stop_while_the_store_fails_does_not_wait_for_it(tmp_path: Path) -> None:
+    inner = file_store(tmp_path)
+    store = FaultyStore(inner)
+    with Queue(tmp_path / "q") as queue:
+        replicator = Replicator(queue, store)
+        assert replicator.tick()
+        store.down = True
+        queue.put("a", {})
+        assert not replicator.tick()
+        calls = store.attempts
+        replicator.stop()
+        assert store.attempts == calls  # no last upload, no lease release tried against a failing store
+
+
+def test_a_replica_with_a_gap_is_never_continued(tmp_path: Path) -> None:
+    store = file_store(tmp_path)
+    with Queue(tmp_path / "q") as queue:
+        replicator = Replicator(queue, store, object_bytes=1)
+        _put(queue, 0, 4)
+        replicator.tick()
+        replicator.stop()
+    store.delete(next(key for key in store.list("generations/") if "-00000000000000000002-" in key))
+    with Queue(tmp_path / "q") as queue:
+        replicator = Replicator(queue, store)
+        _put(queue, 4, 1)
+        assert replicator.tick() and replicator.status()["generation"] == 2
+        expected = snapshot_of(queue)
+        replicator.stop()
+    assert restore_to(store, str(tmp_path / "r"))["tasks"] == expected

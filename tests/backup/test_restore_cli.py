@@ -133,3 +133,17 @@ def test_restore_equals_the_store_it_came_from(tmp_path: Path) -> None:
 def test_a_target_that_cannot_be_written_exits_74(replica: str, tmp_path: Path) -> None:
     assert main([replica, str(tmp_path / "missing-parent" / "new")]) == 74
     assert not (tmp_path / "missing-parent").exists()
+
+
+def test_retention_leaves_objects_it_did_not_write_alone(replica: str, tmp_path: Path) -> None:
+    store = file_store(tmp_path)
+    store.put("generations/notes.txt", b"an operator's")
+    prune(store, keep_seconds=1, now=2_000_000)
+    assert store.get("generations/notes.txt") is not None
+    assert make_plan(store).target == 30  # the newest snapshot and its chain are always kept
+
+
+def test_a_mistyped_replica_path_is_refused_and_not_created(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([f"file://{tmp_path}/no-such-replica", str(tmp_path / "new")]) == EXIT_CHAIN
+    assert "holds no generation" in capsys.readouterr().err
+    assert sorted(os.listdir(tmp_path)) == []

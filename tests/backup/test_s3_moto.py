@@ -82,7 +82,8 @@ def test_two_replicators_on_one_bucket_prefix(s3_env: str, tmp_path: Path) -> No
         first, second = Replicator(a, s3_env), Replicator(b, s3_env)
         a.put("x", {})
         assert first.tick()
-        assert not second.tick() and "is leased to" in (second.fatal or "")
+        assert not second.tick() and second.status()["state"] == "waiting"
+        assert "is leased to" in (second.status()["last_error"] or "")
         first.stop()
         second.stop()
 

@@ -189,6 +189,7 @@ OWNED_DIRECTORIES = {
     "walqueue-format": ("walqueue/format/",),
     "walqueue-engine": ("walqueue/",),
     "walqueue-cli": (
+        "walqueue/backup/",
         "walqueue/cli/",
         "walqueue/client/",
         "walqueue/dashboard/",
@@ -197,6 +198,10 @@ OWNED_DIRECTORIES = {
         "walqueue/worker/",
     ),
 }
+
+
+#: The optional extras, never installed unless asked for: s3:// replicas (walqueue.backup.s3; DECISIONS §34).
+OPTIONAL_EXTRAS = {"walqueue-cli": ["boto3>=1.35; extra == 's3'"]}
 
 
 def owner_of(name: str) -> str:
@@ -222,6 +227,7 @@ def test_wheel_metadata_pins_the_layer_below_exactly(build: Build) -> None:
         assert metadata["Requires-Python"] == ">=3.12"
         below = PINNED_BELOW[dist]
         expected = [f"{below}=={metadata['Version']}"] if below else []
+        expected += OPTIONAL_EXTRAS.get(dist, [])
         assert (metadata.get_all("Requires-Dist") or []) == expected, dist
     assert len(versions) == 1, versions
 

@@ -43,10 +43,10 @@ from walqueue.backup.stores import FileStore
 from walqueue.format.fsck import check
 
 from .checks import view_difference
-from .harness import Abort, Report, scratch_root
+from .harness import Abort, Budget, Report, scratch_root
 
 LIVES_PER_UNIT = 4
-LIFE_SECONDS = (0.05, 0.5)
+LIFE_SECONDS = (0.15, 0.8)
 CHILD_TIMEOUT = 30.0
 
 _CHILD = r"""
@@ -97,11 +97,11 @@ while True:
 
 def campaign_replica(seed: int, budget: float, report: Report) -> None:
     """Units of killed lives and restores until the budget is spent (at least one unit)."""
-    deadline = time.monotonic() + budget
+    spent = Budget(budget, report)  # past its budget (up to the overtime) while short of the caller's targets
     root = Path(tempfile.mkdtemp(prefix="torture-replica-", dir=scratch_root()))
     try:
         unit = 0
-        while unit == 0 or time.monotonic() < deadline:
+        while unit == 0 or not spent.over():
             rng = random.Random(f"{seed}:replica:{unit}")
             try:
                 _unit(rng, root / f"u{unit}", report)
@@ -120,10 +120,15 @@ def _unit(rng: random.Random, directory: Path, report: Report) -> None:
     store, replica = directory / "store", directory / "replica"
     sync = rng.random() < 0.33
     fault = rng.choice([0.0, 0.05, 0.2])
-    confirmed = -1
+    confirmed = last_done = -1
+    report.count("sync units" if sync else "async units")
+    if fault:
+        report.count("units with store faults")
     for life in range(LIVES_PER_UNIT):
         done, life_confirmed = _life(store, replica, rng.randrange(2**32), sync, fault, rng.uniform(*LIFE_SECONDS))
         report.count("kills")
+        report.count("acknowledged puts", max(0, done - last_done))
+        last_done = max(last_done, done)
         confirmed = max(confirmed, life_confirmed)
         newest_acknowledged = done
         with Queue(store) as queue:

@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     if modes != 1:
         parser.error("give exactly one of: a DIRECTORY to restore into, --verify, --retain AGE")
     try:
-        store = open_store(args.url, endpoint=args.endpoint, region=args.region)
+        store = open_store(args.url, endpoint=args.endpoint, region=args.region, create=False)
         if args.retain is not None:
             deleted = prune(store, args.retain, time.time(), dry_run=args.dry_run)
             for key in deleted:

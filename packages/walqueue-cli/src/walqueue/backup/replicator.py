@@ -71,6 +71,7 @@ class Replicator:
         self.sync_grace = sync_grace
         self._streak = 0
         self._failing_since: float | None = None
+        self._lease_wait: float | None = None
         self.local = LocalLog(self.seat.path)
         self.lease = Lease(self.store, store_identity(self.seat.path), lease_seconds)
         self.generation: int | None = None
@@ -109,7 +110,10 @@ class Replicator:
                 self.lease.renew(now)
             self._ship(now)
             self._maybe_snapshot(now)
-        except (LeaseHeld, LeaseLost) as exc:
+        except LeaseHeld as exc:
+            self._lease_held(now, str(exc))
+            return False
+        except LeaseLost as exc:
             self._stop_for_good(str(exc))
             return False
         except (StoreUnavailable, OSError) as exc:
@@ -129,8 +133,12 @@ class Replicator:
         elif self.lease.due(now):
             self.lease.renew(now)
         generations = layout.generations(self.store.list(layout.GENERATIONS))
-        if generations and self._resume(generations[-1]):
-            return
+        if generations:
+            try:
+                if self._resume(generations[-1]):
+                    return
+            except layout.ChainError as exc:  # a damaged or gapped replica is never continued
+                log.warning("replica %s: generation %d cannot be continued: %s", self.store.url, generations[-1], exc)
         self._new_generation((generations[-1] if generations else 0) + 1, now)
 
     def _resume(self, generation: int) -> bool:
@@ -150,6 +158,7 @@ class Replicator:
         if got is None:
             return False
         header, frames = layout.decode_log(chain[-1], got[0])
+        self.seat.hold(min(self.local.segment_numbers(), default=1))  # nothing goes while it is compared
         cursor = self.local.find(header.first)
         if cursor is None:
             return False
@@ -225,10 +234,14 @@ class Replicator:
             raise LeaseLost(f"{self.store.url}: {key} was written by another replicator; this one stops") from None
 
     def _ship(self, now: float) -> None:
-        """Upload every durable transaction not yet shipped, as log objects of at most `object_bytes`."""
+        """Upload what was durable when the tick began, as log objects of at most `object_bytes`.
+
+        Not what becomes durable meanwhile: chasing a busy writer would cut many small objects, each an
+        upload (and, on file://, two fsyncs) competing with the writer's own; the next tick takes the rest.
+        """
         assert self.generation is not None
+        durable = self.seat.durable_seq
         while True:
-            durable = self.seat.durable_seq
             newest = self.seat.segments()[1]
             first = self.cursor.next_seq
             data, count, after = self.local.read(self.cursor, durable, newest, self.object_bytes)
@@ -275,7 +288,7 @@ class Replicator:
 
     def _succeeded(self, now: float) -> None:
         self.state, self.last_error, self.last_success = "ok", None, now
-        self._streak, self._failing_since = 0, None
+        self._streak, self._failing_since, self._lease_wait = 0, None, None
         if self.head >= self.seat.durable_seq:
             self.caught_up_at = now
 
@@ -306,6 +319,17 @@ class Replicator:
             why,
         )
         self._wake_waiters()
+
+    def _lease_held(self, now: float, why: str) -> None:
+        """Another holder's lease: wait for it to expire (a crashed writer's, say after a move to another host);
+        a lease still renewed after two of its lifetimes is another live replicator, and this one stops."""
+        if self._lease_wait is None:
+            self._lease_wait = now
+            log.warning("replica %s: %s; waiting for it to expire", self.store.url, why)
+        if now - self._lease_wait > 2 * self.lease.ttl:
+            self._stop_for_good(why)
+        else:
+            self.state, self.last_error = "waiting", why
 
     def _stop_for_good(self, why: str) -> None:
         self.fatal, self.state, self.last_error = why, "stopped", why
@@ -377,9 +401,12 @@ class Replicator:
         self._wake.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join()
-        if self.fatal is None:
-            self.tick()  # the last transactions (a closed queue's log is all durable: close drains it)
-        if self.lease.fence and self.fatal is None:
+        # The last transactions (a closed queue's log is all durable: close drains it), unless the store is
+        # known to be failing: a stop must not hang on its timeouts (the next start resumes from the replica).
+        reachable = self.fatal is None and self.state not in ("retrying", "broken", "waiting")
+        if reachable:
+            self.tick()
+        if self.lease.fence and reachable and self.state == "ok":
             self.lease.release()
         try:
             self.seat.hold(None)

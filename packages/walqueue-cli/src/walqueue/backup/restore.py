@@ -249,7 +249,10 @@ def prune(store: ObjectStore, keep_seconds: float, now: float, *, dry_run: bool 
     oldest_generation, oldest = every[first_kept]
     doomed: list[str] = []
     for key in keys:
-        generation = int(key.split("/")[1])
+        found = layout.generations([key])
+        if not found:
+            continue  # not an object of ours: left alone
+        generation = found[0]
         if generation < oldest_generation:
             doomed.append(key)
         elif generation == oldest_generation:

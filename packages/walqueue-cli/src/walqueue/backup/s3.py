@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from walqueue.backup.stores import PreconditionFailed, StoreUnavailable, UsageError, check_key
+from walqueue.backup.objectstore import PreconditionFailed, StoreUnavailable, UsageError, check_key
 
 __all__ = ["S3Store"]
 

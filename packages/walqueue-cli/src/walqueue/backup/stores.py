@@ -21,70 +21,26 @@ import errno
 import fcntl
 import hashlib
 import os
-import re
 import uuid
-from typing import Protocol
 from urllib.parse import unquote, urlsplit
 
-from walqueue.format.errors import WalQueueError
+from walqueue.backup.objectstore import ObjectStore, PreconditionFailed, StoreUnavailable, UsageError, check_key
 
 __all__ = ["FileStore", "ObjectStore", "PreconditionFailed", "StoreUnavailable", "UsageError", "open_store"]
-
-_KEY = re.compile(r"[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*")
-
-
-class PreconditionFailed(WalQueueError):
-    """A conditional put was refused: the key exists (if_none_match) or changed (if_match)."""
-
-
-class StoreUnavailable(WalQueueError):
-    """The store did not answer as it should; a later attempt may succeed."""
-
-
-class UsageError(WalQueueError, ValueError):
-    """A replica URL or option that cannot work (a bad scheme, the S3 extra missing)."""
-
-
-class ObjectStore(Protocol):
-    """What a replica is kept in."""
-
-    url: str
-
-    def put(self, key: str, data: bytes, *, if_none_match: bool = False, if_match: str | None = None) -> str:
-        """Store `data` under `key`; return its etag. `PreconditionFailed` if a condition fails."""
-        ...
-
-    def get(self, key: str) -> tuple[bytes, str] | None:
-        """The object's bytes and etag, or None if there is none."""
-        ...
-
-    def list(self, prefix: str) -> list[str]:
-        """Every key that starts with `prefix`, sorted."""
-        ...
-
-    def delete(self, key: str) -> None:
-        """Remove `key` (nothing if it is gone already)."""
-        ...
 
 
 def _etag(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def check_key(key: str) -> str:
-    """Refuse a key that could leave the replica's root (``..``, an absolute path, odd characters)."""
-    if not _KEY.fullmatch(key) or any(part in (".", "..") for part in key.split("/")):
-        raise ValueError(f"object key {key!r} is not a replica key")
-    return key
-
-
 class FileStore:
     """A replica in a local or mounted directory (``file:///path``)."""
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, *, create: bool = True) -> None:
         self.root = os.path.abspath(root)
         self.url = "file://" + self.root
-        os.makedirs(self.root, exist_ok=True)
+        if create:  # a replicator's; a restore's reading of a mistyped path must not create it
+            os.makedirs(self.root, exist_ok=True)
 
     def _path(self, key: str) -> str:
         return os.path.join(self.root, *check_key(key).split("/"))
@@ -201,13 +157,13 @@ def _fsync_directory(path: str) -> None:
         os.close(fd)
 
 
-def open_store(url: str, *, endpoint: str | None = None, region: str | None = None) -> ObjectStore:
+def open_store(url: str, *, endpoint: str | None = None, region: str | None = None, create: bool = True) -> ObjectStore:
     """The store a replica URL names: ``file:///path`` or ``s3://bucket/prefix`` (the `s3` extra)."""
     parts = urlsplit(url)
     if parts.scheme == "file":
         if parts.netloc not in ("", "localhost") or not parts.path.startswith("/"):
             raise UsageError(f"{url!r}: a file replica is file:///absolute/path")
-        return FileStore(unquote(parts.path))
+        return FileStore(unquote(parts.path), create=create)
     if parts.scheme == "s3":
         if not parts.netloc:
             raise UsageError(f"{url!r}: an S3 replica is s3://bucket/prefix")

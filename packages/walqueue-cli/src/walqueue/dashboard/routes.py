@@ -28,7 +28,7 @@ class Route:
     answer: tuple[str, ...]
 
 
-_LIST_ANSWER: Final = ("tasks", "next_after")
+_LIST_ANSWER: Final = ("tasks", "next_after", "units_per_second")
 _ACTION_ANSWER: Final = ("ok", "action", "done", "skipped", "more", "after")
 
 #: The fields of an action's request (form or JSON object of strings).
