@@ -98,7 +98,9 @@ CHILD = textwrap.dedent(
         with Queue(path) as queue:
             return queue.get(task).max_attempts
 
-    # 1. The JSON-lines protocol.
+    # 1. The JSON-lines protocol (its --help lists the call from the row).
+    usage = subprocess.run([sys.executable, "-m", "walqueue.cli", "--help"], capture_output=True, text=True, timeout=60)
+    assert any(line.split()[:2] == ["grant", "task_id,"] for line in usage.stdout.splitlines()), usage.stdout
     lines = store("lines", "a")
     requests = [{"op": "grant", "task_id": "a", "max_attempts": 7, "id": 1}, {"op": "metrics", "now": 0, "id": 2}]
     done = subprocess.run(

@@ -67,17 +67,9 @@ class ErrorGroup:
 
 
 def error_of(task: Task) -> dict[str, Any] | None:
-    """The task's last error as a plain dict, or None (tasks of a store without last errors have none)."""
-    error = getattr(task, "last_error", None)
-    if error is None:
-        return None
-    if isinstance(error, Mapping):
-        return dict(error)
-    to_dict = getattr(error, "to_dict", None)
-    if callable(to_dict):
-        value = to_dict()
-        return dict(value) if isinstance(value, Mapping) else {"message": str(value)}
-    return {"type": type(error).__name__, "message": str(error)}
+    """The task's last error as a plain dict, or None (`Task.last_error` is always a `LastError` or None)."""
+    error = task.last_error
+    return None if error is None else error.to_dict()
 
 
 def _error_key(error: Mapping[str, Any] | None) -> tuple[str, str]:

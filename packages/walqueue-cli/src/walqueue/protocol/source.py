@@ -5,14 +5,15 @@ may be an embedded `Queue` or a `Client` of a served one. A caller written
 against `QueueSource` uses every call below without asking whether it is
 there (no `getattr`, `hasattr` or `inspect.signature`); a new source proves
 it is one to mypy, not at run time. `Queue` and both clients are checked
-against these by construction (the typed assignments at the end of
-client/blocking.py and client/asynchronous.py), so a signature that drifts
-fails `mypy --strict`.
+against these by construction (typed assignments under `TYPE_CHECKING`:
+`Queue`'s below, the clients' in `walqueue.client`), so a signature that
+drifts fails `mypy --strict`, and a test double that is not one says so
+where it is passed.
 
 What is not here is not common to every source, and a caller that needs it
 asks for the concrete type: `Queue.batch()` and `Client.pipeline()` (both
-group calls, with different lifetimes), `Queue.close()` and the clients'
-connection handling.
+group calls, with different lifetimes: a thread's context against a
+pipeline object) and the clients' connection settings.
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ class QueueSource(Protocol):
     @property
     def last_seq(self) -> int: ...
     def compact(self) -> None: ...
+    def wait(self, timeout: float) -> bool: ...
+    def close(self) -> None: ...
 
 
 class AsyncQueueSource(Protocol):
@@ -75,5 +78,7 @@ class AsyncQueueSource(Protocol):
     async def metrics(self, *, now: int | None = None) -> Mapping[str, Any]: ...
     async def page(self, status: Status, *, after: str | None = None, limit: int = 100) -> Sequence[Task]: ...
     async def compact(self) -> None: ...
+    async def wait(self, timeout: float) -> bool: ...
+    async def close(self) -> None: ...
     @property
     def last_seq(self) -> Awaitable[int]: ...
