@@ -6,7 +6,7 @@ only where docs/ARCHITECTURE.md ("Adding a call", "Adding an op kind") says:
 the call's row, its `Queue` method and planner; the kind's `OP_KINDS` row,
 its transition and its name in format's `OP_NAMES`. Then, in a child process
 running that copy, the call works through the JSON-lines consumer, a
-`Client` and an `AsyncClient` of a `walqueue-serve` started from the copy;
+`Client` (and its `Pipeline`) and an `AsyncClient` of a `walqueue-serve` started from the copy;
 its op is counted in metrics and replayed when the store is reopened.
 Anything else that had to change for that would be a place that fails to
 derive from the rows.
@@ -124,13 +124,17 @@ CHILD = textwrap.dedent(
         with Client(socket_path) as client:
             assert client.call("grant", "b", max_attempts=9) is None
             assert client.get("b").max_attempts == 9
+            with client.pipeline() as pipe:  # and in a pipeline, by name too
+                pipe.call("grant", "b", max_attempts=10)
+                pipe.call("get", "b")
+                assert pipe.execute()[1].max_attempts == 10
 
         async def grant_awaited():
             async with AsyncClient(socket_path) as aclient:
                 assert await aclient.call("grant", "b", max_attempts=11) is None
                 return (await aclient.metrics(now=0))["counters"]["grants"]
 
-        assert asyncio.run(grant_awaited()) == 2
+        assert asyncio.run(grant_awaited()) == 3
     finally:
         server.terminate()
         assert server.wait(60) == 0
