@@ -300,22 +300,25 @@ def test_a_closed_queue_is_a_503_not_a_crash(app: Dashboard, queue: Queue) -> No
     assert call(app, "/api/dead").status == 503
 
 
-def test_paging_without_a_bounded_read_falls_back_to_the_whole_list(queue: Queue) -> None:
-    class Plain:
-        """A backend with only the classic calls (an older server's client)."""
+def test_a_double_declaring_the_source_calls_is_paged_through_them(queue: Queue) -> None:
+    class Double:
+        """A backend that is not a `Queue`: a `QueueSource` by delegation, as a test double or a proxy is."""
 
         stats = queue.stats
         get = queue.get
         tasks = queue.tasks
         redrive = queue.redrive
         cancel = queue.cancel
+        page = queue.page
+        metrics = queue.metrics
 
     for i in range(4):
         kill(queue, f"d{i}")
-    app = Dashboard(Plain(), clock=lambda: NOW)
+    app = Dashboard(Double(), clock=lambda: NOW)  # type: ignore[arg-type]  # a partial double: the dashboard's calls
     page = call(app, "/api/dead", query="limit=3").json()
     assert [t["task_id"] for t in page["tasks"]] == ["d0", "d1", "d2"] and page["next_after"] == "d2"
-    assert call(app, "/api/overview").json()["counters"] == {}
+    overview = call(app, "/api/overview").json()
+    assert overview["bounded_reads"] is True and overview["counters"]["puts"] == 4
     assert call(app, "/metrics").status == 200
 
 

@@ -1,12 +1,10 @@
 """What the dashboard reads from a queue: one adapter over a `Queue` or a `Client`, with bounded reads.
 
-Why an adapter: the dashboard must work over anything with the read calls
-of `Queue` (an embedded `Queue`, a `Client` of a served one, a test
-double), and must stay bounded on a queue of a million tasks. A backend
-with the bounded read ``page(status, after=, limit=)`` is paged through it;
-one without it (an older server) falls back to ``tasks(status)`` sliced
-here, which is correct but costs the whole list per page. Likewise without
-``metrics()`` the gauges come from ``stats()`` and the counters are absent.
+Why an adapter: the dashboard must work over any `QueueSource` (an embedded
+`Queue`, a `Client` of a served one, a test double), and must stay bounded
+on a queue of a million tasks: every page is read with the bounded
+``page(status, after=, limit=)``, which every source declares (no backend
+is probed for it).
 """
 
 from __future__ import annotations
@@ -16,10 +14,12 @@ import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import Any, Final, cast
 
 from walqueue import Task
 from walqueue.engine.clockunit import store_unit
+from walqueue.engine.types import Status
+from walqueue.protocol.source import QueueSource
 
 __all__ = [
     "Backend",
@@ -44,28 +44,8 @@ EXCERPT_CHARS: Final = 240
 MESSAGE_CHARS: Final = 500
 
 
-class Backend(Protocol):
-    """The calls the dashboard needs; `metrics` and `page` are optional (looked up with getattr)."""
-
-    def stats(self) -> Mapping[str, Any]:
-        """`Queue.stats`."""
-        ...
-
-    def get(self, task_id: str) -> Task | None:
-        """`Queue.get`."""
-        ...
-
-    def tasks(self, status: Any = ...) -> Sequence[Task]:
-        """`Queue.tasks` (used only without a bounded `page`)."""
-        ...
-
-    def redrive(self, task_id: str, *, available_at: int, extra_attempts: int = ...) -> None:
-        """`Queue.redrive` (actions only)."""
-        ...
-
-    def cancel(self, task_id: str) -> None:
-        """`Queue.cancel` (actions only)."""
-        ...
+#: What the dashboard reads from and acts on: any source (`Queue`, `Client`, a test double implementing it).
+Backend = QueueSource
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,17 +68,9 @@ class ErrorGroup:
 
 
 def error_of(task: Task) -> dict[str, Any] | None:
-    """The task's last error as a plain dict, or None (tasks of a store without last errors have none)."""
-    error = getattr(task, "last_error", None)
-    if error is None:
-        return None
-    if isinstance(error, Mapping):
-        return dict(error)
-    to_dict = getattr(error, "to_dict", None)
-    if callable(to_dict):
-        value = to_dict()
-        return dict(value) if isinstance(value, Mapping) else {"message": str(value)}
-    return {"type": type(error).__name__, "message": str(error)}
+    """The task's last error as a plain dict, or None (`Task.last_error` is always a `LastError` or None)."""
+    error = task.last_error
+    return None if error is None else error.to_dict()
 
 
 def _error_key(error: Mapping[str, Any] | None) -> tuple[str, str]:
@@ -148,12 +120,10 @@ def task_view(task: Task, now: int) -> dict[str, Any]:
 class Source:
     """The dashboard's reads and actions over one backend."""
 
-    def __init__(self, backend: Backend, on_commit: Callable[[], None] | None = None) -> None:
+    def __init__(self, backend: QueueSource, on_commit: Callable[[], None] | None = None) -> None:
         self.backend = backend
         #: Called after each action that may have committed (walqueue-serve wakes its loop with it).
         self.on_commit = on_commit
-        self._page = getattr(backend, "page", None)
-        self._metrics = getattr(backend, "metrics", None)
         self._groups: tuple[int, float, tuple[list[ErrorGroup], int, bool]] | None = None
         self._units: int | None = None
 
@@ -172,43 +142,17 @@ class Source:
         """`seconds` since the epoch (the dashboard's clock) in the store's unit."""
         return int(seconds * self.units())
 
-    @property
-    def bounded(self) -> bool:
-        """Whether pages are read with a bounded call (False: the whole status list per page)."""
-        return self._page is not None
-
     def stats(self) -> dict[str, Any]:
         """The backend's `stats()`, as a plain dict."""
         return dict(self.backend.stats())
 
     def metrics(self, now: int) -> dict[str, Any]:
-        """`metrics(now=now)` of the backend, or the gauges of `stats()` with no counters or histograms."""
-        if self._metrics is not None:
-            return dict(self._metrics(now=now))
-        stats = self.stats()
-        first = stats.get("next_available_at")
-        return {
-            "counters": {},
-            "gauges": {
-                "tasks": dict(stats["counts"]),
-                "oldest_ready_age": None if first is None else max(0, now - first),
-                "next_available_at": first,
-                "next_deadline": stats.get("next_deadline"),
-                "wal_bytes": stats.get("wal_bytes", 0),
-                "segments": stats.get("segments", 0),
-                "last_seq": stats.get("last_seq", 0),
-                "snapshot_seq": stats.get("snapshot_seq", 0),
-            },
-            "histograms": {},
-        }
+        """The backend's `metrics(now=now)`, as a plain dict."""
+        return dict(self.backend.metrics(now=now))
 
     def page(self, status: str, after: str | None, limit: int) -> Page:
         """Up to `limit` tasks with `status` whose id sorts after `after`, in id order."""
-        if self._page is not None:
-            tasks = list(self._page(status, after=after, limit=limit + 1))
-        else:
-            everything = self.backend.tasks(status)
-            tasks = [task for task in everything if after is None or task.task_id > after][: limit + 1]
+        tasks = list(self.backend.page(cast(Status, status), after=after, limit=limit + 1))
         more = len(tasks) > limit
         tasks = tasks[:limit]
         return Page(tasks, tasks[-1].task_id if more and tasks else None)

@@ -6,5 +6,8 @@ served by the server itself); `requests` is what a request line means and
 what its answer says (the consumer and the server); `lines` splits a byte
 stream into bounded lines; `shaping` turns a client's call into a request
 and its answer back into a value; `exchange` is the clients' in-flight
-bookkeeping and reconnect rule. The engine knows nothing of them.
+bookkeeping and reconnect rule; `source` declares the calls every source
+of tasks has (`QueueSource`: `Queue`, `Client`; `AsyncQueueSource`:
+`AsyncClient`), for the dashboard and the worker to take. The engine knows
+nothing of them.
 """

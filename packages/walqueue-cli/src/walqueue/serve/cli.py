@@ -30,10 +30,11 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from types import FrameType
 
 from walqueue.backup.serving import add_replicate_arguments, check_replicate_arguments, start_replicator
-from walqueue.dashboard.http import add_http_arguments, bind, http_options, start_dashboard
+from walqueue.dashboard.http import HttpOptions, RunningServer, add_http_arguments, bind, http_options, start_dashboard
 from walqueue.format.cmdline import EX_USAGE, EXIT_CANNOT_OPEN, EXIT_FATAL, EXIT_OK, UsageParser, version_line
 from walqueue.serve.listener import SocketInUse
 from walqueue.serve.parentpipe import add_parent_pipe_argument, watch_parent
@@ -150,6 +151,43 @@ def _configure_logging(level: str) -> None:
     logger.setLevel(level)
 
 
+@dataclass(frozen=True, slots=True)
+class _Started:
+    """What a successful start runs beside the socket: the dashboard (None without --http)."""
+
+    dashboard: RunningServer | None
+
+
+def _start(server: Server, http: HttpOptions | None, address: str | None) -> _Started | int:
+    """Bind --http, start the server, serve the dashboard: what runs, or the exit status of the failure.
+
+    The HTTP port is bound before the store is opened or created, so a busy
+    port leaves nothing behind; a dashboard that then cannot start closes
+    what the start opened.
+    """
+    try:
+        bound = None if http is None else bind(http.host, http.port)
+    except OSError as error:
+        print(f"walqueue-serve: cannot serve the dashboard on {address}: {error}", file=sys.stderr)
+        return EXIT_SOCKET
+    try:
+        server.start()
+    except StartFailed as failure:
+        if bound is not None:
+            bound.server_close()
+        print(f"walqueue-serve: {failure}", file=sys.stderr)
+        return failure.status
+    if http is None:
+        return _Started(None)
+    try:
+        return _Started(start_dashboard(server.dashboard_backend(), http, on_commit=server.poke, bound=bound))
+    except OSError as error:
+        server.close_queue()
+        server.unbind()
+        print(f"walqueue-serve: cannot serve the dashboard on {address}: {error}", file=sys.stderr)
+        return EXIT_SOCKET
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the server until SIGTERM/SIGINT; returns the exit status."""
     parser = _argument_parser()
@@ -177,28 +215,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    # The HTTP port is bound before the store is opened or created: a busy port leaves nothing behind.
-    try:
-        bound = None if http is None else bind(http.host, http.port)
-    except OSError as error:
-        print(f"walqueue-serve: cannot serve the dashboard on {arguments.http}: {error}", file=sys.stderr)
-        return EXIT_SOCKET
-    try:
-        server.start()
-    except StartFailed as failure:
-        if bound is not None:
-            bound.server_close()
-        print(f"walqueue-serve: {failure}", file=sys.stderr)
-        return failure.status
-    dashboard = None
-    if http is not None:
-        try:
-            dashboard = start_dashboard(server.dashboard_backend(), http, on_commit=server.poke, bound=bound)
-        except OSError as error:
-            server.close_queue()
-            server.unbind()
-            print(f"walqueue-serve: cannot serve the dashboard on {arguments.http}: {error}", file=sys.stderr)
-            return EXIT_SOCKET
+    started = _start(server, http, arguments.http)
+    if isinstance(started, int):
+        return started
+    dashboard = started.dashboard
     replicator = start_replicator(server.queue, arguments)
     if arguments.parent_pipe is not None:
         watch_parent(arguments.parent_pipe, server.stop_when_idle)
