@@ -182,6 +182,19 @@ def _check_counter(value: Any) -> bool:
     return type(value) is int and value >= 0
 
 
+def _header_is_valid(value: Any) -> bool:
+    """Whether a snapshot's first frame is a header this reader knows: its fields, each of its type."""
+    return (
+        isinstance(value, dict)
+        and value.keys() - _OPTIONAL_HEADER_FIELDS == _HEADER_FIELDS
+        and ("clock" not in value or (_check_counter(value["clock"]) and value["clock"] >= 1))
+        and type(value["snapshot"]) is int
+        and value["snapshot"] == 1
+        and _check_counter(value["seq"])
+        and _check_counter(value["tasks"])
+    )
+
+
 class SnapshotReader:
     """Open a snapshot, check its size and digest, read its header; then stream its records.
 
@@ -234,15 +247,7 @@ class SnapshotReader:
             if header is None:
                 raise CorruptStore(self.path, 0, "snapshot has no header frame")
             value = header.value
-            if (
-                not isinstance(value, dict)
-                or value.keys() - _OPTIONAL_HEADER_FIELDS != _HEADER_FIELDS
-                or ("clock" in value and not (_check_counter(value["clock"]) and value["clock"] >= 1))
-                or type(value["snapshot"]) is not int
-                or value["snapshot"] != 1
-                or not _check_counter(value["seq"])
-                or not _check_counter(value["tasks"])
-            ):
+            if not _header_is_valid(value):
                 raise CorruptStore(self.path, 0, f"bad snapshot header {value!r:.200}")
         except BaseException:
             self.close()
