@@ -397,7 +397,13 @@ class Worker:
             run = self._handoff.get()
             if run is None:
                 return
-            queued = self._execute(run)
+            try:
+                queued = self._execute(run)
+            except Exception:  # a bug in recording the outcome: this thread must live on for the next task
+                log.exception(
+                    "recording the outcome of %s failed; its lease will run out and it runs again", run.job.id
+                )
+                queued = False
             with run.lock:
                 run.finished = True
                 replaced = run.abandoned

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from walqueue import Lease, StaleLease
+from walqueue.engine.validate import MAX_INT
 from walqueue.worker.clock import Clock
 from walqueue.worker.context import Context, Job
 from walqueue.worker.errors import Permanent, Retry
@@ -158,8 +159,11 @@ class Settler:
         self._record(run, "lost", f"the lease was lost while the handler ran ({error}); its result will be discarded")
 
     def _release(self, run: Run, event: str, delay: int, error: dict[str, str]) -> None:
+        now = self.clock()
+        delay = max(0, min(delay, MAX_INT - now))  # a retry beyond the largest time waits until it
+
         def release(now: int) -> None:
-            release_failed(self.source, run.lease, now=now, delay=delay, error=error)
+            release_failed(self.source, run.lease, now=now, delay=min(delay, MAX_INT - now), error=error)
 
         self._send(run, event, release, error, delay=delay)
 

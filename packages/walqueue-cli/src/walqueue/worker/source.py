@@ -29,10 +29,12 @@ from typing import Any, Protocol
 
 from walqueue import Lease, StaleLease, Task
 
-__all__ = ["MAX_ERROR_CHARS", "Source", "ack_many", "error_of", "fail", "release_failed", "settle_acks"]
+__all__ = ["MAX_ERROR_CHARS", "UNNAMED_TYPE", "Source", "ack_many", "error_of", "fail", "release_failed", "settle_acks"]
 
 #: The longest error message the worker sends (the engine bounds what it stores too).
 MAX_ERROR_CHARS = 2000
+#: The type recorded for an exception whose class has an empty name.
+UNNAMED_TYPE = "<unnamed exception>"
 _TRUNCATED = " [truncated]"
 
 
@@ -69,11 +71,21 @@ class Source(Protocol):
 
 
 def error_of(error: BaseException) -> dict[str, str]:
-    """The stored form of an exception: its class name and its message, bounded with a marker."""
-    message = str(error)
+    """The stored form of an exception: its class name and its message, bounded with a marker.
+
+    Always storable, whatever the exception: a class with an empty name is
+    `UNNAMED_TYPE`; a ``str()`` that raises gives a message saying so; a str
+    subclass is read as a plain str. A failure is recorded, never lost to the
+    recording of it (docs/DECISIONS.md §36).
+    """
+    error_type = str.__str__(type(error).__name__) or UNNAMED_TYPE
+    try:
+        message = str.__str__(str(error))
+    except Exception as broken:  # noqa: BLE001 - the handler's own __str__: anything may come out
+        message = f"<str() of the {error_type} raised {type(broken).__name__ or UNNAMED_TYPE}>"
     if len(message) > MAX_ERROR_CHARS:
         message = message[: MAX_ERROR_CHARS - len(_TRUNCATED)] + _TRUNCATED
-    return {"type": type(error).__name__, "message": message}
+    return {"type": error_type, "message": message}
 
 
 def _takes_error(source: Source) -> bool:
