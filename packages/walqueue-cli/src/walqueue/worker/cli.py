@@ -31,6 +31,7 @@ from walqueue.engine.events import JsonLinesFormatter
 from walqueue.format.cmdline import EX_USAGE, EXIT_CANNOT_OPEN, EXIT_FATAL, EXIT_OK, UsageParser, version_line
 from walqueue.worker.clock import MILLISECONDS
 from walqueue.worker.schedule import Periodic, load_schedule
+from walqueue.worker.sync_only import AsyncHandler, refuse_async
 
 __all__ = ["EXIT_SERVER", "main", "resolve_handler", "until_stopped"]
 
@@ -169,6 +170,10 @@ def resolve_handler(spec: str) -> Callable[..., Any]:
             raise HandlerImportError(f"{module_name!r} has no attribute {attribute!r}") from None
     if not callable(target):
         raise HandlerImportError(f"{spec} is not callable: {target!r}")
+    try:
+        refuse_async(target)
+    except AsyncHandler as error:
+        raise HandlerImportError(str(error)) from None
     return target  # type: ignore[no-any-return]
 
 

@@ -56,6 +56,7 @@ from walqueue.worker.router import Handler
 from walqueue.worker.running import Run, Settler
 from walqueue.worker.schedule import Periodic, Scheduler
 from walqueue.worker.source import Source, ack_many, settle_acks
+from walqueue.worker.sync_only import refuse_async, refuse_awaitable
 
 __all__ = ["DEFAULT_GRACE", "DEFAULT_IDLE_WAIT", "DEFAULT_LEASE", "EXIT_HARD_TIMEOUT", "Worker"]
 
@@ -128,6 +129,7 @@ class Worker:
     ) -> None:
         if not callable(handler):
             raise TypeError(f"the handler must be callable, not {handler!r}")
+        refuse_async(handler)  # an `async def` handler would be acked unrun (sync_only.py)
         for what, value, low in (
             ("concurrency", concurrency, 1),
             ("lease", lease, 1),
@@ -424,7 +426,7 @@ class Worker:
             self._monitor.begun(run)
         began = time.monotonic()
         try:
-            self.handler(run.job, run.context)
+            refuse_awaitable(self.handler(run.job, run.context))
         except BaseException as error:  # noqa: BLE001 - every failure of a handler is the task's, not the worker's
             self._measured(time.monotonic() - began)
             self._settler.fail(run, error)
