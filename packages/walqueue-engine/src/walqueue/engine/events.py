@@ -36,6 +36,7 @@ __all__ = [
     "EVENT_LOG",
     "EXPIRY",
     "EXTEND",
+    "GIVE_BACK",
     "JsonLinesFormatter",
     "LEASE",
     "PUT",
@@ -66,9 +67,10 @@ DEATH: Final = (
 REDRIVE: Final = "task.redrive"  # a dead task made ready again (task_id, available_at, max_attempts)
 CANCEL: Final = "task.cancel"  # a ready or leased task made dead (task_id, worker?, error?)
 EXTEND: Final = "task.extend"  # a heartbeat moved a lease's deadline (task_id, worker, deadline)
+GIVE_BACK: Final = "task.give_back"  # an unstarted lease given back, its attempt restored (task_id, worker, generation)
 
 #: Every event name, in lifecycle order.
-EVENTS: Final = (PUT, LEASE, ACK, RELEASE, EXPIRY, DEATH, REDRIVE, CANCEL, EXTEND)
+EVENTS: Final = (PUT, LEASE, ACK, RELEASE, EXPIRY, DEATH, REDRIVE, CANCEL, EXTEND, GIVE_BACK)
 
 
 def enable(on: bool = True) -> None:
@@ -128,6 +130,8 @@ def _fields(op: Mapping[str, Any], record: Any, held: tuple[Any, Any]) -> tuple[
             "attempt": record.attempts,
             "deadline": op["deadline"],
         }
+    if kind == "give_back":
+        return GIVE_BACK, {"task_id": task_id, "worker": worker, "generation": op["generation"]}
     if kind == "ack":
         return ACK, {"task_id": task_id, "worker": worker, "generation": op["generation"]}
     if kind == "release":

@@ -30,6 +30,9 @@ cancel     ready or  dead                        worker, deadline cleared
 fail       leased    dead                        same generation (fenced)
 error      ready or  (same)                      last error = type, message,
            leased                                attempts, at
+give_back  leased    ready                       G == generation (fenced); the
+                                                 lease undone: attempts and
+                                                 generation -= 1
 =========  ========  ==========================  ================================
 
 `worker` and `deadline` are set exactly while a task is leased. Anything
@@ -386,6 +389,7 @@ OP_KINDS: dict[str, OpKind] = {
             (READY, LEASED),
             transitions.error,
         ),
+        OpKind("give_back", (("generation", Field.POSITIVE_INT),), LEASED, transitions.give_back),
     )
 }
 if frozenset(OP_KINDS) != OP_NAMES:

@@ -20,6 +20,8 @@ __all__ = ["OP_NAMES", "transaction_seq"]
 #: refuses to import unless its names are exactly these. A new kind is
 #: named here and declared there.
 OP_NAMES = frozenset({"put", "lease", "expire", "ack", "release", "extend", "redrive", "cancel", "fail", "error"})
+#: An unstarted lease given back with its attempt restored (docs/FORMAT.md, "give_back"); older readers refuse it by name.
+OP_NAMES |= {"give_back"}
 
 
 def transaction_seq(value: Any, path: str | None, offset: int) -> int:
