@@ -17,7 +17,7 @@ import threading
 import time
 from typing import Any, Final
 
-from walqueue.engine.events import ACK, DEATH, RELEASE
+from walqueue.engine.events import ACK, DEATH, GIVE_BACK, RELEASE
 
 __all__ = ["LIFECYCLE", "OUTCOMES", "Report", "log"]
 
@@ -27,7 +27,7 @@ log = logging.getLogger("walqueue.worker")
 #: completed: acked; retried: failed, released for a later attempt; dead: failed for good (out of
 #: attempts, `Permanent`, unknown kind); lost: the lease was lost, the result discarded;
 #: timed_out: overran its timeout, lease released; interrupted: released at shutdown; returned: a
-#: prefetched lease given back at shutdown before its handler started (not a handler run).
+#: prefetched lease given back before its handler started, its attempt restored (not a handler run).
 OUTCOMES = ("completed", "retried", "dead", "lost", "timed_out", "interrupted", "returned")
 #: The engine's lifecycle event (walqueue.engine.events) that each outcome committed, set as the line's
 #: ``lifecycle`` field, so the worker's lines and the queue's event stream join on one name: a release that
@@ -39,7 +39,7 @@ LIFECYCLE: Final = {
     "dead": DEATH,
     "timed_out": RELEASE,
     "interrupted": RELEASE,
-    "returned": RELEASE,
+    "returned": GIVE_BACK,
 }
 _LEVELS = {"completed": logging.INFO, "retried": logging.WARNING, "dead": logging.ERROR}
 

@@ -101,8 +101,8 @@ class Worker:
     one per thread until then), at most one per thread, or 31 through a
     client of walqueue-serve, where each reserve costs a round trip (it
     reserves again once half are used). Every lease held, started or not,
-    gets its heartbeats; at shutdown the unstarted ones are released at
-    once.
+    gets its heartbeats; at shutdown the unstarted ones are given back at
+    once (`Queue.give_back`: their attempts restored).
 
     Example: ``Worker("/var/lib/app/queue", handle, concurrency=8).run()``
     """
@@ -463,7 +463,8 @@ class Worker:
         log.error("%s overran its hard timeout: the process exits and its supervisor starts a new one", run.job.id)
         error = {"type": "WorkerRestart", "message": f"the worker process restarted after {run.job.id} timed out"}
         for other in self._monitor.runs():
-            self._settler.abandon(other, "interrupted", "restart", 0, error)
+            if not self._settler.withdraw(other, "restart"):  # unstarted: given back, its attempt restored
+                self._settler.abandon(other, "interrupted", "restart", 0, error)
         for handler in logging.getLogger().handlers + logging.getLogger("walqueue").handlers:
             handler.flush()
         os._exit(EXIT_HARD_TIMEOUT)
@@ -501,7 +502,8 @@ class Worker:
             self._monitor.wait_empty(seconds_until(grace_end, started, self.units_per_second), self._hurry)
         error = {"type": "Shutdown", "message": "the worker stopped before the handler finished"}
         for run in self._monitor.runs():
-            self._settler.abandon(run, "interrupted", "shutdown", 0, error)
+            if not self._settler.withdraw(run):  # never started (handed out meanwhile): its attempt restored
+                self._settler.abandon(run, "interrupted", "shutdown", 0, error)
         self._pending.close()  # the acker sends the acks still queued, then ends
         if self._acker_thread is not None:
             self._acker_thread.join(_ACKER_JOIN_SECONDS)

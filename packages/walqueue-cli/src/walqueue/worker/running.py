@@ -23,7 +23,7 @@ from walqueue.worker.context import Context, Job
 from walqueue.worker.errors import Permanent, Retry
 from walqueue.worker.report import Report, log
 from walqueue.worker.retry import RetryPolicy
-from walqueue.worker.source import Source, error_of, fail, release_failed
+from walqueue.worker.source import Source, error_of, fail, give_back, release_failed
 
 __all__ = ["Run", "Settler"]
 
@@ -137,19 +137,23 @@ class Settler:
             self._release(run, event, delay, error)
             return True
 
-    def withdraw(self, run: Run) -> bool:
-        """Give back a prefetched lease whose handler never started (at shutdown): released at once, no error."""
+    def withdraw(self, run: Run, reason: str = "shutdown") -> bool:
+        """Give back a prefetched lease whose handler never started: at once, its attempt restored, no error.
+
+        `give_back` undoes the lease, so a task is never dead without a run
+        that used its last attempt, and its last error stays its last run's.
+        """
         with run.lock:
             if run.settled or run.begun:
                 return False
             run.settled = True
-            run.context.lose("shutdown")
+            run.context.lose(reason)
             try:
-                self.source.release(run.lease, now=self.clock())
+                give_back(self.source, run.lease, now=self.clock())
             except (StaleLease, OSError) as error:
                 self._record(run, "lost", f"not started; giving it back failed ({error})")
             else:
-                self._record(run, "returned", "not started: given back at shutdown")
+                self._record(run, "returned", f"not started: given back at {reason}, its attempt restored")
             return True
 
     def lose(self, run: Run, error: BaseException) -> None:

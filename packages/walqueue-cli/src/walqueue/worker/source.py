@@ -29,7 +29,17 @@ from typing import Any, Protocol
 
 from walqueue import Lease, StaleLease, Task
 
-__all__ = ["MAX_ERROR_CHARS", "UNNAMED_TYPE", "Source", "ack_many", "error_of", "fail", "release_failed", "settle_acks"]
+__all__ = [
+    "MAX_ERROR_CHARS",
+    "UNNAMED_TYPE",
+    "Source",
+    "ack_many",
+    "error_of",
+    "fail",
+    "give_back",
+    "release_failed",
+    "settle_acks",
+]
 
 #: The longest error message the worker sends (the engine bounds what it stores too).
 MAX_ERROR_CHARS = 2000
@@ -101,6 +111,24 @@ def release_failed(source: Source, lease: Lease, *, now: int, delay: int, error:
         source.release(lease, now=now, delay=delay, error=error)  # type: ignore[call-arg]
     else:
         source.release(lease, now=now, delay=delay)
+
+
+def give_back(source: Source, lease: Lease, *, now: int) -> None:
+    """Give back a lease whose handler never started, its attempt restored (`Queue.give_back`).
+
+    A source without the call (an older engine or server, which calls it a
+    bad request: `ValueError`) gets a plain release instead, which spends
+    the attempt as it always did.
+    """
+    call = getattr(source, "give_back", None)
+    if call is not None:
+        try:
+            call(lease, now=now)
+        except ValueError:  # an older server: the call is unknown; nothing was written
+            pass
+        else:
+            return
+    source.release(lease, now=now)
 
 
 def fail(source: Source, lease: Lease, *, now: int, error: dict[str, str]) -> None:

@@ -20,7 +20,7 @@ __all__ = ["OP_NAMES", "transaction_seq"]
 #: refuses to import unless its names are exactly these. A new kind is
 #: named here and declared there.
 OP_NAMES = frozenset({"put", "lease", "expire", "ack", "release", "extend", "redrive", "cancel", "fail", "error"})
-#: An unstarted lease given back with its attempt restored (docs/FORMAT.md, "give_back"); older readers refuse it by name.
+#: An unstarted lease undone (docs/FORMAT.md, "give_back"); older readers refuse it by name.
 OP_NAMES |= {"give_back"}
 
 
