@@ -33,7 +33,7 @@ from walqueue.worker.clock import MILLISECONDS
 from walqueue.worker.schedule import Periodic, load_schedule
 from walqueue.worker.sync_only import AsyncHandler, refuse_async
 
-__all__ = ["EXIT_SERVER", "main", "resolve_handler", "until_stopped"]
+__all__ = ["EXIT_SERVER", "main", "open_store", "resolve_handler", "until_stopped"]
 
 PROG = "walqueue-worker"
 #: The server could not be started (the other exit statuses are walqueue.format.cmdline's).
@@ -285,21 +285,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     return _run_here(directory, arguments, handler, schedule)
 
 
-def _run_here(directory: str | None, arguments: Any, handler: Callable[..., Any], schedule: list[Periodic]) -> int:
+def open_store(directory: str) -> Any:
+    """`Queue(directory)` (created if missing), or None once the reason it cannot be opened is printed."""
     from walqueue import CorruptStore, DirectoryLocked, Queue
+
+    try:
+        return Queue(directory)
+    except (CorruptStore, DirectoryLocked, OSError) as error:
+        hint = ""
+        if isinstance(error, DirectoryLocked):
+            hint = " (another process owns it: share it with --processes, or use its server with --socket PATH)"
+        elif isinstance(error, CorruptStore):
+            hint = " (run walqueue-fsck DIR)"
+        print(f"{PROG}: cannot open {directory}: {type(error).__name__}: {error}{hint}", file=sys.stderr)
+        return None
+
+
+def _run_here(directory: str | None, arguments: Any, handler: Callable[..., Any], schedule: list[Periodic]) -> int:
     from walqueue.worker.runner import Worker
 
     source: Any
     if directory is not None:
-        try:
-            source = Queue(directory)
-        except (CorruptStore, DirectoryLocked, OSError) as error:
-            hint = ""
-            if isinstance(error, DirectoryLocked):
-                hint = " (another process owns it: share it with --processes, or use its server with --socket PATH)"
-            elif isinstance(error, CorruptStore):
-                hint = " (run walqueue-fsck DIR)"
-            print(f"{PROG}: cannot open {directory}: {type(error).__name__}: {error}{hint}", file=sys.stderr)
+        source = open_store(directory)
+        if source is None:
             return EXIT_CANNOT_OPEN
     else:
         from walqueue.cli.client import Client

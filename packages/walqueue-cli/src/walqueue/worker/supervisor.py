@@ -27,6 +27,7 @@ its last client has left, so nothing is orphaned and no lease is held.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -252,7 +253,8 @@ def _child_command(socket_path: str, spec: str, arguments: Any) -> list[str]:
 
 def supervise(directory: str | None, socket_path: str | None, spec: str, arguments: Any) -> int:
     """Run P children (and the server, for a directory) until SIGTERM/SIGINT; returns the exit status."""
-    from walqueue.worker.cli import PROG, until_stopped
+    from walqueue.format.cmdline import EXIT_CANNOT_OPEN
+    from walqueue.worker.cli import PROG, open_store, until_stopped
 
     if socket_path is None:
         assert directory is not None
@@ -265,10 +267,20 @@ def supervise(directory: str | None, socket_path: str | None, spec: str, argumen
                 file=sys.stderr,
             )
             return 3
+    created = directory is not None and not os.path.lexists(directory)
+    if created:  # created here, as the threaded worker creates it (its socket goes in it)
+        assert directory is not None
+        store = open_store(directory)
+        if store is None:
+            return EXIT_CANNOT_OPEN
+        store.close()
     command = _child_command(socket_path, spec, arguments)
     server_log_level = "DEBUG" if arguments.log_level == "DEBUG" else "WARNING"  # its per-client lines are noise here
     supervisor = Supervisor(directory, socket_path, [command] * arguments.processes, arguments.grace, server_log_level)
     if not until_stopped(supervisor, supervisor.start):
         supervisor.close_pipe()
+        if created:  # a failed start leaves nothing behind: not the empty store made for it either
+            assert directory is not None
+            shutil.rmtree(directory, ignore_errors=True)
         return supervisor.exit_status
     return 0
