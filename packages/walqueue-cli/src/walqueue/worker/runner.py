@@ -55,7 +55,7 @@ from walqueue.worker.retry import RetryPolicy
 from walqueue.worker.router import Handler
 from walqueue.worker.running import Run, Settler
 from walqueue.worker.schedule import Periodic, Scheduler
-from walqueue.worker.source import Source, ack_many, settle_acks
+from walqueue.worker.source import Source, ack_many, bounded_client, settle_acks
 from walqueue.worker.sync_only import refuse_async, refuse_awaitable
 
 __all__ = ["DEFAULT_GRACE", "DEFAULT_IDLE_WAIT", "DEFAULT_LEASE", "EXIT_HARD_TIMEOUT", "Worker"]
@@ -186,6 +186,7 @@ class Worker:
         self._acker_thread: threading.Thread | None = None
         self._monitor: Any = None
         self._threads: list[threading.Thread] = []
+        self._bounded: Any = None  # through a server: a client whose calls give up in time (`bounded_client`)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -203,12 +204,15 @@ class Worker:
         # Acks go to the acker thread only where its batches make one round trip or one fsync;
         # otherwise each thread acks by itself, and the queue's group commit joins their fsyncs.
         self._batched_acks = hasattr(self.source, "pipeline") or hasattr(self.source, "batch")
+        bound = max(0.05, min(self.beat_every, max(self.grace, 1)) / self.units_per_second)
+        self._bounded = bounded_client(self.source, bound)  # heartbeats never outlive the grace
         self._monitor = Monitor(
             self._settler,
             lease=self.lease,
             beat_every=self.beat_every,
             on_timeout=self._on_timeout,
             timeout_error=self._timeout_error,
+            beats=self._bounded,
         )
         for number in range(self.concurrency):
             self._spawn(self._executor, f"executor-{number}")
@@ -490,6 +494,9 @@ class Worker:
         assert self._settler is not None
         with self._reserving:  # a reserve under way has handed out its leases when this returns
             pass
+        if self._bounded is not None:  # from now on each call is tried once: nobody restarts a server mid-stop
+            self._bounded.reconnect_seconds = 0.0
+            self._settler.source = self._bounded
         for run in self._monitor.runs():
             if self._settler.withdraw(run):  # prefetched, never started: given back now, not after the grace
                 self._monitor.remove(run)
@@ -517,6 +524,8 @@ class Worker:
         if self._directory is not None and self.source is not None:
             assert isinstance(self.source, Queue)
             self.source.close()
+        if self._bounded is not None:
+            self._bounded.close()
         self.report.summary(self._running())
         log.info("worker %s stopped", self.name)
         self._done.set()

@@ -34,6 +34,7 @@ __all__ = [
     "UNNAMED_TYPE",
     "Source",
     "ack_many",
+    "bounded_client",
     "error_of",
     "fail",
     "give_back",
@@ -111,6 +112,26 @@ def release_failed(source: Source, lease: Lease, *, now: int, delay: int, error:
         source.release(lease, now=now, delay=delay, error=error)  # type: ignore[call-arg]
     else:
         source.release(lease, now=now, delay=delay)
+
+
+def bounded_client(source: Source, seconds: float) -> Any:
+    """Through walqueue-serve, a client of the same socket whose calls give up after `seconds`; else None.
+
+    A heartbeat must never outlive the shutdown's grace: through a server
+    that was SIGKILLed, a call of the worker's own client keeps reconnecting
+    for its `reconnect_seconds` (10 s by default) while it holds the run's
+    lock, and the stop waits for it. Heartbeats go through this one instead,
+    bounded by the grace and the beat interval; at the stop, the shutdown's
+    calls too, with no reconnecting at all (nobody restarts a server during
+    a stop). docs/DECISIONS.md §36.
+    """
+    from walqueue.cli.client import Client, Pipeline
+
+    if not isinstance(source, Client) or isinstance(source, Pipeline):
+        return None
+    limit = min(seconds, source.reconnect_seconds)
+    timeout = limit if source.timeout is None else min(limit, source.timeout)
+    return type(source)(source.socket_path, timeout=timeout, reconnect_seconds=limit)
 
 
 def give_back(source: Source, lease: Lease, *, now: int) -> None:

@@ -202,7 +202,8 @@ class Supervisor:
     def _shut_down(self) -> None:
         for child in self.children:
             child.signal(signal.SIGTERM)
-        kill_at = time.monotonic() + self.grace + _KILL_MARGIN_SECONDS
+        began = time.monotonic()
+        kill_at = began + self.grace + _KILL_MARGIN_SECONDS
         hurried = False
         while any(child.exited() is None for child in self.children):
             if self._hurry.is_set() and not hurried:
@@ -212,8 +213,14 @@ class Supervisor:
             if time.monotonic() >= kill_at:
                 for child in self.children:
                     if child.exited() is None:
-                        log.error("%s still running %.0f s after the stop: killed", child.name, self.grace)
+                        log.error(
+                            "%s still running %.1f s after the stop (its grace: %g s): killed",
+                            child.name,
+                            time.monotonic() - began,
+                            self.grace,
+                        )
                         child.signal(signal.SIGKILL)
+                kill_at = float("inf")  # killed once, logged once
             with self._changed:
                 self._changed.wait(0.05)
         if self.server is not None and self.server.process is not None:
