@@ -49,6 +49,7 @@ from typing import Any
 
 from walqueue import Lease, Queue, QueueClosed, StaleLease
 from walqueue.worker.clock import MILLISECONDS, Clock, milliseconds, seconds_until
+from walqueue.worker.forks import leave_if_forked
 from walqueue.worker.pending import Pending
 from walqueue.worker.report import Report, log
 from walqueue.worker.retry import RetryPolicy
@@ -186,6 +187,7 @@ class Worker:
         self._acker_thread: threading.Thread | None = None
         self._monitor: Any = None
         self._threads: list[threading.Thread] = []
+        self._pid = os.getpid()
         self._bounded: Any = None  # through a server: a client whose calls give up in time (`bounded_client`)
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -197,6 +199,7 @@ class Worker:
         if self._started:
             raise RuntimeError("a Worker is started once")
         self._started = True
+        self._pid = os.getpid()  # a process forked by a handler is not this worker (`leave_if_forked`)
         if self._directory is not None:
             self.source = Queue(self._directory)
         assert self.source is not None
@@ -432,9 +435,11 @@ class Worker:
         try:
             refuse_awaitable(self.handler(run.job, run.context))
         except BaseException as error:  # noqa: BLE001 - every failure of a handler is the task's, not the worker's
+            leave_if_forked(self._pid, run.job.id, error)
             self._measured(time.monotonic() - began)
             self._settler.fail(run, error)
             return False
+        leave_if_forked(self._pid, run.job.id, None)
         self._measured(time.monotonic() - began)
         if not self._settler.claim(run):
             return False
