@@ -6,6 +6,8 @@ DIR/worker.sock`` itself, waits until it answers, then starts P children,
 each ``python -m walqueue.worker --socket DIR/worker.sock HANDLER`` with the
 same options (and a hard timeout: a child whose handler overruns releases
 its leases and exits). Given ``--socket PATH`` it starts only the children.
+With ``--schedule``, the first child alone runs the periodic tasks (one
+put, and one ``fired`` line, per firing); it is restarted like the others.
 
 It keeps them running: a child or a server that dies (a crash, SIGKILL, a
 hard timeout) is started again, after a pause that grows while they keep
@@ -242,7 +244,7 @@ class Supervisor:
                 pass
 
 
-def _child_command(socket_path: str, spec: str, arguments: Any) -> list[str]:
+def _child_command(socket_path: str, spec: str, arguments: Any, *, schedule: bool = True) -> list[str]:
     command = [sys.executable, "-m", "walqueue.worker", "--socket", socket_path, spec]
     command += ["--concurrency", str(arguments.concurrency), "--lease", repr(arguments.lease)]
     if arguments.prefetch is not None:
@@ -251,7 +253,7 @@ def _child_command(socket_path: str, spec: str, arguments: Any) -> list[str]:
     command += ["--log-level", arguments.log_level]
     if arguments.timeout is not None:
         command += ["--timeout", repr(arguments.timeout), "--hard-timeout"]
-    if arguments.schedule is not None:
+    if arguments.schedule is not None and schedule:
         command += ["--schedule", os.path.abspath(arguments.schedule)]
     if arguments.log_json:
         command.append("--log-json")
@@ -282,8 +284,11 @@ def supervise(directory: str | None, socket_path: str | None, spec: str, argumen
             return EXIT_CANNOT_OPEN
         store.close()
     command = _child_command(socket_path, spec, arguments)
+    # One scheduler per supervisor (the first child, restarted like any other): one put and one line per firing.
+    others = _child_command(socket_path, spec, arguments, schedule=False)
+    children = [command] + [others] * (arguments.processes - 1)
     server_log_level = "DEBUG" if arguments.log_level == "DEBUG" else "WARNING"  # its per-client lines are noise here
-    supervisor = Supervisor(directory, socket_path, [command] * arguments.processes, arguments.grace, server_log_level)
+    supervisor = Supervisor(directory, socket_path, children, arguments.grace, server_log_level)
     if not until_stopped(supervisor, supervisor.start):
         supervisor.close_pipe()
         if created:  # a failed start leaves nothing behind: not the empty store made for it either
