@@ -203,7 +203,7 @@ class Worker:
         if self._directory is not None:
             self.source = Queue(self._directory)
         assert self.source is not None
-        self._settler = Settler(self.source, self.clock, self.retry, self.report)
+        self._settler = Settler(self.source, self.clock, self.retry, self.report, self.units_per_second)
         # Acks go to the acker thread only where its batches make one round trip or one fsync;
         # otherwise each thread acks by itself, and the queue's group commit joins their fsyncs.
         self._batched_acks = hasattr(self.source, "pipeline") or hasattr(self.source, "batch")
@@ -436,10 +436,12 @@ class Worker:
             refuse_awaitable(self.handler(run.job, run.context))
         except BaseException as error:  # noqa: BLE001 - every failure of a handler is the task's, not the worker's
             leave_if_forked(self._pid, run.job.id, error)
+            run.end(self.clock())
             self._measured(time.monotonic() - began)
             self._settler.fail(run, error)
             return False
         leave_if_forked(self._pid, run.job.id, None)
+        run.end(self.clock())
         self._measured(time.monotonic() - began)
         if not self._settler.claim(run):
             return False
