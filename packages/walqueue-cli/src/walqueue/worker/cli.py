@@ -14,6 +14,7 @@ is milliseconds since the epoch, so producers must use milliseconds for
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import logging
 import os
@@ -31,6 +32,7 @@ from walqueue.engine.events import JsonLinesFormatter
 from walqueue.format.cmdline import EX_USAGE, EXIT_CANNOT_OPEN, EXIT_FATAL, EXIT_OK, UsageParser, version_line
 from walqueue.worker.clock import MILLISECONDS
 from walqueue.worker.schedule import Periodic, load_schedule
+from walqueue.worker.summaries import add_summary_fd_argument, send_summary
 from walqueue.worker.sync_only import AsyncHandler, refuse_async
 
 __all__ = ["EXIT_SERVER", "main", "open_store", "resolve_handler", "until_stopped"]
@@ -103,6 +105,7 @@ def _parser() -> UsageParser:
     )
     parser.add_argument("--hard-timeout", action="store_true", help=argparse.SUPPRESS)
     add_parent_pipe_argument(parser)  # set by the supervisor: a child stops as on SIGTERM once it is gone
+    add_summary_fd_argument(parser)  # set by the supervisor: a child sends it its counters, for one combined line
     parser.add_argument("--version", action="version", version=version_line(PROG))
     return parser
 
@@ -327,6 +330,8 @@ def _run_here(directory: str | None, arguments: Any, handler: Callable[..., Any]
             hard_timeout=arguments.hard_timeout,
             summary_every=arguments.summary or None,
         )
+        if arguments.summary_fd is not None:
+            worker.report.sink = functools.partial(send_summary, arguments.summary_fd)
         until_stopped(worker, worker.start, parent_pipe=arguments.parent_pipe)
     finally:
         source.close()

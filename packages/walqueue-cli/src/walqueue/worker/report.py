@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, Final
 
 from walqueue.engine.events import ACK, DEATH, GIVE_BACK, RELEASE
@@ -53,6 +54,8 @@ class Report:
         self._counts = dict.fromkeys(OUTCOMES, 0)
         self._started = time.monotonic()
         self._last_summary = (self._started, 0)
+        #: Where summaries go instead of the log (a supervisor's child: `summaries.send_summary`), if anywhere.
+        self.sink: Callable[[dict[str, Any]], None] | None = None
 
     def outcome(self, event: str, task: str, attempt: int, ms: int, message: str, **extra: Any) -> None:
         """Count `event` for one run (it has ended) and log its line."""
@@ -87,6 +90,9 @@ class Report:
     def summary(self, running: int) -> None:
         """Log one summary line; its rate is over the time since the previous summary."""
         stats = self.snapshot(running)
+        if self.sink is not None:  # the supervisor logs one line for all its processes
+            self.sink(stats)
+            return
         now = time.monotonic()
         with self._lock:
             since, processed_then = self._last_summary

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from walqueue.worker.report import log
+from walqueue.worker.summaries import Summaries
 
 __all__ = ["SOCKET_NAME", "Supervisor", "supervise"]
 
@@ -103,6 +104,7 @@ class Supervisor:
         children: list[list[str]],
         grace: float,
         server_log_level: str = "WARNING",
+        summary_every: float | None = None,
     ) -> None:
         self.directory = directory
         self.socket_path = socket_path
@@ -110,19 +112,27 @@ class Supervisor:
         # Nothing is written to this pipe: its end (every write end closed) tells the children that
         # this process is gone. The write end is close-on-exec, so only this process holds it.
         self._parent_read, self._parent_write = os.pipe()
+        # The children write their counters here (`summaries.py`); this process logs one line for all.
+        self._summary_read, self._summary_write = os.pipe()
+        self.summaries = Summaries(self._summary_read)
+        self.summary_every = summary_every
         watch = ("--parent-pipe", str(self._parent_read))
         inherit = (self._parent_read,)
+        report = ("--summary-fd", str(self._summary_write))
         self.server: _Child | None = None
         if directory is not None:
             command = [sys.executable, "-m", "walqueue.cli.serve", directory, "--socket", socket_path]
             command += ["--log-level", server_log_level, *watch]
             self.server = _Child("server", command, output=subprocess.DEVNULL, pass_fds=inherit)
         self.children = [
-            _Child(f"worker {number}", [*command, *watch], pass_fds=inherit) for number, command in enumerate(children)
+            _Child(f"worker {number}", [*command, *watch, *report], pass_fds=(*inherit, self._summary_write))
+            for number, command in enumerate(children)
         ]
         self._stopping = threading.Event()
         self._hurry = threading.Event()
         self._done = threading.Event()
+        self._children_gone = threading.Event()  # ends the summaries' reader before its pipe is closed
+        self._summarizer: threading.Thread | None = None
         self._changed = threading.Condition()
         self.exit_status = 0
 
@@ -156,6 +166,8 @@ class Supervisor:
         for child in self.children:
             child.start()
         threading.Thread(target=self._keep_alive, name="walqueue-worker supervisor", daemon=True).start()
+        self._summarizer = threading.Thread(target=self._summarize, name="walqueue-worker summaries", daemon=True)
+        self._summarizer.start()
         log.info("supervising %d worker process(es) on %s", len(self.children), self.socket_path)
         return True
 
@@ -183,6 +195,18 @@ class Supervisor:
         self.server.process.wait()
         self.exit_status = 3
         return False
+
+    def _live_pids(self) -> set[int]:
+        return {child.process.pid for child in self.children if child.process is not None and child.exited() is None}
+
+    def _summarize(self) -> None:
+        """Take in the children's counters; every `summary_every` seconds, log their sum as one line."""
+        next_line = time.monotonic() + (self.summary_every or float("inf"))
+        while not self._children_gone.is_set():
+            self.summaries.read(max(0.0, min(0.5, next_line - time.monotonic())))
+            if time.monotonic() >= next_line and not self._stopping.is_set():
+                self.summaries.log(self._live_pids())
+                next_line = time.monotonic() + (self.summary_every or float("inf"))
 
     def _keep_alive(self) -> None:
         """Restart what dies until the first signal; then pass signals on, wait, stop the server."""
@@ -232,12 +256,17 @@ class Supervisor:
             except subprocess.TimeoutExpired:
                 self.server.signal(signal.SIGKILL)
                 self.server.process.wait()
+        self._children_gone.set()
+        if self._summarizer is not None:
+            self._summarizer.join(5.0)
+        self.summaries.read(0.0)  # the children's last counters, sent as they stopped
+        self.summaries.log(set())
         self.close_pipe()
         self._done.set()
 
     def close_pipe(self) -> None:
         """Close both ends of the children's pipe (every child has exited, or none was started)."""
-        for fd in (self._parent_read, self._parent_write):
+        for fd in (self._parent_read, self._parent_write, self._summary_read, self._summary_write):
             try:
                 os.close(fd)
             except OSError:
@@ -288,7 +317,9 @@ def supervise(directory: str | None, socket_path: str | None, spec: str, argumen
     others = _child_command(socket_path, spec, arguments, schedule=False)
     children = [command] + [others] * (arguments.processes - 1)
     server_log_level = "DEBUG" if arguments.log_level == "DEBUG" else "WARNING"  # its per-client lines are noise here
-    supervisor = Supervisor(directory, socket_path, children, arguments.grace, server_log_level)
+    supervisor = Supervisor(
+        directory, socket_path, children, arguments.grace, server_log_level, summary_every=arguments.summary or None
+    )
     if not until_stopped(supervisor, supervisor.start):
         supervisor.close_pipe()
         if created:  # a failed start leaves nothing behind: not the empty store made for it either
