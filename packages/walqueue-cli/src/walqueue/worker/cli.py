@@ -60,7 +60,10 @@ once.
 exit status: 0 stopped by a signal; 1 the queue failed (poisoned by an I/O
 error); 2 DIR could not be opened (corrupt, locked by another owner); 3 the
 server (--processes with DIR) could not be started; 64 usage error (also a
-handler that cannot be imported, or a bad --schedule file)."""
+handler that cannot be imported or is async def, or a bad --schedule file).
+
+With --processes, the first process alone runs --schedule, and the
+supervisor logs one summary line for all of them."""
 
 
 def _parser() -> UsageParser:
