@@ -131,7 +131,10 @@ def bounded_client(source: Source, seconds: float) -> Any:
         return None
     limit = min(seconds, source.reconnect_seconds)
     timeout = limit if source.timeout is None else min(limit, source.timeout)
-    return type(source)(source.socket_path, timeout=timeout, reconnect_seconds=limit)
+    try:
+        return type(source)(source.socket_path, timeout=timeout, reconnect_seconds=limit)
+    except TypeError:  # a subclass made another way: its own client, unbounded, as before
+        return None
 
 
 def give_back(source: Source, lease: Lease, *, now: int) -> None:
