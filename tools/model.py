@@ -17,7 +17,7 @@ comparable too:
 
 Public API (stable; crash campaigns and the torture harness import it):
 
-- `Model()` with `put`, `put_many`, `reserve`, `ack`, `release`, `fail`, `extend`,
+- `Model()` with `put`, `put_many`, `reserve`, `ack`, `release`, `fail`, `give_back`, `extend`,
   `redrive`, `cancel` (the lease lifecycle calls), `get`, `tasks`, `counts()`,
   `next_available_at()`, `next_deadline()` (the two lifecycle keys of
   `stats()`), `last_seq` (property), `clone()` and `reap(now)` (the
@@ -64,6 +64,10 @@ bytes. The task's `last_error` is then the type, the message, its attempts
 at that moment and `now`, in the same transaction. An expiry records
 ``LeaseExpired`` with the attempt and the old deadline as its time. Every
 transition but ack (which drops it) keeps the last error otherwise.
+
+`give_back` (an unstarted lease returned) is fenced and checked as `ack`;
+the lease is undone: the task is ready with its `available_at` and last
+error as they were, `attempts` and `generation` one less.
 """
 
 from __future__ import annotations
@@ -572,6 +576,17 @@ class Model:
         self._commit()
         self._record_error(record, checked, now)
         record["status"] = "dead"
+        record["worker"] = None
+        record["deadline"] = None
+
+    def give_back(self, lease: Lease, *, now: int) -> None:
+        """Return a held lease never started: ready as before the lease, its attempt restored, fenced as ack."""
+        self._check_token(lease, now)
+        record = self._owner_record(lease, now)
+        self._commit()
+        record["status"] = "ready"
+        record["attempts"] -= 1
+        record["generation"] -= 1
         record["worker"] = None
         record["deadline"] = None
 

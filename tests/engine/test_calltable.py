@@ -234,6 +234,7 @@ def test_every_answer_kind_comes_back_as_the_queue_returned_it(tmp_path: Path) -
         results["ack_many"] = queue.ack_many([], now=2)
         results["release"] = None
         results["fail"] = None
+        results["give_back"] = None
         results["redrive"] = None
         results["cancel"] = None
         queue.release(results["reserve"][1], now=3, error={"type": "ValueError", "message": "bad input"})

@@ -71,6 +71,8 @@ BAD_CALLS: list[Callable[[Any], Any]] = [
     lambda q: q.fail(Lease("a", "w1", 1), now=0, error={"type": "E", "message": 1}),
     lambda q: q.fail("not a lease", now=0),
     lambda q: q.fail(Lease("a", "w1", 1), now=-1),
+    lambda q: q.give_back("not a lease", now=0),
+    lambda q: q.give_back(Lease("a", "w1", 1), now=-1),
     lambda q: q.cancel("a", error={"type": "E", "message": "m"}),
     lambda q: q.cancel("a", error={"type": "E", "message": "m"}, now=-1),
     lambda q: q.cancel("a", error=["type", "message"], now=0),
@@ -172,6 +174,8 @@ class Harness:
             self.same(f"ack({lease!r}, now={now})", lambda q: q.ack(lease, now=now))
         elif verb == "fail":
             self.same(f"fail({lease!r}, now={now}, error={error!r:.60})", lambda q: q.fail(lease, now=now, error=error))
+        elif verb == "give_back":
+            self.same(f"give_back({lease!r}, now={now})", lambda q: q.give_back(lease, now=now))
         else:
             self.same(
                 f"release({lease!r}, now={now}, delay={delay}, error={error!r:.60})",
@@ -299,7 +303,7 @@ class QueueVersusModel(RuleBasedStateMachine):
 
     @precondition(lambda self: bool(self.h.leases))
     @rule(
-        verb=st.sampled_from(["ack", "release", "release", "fail"]),
+        verb=st.sampled_from(["ack", "release", "release", "fail", "give_back"]),
         index=st.integers(0, 50),
         offset=st.integers(-6, 2),
         forge=st.sampled_from(["none", "none", "none", "worker", "generation", "payload"]),

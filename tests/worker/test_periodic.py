@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import calendar
 import json
+import logging
 import time
 from pathlib import Path
 
@@ -262,3 +263,30 @@ def test_once_catches_up_on_a_start_when_the_store_knows_an_earlier_firing(queue
     Scheduler([entry], queue, units_per_second=1_000).tick(restart)
     latest = calendar.timegm((2026, 12, 5, 3, 0, 0)) * 1_000
     assert fired(queue) == [firing_key("nightly", night), firing_key("nightly", latest)]
+
+
+def test_each_firing_is_logged_fired_once_by_the_scheduler_that_enqueued_it(
+    queue: Queue, caplog: pytest.LogCaptureFixture
+) -> None:
+    entry = Periodic("report", {"kind": "report"}, every=MINUTE)
+    schedulers = [Scheduler([entry], queue, units_per_second=1_000) for _ in range(4)]
+    clock = FakeClock(1_700_000_000_000)
+    with caplog.at_level(logging.INFO, logger="walqueue.worker"):
+        for _ in range(5):
+            for scheduler in schedulers:
+                scheduler.tick(clock.now)
+            clock.advance(MINUTE)
+    lines = [record.getMessage() for record in caplog.records if ": fired " in record.getMessage()]
+    assert sorted(lines) == sorted(f"periodic report: fired {key}" for key in fired(queue)) and len(lines) == 5
+
+
+def test_with_processes_only_the_first_child_runs_the_schedule(tmp_path: Path) -> None:
+    from walqueue.worker.cli import _parser
+    from walqueue.worker.supervisor import _child_command
+
+    (tmp_path / "s.toml").write_text('[[task]]\nname = "t"\nevery = 1\npayload = {}\n')
+    arguments = _parser().parse_args(["q", "app:h", "--processes", "4", "--schedule", str(tmp_path / "s.toml")])
+    first = _child_command("sock", "app:h", arguments)
+    others = _child_command("sock", "app:h", arguments, schedule=False)
+    assert "--schedule" in first and "--schedule" not in others
+    assert [part for part in first if part not in others] == ["--schedule", str(tmp_path / "s.toml")]

@@ -118,7 +118,7 @@ def test_stop_gives_running_handlers_the_grace_then_releases_their_leases(queue:
     assert worker.wait(WAIT)
     # Stopped reserving at once: only those three were ever leased; all three were given back.
     assert counts(queue) == {"ready": 5, "leased": 0, "completed": 0, "dead": 0}
-    assert sorted(task.attempts for task in queue.tasks()) == [0, 0, 1, 1, 1]
+    assert sorted(task.attempts for task in queue.tasks()) == [0, 0, 0, 1, 1]  # the unstarted one: undone
     assert [context.reason for context in contexts] == ["shutdown", "shutdown"]
     released = [task for task in queue.tasks() if task.last_error is not None]
     assert len(released) == 2 and all(task.last_error.type == "Shutdown" for task in released)  # type: ignore[union-attr]

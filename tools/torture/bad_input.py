@@ -213,7 +213,7 @@ _JSON_ERRORS: tuple[Any, ...] = (
 def _cli_request(rng: random.Random, model: Model, foreign: list[Lease], serial: int) -> dict[str, Any]:
     op = rng.choice(
         ["put", "put", "put_many", "reserve", "ack", "release", "extend", "redrive", "cancel", "fail"]
-        + ["get", "tasks", "stats", "compact", "ack_many"]
+        + ["get", "tasks", "stats", "compact", "ack_many", "give_back"]
     )
     request: dict[str, Any] = {"op": op}
     if op == "put":
@@ -222,7 +222,7 @@ def _cli_request(rng: random.Random, model: Model, foreign: list[Lease], serial:
         request["tasks"] = [{"task_id": f"c{serial}.{i}", "payload": {}} for i in range(rng.randrange(3))]
     elif op == "reserve":
         request.update({"worker": "w1", "now": 10 + serial, "lease_seconds": rng.choice([1, 100])})
-    elif op in ("ack", "release", "extend", "fail"):
+    elif op in ("ack", "release", "extend", "fail", "give_back"):
         leased = model.tasks("leased")
         token = token_for(rng.choice(leased)) if leased and rng.random() < 0.7 else rng.choice(foreign)
         lease = token.to_dict()

@@ -305,7 +305,9 @@ def _place_without_writing(replay: _ThreadReplay, model: Model) -> int:
         else:
             if op.kind == "reserve" and digest != text_digest("ok []"):
                 return placed  # it leased something: it wrote
-            if op.kind in ("ack", "release", "fail", "redrive", "cancel") and digest == text_digest("ok null"):
+            if op.kind in ("ack", "release", "fail", "give_back", "redrive", "cancel") and digest == text_digest(
+                "ok null"
+            ):
                 return placed
             trial = model.clone()
             text, value = answer_of(op, trial)

@@ -121,8 +121,8 @@ class ThreadOps:
         self.now += rng.choice([0, 1, 2])
         kind = rng.choices(
             ["put", "put_many", "retry", "reserve", "ack", "release", "get", "tasks", "extend", "redrive", "cancel"]
-            + ["fail"],
-            [5, 2, 1, 4, 3, 2, 1, 1, 2, 1, 1, 1],
+            + ["fail", "give_back"],
+            [5, 2, 1, 4, 3, 2, 1, 1, 2, 1, 1, 1, 1],
         )[0]
         if kind == "retry" and self.specs:
             return Op("put", {"spec": dict(rng.choice(self.specs))})
@@ -134,10 +134,10 @@ class ThreadOps:
                 "reserve",
                 {"worker": self.thread, "now": self.now, "lease_seconds": rng.choice([2, 5, 50]), "limit": limit},
             )
-        if kind in ("ack", "release", "fail") and self.held:
+        if kind in ("ack", "release", "fail", "give_back") and self.held:
             lease = self.held.pop(rng.randrange(len(self.held)))
-            if kind == "ack":
-                return Op("ack", {"lease": lease, "now": self.now})
+            if kind in ("ack", "give_back"):
+                return Op(kind, {"lease": lease, "now": self.now})
             if kind == "fail":
                 error = seeded_error(rng) if rng.random() < 0.8 else None
                 return Op("fail", {"lease": lease, "now": self.now, "error": error})

@@ -4,7 +4,9 @@ Each unit puts a mix of tasks (ones that succeed, fail a few times, always
 fail, fail permanently, run long), starts ``walqueue-worker DIR
 side:handle --processes 3 --schedule FILE`` (its supervisor starts
 walqueue-serve and restarts whatever dies), and SIGKILLs a worker process
-or the server at random moments until every task is done. Handlers append
+or the server at random moments, or stops a worker process cleanly with
+SIGTERM (it gives back the leases it never started; the supervisor starts
+it again), until every task is done. Handlers append
 one line when they start and one when they end to a side log (outside the
 store, in the unit's own directory). Then SIGTERM, or in a third of the
 units SIGKILL to the supervisor itself, and the checks:
@@ -21,6 +23,12 @@ units SIGKILL to the supervisor itself, and the checks:
   lease then released); no run has an attempt beyond the task's;
 - nothing acknowledged is lost: every task seen completed during the run
   is completed at the end;
+- a dead task used its last attempt in a run (unless a kill took that
+  lease): an unstarted lease given back at a stop restores its attempt;
+- failures the worker cannot record as raised (``str()`` raises, a class
+  without a name, a retry at the end of time) are recorded truthfully,
+  and the worker goes on;
+- an ``async def`` handler is refused at start: exit 64, nothing written;
 - no periodic firing is enqueued twice: one task per firing time, each a
   multiple of the interval, no more than the time allowed.
 """
@@ -47,7 +55,13 @@ from .harness import Budget, Report
 
 HANDLERS = """
 import os, time
-from walqueue.worker import Permanent
+from walqueue.worker import Permanent, Retry
+
+class Unprintable(Exception):
+    def __str__(self):
+        raise RuntimeError("this error cannot be printed")
+
+Nameless = type("", (Exception,), {})
 
 LOG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "side.log")
 
@@ -74,13 +88,30 @@ def handle(job, context):
             raise RuntimeError("always fails")
         elif kind == "permanent":
             raise Permanent("cannot ever work")
+        elif kind == "unprintable":
+            raise Unprintable()
+        elif kind == "nameless":
+            raise Nameless("a class without a name")
+        elif kind == "far":
+            raise Retry("see you at the end of time", delay=10**30)
     except BaseException as error:
-        note("end", job.id, job.attempts, os.getpid(), type(error).__name__)
+        note("end", job.id, job.attempts, os.getpid(), type(error).__name__ or "unnamed")
         raise
     note("end", job.id, job.attempts, os.getpid(), "ok")
+
+async def handle_async(job, context):
+    note("start", job.id, job.attempts, os.getpid())
 """
 
-KINDS = ("ok", "ok", "slow", "flaky", "fail", "permanent")
+KINDS = ("ok", "ok", "slow", "flaky", "fail", "permanent") + ("unprintable", "nameless", "far")
+#: What each failure the worker cannot record as raised must be recorded as (its type, words of its message).
+UNRECORDABLE = {
+    "unprintable": ("Unprintable", "str() of the Unprintable raised RuntimeError"),
+    "nameless": ("<unnamed exception>", "a class without a name"),
+    "far": ("Retry", "see you at the end of time"),
+}
+#: The largest time the engine stores: where a retry beyond it is clamped.
+MAX_TIME = 2**63 - 1
 TASKS_PER_UNIT = 40
 TICK_SECONDS = 1
 UNIT_SECONDS = 60.0  # a unit that has not finished by then is a divergence (something is stuck)
@@ -130,10 +161,35 @@ def _put_tasks(unit: Unit) -> dict[str, dict[str, Any]]:
             payload["seconds"] = round(unit.rng.uniform(0.05, 0.6), 2)
         if kind == "flaky":
             payload["until"] = unit.rng.randint(2, 3)
-        tasks[f"{kind}-{number:03}"] = {"payload": payload, "max_attempts": unit.rng.randint(1, 4)}
+        attempts = 1 if kind == "far" else unit.rng.randint(1, 4)  # a retry at the end of time: dead at once
+        tasks[f"{kind}-{number:03}"] = {"payload": payload, "max_attempts": attempts}
     with Queue(unit.store) as queue:
         queue.put_many([{"task_id": task_id, **task} for task_id, task in tasks.items()])
     return tasks
+
+
+def _environment() -> dict[str, str]:
+    import walqueue
+
+    env = dict(os.environ)
+    roots = [str(Path(entry).parent) for entry in walqueue.__path__]
+    env["PYTHONPATH"] = os.pathsep.join(roots + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    return env
+
+
+def _refuse_async(unit: Unit) -> None:
+    """An `async def` handler is a usage error (exit 64) that writes nothing, with threads or processes."""
+    (unit.directory / "side.py").write_text(HANDLERS)
+    fresh = unit.directory / "never"
+    command = [sys.executable, "-m", "walqueue.worker", str(fresh), "side:handle_async"]
+    command += unit.rng.choice([[], ["--processes", "2"]])
+    result = subprocess.run(command, cwd=unit.directory, env=_environment(), capture_output=True, timeout=60)
+    if result.returncode != 64 or fresh.exists():
+        unit.report.diverge(
+            f"{unit.where}: an async handler ({' '.join(command[4:])}) exited {result.returncode}"
+            f"{' and created its directory' if fresh.exists() else ''}, not a usage error writing nothing"
+        )
+    unit.report.count("async handlers refused")
 
 
 def _start(unit: Unit) -> subprocess.Popen[bytes]:
@@ -143,11 +199,7 @@ def _start(unit: Unit) -> subprocess.Popen[bytes]:
     command = [sys.executable, "-m", "walqueue.worker", str(unit.store), "side:handle", "--processes", "3"]
     command += ["--concurrency", "2", "--lease", "2", "--grace", "1", "--schedule", str(schedule)]
     command += ["--log-level", "ERROR", "--summary", "0"]
-    import walqueue
-
-    env = dict(os.environ)
-    roots = [str(Path(entry).parent) for entry in walqueue.__path__]
-    env["PYTHONPATH"] = os.pathsep.join(roots + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env = _environment()
     unit.started = time.time()
     return subprocess.Popen(
         command,
@@ -192,17 +244,21 @@ def _kill_one(unit: Unit, supervisor: subprocess.Popen[bytes]) -> None:
     children = _children(supervisor.pid)
     servers = [pid for pid, command in children if "walqueue.serve" in command]
     workers = [pid for pid, command in children if "walqueue.worker" in command]
-    if servers and unit.rng.random() < 0.3:
+    number = signal.SIGKILL
+    roll = unit.rng.random()
+    if servers and roll < 0.3:
         target, what = servers[0], "server kills"
+    elif workers and roll < 0.55:  # a clean stop mid-load: its prefetched leases go back unstarted
+        target, what, number = unit.rng.choice(workers), "worker stops", signal.SIGTERM
     elif workers:
         target, what = unit.rng.choice(workers), "worker kills"
     else:
         return
     try:
-        os.kill(target, signal.SIGKILL)
+        os.kill(target, number)
     except ProcessLookupError:
         return
-    unit.killed.add(target)
+    (unit.stopped if number == signal.SIGTERM else unit.killed).add(target)
     unit.report.count(what)
 
 
@@ -221,6 +277,7 @@ def _progress(unit: Unit, tasks: dict[str, dict[str, Any]]) -> bool:
 
 def _run_unit(unit: Unit) -> None:
     unit.directory.mkdir(parents=True)
+    _refuse_async(unit)
     tasks = _put_tasks(unit)
     supervisor = _start(unit)
     give_up = time.monotonic() + UNIT_SECONDS
@@ -235,7 +292,7 @@ def _run_unit(unit: Unit) -> None:
             time.sleep(unit.rng.uniform(0.1, 0.6))
             if unit.rng.random() < 0.6:
                 _kill_one(unit, supervisor)
-        unit.stopped = {pid for pid, command in _children(supervisor.pid) if "walqueue.worker" in command}
+        unit.stopped |= {pid for pid, command in _children(supervisor.pid) if "walqueue.worker" in command}
         if unit.rng.random() < SUPERVISOR_KILL_SHARE:
             _kill_supervisor(unit, supervisor)
         else:
@@ -310,11 +367,7 @@ def _check(unit: Unit, tasks: dict[str, dict[str, Any]], elapsed: float) -> None
                 report.diverge(f"{where}: {task_id} ({kind}) completed without a run that ended well")
         elif task.status == "dead":
             report.count("dead")
-            error = task.last_error
-            if error is None:
-                report.diverge(f"{where}: {task_id} is dead without a last error")
-            elif error.type != "Permanent" and task.attempts < task.max_attempts:
-                report.diverge(f"{where}: {task_id} dead after {task.attempts} of {task.max_attempts}: {error}")
+            _check_dead(unit, task, kind, runs)
         else:
             report.diverge(f"{where}: {task_id} ends {task.status}")
         if task_id in unit.completed_seen and task.status != "completed":
@@ -331,6 +384,38 @@ def _check(unit: Unit, tasks: dict[str, dict[str, Any]], elapsed: float) -> None
         elif end is None:
             report.diverge(f"{where}: the run of {task_id} attempt {attempt} in {pid} never ended, and was not killed")
     _check_firings(unit, final, elapsed)
+
+
+def _check_dead(  # noqa: C901 - one check per way a task may have died
+    unit: Unit, task: Task, kind: str, runs: dict[tuple[str, int, int], str | None]
+) -> None:
+    """A dead task used its last attempt in a run (or lost it to a kill), and its last error says what happened.
+
+    An unstarted lease given back at a stop restores its attempt
+    (`give_back`), so no task dies of a run that never was: a dead task
+    that is not `Permanent` has a run of its last attempt, unless a kill
+    took that lease (it expired: `LeaseExpired`).
+    """
+    report, where, error = unit.report, unit.where, task.last_error
+    if error is None:
+        report.diverge(f"{where}: {task.task_id} is dead without a last error")
+        return
+    if error.type != "Permanent" and task.attempts < task.max_attempts:
+        report.diverge(f"{where}: {task.task_id} dead after {task.attempts} of {task.max_attempts}: {error}")
+    last_run = any(run_id == task.task_id and attempt == task.attempts for run_id, attempt, _ in runs)
+    if error.type != "LeaseExpired" and not last_run:
+        report.diverge(f"{where}: {task.task_id} is dead ({error.type}) without a run of attempt {task.attempts}")
+    recorded = any(  # the last run raised and its process lived on: the worker had to record the failure
+        run_id == task.task_id and attempt == task.attempts and end is not None and pid not in unit.killed
+        for (run_id, attempt, pid), end in runs.items()
+    )
+    if kind in UNRECORDABLE and (error.type != "LeaseExpired" or recorded):
+        expected_type, words = UNRECORDABLE[kind]
+        if error.type != expected_type or words not in error.message:
+            report.diverge(f"{where}: {task.task_id} ({kind}) recorded as {error}")
+        if kind == "far" and task.available_at != MAX_TIME:
+            report.diverge(f"{where}: {task.task_id}'s retry at the end of time is at {task.available_at}")
+        report.count("unrecordable failures recorded")
 
 
 def _released_at_shutdown(task: Task | None, attempt: int) -> bool:

@@ -36,7 +36,7 @@ class Op:
             return "put_many " + ",".join(item["task_id"] for item in a["items"])
         if self.kind == "reserve":
             return f"reserve {a['worker']} now={a['now']} for={a['lease_seconds']} limit={a['limit']}"
-        if self.kind in ("ack", "release", "extend", "fail"):
+        if self.kind in ("ack", "release", "extend", "fail", "give_back"):
             lease = a["lease"]
             text = f"{self.kind} {lease.task_id} {lease.worker} g{lease.generation} now={a['now']}"
             return text + error_tag(a.get("error"))
@@ -85,6 +85,8 @@ def perform(op: Op, target: Any) -> Any:
         return target.release(a["lease"], now=a["now"], delay=a["delay"], **_given(a, "error"))
     if op.kind == "fail":
         return target.fail(a["lease"], now=a["now"], **_given(a, "error"))
+    if op.kind == "give_back":
+        return target.give_back(a["lease"], now=a["now"])
     if op.kind == "extend":
         return target.extend(a["lease"], now=a["now"], lease_seconds=a["lease_seconds"])
     if op.kind == "redrive":
@@ -111,7 +113,7 @@ def outcome(op: Op, target: Any) -> str:
 
 #: The lease lifecycle op kinds, and `ack_many`, counted apart in every campaign's report so that a run shows it
 #: applied them.
-LIFECYCLE_KINDS = ("extend", "redrive", "cancel", "fail", "ack_many")
+LIFECYCLE_KINDS = ("extend", "redrive", "cancel", "fail", "ack_many", "give_back")
 
 
 def count_lifecycle_call(report: Report, op: Op, answer: str, what: str) -> None:
@@ -176,8 +178,9 @@ class Workload:
         ("put", "retry", "conflict", "put_many", "reserve", "ack", "release", "stale", "compact", "get", "tasks")
         + ("extend", "redrive", "cancel", "fail")  # the lease lifecycle
         + ("ack_many",)
+        + ("give_back",)  # an unstarted lease undone
     )
-    WEIGHTS = (6, 1, 1, 2, 5, 4, 2, 1, 1, 1, 1) + (3, 2, 1, 2) + (2,)
+    WEIGHTS = (6, 1, 1, 2, 5, 4, 2, 1, 1, 1, 1) + (3, 2, 1, 2) + (2,) + (1,)
     #: How often a release, and a cancel, records an error (when the workload records errors at all).
     ERROR_PROBABILITY = 0.5
 
@@ -277,8 +280,8 @@ class Workload:
         if not leased:
             return None
         lease = token_for(self.rng.choice(leased))
-        if kind == "ack":
-            return Op("ack", {"lease": lease, "now": now})
+        if kind in ("ack", "give_back"):
+            return Op(kind, {"lease": lease, "now": now})
         if kind == "fail":  # a permanent failure: mostly with its error, sometimes without one
             error = seeded_error(self.rng) if self.rng.random() < 0.8 else None
             return Op("fail", {"lease": lease, "now": now, "error": error})
@@ -354,7 +357,9 @@ class Workload:
         elif forged == "worker":
             lease = Lease(lease.task_id, "w9", lease.generation, 0, 0, {})
         # Forged for every lease call this workload makes (a weight of 0 turns extend, or fail, off).
-        verbs = ["ack", "release"] + [verb for verb in ("extend", "fail") if self.weights[self.KINDS.index(verb)]]
+        verbs = ["ack", "release"] + [
+            verb for verb in ("extend", "fail", "give_back") if self.weights[self.KINDS.index(verb)]
+        ]
         verb = rng.choice(verbs)
         error = self._maybe_error(verb) if verb in ("release", "fail") else None
         return Op(verb, {"lease": lease, "now": now, "delay": 0, "lease_seconds": 5, "error": error})
@@ -378,6 +383,7 @@ class Workload:
         "ack": _settle,
         "release": _settle,
         "fail": _settle,
+        "give_back": _settle,
         "ack_many": _settle_many,
         "extend": _extend,
         "redrive": _redrive_or_cancel,

@@ -249,6 +249,10 @@ class AsyncClient(ClientSettings):
         """`Queue.fail`: the leased task is dead at once (a permanent failure). Never retried once sent."""
         return await self._submit(outgoing(calls.FAIL, lease, now=now, error=error))
 
+    async def give_back(self, lease: Lease, *, now: int) -> None:
+        """`Queue.give_back`: an unstarted lease returned, its attempt restored. Never retried once sent."""
+        return await self._submit(outgoing(calls.GIVE_BACK, lease, now=now))
+
     async def extend(self, lease: Lease, *, now: int, lease_seconds: int) -> Lease:
         return await self._submit(outgoing(calls.EXTEND, lease, now=now, lease_seconds=lease_seconds))
 

@@ -297,6 +297,10 @@ class Client(ClientSettings):
         """`Queue.fail`: the leased task is dead at once (a permanent failure). Never retried once sent."""
         return self._submit(outgoing(calls.FAIL, lease, now=now, error=error))
 
+    def give_back(self, lease: Lease, *, now: int) -> None:
+        """`Queue.give_back`: an unstarted lease returned, its attempt restored. Never retried once sent."""
+        return self._submit(outgoing(calls.GIVE_BACK, lease, now=now))
+
     def extend(self, lease: Lease, *, now: int, lease_seconds: int) -> Lease:
         """`Queue.extend`: a heartbeat; returns the token with the new deadline. Never retried once sent."""
         return self._submit(outgoing(calls.EXTEND, lease, now=now, lease_seconds=lease_seconds))

@@ -45,6 +45,7 @@ __all__ = [
     "EXTEND",
     "FAIL",
     "GET",
+    "GIVE_BACK",
     "METRICS",
     "PAGE",
     "PUT",
@@ -466,6 +467,15 @@ FAIL: Final = Call[None](
     check=_fail,
     summary="a permanent failure: the leased task is dead at once (error: recorded as its last error)",
 )
+GIVE_BACK: Final = Call[None](
+    "give_back",
+    _LEASE_SETTLES,
+    _answer(None),
+    writes=True,
+    # not retried (the default for a write): one that had happened would answer StaleLease
+    check=_ack,
+    summary="give back a leased task never started: ready at once, its attempt restored (fenced as release)",
+)
 EXTEND: Final = Call[Lease](
     "extend",
     (*_LEASE_SETTLES, _arg("lease_seconds", "count", keyword=True)),
@@ -567,6 +577,7 @@ CALLS: Final[Mapping[str, Call[Any]]] = {
         ACK_MANY,
         RELEASE,
         FAIL,
+        GIVE_BACK,
         EXTEND,
         REDRIVE,
         CANCEL,

@@ -13,6 +13,9 @@ SIGTERM, several threads or processes, and periodic tasks. The map:
   monitor.py     heartbeats and timeouts (tick with a fake clock in tests)
   schedule.py    periodic tasks (`cron:<name>:<time>` keys), cron.py the 5-field parser
   report.py      counters, one log line per outcome, the summary line, JSON lines
+  sync_only.py   an async def handler refused (at start, and what a call returned)
+  forks.py       a process forked by a handler ends where the handler returned
+  summaries.py   --processes: the children send counters, the supervisor logs one line
   runner.py      Worker: the threads of one process
   supervisor.py  several processes sharing one queue through walqueue-serve
   cli.py         the walqueue-worker command

@@ -14,6 +14,7 @@ is milliseconds since the epoch, so producers must use milliseconds for
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import logging
 import os
@@ -31,8 +32,10 @@ from walqueue.format.cmdline import EX_USAGE, EXIT_CANNOT_OPEN, EXIT_FATAL, EXIT
 from walqueue.serve.parentpipe import add_parent_pipe_argument, watch_parent
 from walqueue.worker.clock import MILLISECONDS
 from walqueue.worker.schedule import Periodic, load_schedule
+from walqueue.worker.summaries import add_summary_fd_argument, send_summary
+from walqueue.worker.sync_only import AsyncHandler, refuse_async
 
-__all__ = ["EXIT_SERVER", "main", "resolve_handler", "until_stopped"]
+__all__ = ["EXIT_SERVER", "main", "open_store", "resolve_handler", "until_stopped"]
 
 PROG = "walqueue-worker"
 #: The server could not be started (the other exit statuses are walqueue.format.cmdline's).
@@ -57,7 +60,10 @@ once.
 exit status: 0 stopped by a signal; 1 the queue failed (poisoned by an I/O
 error); 2 DIR could not be opened (corrupt, locked by another owner); 3 the
 server (--processes with DIR) could not be started; 64 usage error (also a
-handler that cannot be imported, or a bad --schedule file)."""
+handler that cannot be imported or is async def, or a bad --schedule file).
+
+With --processes, the first process alone runs --schedule, and the
+supervisor logs one summary line for all of them."""
 
 
 def _parser() -> UsageParser:
@@ -102,6 +108,7 @@ def _parser() -> UsageParser:
     )
     parser.add_argument("--hard-timeout", action="store_true", help=argparse.SUPPRESS)
     add_parent_pipe_argument(parser)  # set by the supervisor: a child stops as on SIGTERM once it is gone
+    add_summary_fd_argument(parser)  # set by the supervisor: a child sends it its counters, for one combined line
     parser.add_argument("--version", action="version", version=version_line(PROG))
     return parser
 
@@ -179,6 +186,10 @@ def resolve_handler(spec: str) -> Callable[..., Any]:
             raise HandlerImportError(f"{module_name!r} has no attribute {attribute!r}") from None
     if not callable(target):
         raise HandlerImportError(f"{spec} is not callable: {target!r}")
+    try:
+        refuse_async(target)
+    except AsyncHandler as error:
+        raise HandlerImportError(str(error)) from None
     return target  # type: ignore[no-any-return]
 
 
@@ -286,26 +297,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     if arguments.processes is not None:
         from walqueue.worker.supervisor import supervise
 
-        return supervise(directory, arguments.socket, spec, arguments, prog=PROG, until_stopped=until_stopped)
+        return supervise(
+            directory, arguments.socket, spec, arguments, prog=PROG, until_stopped=until_stopped, open_store=open_store
+        )
     return _run_here(directory, arguments, handler, schedule)
 
 
-def _run_here(directory: str | None, arguments: Any, handler: Callable[..., Any], schedule: list[Periodic]) -> int:
+def open_store(directory: str) -> Any:
+    """`Queue(directory)` (created if missing), or None once the reason it cannot be opened is printed."""
     from walqueue import CorruptStore, DirectoryLocked, Queue
+
+    try:
+        return Queue(directory)
+    except (CorruptStore, DirectoryLocked, OSError) as error:
+        hint = ""
+        if isinstance(error, DirectoryLocked):
+            hint = " (another process owns it: share it with --processes, or use its server with --socket PATH)"
+        elif isinstance(error, CorruptStore):
+            hint = " (run walqueue-fsck DIR)"
+        print(f"{PROG}: cannot open {directory}: {type(error).__name__}: {error}{hint}", file=sys.stderr)
+        return None
+
+
+def _run_here(directory: str | None, arguments: Any, handler: Callable[..., Any], schedule: list[Periodic]) -> int:
     from walqueue.worker.clock import ClockMismatch
     from walqueue.worker.runner import Worker
 
     source: Any
     if directory is not None:
-        try:
-            source = Queue(directory)
-        except (CorruptStore, DirectoryLocked, OSError) as error:
-            hint = ""
-            if isinstance(error, DirectoryLocked):
-                hint = " (another process owns it: share it with --processes, or use its server with --socket PATH)"
-            elif isinstance(error, CorruptStore):
-                hint = " (run walqueue-fsck DIR)"
-            print(f"{PROG}: cannot open {directory}: {type(error).__name__}: {error}{hint}", file=sys.stderr)
+        source = open_store(directory)
+        if source is None:
             return EXIT_CANNOT_OPEN
     else:
         from walqueue.client import Client
@@ -325,6 +346,8 @@ def _run_here(directory: str | None, arguments: Any, handler: Callable[..., Any]
             hard_timeout=arguments.hard_timeout,
             summary_every=arguments.summary or None,
         )
+        if arguments.summary_fd is not None:
+            worker.report.sink = functools.partial(send_summary, arguments.summary_fd)
         until_stopped(worker, worker.start, parent_pipe=arguments.parent_pipe)
     except ClockMismatch as error:
         print(f"{PROG}: cannot work on {directory or arguments.socket}: {error}", file=sys.stderr)

@@ -23,6 +23,7 @@ from walqueue import StaleLease
 from walqueue.worker.clock import Clock, seconds_until
 from walqueue.worker.report import log
 from walqueue.worker.running import Run, Settler
+from walqueue.worker.source import Source
 
 __all__ = ["MAX_SLEEP_SECONDS", "Monitor"]
 
@@ -40,6 +41,8 @@ class Monitor:
     beat_every: int
     on_timeout: Callable[[Run], None]
     timeout_error: Callable[[Run], dict[str, str]]
+    #: Where heartbeats go, if not to the settler's source (a client whose calls are bounded: `bounded_client`).
+    beats: Source | None = None
     _runs: set[Run] = field(init=False, repr=False, default_factory=set)
     _changed: threading.Condition = field(init=False, repr=False, default_factory=threading.Condition)
     # Wake-ups cost the busy path: `add` wakes the thread only for a run due
@@ -118,7 +121,8 @@ class Monitor:
                 return
             run.next_beat = now + self.beat_every
             try:
-                run.lease = self.settler.source.extend(run.lease, now=now, lease_seconds=self.lease)
+                source = self.beats if self.beats is not None else self.settler.source
+                run.lease = source.extend(run.lease, now=now, lease_seconds=self.lease)
             except StaleLease as error:
                 self.settler.lose(run, error)
             except OSError as error:  # the server is unreachable: the next beat tries again

@@ -15,9 +15,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, Final
 
-from walqueue.engine.events import ACK, DEATH, RELEASE
+from walqueue.engine.events import ACK, DEATH, GIVE_BACK, RELEASE
 
 __all__ = ["LIFECYCLE", "OUTCOMES", "Report", "log"]
 
@@ -27,7 +28,7 @@ log = logging.getLogger("walqueue.worker")
 #: completed: acked; retried: failed, released for a later attempt; dead: failed for good (out of
 #: attempts, `Permanent`, unknown kind); lost: the lease was lost, the result discarded;
 #: timed_out: overran its timeout, lease released; interrupted: released at shutdown; returned: a
-#: prefetched lease given back at shutdown before its handler started (not a handler run).
+#: prefetched lease given back before its handler started, its attempt restored (not a handler run).
 OUTCOMES = ("completed", "retried", "dead", "lost", "timed_out", "interrupted", "returned")
 #: The engine's lifecycle event (walqueue.engine.events) that each outcome committed, set as the line's
 #: ``lifecycle`` field, so the worker's lines and the queue's event stream join on one name: a release that
@@ -39,7 +40,7 @@ LIFECYCLE: Final = {
     "dead": DEATH,
     "timed_out": RELEASE,
     "interrupted": RELEASE,
-    "returned": RELEASE,
+    "returned": GIVE_BACK,
 }
 _LEVELS = {"completed": logging.INFO, "retried": logging.WARNING, "dead": logging.ERROR}
 
@@ -53,6 +54,8 @@ class Report:
         self._counts = dict.fromkeys(OUTCOMES, 0)
         self._started = time.monotonic()
         self._last_summary = (self._started, 0)
+        #: Where summaries go instead of the log (a supervisor's child: `summaries.send_summary`), if anywhere.
+        self.sink: Callable[[dict[str, Any]], None] | None = None
 
     def outcome(self, event: str, task: str, attempt: int, ms: int, message: str, **extra: Any) -> None:
         """Count `event` for one run (it has ended) and log its line."""
@@ -87,6 +90,9 @@ class Report:
     def summary(self, running: int) -> None:
         """Log one summary line; its rate is over the time since the previous summary."""
         stats = self.snapshot(running)
+        if self.sink is not None:  # the supervisor logs one line for all its processes
+            self.sink(stats)
+            return
         now = time.monotonic()
         with self._lock:
             since, processed_then = self._last_summary

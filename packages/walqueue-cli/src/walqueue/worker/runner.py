@@ -49,13 +49,15 @@ from typing import Any
 
 from walqueue import Lease, Queue, QueueClosed, StaleLease
 from walqueue.worker.clock import MILLISECONDS, Clock, ClockMismatch, agree_on_unit, milliseconds, seconds_until
+from walqueue.worker.forks import leave_if_forked
 from walqueue.worker.pending import Pending
 from walqueue.worker.report import Report, log
 from walqueue.worker.retry import RetryPolicy
 from walqueue.worker.router import Handler
 from walqueue.worker.running import Run, Settler
 from walqueue.worker.schedule import Periodic, Scheduler
-from walqueue.worker.source import Source, ack_many, settle_acks
+from walqueue.worker.source import Source, ack_many, bounded_client, settle_acks
+from walqueue.worker.sync_only import refuse_async, refuse_awaitable
 
 __all__ = ["DEFAULT_GRACE", "DEFAULT_IDLE_WAIT", "DEFAULT_LEASE", "EXIT_HARD_TIMEOUT", "Worker"]
 
@@ -100,8 +102,8 @@ class Worker:
     one per thread until then), at most one per thread, or 31 through a
     client of walqueue-serve, where each reserve costs a round trip (it
     reserves again once half are used). Every lease held, started or not,
-    gets its heartbeats; at shutdown the unstarted ones are released at
-    once.
+    gets its heartbeats; at shutdown the unstarted ones are given back at
+    once (`Queue.give_back`: their attempts restored).
 
     Example: ``Worker("/var/lib/app/queue", handle, concurrency=8).run()``
     """
@@ -128,6 +130,7 @@ class Worker:
     ) -> None:
         if not callable(handler):
             raise TypeError(f"the handler must be callable, not {handler!r}")
+        refuse_async(handler)  # an `async def` handler would be acked unrun (sync_only.py)
         for what, value, low in (
             ("concurrency", concurrency, 1),
             ("lease", lease, 1),
@@ -184,6 +187,8 @@ class Worker:
         self._acker_thread: threading.Thread | None = None
         self._monitor: Any = None
         self._threads: list[threading.Thread] = []
+        self._pid = os.getpid()
+        self._bounded: Any = None  # through a server: a client whose calls give up in time (`bounded_client`)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -194,6 +199,7 @@ class Worker:
         if self._started:
             raise RuntimeError("a Worker is started once")
         self._started = True
+        self._pid = os.getpid()  # a process forked by a handler is not this worker (`leave_if_forked`)
         if self._directory is not None:
             self.source = Queue(self._directory)
         assert self.source is not None
@@ -203,16 +209,19 @@ class Worker:
             if isinstance(self.source, Queue) and self._directory is not None:
                 self.source.close()
             raise
-        self._settler = Settler(self.source, self.clock, self.retry, self.report)
+        self._settler = Settler(self.source, self.clock, self.retry, self.report, self.units_per_second)
         # Acks go to the acker thread only where its batches make one round trip or one fsync;
         # otherwise each thread acks by itself, and the queue's group commit joins their fsyncs.
         self._batched_acks = hasattr(self.source, "pipeline") or hasattr(self.source, "batch")
+        bound = max(0.05, min(self.beat_every, max(self.grace, 1)) / self.units_per_second)
+        self._bounded = bounded_client(self.source, bound)  # heartbeats never outlive the grace
         self._monitor = Monitor(
             self._settler,
             lease=self.lease,
             beat_every=self.beat_every,
             on_timeout=self._on_timeout,
             timeout_error=self._timeout_error,
+            beats=self._bounded,
         )
         for number in range(self.concurrency):
             self._spawn(self._executor, f"executor-{number}")
@@ -403,7 +412,13 @@ class Worker:
             run = self._handoff.get()
             if run is None:
                 return
-            queued = self._execute(run)
+            try:
+                queued = self._execute(run)
+            except Exception:  # a bug in recording the outcome: this thread must live on for the next task
+                log.exception(
+                    "recording the outcome of %s failed; its lease will run out and it runs again", run.job.id
+                )
+                queued = False
             with run.lock:
                 run.finished = True
                 replaced = run.abandoned
@@ -424,11 +439,15 @@ class Worker:
             self._monitor.begun(run)
         began = time.monotonic()
         try:
-            self.handler(run.job, run.context)
+            refuse_awaitable(self.handler(run.job, run.context))
         except BaseException as error:  # noqa: BLE001 - every failure of a handler is the task's, not the worker's
+            leave_if_forked(self._pid, run.job.id, error)
+            run.end(self.clock())
             self._measured(time.monotonic() - began)
             self._settler.fail(run, error)
             return False
+        leave_if_forked(self._pid, run.job.id, None)
+        run.end(self.clock())
         self._measured(time.monotonic() - began)
         if not self._settler.claim(run):
             return False
@@ -461,7 +480,8 @@ class Worker:
         log.error("%s overran its hard timeout: the process exits and its supervisor starts a new one", run.job.id)
         error = {"type": "WorkerRestart", "message": f"the worker process restarted after {run.job.id} timed out"}
         for other in self._monitor.runs():
-            self._settler.abandon(other, "interrupted", "restart", 0, error)
+            if not self._settler.withdraw(other, "restart"):  # unstarted: given back, its attempt restored
+                self._settler.abandon(other, "interrupted", "restart", 0, error)
         for handler in logging.getLogger().handlers + logging.getLogger("walqueue").handlers:
             handler.flush()
         os._exit(EXIT_HARD_TIMEOUT)
@@ -487,6 +507,9 @@ class Worker:
         assert self._settler is not None
         with self._reserving:  # a reserve under way has handed out its leases when this returns
             pass
+        if self._bounded is not None:  # from now on each call is tried once: nobody restarts a server mid-stop
+            self._bounded.reconnect_seconds = 0.0
+            self._settler.source = self._bounded
         for run in self._monitor.runs():
             if self._settler.withdraw(run):  # prefetched, never started: given back now, not after the grace
                 self._monitor.remove(run)
@@ -499,7 +522,8 @@ class Worker:
             self._monitor.wait_empty(seconds_until(grace_end, started, self.units_per_second), self._hurry)
         error = {"type": "Shutdown", "message": "the worker stopped before the handler finished"}
         for run in self._monitor.runs():
-            self._settler.abandon(run, "interrupted", "shutdown", 0, error)
+            if not self._settler.withdraw(run):  # never started (handed out meanwhile): its attempt restored
+                self._settler.abandon(run, "interrupted", "shutdown", 0, error)
         self._pending.close()  # the acker sends the acks still queued, then ends
         if self._acker_thread is not None:
             self._acker_thread.join(_ACKER_JOIN_SECONDS)
@@ -513,6 +537,8 @@ class Worker:
         if self._directory is not None and self.source is not None:
             assert isinstance(self.source, Queue)
             self.source.close()
+        if self._bounded is not None:
+            self._bounded.close()
         self.report.summary(self._running())
         log.info("worker %s stopped", self.name)
         self._done.set()

@@ -17,14 +17,26 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from walqueue import Lease, StaleLease
-from walqueue.worker.clock import Clock
+from walqueue.engine.validate import MAX_INT
+from walqueue.worker.clock import MILLISECONDS, Clock
 from walqueue.worker.context import Context, Job
 from walqueue.worker.errors import Permanent, Retry
 from walqueue.worker.report import Report, log
 from walqueue.worker.retry import RetryPolicy
-from walqueue.worker.source import Source, error_of, fail, release_failed, with_traceback
+from walqueue.worker.source import Source, error_of, fail, give_back, release_failed, with_traceback
 
-__all__ = ["Run", "Settler"]
+__all__ = ["Run", "Settler", "describe_delay"]
+
+
+def describe_delay(units: int, units_per_second: int) -> str:
+    """A delay in clock units as a person reads it: ``747 ms``, ``12.5 s``, ``10 min``, ``2 h``, ``3 d``."""
+    seconds = units / units_per_second
+    if seconds < 1:
+        return f"{round(seconds * 1000)} ms"
+    for unit, size in (("d", 86_400), ("h", 3_600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.3g} {unit}"
+    return f"{seconds:.3g} s"
 
 
 @dataclass(eq=False)
@@ -42,6 +54,7 @@ class Run:
     finished: bool = False  # the handler has returned (or raised)
     abandoned: bool = False  # timed out: its executor was replaced, and exits when the handler returns
     begun: bool = False  # its handler has started (a prefetched lease waits in the hand-off until then)
+    ended: int | None = None  # when its handler returned or raised (clock units): its logged time ends there
 
     @classmethod
     def start(cls, lease: Lease, clock: Clock, now: int, beat_every: int, timeout: int | None) -> Run:
@@ -56,18 +69,27 @@ class Run:
         self.timeout_at = None if timeout is None else now + timeout
         self.context.restart_deadline(self.timeout_at)
 
+    def end(self, now: int) -> None:
+        """The handler returned or raised now: its logged duration stops here, whenever its ack is sent."""
+        self.ended = now
+
 
 class Settler:
     """Ends runs: the only code that acks, releases or fails a lease (and then counts and logs the outcome)."""
 
-    def __init__(self, source: Source, clock: Clock, retry: RetryPolicy, report: Report) -> None:
+    def __init__(
+        self, source: Source, clock: Clock, retry: RetryPolicy, report: Report, units_per_second: int = MILLISECONDS
+    ) -> None:
         self.source = source
         self.clock = clock
         self.retry = retry
         self.report = report
+        self.units_per_second = units_per_second
 
     def _elapsed(self, run: Run) -> int:
-        return max(0, self.clock() - run.started)
+        """The handler's own time in milliseconds: until it returned (not the wait for a batched ack), or now."""
+        end = run.ended if run.ended is not None else self.clock()
+        return max(0, end - run.started) * 1000 // self.units_per_second
 
     def _record(self, run: Run, event: str, message: str = "", **extra: Any) -> None:
         self.report.outcome(event, run.job.id, run.job.attempts, self._elapsed(run), message, **extra)
@@ -138,19 +160,23 @@ class Settler:
             self._release(run, event, delay, error)
             return True
 
-    def withdraw(self, run: Run) -> bool:
-        """Give back a prefetched lease whose handler never started (at shutdown): released at once, no error."""
+    def withdraw(self, run: Run, reason: str = "shutdown") -> bool:
+        """Give back a prefetched lease whose handler never started: at once, its attempt restored, no error.
+
+        `give_back` undoes the lease, so a task is never dead without a run
+        that used its last attempt, and its last error stays its last run's.
+        """
         with run.lock:
             if run.settled or run.begun:
                 return False
             run.settled = True
-            run.context.lose("shutdown")
+            run.context.lose(reason)
             try:
-                self.source.release(run.lease, now=self.clock())
+                give_back(self.source, run.lease, now=self.clock())
             except (StaleLease, OSError) as error:
                 self._record(run, "lost", f"not started; giving it back failed ({error})")
             else:
-                self._record(run, "returned", "not started: given back at shutdown")
+                self._record(run, "returned", f"not started: given back at {reason}, its attempt restored")
             return True
 
     def lose(self, run: Run, error: BaseException) -> None:
@@ -160,8 +186,11 @@ class Settler:
         self._record(run, "lost", f"the lease was lost while the handler ran ({error}); its result will be discarded")
 
     def _release(self, run: Run, event: str, delay: int, error: dict[str, str]) -> None:
+        now = self.clock()
+        delay = max(0, min(delay, MAX_INT - now))  # a retry beyond the largest time waits until it
+
         def release(now: int) -> None:
-            release_failed(self.source, run.lease, now=now, delay=delay, error=error)
+            release_failed(self.source, run.lease, now=now, delay=min(delay, MAX_INT - now), error=error)
 
         self._send(run, event, release, error, delay=delay)
 
@@ -181,7 +210,7 @@ class Settler:
         message = f"{error['type']}: {error['message']}"
         if delay is not None and event != "dead":
             extra["delay"] = delay
-            message += f"; next attempt in {delay}"
+            message += f"; next attempt in {describe_delay(delay, self.units_per_second)}"
         self._record(run, event, message, **extra)
 
     def _release_buried(self, run: Run) -> bool:

@@ -201,7 +201,9 @@ class Scheduler:
         return False
 
     def _fire(self, entry: Periodic, fire_time: int) -> None:
+        """Put one firing; logged as `fired` (INFO) only by the scheduler that found it not yet enqueued."""
         key = firing_key(entry.name, fire_time)
+        there = self.source.get(key) is not None  # another scheduler (process, host) put it: its line, not ours
         try:
             self.source.put(key, entry.payload, key=key, available_at=fire_time, max_attempts=entry.max_attempts)
         except KeyConflict as error:
@@ -210,7 +212,10 @@ class Scheduler:
             )
             return
         self.fired.append(key)
-        log.info("periodic %s: fired %s", entry.name, key)
+        if there:
+            log.debug("periodic %s: %s was already enqueued", entry.name, key)
+        else:
+            log.info("periodic %s: fired %s", entry.name, key)
 
     def run_forever(self, clock: Clock, stop: threading.Event) -> None:
         """The thread's body: tick, then wait for the next firing (or `stop`); transient errors are retried."""

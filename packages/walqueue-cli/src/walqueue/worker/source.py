@@ -32,10 +32,13 @@ from walqueue import Lease, StaleLease, Task
 
 __all__ = [
     "MAX_ERROR_CHARS",
+    "UNNAMED_TYPE",
     "Source",
     "ack_many",
+    "bounded_client",
     "error_of",
     "fail",
+    "give_back",
     "release_failed",
     "settle_acks",
     "with_traceback",
@@ -43,6 +46,8 @@ __all__ = [
 
 #: The longest error message the worker sends (the engine bounds what it stores too).
 MAX_ERROR_CHARS = 2000
+#: The type recorded for an exception whose class has an empty name.
+UNNAMED_TYPE = "<unnamed exception>"
 _TRUNCATED = " [truncated]"
 
 
@@ -79,11 +84,21 @@ class Source(Protocol):
 
 
 def error_of(error: BaseException) -> dict[str, str]:
-    """The stored form of an exception: its class name and its message, bounded with a marker."""
-    message = str(error)
+    """The stored form of an exception: its class name and its message, bounded with a marker.
+
+    Always storable, whatever the exception: a class with an empty name is
+    `UNNAMED_TYPE`; a ``str()`` that raises gives a message saying so; a str
+    subclass is read as a plain str. A failure is recorded, never lost to the
+    recording of it (docs/DECISIONS.md §36).
+    """
+    error_type = str.__str__(type(error).__name__) or UNNAMED_TYPE
+    try:
+        message = str.__str__(str(error))
+    except Exception as broken:  # noqa: BLE001 - the handler's own __str__: anything may come out
+        message = f"<str() of the {error_type} raised {type(broken).__name__ or UNNAMED_TYPE}>"
     if len(message) > MAX_ERROR_CHARS:
         message = message[: MAX_ERROR_CHARS - len(_TRUNCATED)] + _TRUNCATED
-    return {"type": type(error).__name__, "message": message}
+    return {"type": error_type, "message": message}
 
 
 def with_traceback(stored: dict[str, str], error: BaseException) -> dict[str, str]:
@@ -111,6 +126,47 @@ def release_failed(source: Source, lease: Lease, *, now: int, delay: int, error:
         source.release(lease, now=now, delay=delay, error=error)  # type: ignore[call-arg]
     else:
         source.release(lease, now=now, delay=delay)
+
+
+def bounded_client(source: Source, seconds: float) -> Any:
+    """Through walqueue-serve, a client of the same socket whose calls give up after `seconds`; else None.
+
+    A heartbeat must never outlive the shutdown's grace: through a server
+    that was SIGKILLed, a call of the worker's own client keeps reconnecting
+    for its `reconnect_seconds` (10 s by default) while it holds the run's
+    lock, and the stop waits for it. Heartbeats go through this one instead,
+    bounded by the grace and the beat interval; at the stop, the shutdown's
+    calls too, with no reconnecting at all (nobody restarts a server during
+    a stop). docs/DECISIONS.md §36.
+    """
+    from walqueue.client import Client, Pipeline
+
+    if not isinstance(source, Client) or isinstance(source, Pipeline):
+        return None
+    limit = min(seconds, source.reconnect_seconds)
+    timeout = limit if source.timeout is None else min(limit, source.timeout)
+    try:
+        return type(source)(source.socket_path, timeout=timeout, reconnect_seconds=limit)
+    except TypeError:  # a subclass made another way: its own client, unbounded, as before
+        return None
+
+
+def give_back(source: Source, lease: Lease, *, now: int) -> None:
+    """Give back a lease whose handler never started, its attempt restored (`Queue.give_back`).
+
+    A source without the call (an older engine or server, which calls it a
+    bad request: `ValueError`) gets a plain release instead, which spends
+    the attempt as it always did.
+    """
+    call = getattr(source, "give_back", None)
+    if call is not None:
+        try:
+            call(lease, now=now)
+        except ValueError:  # an older server: the call is unknown; nothing was written
+            pass
+        else:
+            return
+    source.release(lease, now=now)
 
 
 def fail(source: Source, lease: Lease, *, now: int, error: dict[str, str]) -> None:

@@ -6,6 +6,8 @@ DIR/worker.sock`` itself, waits until it answers, then starts P children,
 each ``python -m walqueue.worker --socket DIR/worker.sock HANDLER`` with the
 same options (and a hard timeout: a child whose handler overruns releases
 its leases and exits). Given ``--socket PATH`` it starts only the children.
+With ``--schedule``, the first child alone runs the periodic tasks (one
+put, and one ``fired`` line, per firing); it is restarted like the others.
 
 It keeps them running: a child or a server that dies (a crash, SIGKILL, a
 hard timeout) is started again, after a pause that grows while they keep
@@ -27,6 +29,7 @@ its last client has left, so nothing is orphaned and no lease is held.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -38,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from walqueue.worker.report import log
+from walqueue.worker.summaries import Summaries
 
 __all__ = ["SOCKET_NAME", "Supervisor", "supervise"]
 
@@ -101,6 +105,7 @@ class Supervisor:
         children: list[list[str]],
         grace: float,
         server_log_level: str = "WARNING",
+        summary_every: float | None = None,
     ) -> None:
         self.directory = directory
         self.socket_path = socket_path
@@ -108,19 +113,27 @@ class Supervisor:
         # Nothing is written to this pipe: its end (every write end closed) tells the children that
         # this process is gone. The write end is close-on-exec, so only this process holds it.
         self._parent_read, self._parent_write = os.pipe()
+        # The children write their counters here (`summaries.py`); this process logs one line for all.
+        self._summary_read, self._summary_write = os.pipe()
+        self.summaries = Summaries(self._summary_read)
+        self.summary_every = summary_every
         watch = ("--parent-pipe", str(self._parent_read))
         inherit = (self._parent_read,)
+        report = ("--summary-fd", str(self._summary_write))
         self.server: _Child | None = None
         if directory is not None:
             command = [sys.executable, "-m", "walqueue.serve", directory, "--socket", socket_path]
             command += ["--log-level", server_log_level, *watch]
             self.server = _Child("server", command, output=subprocess.DEVNULL, pass_fds=inherit)
         self.children = [
-            _Child(f"worker {number}", [*command, *watch], pass_fds=inherit) for number, command in enumerate(children)
+            _Child(f"worker {number}", [*command, *watch, *report], pass_fds=(*inherit, self._summary_write))
+            for number, command in enumerate(children)
         ]
         self._stopping = threading.Event()
         self._hurry = threading.Event()
         self._done = threading.Event()
+        self._children_gone = threading.Event()  # ends the summaries' reader before its pipe is closed
+        self._summarizer: threading.Thread | None = None
         self._changed = threading.Condition()
         self.exit_status = 0
 
@@ -154,6 +167,8 @@ class Supervisor:
         for child in self.children:
             child.start()
         threading.Thread(target=self._keep_alive, name="walqueue-worker supervisor", daemon=True).start()
+        self._summarizer = threading.Thread(target=self._summarize, name="walqueue-worker summaries", daemon=True)
+        self._summarizer.start()
         log.info("supervising %d worker process(es) on %s", len(self.children), self.socket_path)
         return True
 
@@ -182,6 +197,18 @@ class Supervisor:
         self.exit_status = 3
         return False
 
+    def _live_pids(self) -> set[int]:
+        return {child.process.pid for child in self.children if child.process is not None and child.exited() is None}
+
+    def _summarize(self) -> None:
+        """Take in the children's counters; every `summary_every` seconds, log their sum as one line."""
+        next_line = time.monotonic() + (self.summary_every or float("inf"))
+        while not self._children_gone.is_set():
+            self.summaries.read(max(0.0, min(0.5, next_line - time.monotonic())))
+            if time.monotonic() >= next_line and not self._stopping.is_set():
+                self.summaries.log(self._live_pids())
+                next_line = time.monotonic() + (self.summary_every or float("inf"))
+
     def _keep_alive(self) -> None:
         """Restart what dies until the first signal; then pass signals on, wait, stop the server."""
         while not self._stopping.is_set():
@@ -202,7 +229,8 @@ class Supervisor:
     def _shut_down(self) -> None:
         for child in self.children:
             child.signal(signal.SIGTERM)
-        kill_at = time.monotonic() + self.grace + _KILL_MARGIN_SECONDS
+        began = time.monotonic()
+        kill_at = began + self.grace + _KILL_MARGIN_SECONDS
         hurried = False
         while any(child.exited() is None for child in self.children):
             if self._hurry.is_set() and not hurried:
@@ -212,8 +240,14 @@ class Supervisor:
             if time.monotonic() >= kill_at:
                 for child in self.children:
                     if child.exited() is None:
-                        log.error("%s still running %.0f s after the stop: killed", child.name, self.grace)
+                        log.error(
+                            "%s still running %.1f s after the stop (its grace: %g s): killed",
+                            child.name,
+                            time.monotonic() - began,
+                            self.grace,
+                        )
                         child.signal(signal.SIGKILL)
+                kill_at = float("inf")  # killed once, logged once
             with self._changed:
                 self._changed.wait(0.05)
         if self.server is not None and self.server.process is not None:
@@ -223,19 +257,24 @@ class Supervisor:
             except subprocess.TimeoutExpired:
                 self.server.signal(signal.SIGKILL)
                 self.server.process.wait()
+        self._children_gone.set()
+        if self._summarizer is not None:
+            self._summarizer.join(5.0)
+        self.summaries.read(0.0)  # the children's last counters, sent as they stopped
+        self.summaries.log(set())
         self.close_pipe()
         self._done.set()
 
     def close_pipe(self) -> None:
         """Close both ends of the children's pipe (every child has exited, or none was started)."""
-        for fd in (self._parent_read, self._parent_write):
+        for fd in (self._parent_read, self._parent_write, self._summary_read, self._summary_write):
             try:
                 os.close(fd)
             except OSError:
                 pass
 
 
-def _child_command(socket_path: str, spec: str, arguments: Any) -> list[str]:
+def _child_command(socket_path: str, spec: str, arguments: Any, *, schedule: bool = True) -> list[str]:
     command = [sys.executable, "-m", "walqueue.worker", "--socket", socket_path, spec]
     command += ["--concurrency", str(arguments.concurrency), "--lease", repr(arguments.lease)]
     if arguments.prefetch is not None:
@@ -244,7 +283,7 @@ def _child_command(socket_path: str, spec: str, arguments: Any) -> list[str]:
     command += ["--log-level", arguments.log_level]
     if arguments.timeout is not None:
         command += ["--timeout", repr(arguments.timeout), "--hard-timeout"]
-    if arguments.schedule is not None:
+    if arguments.schedule is not None and schedule:
         command += ["--schedule", os.path.abspath(arguments.schedule)]
     if arguments.log_json:
         command.append("--log-json")
@@ -259,12 +298,16 @@ def supervise(
     *,
     prog: str,
     until_stopped: Callable[[Any, Callable[[], Any]], bool],
+    open_store: Callable[[str], Any],
 ) -> int:
     """Run P children (and the server, for a directory) until SIGTERM/SIGINT; returns the exit status.
 
-    `prog` and `until_stopped` are the command's (`walqueue.worker.cli`), which
-    calls this: passed in, so that this module does not import its caller.
+    `prog`, `until_stopped` and `open_store` are the command's
+    (`walqueue.worker.cli`), which calls this: passed in, so that this module
+    does not import its caller.
     """
+    from walqueue.format.cmdline import EXIT_CANNOT_OPEN
+
     if socket_path is None:
         assert directory is not None
         socket_path = os.path.join(os.path.abspath(directory), SOCKET_NAME)
@@ -276,10 +319,25 @@ def supervise(
                 file=sys.stderr,
             )
             return 3
+    created = directory is not None and not os.path.lexists(directory)
+    if created:  # created here, as the threaded worker creates it (its socket goes in it)
+        assert directory is not None
+        store = open_store(directory)
+        if store is None:
+            return EXIT_CANNOT_OPEN
+        store.close()
     command = _child_command(socket_path, spec, arguments)
+    # One scheduler per supervisor (the first child, restarted like any other): one put and one line per firing.
+    others = _child_command(socket_path, spec, arguments, schedule=False)
+    children = [command] + [others] * (arguments.processes - 1)
     server_log_level = "DEBUG" if arguments.log_level == "DEBUG" else "WARNING"  # its per-client lines are noise here
-    supervisor = Supervisor(directory, socket_path, [command] * arguments.processes, arguments.grace, server_log_level)
+    supervisor = Supervisor(
+        directory, socket_path, children, arguments.grace, server_log_level, summary_every=arguments.summary or None
+    )
     if not until_stopped(supervisor, supervisor.start):
         supervisor.close_pipe()
+        if created:  # a failed start leaves nothing behind: not the empty store made for it either
+            assert directory is not None
+            shutil.rmtree(directory, ignore_errors=True)
         return supervisor.exit_status
     return 0

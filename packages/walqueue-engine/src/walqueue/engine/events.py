@@ -38,6 +38,7 @@ __all__ = [
     "EVENT_LOG",
     "EXPIRY",
     "EXTEND",
+    "GIVE_BACK",
     "JsonLinesFormatter",
     "LEASE",
     "PUT",
@@ -75,6 +76,8 @@ DEATH: Final = _event_of("fail")
 REDRIVE: Final = _event_of("redrive")  # a dead task made ready again (task_id, available_at, max_attempts)
 CANCEL: Final = _event_of("cancel")  # a ready or leased task made dead (task_id, worker?, error?)
 EXTEND: Final = _event_of("extend")  # a heartbeat moved a lease's deadline (task_id, worker, deadline)
+#: An unstarted lease given back, its attempt restored (task_id, worker, generation).
+GIVE_BACK: Final = _event_of("give_back")
 
 #: Every event name, in the op table's order: each op kind's row declares the event it logs.
 EVENTS: Final = tuple(dict.fromkeys(kind.event for kind in OP_KINDS.values() if kind.event is not None))
@@ -135,6 +138,11 @@ _FIELDS: Final[dict[str, _Fields]] = {
         "deadline": op["deadline"],
     },
     ACK: lambda op, record, worker, deadline: {"task_id": op["task"], "worker": worker, "generation": op["generation"]},
+    GIVE_BACK: lambda op, record, worker, deadline: {
+        "task_id": op["task"],
+        "worker": worker,
+        "generation": op["generation"],
+    },
     RELEASE: lambda op, record, worker, deadline: {
         "task_id": op["task"],
         "worker": worker,

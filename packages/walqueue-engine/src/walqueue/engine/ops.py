@@ -452,13 +452,13 @@ def _owned_record_generation(state: State, lease: Lease, now: int) -> tuple[str,
     return record.task_id, record.generation
 
 
-def plan_ack(state: State, lease: Lease, now: int) -> Plan:
-    """The one ack op of a lease that still owns its task, else `StaleLease`."""
+def plan_ack(state: State, lease: Lease, now: int, kind: OpKind = _ACK) -> Plan:
+    """The one ack op (or `kind`'s, fenced alike: give_back) of a lease that still owns its task, else `StaleLease`."""
     lease = _check_lease(lease)
     now = check_int(now, "now")
     task_id, generation = _owned_record_generation(state, lease, now)
-    op: Op = {"op": "ack", "task": task_id, "generation": generation}
-    return Plan([op], [_ACK.encode(op)])
+    op: Op = {"op": kind.name, "task": task_id, "generation": generation}
+    return Plan([op], [kind.encode(op)])
 
 
 def lease_tokens(leases: object) -> list[Lease]:

@@ -50,7 +50,7 @@ from walqueue.engine.metrics import Metrics, MetricsReading, RequestSeconds
 from walqueue.engine.ownership import DirectoryLock
 from walqueue.engine.recovery import recover
 from walqueue.engine.replication import ReplicationSeat
-from walqueue.engine.state import apply
+from walqueue.engine.state import OP_KINDS, apply
 from walqueue.engine.types import Lease, QueueClosed, ReentrantCall, Stats, Status, Task, plain_lease
 from walqueue.engine.validate import check_error, check_queue_options, check_timeout
 from walqueue.engine.wal import Hook, append_with_phases, no_hook
@@ -399,6 +399,21 @@ class Queue:
         lease, checked = plain_lease(lease), check_error(error)
         with self._guard:
             self._commit(ops.plan_fail(self._state, lease, now, checked))
+
+    def give_back(self, lease: Lease, *, now: int) -> None:
+        """Give back a lease whose task the holder never started: ready again at once, its attempt restored.
+
+        For a worker that reserved more than it ran (shutdown, a full pipeline): the task is as before the
+        lease (same `available_at`, attempts one less, the last error kept), so a task with one attempt left
+        can never die of a lease nobody used. Raises `StaleLease` under the rules of `ack`, writing nothing;
+        `TypeError`/`ValueError`; `QueueClosed`.
+
+        Example: ``queue.give_back(lease, now=int(time.time()))``
+        """
+        self._check_open()
+        lease = plain_lease(lease)
+        with self._guard:
+            self._commit(ops.plan_ack(self._state, lease, now, OP_KINDS["give_back"]))
 
     def extend(self, lease: Lease, *, now: int, lease_seconds: int) -> Lease:
         """Move the deadline of a lease still held to ``now + lease_seconds`` (capped at 2**63 - 1): a heartbeat.

@@ -30,6 +30,9 @@ cancel     ready or  dead                        worker, deadline cleared
 fail       leased    dead                        same generation (fenced)
 error      ready or  (same)                      last error = type, message,
            leased                                attempts, at
+give_back  leased    ready                       G == generation (fenced); the
+                                                 lease undone: attempts and
+                                                 generation -= 1
 =========  ========  ==========================  ================================
 
 `worker` and `deadline` are set exactly while a task is leased. Anything
@@ -425,6 +428,9 @@ OP_KINDS: dict[str, OpKind] = {
         # -- format extensions (docs/FORMAT.md); add rows, never reorder --
         OpKind("clock", (("units_per_second", Field.POSITIVE_INT),), None, transitions.clock, store=True),
         OpKind("traceback", (("text", Field.TRACEBACK),), (READY, LEASED), transitions.traceback),
+        OpKind(
+            "give_back", (("generation", Field.POSITIVE_INT),), LEASED, transitions.give_back, event="task.give_back"
+        ),
     )
 }
 if frozenset(OP_KINDS) != OP_NAMES:

@@ -50,6 +50,7 @@ __all__ = [
     "expire",
     "extend",
     "fail",
+    "give_back",
     "lease",
     "put",
     "redrive",
@@ -290,6 +291,33 @@ def clock(state: StateReads, staging: Staging, record: Record | None, op: Op) ->
     if recorded is not None:
         raise OpError(f"the store's clock unit is already recorded ({recorded} units per second)")
     return ("clock", op["units_per_second"])
+
+
+def give_back(state: StateReads, staging: Staging, record: Record | None, op: Op) -> Record:
+    """An unstarted lease given back by its holder: the lease undone, so the task is as it was before it.
+
+    Fenced like release (the lease's generation). Attempts and generation
+    both go back by one (a stored record has one counter for both, CONTRACT
+    §3), so the next lease reuses the generation: the holder must not use
+    its token again (docs/DECISIONS.md §36). available_at and the last error
+    are kept.
+    """
+    assert record is not None
+    _held(record, op)
+    return TaskRecord(
+        record.task_id,
+        record.key,
+        READY,
+        record.digest_and_payload,
+        record.available_at,
+        record.max_attempts,
+        record.attempts - 1,
+        record.generation - 1,
+        None,
+        None,
+        record.last_error,
+        record.traceback,
+    )
 
 
 Transition = Callable[[StateReads, Staging, Record | None, Op], Record]

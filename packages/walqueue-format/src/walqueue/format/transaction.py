@@ -25,6 +25,8 @@ OP_NAMES = frozenset({"put", "lease", "expire", "ack", "release", "extend", "red
 OP_NAMES |= {"clock"}
 #: "traceback": the traceback of a task's last error, just after the error op it belongs to.
 OP_NAMES |= {"traceback"}
+#: An unstarted lease undone (docs/FORMAT.md, "give_back"); older readers refuse it by name.
+OP_NAMES |= {"give_back"}
 
 
 def transaction_seq(value: Any, path: str | None, offset: int) -> int:
