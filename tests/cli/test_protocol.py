@@ -281,12 +281,26 @@ EVERY_CALL = [
     {"op": "put", "task_id": "a", "payload": {"n": 1}, "key": "ka", "available_at": 0, "max_attempts": 1},
     {
         "op": "put_many",
-        "tasks": [{"task_id": "b", "payload": {}}, {"task_id": "c", "payload": {}}, {"task_id": "d", "payload": {}}],
+        "tasks": [
+            {"task_id": "b", "payload": {}},
+            {"task_id": "c", "payload": {}},
+            {"task_id": "d", "payload": {}},
+            {"task_id": "e", "payload": {}},
+        ],
     },
-    {"op": "reserve", "worker": "w", "now": 1, "lease_seconds": 10, "limit": 4},
+    {"op": "reserve", "worker": "w", "now": 1, "lease_seconds": 10, "limit": 5},
     {"op": "extend", "lease": {"task_id": "a", "worker": "w", "generation": 1}, "now": 2, "lease_seconds": 5},
     {"op": "ack", "lease": {"task_id": "b", "worker": "w", "generation": 1}, "now": 2},
     {"op": "ack_many", "leases": [{"task_id": "d", "worker": "w", "generation": 1}], "now": 2},
+    {
+        "op": "complete",
+        "lease": {"task_id": "e", "worker": "w", "generation": 1},
+        "now": 2,
+        "result": {"sum": 3},
+        "result_ttl": 100,
+        "puts": [{"task_id": "e/1", "payload": {}}],
+    },
+    {"op": "result", "task_id": "e"},
     {
         "op": "fail",
         "lease": {"task_id": "c", "worker": "w", "generation": 1},

@@ -24,6 +24,7 @@ from walqueue.engine.validate import (
     ERROR_MESSAGE_BYTES,
     ERROR_TYPE_BYTES,
     MAX_INT,
+    MAX_RESULT_BYTES,
     NAME_JSON_MAX,
     check_error_message,
     check_error_type,
@@ -56,6 +57,8 @@ class Field(enum.Enum):
     ERROR_TYPE = "error type"
     #: An error's message (`check_error_message`): a str of at most 2,048 UTF-8 bytes.
     ERROR_MESSAGE = "error message"
+    #: A task's result (any JSON value): checked by its transition; planned ops carry it encoded.
+    RESULT = "result"
 
 
 #: The least value of each int kind (`check_int`'s `minimum`).
@@ -69,6 +72,7 @@ _PLACEHOLDER: dict[Field, tuple[bytes, int | None]] = {
     Field.PAYLOAD: (b"%b", None),
     Field.ERROR_TYPE: (b"%b", 6 * ERROR_TYPE_BYTES + 2),
     Field.ERROR_MESSAGE: (b"%b", 6 * ERROR_MESSAGE_BYTES + 2),
+    Field.RESULT: (b"%b", MAX_RESULT_BYTES),
 }
 
 #: The check of each str kind besides a name, by the name the generated `check_fields` calls it.
@@ -160,6 +164,7 @@ class OpKind:
             Field.PAYLOAD: "op[{!r}].canonical",
             Field.ERROR_TYPE: "canonical_str(op[{!r}])",
             Field.ERROR_MESSAGE: "canonical_str(op[{!r}])",
+            Field.RESULT: "op[{!r}].canonical",
         }
         encode_line = "return template % ({},)".format(", ".join(spliced[kinds[v]].format(v) for v in values))
         splice_line = "return template % ({},)".format(", ".join(values))

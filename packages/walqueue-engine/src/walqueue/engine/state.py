@@ -117,7 +117,7 @@ class State:
     the default key (the task id itself) costs no memory.
     """
 
-    __slots__ = ("last_seq", "tasks", "_key_owner", "_ready", "_leases", "_counts", "_dead")
+    __slots__ = ("last_seq", "tasks", "_key_owner", "_ready", "_leases", "_counts", "_dead", "_results", "_expiries")
 
     def __init__(self) -> None:
         self.last_seq = 0
@@ -129,6 +129,9 @@ class State:
         self._counts: dict[str, int] = dict.fromkeys(STATUSES, 0)
         #: The ids of the dead tasks (the ready and leased ones are in their heaps).
         self._dead: set[str] = set()
+        #: Completed tasks' results: task id -> b"<expires> <JSON>" (result ops; kept until they expire or a snapshot).
+        self._results: dict[str, bytes] = {}
+        self._expiries: list[HeapEntry] = []  # (expires, task id): the results in the order they expire
 
     # -- reads --------------------------------------------------------------
 
@@ -198,6 +201,28 @@ class State:
         if status == DEAD:
             return list(self._dead)
         return [task_id for task_id, record in self.tasks.items() if record.status == status]
+
+    def result(self, task_id: str) -> tuple[int, bytes] | None:
+        """A completed task's stored result: (expires, its JSON); None if there is none (or it was dropped)."""
+        packed = self._results.get(task_id)
+        if packed is None:
+            return None
+        expires, _, encoded = packed.partition(b" ")
+        return int(expires), encoded
+
+    def _store_results(self, results: Mapping[str, tuple[int, int, bytes]]) -> None:
+        """Keep a transaction's results; drop those expired by its time (memory stays bounded by the TTL)."""
+        stored, expiries = self._results, self._expiries
+        latest = 0
+        for task_id, (at, expires, encoded) in results.items():
+            stored[task_id] = b"%d %b" % (expires, encoded)
+            heapq.heappush(expiries, (expires, task_id))
+            latest = max(latest, at)
+        while expiries and expiries[0][0] <= latest:
+            expires, task_id = heapq.heappop(expiries)
+            packed = stored.get(task_id)
+            if packed is not None and packed.startswith(b"%d " % expires):
+                del stored[task_id]
 
     def counts(self) -> dict[str, int]:
         """The number of tasks per status, always with exactly the four status keys."""
@@ -386,6 +411,12 @@ OP_KINDS: dict[str, OpKind] = {
             (READY, LEASED),
             transitions.error,
         ),
+        OpKind(
+            "result",
+            (("generation", Field.POSITIVE_INT), ("at", Field.INT), ("expires", Field.INT), ("value", Field.RESULT)),
+            LEASED,
+            transitions.result,
+        ),
     )
 }
 if frozenset(OP_KINDS) != OP_NAMES:
@@ -488,4 +519,12 @@ def apply(state: State, tx: Mapping[str, Any], *, decoded: bool = False, _planne
         if task_id not in staged and task_id not in state.tasks:  # the op created its task: its key is taken
             staging.keys.add(record.key)
         staged[task_id] = record
+    results = staging.results
+    if results:  # a result op's task must end the transaction completed (its ack follows)
+        for task_id in results:
+            if staged[task_id].status != COMPLETED:
+                raise InvalidTransaction(f"transaction {seq}: the result of {task_id!r:.100} has no ack after it")
+        created = state._commit(staged.items(), seq)
+        state._store_results(results)
+        return created
     return state._commit(staged.items(), seq)

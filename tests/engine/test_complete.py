@@ -1,0 +1,110 @@
+"""`Queue.complete`: the ack, a result and follow-up puts in one transaction, or nothing; the `result` op's rules."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from walqueue import KeyConflict, Queue, StaleLease
+from walqueue.engine.state import InvalidTransaction, State, apply
+
+
+def _leased(queue: Queue, task_id: str = "a") -> object:
+    queue.put(task_id, {"x": 1})
+    [lease] = queue.reserve("w", now=10, lease_seconds=100)
+    return lease
+
+
+def test_complete_acks_stores_the_result_and_puts_the_followups_in_one_transaction(tmp_path: Path) -> None:
+    with Queue(tmp_path / "q", sync=False) as queue:
+        lease = _leased(queue)
+        before = queue.last_seq
+        queue.complete(lease, now=20, result={"r": [1, 2]}, result_ttl=50, puts=[{"task_id": "a/1", "payload": {}}])
+        assert queue.last_seq == before + 1
+        assert queue.get("a").status == "completed" and queue.get("a/1").status == "ready"
+        assert queue.result("a") == {"value": {"r": [1, 2]}, "expires": 70}
+    with Queue(tmp_path / "q", sync=False) as reopened:  # replayed from the log
+        assert reopened.result("a") == {"value": {"r": [1, 2]}, "expires": 70}
+        assert reopened.get("a/1") is not None
+
+
+def test_a_stale_lease_writes_nothing_neither_the_ack_nor_the_followups(tmp_path: Path) -> None:
+    with Queue(tmp_path / "q", sync=False) as queue:
+        lease = _leased(queue)
+        queue.ack(lease, now=20)
+        seq = queue.last_seq
+        with pytest.raises(StaleLease):
+            queue.complete(lease, now=21, result=1, puts=[{"task_id": "a/1", "payload": {}}])
+        assert queue.last_seq == seq and queue.get("a/1") is None
+
+
+def test_a_conflicting_followup_writes_nothing(tmp_path: Path) -> None:
+    with Queue(tmp_path / "q", sync=False) as queue:
+        lease = _leased(queue)
+        queue.put("other", {}, key="a/1")
+        with pytest.raises(KeyConflict):
+            queue.complete(lease, now=20, puts=[{"task_id": "a/1", "payload": {"y": 1}}])
+        assert queue.get("a").status == "leased"
+
+
+def test_an_identical_followup_already_put_is_left_out(tmp_path: Path) -> None:
+    with Queue(tmp_path / "q", sync=False) as queue:
+        lease = _leased(queue)
+        queue.put("a/1", {"y": 1})
+        queue.complete(lease, now=20, puts=[{"task_id": "a/1", "payload": {"y": 1}}])
+        assert queue.get("a").status == "completed"
+
+
+def test_bad_arguments_are_refused_before_anything_is_written(tmp_path: Path) -> None:
+    with Queue(tmp_path / "q", sync=False) as queue:
+        lease = _leased(queue)
+        seq = queue.last_seq
+        with pytest.raises(TypeError):
+            queue.complete(lease, now=20, result={1, 2})
+        with pytest.raises(ValueError, match="result"):
+            queue.complete(lease, now=20, result="x" * 70_000)
+        with pytest.raises(TypeError):
+            queue.complete(lease, now=20, puts=[{"task_id": "b", "payload": "not an object"}])
+        assert queue.last_seq == seq
+
+
+def test_results_are_dropped_once_a_later_result_passes_their_expiry(tmp_path: Path) -> None:
+    with Queue(tmp_path / "q", sync=False) as queue:
+        queue.complete(_leased(queue, "a"), now=20, result=1, result_ttl=5)
+        queue.complete(_leased(queue, "b"), now=30, result=2, result_ttl=5)
+        assert queue.result("a") is None and queue.result("b") == {"value": 2, "expires": 35}
+
+
+def _leased_state() -> State:
+    state = State()
+    apply(
+        state,
+        {
+            "seq": 1,
+            "ops": [{"op": "put", "task": "a", "key": "a", "payload": {}, "available_at": 0, "max_attempts": 3}],
+        },
+    )
+    apply(state, {"seq": 2, "ops": [{"op": "lease", "task": "a", "worker": "w", "generation": 1, "deadline": 99}]})
+    return state
+
+
+RESULT_OP = {"op": "result", "task": "a", "generation": 1, "at": 5, "expires": 9, "value": [1]}
+
+
+def test_a_result_op_alone_or_without_its_ack_is_refused() -> None:
+    state = _leased_state()
+    with pytest.raises(InvalidTransaction, match="result"):
+        apply(state, {"seq": 3, "ops": [RESULT_OP]})
+    with pytest.raises(InvalidTransaction, match="no ack"):
+        apply(state, {"seq": 3, "ops": [RESULT_OP, {"op": "extend", "task": "a", "generation": 1, "deadline": 5}]})
+    apply(state, {"seq": 3, "ops": [RESULT_OP, {"op": "ack", "task": "a", "generation": 1}]})
+    assert state.result("a") == (9, b"[1]")
+
+
+def test_a_store_that_never_stores_a_result_writes_no_result_op(tmp_path: Path) -> None:
+    with Queue(tmp_path / "q", sync=False) as queue:
+        lease = _leased(queue)
+        queue.complete(lease, now=20)
+    log = b"".join(path.read_bytes() for path in sorted((tmp_path / "q").rglob("wal-*")))
+    assert b'"result"' not in log and b'"op":"ack"' in log
