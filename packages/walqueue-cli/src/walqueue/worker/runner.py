@@ -49,6 +49,7 @@ from typing import Any
 
 from walqueue import Lease, Queue, QueueClosed, StaleLease
 from walqueue.worker.clock import MILLISECONDS, Clock, milliseconds, seconds_until
+from walqueue.worker.completion import Completion, send_completion
 from walqueue.worker.pending import Pending
 from walqueue.worker.report import Report, log
 from walqueue.worker.retry import RetryPolicy
@@ -418,13 +419,22 @@ class Worker:
             self._monitor.begun(run)
         began = time.monotonic()
         try:
-            self.handler(run.job, run.context)
+            outcome = self.handler(run.job, run.context)
         except BaseException as error:  # noqa: BLE001 - every failure of a handler is the task's, not the worker's
             self._measured(time.monotonic() - began)
             self._settler.fail(run, error)
             return False
         self._measured(time.monotonic() - began)
         if not self._settler.claim(run):
+            return False
+        if isinstance(outcome, Completion) and not outcome.plain:  # an App's result or follow-ups: one `complete`
+            try:
+                send_completion(self.source, run.lease, outcome, now=self.clock())
+            except Exception as error:  # noqa: BLE001 - refused whole (too large for a frame): it runs again
+                lost = error if isinstance(error, StaleLease | OSError) else ConnectionError(f"refused: {error}")
+                self._settler.acked(run, lost)
+            else:
+                self._settler.acked(run, None)
             return False
         if self._batched_acks:
             self._pending.queue_ack(run)
