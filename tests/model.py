@@ -222,6 +222,7 @@ class Model:
         self._tasks: dict[str, dict[str, Any]] = {}
         self._keys: dict[str, str] = {}
         self._last_seq = 0
+        self._results: dict[str, tuple[int, Any]] = {}  # complete's results: task id -> (expires, value)
 
     # -- bookkeeping ------------------------------------------------------
 
@@ -600,6 +601,47 @@ class Model:
         record["status"] = "dead"
         record["worker"] = None
         record["deadline"] = None
+
+    # -- complete: ack + result + follow-up puts, one transaction ------------
+
+    def complete(
+        self,
+        lease: Lease,
+        *,
+        now: int,
+        result: Any = None,
+        result_ttl: int = 86_400_000,
+        puts: Iterable[Mapping[str, Any]] = (),
+    ) -> None:
+        """The ack, then the puts as `put_many`, as ONE transaction; any refusal writes nothing."""
+        if not isinstance(lease, Lease):
+            raise TypeError("expected a Lease")
+        _check_int(now, "now", 0)
+        ttl = _check_int(result_ttl, "result_ttl", 1)
+        if now + ttl > 2**63 - 1:
+            raise ValueError("now + result_ttl is too large")
+        if result is not None and len(canonical_json(_check_payload({"v": result})["v"])) > 64 * 1024:
+            raise ValueError("result too large")
+        if isinstance(puts, (str, bytes, Mapping)) or not isinstance(puts, Iterable):
+            raise TypeError("puts must be an iterable of mappings")
+        items = list(puts)
+        try:
+            Model().put_many(items)  # the items' own checks come before the lease's
+        except KeyConflict:
+            pass  # a conflict among the items is judged after the lease, as the engine does
+        self._check_token(lease, now)
+        trial = self.clone()
+        trial._complete(trial._owner_record(lease, now))
+        trial.put_many(items)
+        trial._last_seq = self._last_seq + 1
+        self.__dict__ = trial.__dict__
+        if result is not None:
+            self._results[lease.task_id] = (now + ttl, _copy(result))
+            self._results = {task: kept for task, kept in self._results.items() if kept[0] > now}
+
+    def result(self, task_id: str) -> dict[str, Any] | None:
+        kept = self._results.get(task_id)
+        return None if kept is None else {"value": _copy(kept[1]), "expires": kept[0]}
 
     # -- reads ------------------------------------------------------------
 
