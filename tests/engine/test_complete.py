@@ -108,3 +108,38 @@ def test_a_store_that_never_stores_a_result_writes_no_result_op(tmp_path: Path) 
         queue.complete(lease, now=20)
     log = b"".join(path.read_bytes() for path in sorted((tmp_path / "q").rglob("wal-*")))
     assert b'"result"' not in log and b'"op":"ack"' in log
+
+
+def test_results_are_carried_by_a_snapshot_and_read_back_after_compaction(tmp_path: Path) -> None:
+    with Queue(tmp_path / "q", sync=False) as queue:
+        queue.complete(_leased(queue, "a"), now=20, result={"k": ["v", 1.5]}, result_ttl=1000)
+        queue.complete(_leased(queue, "b"), now=30)
+        queue.compact()
+        assert queue.result("a") == {"value": {"k": ["v", 1.5]}, "expires": 1020}
+    with Queue(tmp_path / "q", sync=False) as reopened:
+        assert reopened.result("a") == {"value": {"k": ["v", 1.5]}, "expires": 1020}
+        assert reopened.result("b") is None and reopened.get("b").status == "completed"
+        reopened.put("c", {})
+        [lease] = reopened.reserve("w", now=1500, lease_seconds=1000)
+        reopened.complete(lease, now=2000, result=3, result_ttl=5)  # its time passes a's expiry
+        assert reopened.result("a") is None
+
+
+def test_a_snapshot_result_is_refused_unless_its_task_is_completed() -> None:
+    record = {
+        "task": "a",
+        "key": "a",
+        "identity": "00" * 32,
+        "status": "ready",
+        "payload": {},
+        "available_at": 0,
+        "max_attempts": 3,
+        "attempts": 0,
+        "generation": 0,
+        "worker": None,
+        "deadline": None,
+    }
+    with pytest.raises(InvalidTransaction, match="has no result"):
+        State.from_records(1, [{**record, "result": {"expires": 5, "value": 1}}])
+    with pytest.raises(InvalidTransaction, match="last_error or result"):
+        State.from_records(1, [{**record, "outcome": 1}])

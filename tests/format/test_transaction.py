@@ -19,8 +19,9 @@ ACK = {"op": "ack", "task": "t", "generation": 1}
 RELEASE = {"op": "release", "task": "t", "generation": 1, "available_at": 5}
 
 
-def test_the_op_names_are_exactly_the_contracts_the_lifecycle_ops_and_the_last_errors() -> None:
-    assert OP_NAMES == {"put", "lease", "expire", "ack", "release", "extend", "redrive", "cancel", "fail", "error"}
+def test_the_op_names_are_exactly_the_contracts_the_lifecycle_ops_the_last_errors_and_results() -> None:
+    lifecycle = {"put", "lease", "expire", "ack", "release", "extend", "redrive", "cancel", "fail", "error"}
+    assert lifecycle | {"result"} == OP_NAMES
 
 
 @pytest.mark.parametrize("op", [PUT, LEASE, EXPIRE, ACK, RELEASE], ids=lambda op: op["op"])

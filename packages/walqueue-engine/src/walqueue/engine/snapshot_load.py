@@ -50,6 +50,7 @@ from walqueue.engine.validate import (
     check_name,
     check_payload,
     check_record_fits,
+    check_result,
 )
 from walqueue.format.canonical import canonical_str
 
@@ -165,6 +166,20 @@ class Loaded(NamedTuple):
     counts: dict[str, int]
     #: The ids of the dead tasks.
     dead: set[str]
+    #: Completed tasks' stored results, b"<expires> <JSON>" (a record's optional ``result``).
+    results: dict[str, bytes] = {}  # noqa: RUF012 - a NamedTuple's default, never mutated
+
+
+_RESULT_KEYS = frozenset({"expires", "value"})
+
+
+def _result(value: object, status: str) -> bytes:
+    """A completed record's ``result`` ({"expires": E, "value": V}) as the state keeps it: b"<E> <JSON of V>"."""
+    if status is not COMPLETED:
+        raise ValueError(f"a {status} task has no result")
+    if type(value) is not dict or value.keys() != _RESULT_KEYS:
+        raise ValueError(f"result must be an object with exactly the keys {sorted(_RESULT_KEYS)}")
+    return b"%d %b" % (check_int(value["expires"], "result expires"), check_result(value["value"], True))
 
 
 def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
@@ -196,6 +211,7 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
     leases: list[HeapEntry] = []
     counts = dict.fromkeys(STATUSES, 0)
     dead: set[str] = set()
+    results: dict[str, bytes] = {}
     previous: str | None = None
     record: Record
     with paused_gc():
@@ -205,10 +221,16 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
                     raise TypeError(f"a record must be a JSON object, not {type(value).__name__}")
                 try:
                     stored_error: object = _ABSENT
+                    stored_result: object = _ABSENT
                     if len(value) != _RECORD_FIELD_COUNT:
-                        if len(value) != _RECORD_FIELD_COUNT + 1 or "last_error" not in value:
+                        if len(value) != _RECORD_FIELD_COUNT + 1:
                             raise KeyError
-                        stored_error = value["last_error"]
+                        if "last_error" in value:
+                            stored_error = value["last_error"]
+                        elif "result" in value:
+                            stored_result = value["result"]
+                        else:
+                            raise KeyError
                     (
                         task_id,
                         key,
@@ -224,7 +246,7 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
                     ) = _record_fields(value)
                 except KeyError:
                     raise ValueError(
-                        f"record keys must be exactly {sorted(_RECORD_KEYS)} (and last_error, if any),"
+                        f"record keys must be exactly {sorted(_RECORD_KEYS)} (and last_error or result, if any),"
                         f" not {sorted(map(str, value))}"
                     ) from None
                 check_name(task_id, "task")
@@ -273,6 +295,8 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
                     if stored_error is _ABSENT
                     else _last_error(stored_error, status, attempts, payload_json, task_id, key)
                 )
+                if stored_result is not _ABSENT:
+                    results[task_id] = _result(stored_result, status)
                 if status is COMPLETED:
                     record = Tombstone.of(task_id, key, digest, available_at, max_attempts, attempts, generation)
                 else:
@@ -314,7 +338,7 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
                 leases.append(entry)
     heapq.heapify(ready)
     heapq.heapify(leases)
-    return Loaded(tasks, key_owner, ready, leases, counts, dead)
+    return Loaded(tasks, key_owner, ready, leases, counts, dead, results)
 
 
 def check_snapshot_seq(seq: object) -> int:

@@ -210,6 +210,10 @@ class State:
         expires, _, encoded = packed.partition(b" ")
         return int(expires), encoded
 
+    def results_copy(self) -> dict[str, bytes]:
+        """The stored results as they are now (a snapshot writes them with their tasks' records)."""
+        return dict(self._results)
+
     def _store_results(self, results: Mapping[str, tuple[int, int, bytes]]) -> None:
         """Keep a transaction's results; drop those expired by its time (memory stays bounded by the TTL)."""
         stored, expiries = self._results, self._expiries
@@ -296,6 +300,9 @@ class State:
         state._leases = loaded.leases
         state._counts = loaded.counts
         state._dead = loaded.dead
+        state._results = dict(loaded.results)
+        state._expiries = [(int(packed.partition(b" ")[0]), task_id) for task_id, packed in state._results.items()]
+        heapq.heapify(state._expiries)
         state.last_seq = seq
         return state
 
@@ -359,7 +366,7 @@ class State:
 
     def indexes(self) -> Loaded:
         """The records and every index, in the shape `load_records` builds them: shared, not copied (read only)."""
-        return Loaded(self.tasks, self._key_owner, self._ready, self._leases, self._counts, self._dead)
+        return Loaded(self.tasks, self._key_owner, self._ready, self._leases, self._counts, self._dead, self._results)
 
 
 # -- apply ---------------------------------------------------------------------
