@@ -27,7 +27,7 @@ import threading
 import uuid
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar, overload
 
 from walqueue import KeyConflict, Queue
 from walqueue.worker.clock import MILLISECONDS, Clock, milliseconds
@@ -137,6 +137,22 @@ class App:
 
     # -- declaring tasks -----------------------------------------------------------------
 
+    @overload
+    def task(self, function: Callable[P, R], /) -> TaskFunction[P, R]: ...
+
+    @overload
+    def task(
+        self,
+        *,
+        name: str | None = None,
+        queue: str = DEFAULT_QUEUE,
+        priority: int = DEFAULT_PRIORITY,
+        max_attempts: int = 3,
+        timeout: float | None = None,
+        retry: RetryPolicy | None = None,
+        result_ttl: float | None = None,
+    ) -> Callable[[Callable[P, R]], TaskFunction[P, R]]: ...
+
     def task(
         self,
         function: Callable[P, R] | None = None,
@@ -193,9 +209,9 @@ class App:
         except (Permanent, Retry):
             raise
         except Exception as error:
-            if task.retry is None or isinstance(error, KeyboardInterrupt):
-                raise
-            raise Retry(f"{type(error).__name__}: {error}", delay=task.retry.delay(job.attempts)) from error
+            if task.retry is not None:  # the task's backoff; the error stays the task's own (type and message)
+                error.walqueue_retry_delay = task.retry.delay(job.attempts)  # type: ignore[attr-defined]
+            raise
         finally:
             leave(token)
         if task.timeout is not None and self.clock() - began > self.units(task.timeout):
