@@ -143,3 +143,20 @@ def test_a_snapshot_result_is_refused_unless_its_task_is_completed() -> None:
         State.from_records(1, [{**record, "result": {"expires": 5, "value": 1}}])
     with pytest.raises(InvalidTransaction, match="last_error or result"):
         State.from_records(1, [{**record, "outcome": 1}])
+
+
+def test_the_result_frame_of_format_md_is_what_complete_writes(tmp_path: Path) -> None:
+    with Queue(tmp_path / "q") as queue:
+        queue.put("t1", {"n": 1})
+        [lease] = queue.reserve("w1", now=100, lease_seconds=30)
+        queue.complete(
+            lease, now=110, result={"ok": True}, result_ttl=1000, puts=[{"task_id": "t1/1", "payload": {"n": 2}}]
+        )
+    frame = (tmp_path / "q" / "wal-00000000000000000001.log").read_bytes()[265 : 265 + 272]
+    body = (
+        b'{"ops":[{"at":110,"expires":1110,"generation":1,"op":"result","task":"t1","value":{"ok":true}},'
+        b'{"generation":1,"op":"ack","task":"t1"},'
+        b'{"available_at":0,"key":"t1/1","max_attempts":3,"op":"put","payload":{"n":2},"task":"t1/1"}],"seq":3}'
+    )
+    assert frame[:4] == (236).to_bytes(4, "big") and frame[4:-32] == body
+    assert frame[-32:].hex() == "aca83a8a58a20290459a537dcd5e5a2117587d41bc4be7727d10f0ade0d6222e"
