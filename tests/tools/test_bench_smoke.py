@@ -112,6 +112,12 @@ EXPECTED_FIGURES["worker_end_to_end"] = (
     if HUEY
     else set()
 )
+#: (m) compares task functions with results with huey's tasks when huey is installed.
+EXPECTED_FIGURES["task_results"] = (
+    {"one_at_a_time_vs_huey", "in_flight_vs_huey", "chains_vs_huey", "first_result_huey_over_walqueue"}
+    if HUEY
+    else set()
+)
 #: The targets of docs/PERFORMANCE.md: (workload, figure).
 EXPECTED_TARGETS = {
     ("put_durable", "walqueue_vs_sqlite"),
@@ -146,6 +152,9 @@ if HUEY:
     EXPECTED_TARGETS |= {
         ("worker_end_to_end", "walqueue_threads_8_vs_huey_threads_8"),
         ("worker_end_to_end", "walqueue_processes_4_vs_huey_processes_4"),
+        ("task_results", "one_at_a_time_vs_huey"),
+        ("task_results", "in_flight_vs_huey"),
+        ("task_results", "chains_vs_huey"),
     }
 
 
