@@ -12,7 +12,7 @@ import functions_app as tasks
 import pytest
 
 from walqueue import Queue
-from walqueue.worker import App, TaskFailed, TaskHandle, Worker, current
+from walqueue.worker import App, TaskFailed, TaskHandle, Worker, chain, current
 
 WAIT = 20.0
 
@@ -173,3 +173,37 @@ def test_async_tasks_run_on_one_loop_and_a_timeout_cancels_only_that_coroutine(b
             stuck.result(timeout=WAIT)
         assert [handle.result(timeout=WAIT) for handle in doubles] == [0, 2, 4, 6, 8, 10]
     assert "cancelled" in tasks.CALLS
+
+
+@pytest.mark.timeout(60)
+def test_chain_passes_each_result_to_the_next_step_and_its_handle_is_the_last_steps(bound: Queue) -> None:
+    handle = chain(tasks.add.s(1, 2), tasks.add.s(10), tasks.add.s(b=100)).enqueue()
+    assert handle.id.endswith("/then/then")
+    with running(bound, tasks.app):
+        assert handle.result(timeout=WAIT) == 113
+    first = bound.get(handle.id.removesuffix("/then/then"))
+    assert first is not None and first.status == "completed"
+
+
+def test_a_chains_steps_are_checked_before_anything_is_written(bound: Queue) -> None:
+    with pytest.raises(TypeError, match="functions_app.add"):
+        chain(tasks.add.s(1), tasks.add.s(1, 2)).enqueue()  # the second step gets the result too: 3 arguments
+    with pytest.raises(TypeError, match="argument 'b'"):
+        chain(tasks.add.s(1), tasks.add.s(b={1})).enqueue()
+    with pytest.raises(TypeError, match="one or more"):
+        chain()
+    assert bound.last_seq == 0
+
+
+@pytest.mark.timeout(60)
+def test_a_chain_stops_at_a_dead_step_and_its_redrive_resumes_the_chain(bound: Queue) -> None:
+    tasks.BROKEN.add(7)
+    handle = chain(tasks.add.s(3, 4), tasks.fragile_step.s(9), tasks.add.s(1)).enqueue()
+    middle = tasks.app.handle(handle.id.removesuffix("/then"))
+    with running(bound, tasks.app):
+        with pytest.raises(TaskFailed, match="step 7 broke"):
+            middle.result(timeout=WAIT)
+        assert handle.status() is None
+        tasks.BROKEN.discard(7)
+        bound.redrive(middle.id, available_at=0)
+        assert handle.result(timeout=WAIT) == 8

@@ -11,6 +11,7 @@ SIGTERM, several threads or processes, and periodic tasks. The map:
   handles.py     TaskHandle (id, status, result), TaskFailed, ResultTooLarge
   current.py     current(): the running task's context; its follow-ups, committed with the ack
   completion.py  Completion: the result and follow-ups a worker commits in one `complete`
+  chains.py      chain(a.s(...), b.s(...)): each step's result the next one's first argument
   aio.py         AsyncRunner: the event loop on which async def tasks run
   retry.py       RetryPolicy: exponential backoff with full jitter
   source.py      Queue or Client behind one protocol; release/fail with the error
@@ -26,6 +27,7 @@ SIGTERM, several threads or processes, and periodic tasks. The map:
 from __future__ import annotations
 
 from walqueue.worker.app import App, TaskFunction
+from walqueue.worker.chains import chain
 from walqueue.worker.clock import MILLISECONDS, Clock, milliseconds
 from walqueue.worker.context import Context, Job
 from walqueue.worker.current import TaskContext, current
@@ -57,6 +59,7 @@ __all__ = [
     "Router",
     "UnknownKind",
     "Worker",
+    "chain",
     "firing_key",
     "milliseconds",
 ]

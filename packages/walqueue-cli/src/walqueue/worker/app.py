@@ -30,6 +30,7 @@ from datetime import datetime
 from typing import Any, ParamSpec, TypeVar, overload
 
 from walqueue import KeyConflict, Queue
+from walqueue.worker.chains import Signature, next_step
 from walqueue.worker.clock import MILLISECONDS, Clock, milliseconds
 from walqueue.worker.completion import DEFAULT_MAX_RESULT_BYTES, Completion, check_json_value
 from walqueue.worker.context import Context, Job
@@ -216,6 +217,9 @@ class App:
             leave(token)
         if task.timeout is not None and self.clock() - began > self.units(task.timeout):
             raise TimeoutError(f"{task.name} ran longer than its timeout ({task.timeout} s); its result is discarded")
+        following = next_step(job.id, payload, value)  # a chain's next step: committed with this ack too
+        if following is not None:
+            task_context.followups.append(following)
         return self._completion(task, value, task_context)
 
     def _run(self, task: TaskFunction[Any, Any], args: list[Any], kwargs: dict[str, Any], context: Context) -> Any:
@@ -284,6 +288,10 @@ class TaskFunction[**P, R]:
 
     def __repr__(self) -> str:
         return f"<TaskFunction {self.name}>"
+
+    def s(self, *args: Any, **kwargs: Any) -> Signature:
+        """This function with these arguments, as a step of `chain` (a later step gets the previous result first)."""
+        return Signature(self, args, kwargs)
 
     def options(
         self,

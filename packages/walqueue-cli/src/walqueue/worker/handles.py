@@ -19,7 +19,7 @@ import math
 import time
 from typing import TYPE_CHECKING, Any
 
-from walqueue import LastError
+from walqueue import LastError, WalQueueError
 from walqueue.worker.errors import Permanent
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ __all__ = ["ResultTooLarge", "TaskFailed", "TaskHandle"]
 _LONGEST_WAIT = 60.0
 
 
-class TaskFailed(Exception):
+class TaskFailed(WalQueueError):
     """The task is dead (its attempts ran out, a permanent failure, or it was cancelled): `last_error` says why."""
 
     def __init__(self, task_id: str, last_error: LastError | None) -> None:
