@@ -19,6 +19,7 @@ here are seconds, converted with the app's clock.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import math
@@ -211,7 +212,8 @@ class App:
             raise
         except Exception as error:
             if task.retry is not None:  # the task's backoff; the error stays the task's own (type and message)
-                error.walqueue_retry_delay = task.retry.delay(job.attempts)  # type: ignore[attr-defined]
+                with contextlib.suppress(AttributeError):  # an exception class without a __dict__: the worker's
+                    error.walqueue_retry_delay = task.retry.delay(job.attempts)  # type: ignore[attr-defined]
             raise
         finally:
             leave(token)
