@@ -67,7 +67,7 @@ async def slow_double(x: int, seconds: float = 0.0) -> int:
     return 2 * x
 
 
-@app.task(timeout=0.2, max_attempts=1)
+@app.task(timeout=2.0, max_attempts=1)
 async def sleeps_too_long() -> Any:
     try:
         await asyncio.sleep(30)
