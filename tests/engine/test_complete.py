@@ -160,3 +160,22 @@ def test_the_result_frame_of_format_md_is_what_complete_writes(tmp_path: Path) -
     )
     assert frame[:4] == (236).to_bytes(4, "big") and frame[4:-32] == body
     assert frame[-32:].hex() == "aca83a8a58a20290459a537dcd5e5a2117587d41bc4be7727d10f0ade0d6222e"
+
+
+def test_a_replayed_or_reloaded_state_holds_the_live_states_results(tmp_path: Path) -> None:
+    """Results are dropped by the log's own times, so replay and a snapshot load agree with the live queue."""
+    with Queue(tmp_path / "q", sync=False) as queue:
+        for number, now in enumerate((20, 25, 60, 90)):
+            queue.put(f"t{number}", {})
+            [lease] = queue.reserve("w", now=now - 5, lease_seconds=100)
+            queue.complete(lease, now=now, result=number, result_ttl=40)
+            if number == 1:
+                queue.compact()
+        live = [queue.result(f"t{number}") for number in range(4)]
+    assert live == [None, None, {"value": 2, "expires": 100}, {"value": 3, "expires": 130}]
+    with Queue(tmp_path / "q", sync=False) as reopened:
+        assert [reopened.result(f"t{number}") for number in range(4)] == live
+    with_result, without = _leased_state(), _leased_state()
+    apply(with_result, {"seq": 3, "ops": [RESULT_OP, {"op": "ack", "task": "a", "generation": 1}]})
+    apply(without, {"seq": 3, "ops": [{"op": "ack", "task": "a", "generation": 1}]})
+    assert with_result != without  # states differing only in a result are not equal

@@ -139,10 +139,10 @@ class State:
         return len(self.tasks)
 
     def __eq__(self, other: object) -> bool:
-        """Equal states hold the same tasks with the same fields at the same sequence."""
+        """Equal states hold the same tasks with the same fields, and the same results, at the same sequence."""
         if not isinstance(other, State):
             return NotImplemented
-        if self.last_seq != other.last_seq or len(self.tasks) != len(other.tasks):
+        if self.last_seq != other.last_seq or len(self.tasks) != len(other.tasks) or self._results != other._results:
             return False
         other_tasks = other.tasks
         for task_id, record in self.tasks.items():
