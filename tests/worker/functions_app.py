@@ -73,3 +73,11 @@ async def sleeps_too_long() -> Any:
         await asyncio.sleep(30)
     finally:
         CALLS.append("cancelled")
+
+
+@app.task
+async def async_parent(n: int) -> int:
+    """current() in a coroutine: the context variable is the running task's there too."""
+    await asyncio.sleep(0)
+    current().enqueue(add, n, 1)
+    return n

@@ -208,3 +208,36 @@ def test_a_chain_stops_at_a_dead_step_and_its_redrive_resumes_the_chain(bound: Q
         tasks.BROKEN.discard(7)
         bound.redrive(middle.id, available_at=0)
         assert handle.result(timeout=WAIT) == 8
+
+
+@pytest.mark.timeout(60)
+def test_current_works_in_a_coroutine_and_its_follow_up_is_committed_with_the_ack(bound: Queue) -> None:
+    handles = [tasks.async_parent.enqueue(n) for n in range(3)]
+    with running(bound, tasks.app, concurrency=3):
+        assert [tasks.app.handle(f"{h.id}/1").result(timeout=WAIT) for h in handles] == [1, 2, 3]
+        assert [h.result(timeout=WAIT) for h in handles] == [0, 1, 2]
+
+
+def test_the_async_runner_cancels_a_coroutine_once_the_worker_takes_its_task_back() -> None:
+    import asyncio
+    import threading
+
+    from walqueue.worker.aio import AsyncRunner
+
+    finished: list[str] = []
+
+    async def forever() -> None:
+        try:
+            await asyncio.sleep(60)
+        finally:
+            finished.append("cleaned up")
+
+    runner, lost = AsyncRunner(), threading.Event()
+    threading.Timer(0.1, lost.set).start()
+    try:
+        with pytest.raises(asyncio.CancelledError):
+            runner.run(forever(), None, lost)
+        assert finished == ["cleaned up"]
+        assert runner.run(asyncio.sleep(0, result=5), 1.0) == 5  # the loop goes on
+    finally:
+        runner.close()

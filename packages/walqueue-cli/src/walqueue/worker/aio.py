@@ -21,7 +21,6 @@ code between two awaits is never interrupted.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import threading
 from collections.abc import Coroutine
 from typing import Any
@@ -50,20 +49,29 @@ class AsyncRunner:
         """Run `coroutine` on the loop and return its value; `TimeoutError` once `timeout` seconds pass.
 
         Should `lost` be set meanwhile (the worker took the task back), the
-        coroutine is cancelled and `asyncio.CancelledError` is raised here.
+        coroutine is cancelled, and once it has finished (its ``finally``
+        blocks run) `asyncio.CancelledError` is raised here.
         """
-        future = asyncio.run_coroutine_threadsafe(_bounded(coroutine, timeout), self.loop)
         finished = threading.Event()
-        future.add_done_callback(lambda _: finished.set())
+        started: list[asyncio.Task[Any]] = []
+
+        def start() -> None:
+            task = self.loop.create_task(_bounded(coroutine, timeout))
+            task.add_done_callback(lambda _: finished.set())
+            started.append(task)
+
+        self.loop.call_soon_threadsafe(start)  # callbacks run in order: `start` before any cancel below
         while not finished.wait(_LOOK_EVERY_SECONDS):
             if lost is not None and lost.is_set():
-                future.cancel()
+                self.loop.call_soon_threadsafe(lambda: started[0].cancel())
                 finished.wait()
-                break
-        try:
-            return future.result()
-        except concurrent.futures.CancelledError:
-            raise asyncio.CancelledError("the worker took the task back; the coroutine was cancelled") from None
+        task = started[0]
+        if task.cancelled():
+            raise asyncio.CancelledError("the worker took the task back; the coroutine was cancelled")
+        error = task.exception()
+        if error is not None:
+            raise error
+        return task.result()
 
     def close(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
