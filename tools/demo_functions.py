@@ -85,10 +85,10 @@ def main(work: Path) -> int:
         for process in [*fleet, server]:
             process.send_signal(signal.SIGTERM)
             process.wait(30)
-    print("== the fleet stopped on SIGTERM (each worker gave back what it held); its log lines:")
+    print("== the fleet stopped on SIGTERM (each worker gave back what it held); its retries, deaths and summaries:")
     for n in (1, 2):
         for line in (work / f"worker-{n}.log").read_text().splitlines():
-            if " retried " in line or " dead " in line and "summary" not in line:
+            if any(word in line for word in (" retried ", " dead ", " summary: ")):  # each worker's own summary too
                 print("   ", line.split(" ", 2)[-1][:110])
     print(f"== the dashboard: walqueue-serve {queue_dir} --socket {socket_path} --http 127.0.0.1:8080")
     print("   would serve it at http://127.0.0.1:8080/ (the queue's counts, dead letters and their errors)")
