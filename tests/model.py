@@ -639,9 +639,11 @@ class Model:
             self._results[lease.task_id] = (now + ttl, _copy(result))
             self._results = {task: kept for task, kept in self._results.items() if kept[0] > now}
 
-    def result(self, task_id: str) -> dict[str, Any] | None:
+    def result(self, task_id: str, *, now: int | None = None) -> dict[str, Any] | None:
         kept = self._results.get(task_id)
-        return None if kept is None else {"value": _copy(kept[1]), "expires": kept[0]}
+        if kept is None or (now is not None and kept[0] <= now):
+            return None
+        return {"value": _copy(kept[1]), "expires": kept[0]}
 
     # -- reads ------------------------------------------------------------
 

@@ -300,7 +300,7 @@ EVERY_CALL = [
         "result_ttl": 100,
         "puts": [{"task_id": "e/1", "payload": {}}],
     },
-    {"op": "result", "task_id": "e"},
+    {"op": "result", "task_id": "e", "now": 3},
     {
         "op": "fail",
         "lease": {"task_id": "c", "worker": "w", "generation": 1},

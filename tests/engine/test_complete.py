@@ -72,8 +72,12 @@ def test_bad_arguments_are_refused_before_anything_is_written(tmp_path: Path) ->
 def test_results_are_dropped_once_a_later_result_passes_their_expiry(tmp_path: Path) -> None:
     with Queue(tmp_path / "q", sync=False) as queue:
         queue.complete(_leased(queue, "a"), now=20, result=1, result_ttl=5)
+        assert queue.result("a", now=24) == {"value": 1, "expires": 25}
+        assert queue.result("a", now=25) is None  # expired at that time, though still stored
         queue.complete(_leased(queue, "b"), now=30, result=2, result_ttl=5)
         assert queue.result("a") is None and queue.result("b") == {"value": 2, "expires": 35}
+        with pytest.raises(ValueError, match="now"):
+            queue.result("b", now=-1)
 
 
 def _leased_state() -> State:

@@ -257,9 +257,9 @@ class AsyncClient(ClientSettings):
             outgoing(calls.COMPLETE, lease, now=now, result=result, result_ttl=result_ttl, puts=puts)
         )
 
-    async def result(self, task_id: str) -> dict[str, Any] | None:
+    async def result(self, task_id: str, *, now: int | None = None) -> dict[str, Any] | None:
         """`Queue.result`: a completed task's stored result, or None."""
-        return await self._submit(outgoing(calls.RESULT, task_id))
+        return await self._submit(outgoing(calls.RESULT, task_id, now=now))
 
     async def release(self, lease: Lease, *, now: int, delay: int = 0, error: Mapping[str, str] | None = None) -> None:
         return await self._submit(outgoing(calls.RELEASE, lease, now=now, delay=delay, error=error))

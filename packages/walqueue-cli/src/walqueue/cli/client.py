@@ -303,9 +303,9 @@ class Client(ClientSettings):
         """`Queue.complete`: ack + result + follow-up puts in one transaction. Never retried once sent."""
         return self._submit(outgoing(calls.COMPLETE, lease, now=now, result=result, result_ttl=result_ttl, puts=puts))
 
-    def result(self, task_id: str) -> dict[str, Any] | None:
+    def result(self, task_id: str, *, now: int | None = None) -> dict[str, Any] | None:
         """`Queue.result`: a completed task's stored result, or None."""
-        return self._submit(outgoing(calls.RESULT, task_id))
+        return self._submit(outgoing(calls.RESULT, task_id, now=now))
 
     def release(self, lease: Lease, *, now: int, delay: int = 0, error: Mapping[str, str] | None = None) -> None:
         return self._submit(outgoing(calls.RELEASE, lease, now=now, delay=delay, error=error))

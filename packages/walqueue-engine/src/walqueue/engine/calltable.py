@@ -514,9 +514,10 @@ COMPLETE: Final = Call[None](
 )
 RESULT: Final = Call[dict[str, Any] | None](
     "result",
-    (_arg("task_id", "str"),),
+    (_arg("task_id", "str"), _arg("now", "time_or_null", keyword=True, default=None)),
     _answer("result", "result_or_null"),
     writes=False,
+    check=complete.check_result_args,
     summary='a completed task\'s stored result {"value", "expires"} (or null)',
 )
 GET: Final = Call[Task | None](

@@ -22,9 +22,9 @@ from walqueue.engine.ops import Plan
 from walqueue.engine.optable import Op
 from walqueue.engine.state import OP_KINDS, State
 from walqueue.engine.types import Lease, plain_lease
-from walqueue.engine.validate import MAX_INT, check_int, check_result
+from walqueue.engine.validate import MAX_INT, check_int, check_name, check_result
 
-__all__ = ["DEFAULT_RESULT_TTL", "CompleteArgs", "complete_args", "plan_complete"]
+__all__ = ["DEFAULT_RESULT_TTL", "CompleteArgs", "check_result_args", "complete_args", "plan_complete"]
 
 #: How long a result is kept when the caller does not say, in the units of `now` (a day in milliseconds).
 DEFAULT_RESULT_TTL = 86_400_000
@@ -64,6 +64,13 @@ def complete_args(lease: object, now: object, result: Any, result_ttl: object, p
         raise TypeError("puts must be an iterable of put mappings (as put_many takes them)")
     put_ops = [ops.put_op_from_mapping(item) for item in puts]
     return CompleteArgs(token, checked_now, encoded, ttl, put_ops)
+
+
+def check_result_args(task_id: object, now: object) -> None:
+    """`Queue.result`'s arguments: a storable task id, and `now` None or a time."""
+    check_name(task_id, "task_id")
+    if now is not None:
+        check_int(now, "now")
 
 
 def plan_complete(state: State, args: CompleteArgs) -> Plan:

@@ -51,7 +51,7 @@ from walqueue.engine.ownership import DirectoryLock
 from walqueue.engine.recovery import recover
 from walqueue.engine.state import apply
 from walqueue.engine.types import Lease, QueueClosed, ReentrantCall, Stats, Status, Task, plain_lease
-from walqueue.engine.validate import check_error, check_name, check_queue_options, check_timeout
+from walqueue.engine.validate import check_error, check_queue_options, check_timeout
 from walqueue.engine.wal import Hook, append_with_phases, no_hook
 from walqueue.format.canonical import parse_json
 from walqueue.format.directory import StoreDirectory, make_directories
@@ -388,13 +388,15 @@ class Queue:
         with self._guard:
             self._commit(complete.plan_complete(self._state, args))
 
-    def result(self, task_id: str) -> dict[str, Any] | None:
-        """A completed task's stored result, ``{"value": V, "expires": E}``; None if none is stored (or it expired)."""
+    def result(self, task_id: str, *, now: int | None = None) -> dict[str, Any] | None:
+        """A completed task's stored result, ``{"value": V, "expires": E}``; None if none (or expired by `now`)."""
         self._check_open()
-        check_name(task_id, "task_id")
+        complete.check_result_args(task_id, now)
         with self._guard:
             stored = self._state.result(task_id)
-        return None if stored is None else {"value": parse_json(stored[1]), "expires": stored[0]}
+        if stored is None or (now is not None and stored[0] <= now):  # expired at `now`: as good as dropped
+            return None
+        return {"value": parse_json(stored[1]), "expires": stored[0]}
 
     def release(self, lease: Lease, *, now: int, delay: int = 0, error: Mapping[str, str] | None = None) -> None:
         """Give the leased task back: ready at ``now + delay``, or dead once out of attempts.
