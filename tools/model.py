@@ -246,6 +246,7 @@ class Model:
         self._last_seq = 0
         #: The store's clock unit once `set_clock` recorded it (format extension "clock").
         self.clock: int | None = None
+        self._results: dict[str, tuple[int, Any]] = {}  # complete's results: task id -> (expires, value)
 
     # -- bookkeeping ------------------------------------------------------
 
@@ -650,6 +651,49 @@ class Model:
             raise ValueError(f"the store's clock unit is {self.clock} per second, not {units_per_second}")
         self._commit()
         self.clock = units_per_second
+
+    # -- complete: ack + result + follow-up puts, one transaction ------------
+
+    def complete(
+        self,
+        lease: Lease,
+        *,
+        now: int,
+        result: Any = None,
+        result_ttl: int = 86_400_000,
+        puts: Iterable[Mapping[str, Any]] = (),
+    ) -> None:
+        """The ack, then the puts as `put_many`, as ONE transaction; any refusal writes nothing."""
+        if not isinstance(lease, Lease):
+            raise TypeError("expected a Lease")
+        _check_int(now, "now", 0)
+        ttl = _check_int(result_ttl, "result_ttl", 1)
+        if now + ttl > 2**63 - 1:
+            raise ValueError("now + result_ttl is too large")
+        if result is not None and len(canonical_json(_check_payload({"v": result})["v"])) > 64 * 1024:
+            raise ValueError("result too large")
+        if isinstance(puts, (str, bytes, Mapping)) or not isinstance(puts, Iterable):
+            raise TypeError("puts must be an iterable of mappings")
+        items = list(puts)
+        try:
+            Model().put_many(items)  # the items' own checks come before the lease's
+        except KeyConflict:
+            pass  # a conflict among the items is judged after the lease, as the engine does
+        self._check_token(lease, now)
+        trial = self.clone()
+        trial._complete(trial._owner_record(lease, now))
+        trial.put_many(items)
+        trial._last_seq = self._last_seq + 1
+        self.__dict__ = trial.__dict__
+        if result is not None:
+            self._results[lease.task_id] = (now + ttl, _copy(result))
+            self._results = {task: kept for task, kept in self._results.items() if kept[0] > now}
+
+    def result(self, task_id: str, *, now: int | None = None) -> dict[str, Any] | None:
+        kept = self._results.get(task_id)
+        if kept is None or (now is not None and kept[0] <= now):
+            return None
+        return {"value": _copy(kept[1]), "expires": kept[0]}
 
     # -- reads ------------------------------------------------------------
 

@@ -289,6 +289,15 @@ EVERY_CALL = [
     {"op": "ack", "lease": {"task_id": "b", "worker": "w", "generation": 1}, "now": 2},
     {"op": "ack_many", "leases": [{"task_id": "d", "worker": "w", "generation": 1}], "now": 2},
     {
+        "op": "complete",
+        "lease": {"task_id": "e", "worker": "w", "generation": 1},
+        "now": 2,
+        "result": {"sum": 3},
+        "result_ttl": 100,
+        "puts": [{"task_id": "e/1", "payload": {}}],
+    },
+    {"op": "result", "task_id": "e", "now": 3},
+    {
         "op": "fail",
         "lease": {"task_id": "c", "worker": "w", "generation": 1},
         "now": 2,

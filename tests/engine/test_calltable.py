@@ -237,6 +237,8 @@ def test_every_answer_kind_comes_back_as_the_queue_returned_it(tmp_path: Path) -
         results["give_back"] = None
         results["redrive"] = None
         results["cancel"] = None
+        results["complete"] = None
+        results["result"] = {"value": [1, {"a": None}], "expires": 9}
         queue.release(results["reserve"][1], now=3, error={"type": "ValueError", "message": "bad input"})
         errored = queue.get(results["reserve"][1].task_id)
     assert errored is not None and errored.last_error is not None

@@ -17,7 +17,14 @@ from hypothesis import strategies as st
 
 from walqueue.engine.optable import Field, OpKind
 from walqueue.engine.state import OP_KEYS, OP_KINDS, STATUSES, InvalidTransaction, State, apply
-from walqueue.engine.validate import ERROR_MESSAGE_BYTES, ERROR_TYPE_BYTES, MAX_INT, MAX_NAME_BYTES, TRACEBACK_BYTES
+from walqueue.engine.validate import (
+    ERROR_MESSAGE_BYTES,
+    ERROR_TYPE_BYTES,
+    MAX_INT,
+    MAX_NAME_BYTES,
+    MAX_RESULT_BYTES,
+    TRACEBACK_BYTES,
+)
 from walqueue.format import OP_NAMES
 from walqueue.format.canonical import canonical_json
 
@@ -27,7 +34,7 @@ KINDS = list(OP_KINDS.values())
 class _Carrier:
     """A stand-in for a planned put's payload carrier: what `OpKind.encode` reads from it."""
 
-    def __init__(self, payload: dict[str, Any]) -> None:
+    def __init__(self, payload: Any) -> None:
         self.payload = payload
         self.canonical = canonical_json(payload)
 
@@ -46,6 +53,7 @@ VALUES: dict[Field, st.SearchStrategy[Any]] = {
     Field.ERROR_TYPE: names,
     Field.ERROR_MESSAGE: st.text(st.characters(exclude_categories=["Cs"]), max_size=8) | st.sampled_from(["", "%s"]),
     Field.TRACEBACK: st.text(st.characters(exclude_categories=["Cs"]), max_size=8) | st.sampled_from(["", "%s"]),
+    Field.RESULT: (payloads | st.lists(st.integers(), max_size=3) | st.text(max_size=4) | st.none()).map(_Carrier),
 }
 #: The worst case of each field kind that has one (`OpKind.max_json`).
 WORST: dict[Field, Any] = {
@@ -55,6 +63,7 @@ WORST: dict[Field, Any] = {
     Field.ERROR_TYPE: "\x01" * ERROR_TYPE_BYTES,
     Field.ERROR_MESSAGE: "\x01" * ERROR_MESSAGE_BYTES,
     Field.TRACEBACK: "\x01" * TRACEBACK_BYTES,
+    Field.RESULT: "x" * (MAX_RESULT_BYTES - 2),
 }
 #: A value of the right JSON shape that each kind refuses (checked outside a planner).
 WRONG: dict[Field, list[Any]] = {
@@ -62,6 +71,7 @@ WRONG: dict[Field, list[Any]] = {
     Field.INT: [-1, True, 1.0, MAX_INT + 1, None],
     Field.POSITIVE_INT: [0, True, 1.0, MAX_INT + 1, None],
     Field.PAYLOAD: [[], None, 1, "{}"],
+    Field.RESULT: [{1, 2}, float("nan"), "x" * MAX_RESULT_BYTES],
     Field.ERROR_TYPE: ["", 1, None, "x" * (ERROR_TYPE_BYTES + 1), "\ud800"],
     Field.ERROR_MESSAGE: [None, 1, b"", "x" * (ERROR_MESSAGE_BYTES + 1), "é" * (ERROR_MESSAGE_BYTES // 2 + 1)],
     Field.TRACEBACK: [None, 1, b"", "x" * (TRACEBACK_BYTES + 1), "\ud800"],
@@ -111,6 +121,10 @@ def test_every_bounded_kinds_size_bound_is_its_exact_worst_case(kind: OpKind) ->
     assert kind.max_json == len(canonical_json(worst))
 
 
+#: The ops that must follow an op of a kind in its transaction.
+_COMPANIONS: dict[str, list[dict[str, Any]]] = {"result": [{"op": "ack", "task": "t", "generation": 1}]}
+
+
 def _valid_op(kind: OpKind) -> tuple[State, dict[str, Any]]:
     """A state and a hand-written op of `kind` that `apply` accepts, by driving one task to the kind's status."""
     state = State()
@@ -120,6 +134,7 @@ def _valid_op(kind: OpKind) -> tuple[State, dict[str, Any]]:
     # A dead task (its one attempt expired) takes a redrive of more attempts than that one.
     values: dict[Field, Any] = {Field.NAME: "w", Field.INT: 5, Field.POSITIVE_INT: 2 if first == "dead" else 1}
     values[Field.PAYLOAD] = {}
+    values[Field.RESULT] = [1, "two"]
     values[Field.ERROR_TYPE], values[Field.ERROR_MESSAGE] = "ValueError", "bad input"
     values[Field.TRACEBACK] = "Traceback (most recent call last):"
     expire = {"op": "expire", "task": "t", "generation": 1}
@@ -136,11 +151,12 @@ def _valid_op(kind: OpKind) -> tuple[State, dict[str, Any]]:
 def test_apply_refuses_a_wrong_value_in_every_field_of_every_kind(kind: OpKind) -> None:
     state, op = _valid_op(kind)
     scratch = State.from_records(state.last_seq, [json.loads(line) for line in state.iter_record_json()])
-    apply(scratch, {"seq": state.last_seq + 1, "ops": [op]})  # the op itself is valid
+    after = _COMPANIONS.get(kind.name, [])  # a result op is valid only before its task's ack
+    apply(scratch, {"seq": state.last_seq + 1, "ops": [op, *after]})  # the op itself is valid
     for field, field_kind in [("task", Field.NAME), *kind.fields]:
         for wrong in WRONG[field_kind]:
             with pytest.raises(InvalidTransaction, match=rf"\({kind.name}\)"):
-                apply(state, {"seq": state.last_seq + 1, "ops": [{**op, field: wrong}]})
+                apply(state, {"seq": state.last_seq + 1, "ops": [{**op, field: wrong}, *after]})
     missing = "units_per_second" if kind.store else "task"  # a store-level kind's ops name no task
     for extra in ({**op, "extra": 1}, {name: value for name, value in op.items() if name != missing}):
         with pytest.raises(InvalidTransaction, match="keys must be exactly"):

@@ -99,7 +99,7 @@ EXPECTED_FIGURES: dict[str, set[str]] = {
         "pipeline_100_puts_vs_100_calls",
     },
 }
-#: (m) measures S3 through moto's server when moto and boto3 are installed (test-only dependencies).
+#: (n) measures S3 through moto's server when moto and boto3 are installed (test-only dependencies).
 MOTO = importlib.util.find_spec("moto") is not None and importlib.util.find_spec("boto3") is not None
 EXPECTED_FIGURES["replication"] = {"async_file_vs_plain", "sync_file_vs_plain", "restore_vs_reopen"} | (
     {"async_s3_vs_plain", "sync_s3_vs_plain"} if MOTO else set()
@@ -114,6 +114,12 @@ EXPECTED_FIGURES["worker_end_to_end"] = (
         for config in ("threads_8", "processes_4")
         for suffix in ("", "_with_start_up")
     }
+    if HUEY
+    else set()
+)
+#: (m) compares task functions with results with huey's tasks when huey is installed.
+EXPECTED_FIGURES["task_results"] = (
+    {"one_at_a_time_vs_huey", "in_flight_vs_huey", "chains_vs_huey", "first_result_huey_over_walqueue"}
     if HUEY
     else set()
 )
@@ -154,6 +160,9 @@ if HUEY:
     EXPECTED_TARGETS |= {
         ("worker_end_to_end", "walqueue_threads_8_vs_huey_threads_8"),
         ("worker_end_to_end", "walqueue_processes_4_vs_huey_processes_4"),
+        ("task_results", "one_at_a_time_vs_huey"),
+        ("task_results", "in_flight_vs_huey"),
+        ("task_results", "chains_vs_huey"),
     }
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from walqueue.cli import Client
+from walqueue.client import Client
 from walqueue.protocol.exchange import DEFAULT_RECONNECT_SECONDS
 from walqueue.worker import Context, Job, Worker
 

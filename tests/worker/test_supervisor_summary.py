@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from walqueue import Queue
-from walqueue.cli import Client
+from walqueue.client import Client
 
 HANDLERS = "def handle(job, context):\n    pass\n"
 

@@ -24,6 +24,7 @@ from . import (
     replication,
     reserve_ack_durable,
     server_processes,
+    task_results,
     worker_end_to_end,
 )
 from .harness import Context
@@ -69,7 +70,8 @@ WORKLOADS: tuple[Workload, ...] = (
     Workload("open_torn_tail", "k", open_torn_tail.run, open_torn_tail.SCALES),
     Workload("server_processes", "j", server_processes.run, server_processes.SCALES, server_processes.plot),
     Workload("worker_end_to_end", "l", worker_end_to_end.run, worker_end_to_end.SCALES, worker_end_to_end.plot),
-    Workload("replication", "m", replication.run, replication.SCALES),
+    Workload("replication", "n", replication.run, replication.SCALES),
+    Workload("task_results", "m", task_results.run, task_results.SCALES),
 )
 BY_NAME = {workload.name: workload for workload in WORKLOADS}
 BY_LETTER = {workload.letter: workload for workload in WORKLOADS}

@@ -13,6 +13,7 @@ from . import (
     background,
     bad_input,
     bytes_damage,
+    chains,
     client_kill,
     crash_points,
     environment,
@@ -53,6 +54,7 @@ REGISTRY: tuple[Campaign, ...] = (
     Campaign("pipeline-disconnect", 0.06, pipeline_disconnect.campaign_pipeline_disconnect),
     Campaign("workers", 0.08, workers.campaign_workers),  # walqueue-worker --processes
     Campaign("replica", 0.08, replica.campaign_replica),  # continuous backup: kill -9, store faults, restores
+    Campaign("chains", 0.08, chains.campaign_chains),  # task functions' follow-ups under kills
 )
 CAMPAIGNS = tuple(campaign.name for campaign in REGISTRY)
 BUDGET_SHARES = {campaign.name: campaign.share for campaign in REGISTRY}

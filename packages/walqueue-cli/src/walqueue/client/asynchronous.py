@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Iterable, Mapping
 from typing import Any, Unpack
 
 from walqueue import Lease, QueueClosed, Task
+from walqueue.engine.complete import DEFAULT_RESULT_TTL
 from walqueue.protocol import calltable as calls
 from walqueue.protocol.exchange import ClientSettings, Exchange, Outcome, ServerError
 from walqueue.protocol.shaping import OutgoingCall, PutOptions, named, outgoing
@@ -241,6 +242,24 @@ class AsyncClient(ClientSettings):
 
     async def ack_many(self, leases: Iterable[Lease], *, now: int) -> None:
         return await self._submit(outgoing(calls.ACK_MANY, leases, now=now))
+
+    async def complete(
+        self,
+        lease: Lease,
+        *,
+        now: int,
+        result: Any = None,
+        result_ttl: int = DEFAULT_RESULT_TTL,
+        puts: Iterable[Mapping[str, Any]] = (),
+    ) -> None:
+        """`Queue.complete`: ack + result + follow-up puts in one transaction. Never retried once sent."""
+        return await self._submit(
+            outgoing(calls.COMPLETE, lease, now=now, result=result, result_ttl=result_ttl, puts=puts)
+        )
+
+    async def result(self, task_id: str, *, now: int | None = None) -> dict[str, Any] | None:
+        """`Queue.result`: a completed task's stored result, or None."""
+        return await self._submit(outgoing(calls.RESULT, task_id, now=now))
 
     async def release(self, lease: Lease, *, now: int, delay: int = 0, error: Mapping[str, str] | None = None) -> None:
         return await self._submit(outgoing(calls.RELEASE, lease, now=now, delay=delay, error=error))

@@ -27,7 +27,7 @@ from typing import Any, Final
 
 from walqueue.engine.records import STATUSES
 from walqueue.engine.types import Lease, Task, WalQueueError, plain_lease
-from walqueue.engine.validate import check_error, check_int, check_name, check_payload, check_timeout
+from walqueue.engine.validate import check_error, check_int, check_name, check_payload, check_result, check_timeout
 
 __all__ = [
     "ANSWER_KINDS",
@@ -221,6 +221,16 @@ def _clamped_timeout(value: Any, what: str) -> float:
     return float(min(check_timeout(value), MAX_WAIT_SECONDS))
 
 
+def _result(value: Any, what: str) -> Any:
+    """A task's result (`Queue.complete`): any JSON value the store keeps, by `check_result`."""
+    try:
+        check_result(value)
+    except (TypeError, ValueError) as error:
+        raise type(error)(f"{what}: {error}") from None
+    return value
+
+
+_JSON_ANY: Final[frozenset[type]] = frozenset({dict, list, str, int, float, bool, type(None)})
 _JSON_INT: Final = frozenset({int})
 _JSON_STR: Final = frozenset({str})
 _JSON_OBJECT: Final = frozenset({dict})
@@ -254,6 +264,7 @@ KINDS: Final[dict[str, Kind]] = {
         Kind("leases", "an array of lease objects", frozenset({list}), _field(_leases), _encode_leases, many=True),
         Kind("status", _STATUS_CHOICES, frozenset({str, type(None)}), _field(_status), _status),
         Kind("timeout", "a number of seconds", frozenset({int, float}), _field(_timeout), _clamped_timeout),
+        Kind("result", "any JSON value", _JSON_ANY, _field(_result), _result),
     )
 }
 
@@ -315,5 +326,6 @@ ANSWER_KINDS: Final[dict[str, AnswerKind]] = {
         AnswerKind("tasks", _list(_task_json), _list(_task_from_json)),
         AnswerKind("stats", dict, dict),
         AnswerKind("bool", _bool, _bool),
+        AnswerKind("result_or_null", _optional(dict), _optional(dict)),
     )
 }

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, Final
 
-from walqueue.engine import ops
+from walqueue.engine import complete, ops
 from walqueue.engine.paging import check_page_args
 from walqueue.engine.records import check_status_filter
 from walqueue.engine.types import Lease, StaleLease, Task, plain_lease
@@ -400,6 +400,10 @@ def _cancel(task_id: object, error: object, now: object) -> None:
     check_name(task_id, "task_id")
 
 
+def _complete(lease: object, now: object, result: object, result_ttl: object, puts: object) -> None:
+    complete.complete_args(lease, now, result, result_ttl, puts)  # Queue's own check, in its order
+
+
 # -- the table -------------------------------------------------------------------------------
 
 PUT: Final = Call[str](
@@ -505,6 +509,28 @@ CANCEL: Final = Call[None](
     check=_cancel,
     summary="a ready or leased task becomes dead (error, with now: recorded as its last error)",
 )
+COMPLETE: Final = Call[None](
+    "complete",
+    (
+        *_LEASE_SETTLES,
+        _arg("result", "result", keyword=True, default=None),
+        _arg("result_ttl", "count", keyword=True, default=complete.DEFAULT_RESULT_TTL),
+        Arg("puts", _PUT_ITEMS, True, ()),
+    ),
+    _answer(None),
+    writes=True,
+    # not retried (the default for a write): one that had happened would answer StaleLease
+    check=_complete,
+    summary="ack, store the result and put the follow-ups in one transaction (a stale lease: nothing)",
+)
+RESULT: Final = Call[dict[str, Any] | None](
+    "result",
+    (_arg("task_id", "str"), _arg("now", "time_or_null", keyword=True, default=None)),
+    _answer("result", "result_or_null"),
+    writes=False,
+    check=complete.check_result_args,
+    summary='a completed task\'s stored result {"value", "expires"} (or null)',
+)
 GET: Final = Call[Task | None](
     "get", (_arg("task_id", "str"),), _answer("task", "task_or_null"), writes=False, summary="one task (or null)"
 )
@@ -575,6 +601,8 @@ CALLS: Final[Mapping[str, Call[Any]]] = {
         RESERVE,
         ACK,
         ACK_MANY,
+        COMPLETE,
+        RESULT,
         RELEASE,
         FAIL,
         GIVE_BACK,

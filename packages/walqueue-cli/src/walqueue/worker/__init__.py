@@ -7,6 +7,12 @@ SIGTERM, several threads or processes, and periodic tasks. The map:
   errors.py      Retry, Permanent, UnknownKind (what a handler raises), LeaseLost
   context.py     Job and Context: what a handler is given
   router.py      Router: one function per payload["kind"]
+  app.py         App and @app.task: tasks as Python functions (enqueue, options, the worker's handler)
+  handles.py     TaskHandle (id, status, result), TaskFailed, ResultTooLarge
+  current.py     current(): the running task's context; its follow-ups, committed with the ack
+  completion.py  Completion: the result and follow-ups a worker commits in one `complete`
+  chains.py      chain(a.s(...), b.s(...)): each step's result the next one's first argument
+  aio.py         AsyncRunner: the event loop on which async def tasks run
   retry.py       RetryPolicy: exponential backoff with full jitter
   source.py      Queue or Client behind one protocol; release/fail with the error
   running.py     Run and Settler: the only code that acks, releases or fails a lease
@@ -23,9 +29,13 @@ SIGTERM, several threads or processes, and periodic tasks. The map:
 
 from __future__ import annotations
 
+from walqueue.worker.app import App, TaskFunction
+from walqueue.worker.chains import chain
 from walqueue.worker.clock import MILLISECONDS, Clock, milliseconds
 from walqueue.worker.context import Context, Job
+from walqueue.worker.current import TaskContext, current
 from walqueue.worker.errors import LeaseLost, Permanent, Retry, UnknownKind
+from walqueue.worker.handles import ResultTooLarge, TaskFailed, TaskHandle
 from walqueue.worker.retry import RetryPolicy
 from walqueue.worker.router import Handler, Router
 from walqueue.worker.runner import Worker
@@ -33,6 +43,13 @@ from walqueue.worker.schedule import Periodic, firing_key
 
 __all__ = [
     "MILLISECONDS",
+    "App",
+    "ResultTooLarge",
+    "TaskContext",
+    "TaskFailed",
+    "TaskFunction",
+    "TaskHandle",
+    "current",
     "Clock",
     "Context",
     "Handler",
@@ -45,6 +62,7 @@ __all__ = [
     "Router",
     "UnknownKind",
     "Worker",
+    "chain",
     "firing_key",
     "milliseconds",
 ]

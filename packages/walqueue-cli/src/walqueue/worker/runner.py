@@ -49,6 +49,7 @@ from typing import Any
 
 from walqueue import Lease, Queue, QueueClosed, StaleLease
 from walqueue.worker.clock import MILLISECONDS, Clock, ClockMismatch, agree_on_unit, milliseconds, seconds_until
+from walqueue.worker.completion import Completion, send_completion
 from walqueue.worker.forks import leave_if_forked
 from walqueue.worker.pending import Pending
 from walqueue.worker.report import Report, log
@@ -439,7 +440,8 @@ class Worker:
             self._monitor.begun(run)
         began = time.monotonic()
         try:
-            refuse_awaitable(self.handler(run.job, run.context))
+            outcome = self.handler(run.job, run.context)
+            refuse_awaitable(outcome)  # a plain handler that returned a coroutine: never acked unrun
         except BaseException as error:  # noqa: BLE001 - every failure of a handler is the task's, not the worker's
             leave_if_forked(self._pid, run.job.id, error)
             run.end(self.clock())
@@ -450,6 +452,15 @@ class Worker:
         run.end(self.clock())
         self._measured(time.monotonic() - began)
         if not self._settler.claim(run):
+            return False
+        if isinstance(outcome, Completion) and not outcome.plain:  # an App's result or follow-ups: one `complete`
+            try:
+                send_completion(self.source, run.lease, outcome, now=self.clock())
+            except Exception as error:  # noqa: BLE001 - refused whole (too large for a frame): it runs again
+                lost = error if isinstance(error, StaleLease | OSError) else ConnectionError(f"refused: {error}")
+                self._settler.acked(run, lost)
+            else:
+                self._settler.acked(run, None)
             return False
         if self._batched_acks:
             self._pending.queue_ack(run)

@@ -143,6 +143,8 @@ class Settler:
                 return
             if isinstance(error, Retry) and error.delay is not None:
                 delay = error.delay
+            elif type(chosen := getattr(error, "walqueue_retry_delay", None)) is int:  # a task's own policy (app.py)
+                delay = chosen
             else:
                 delay = self.retry.delay(run.job.attempts)
             self._release(run, "retried", delay, stored)

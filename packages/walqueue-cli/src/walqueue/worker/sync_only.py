@@ -59,7 +59,8 @@ def refuse_async(handler: Any, where: str = "the handler") -> None:
     if what is not None:
         raise AsyncHandler(
             f"{where} {handler!r:.200} is {what}: this worker calls handlers without awaiting or iterating them, "
-            "so its body would never run; make it a plain def function"
+            "so its body would never run; make it a plain def function, or declare it with @app.task"
+            " (walqueue.worker.App runs async def tasks on an event loop)"
         )
 
 

@@ -199,7 +199,7 @@ class SnapshotSource:
         new, self._new = self._new, []  # unsorted: the snapshot's thread sorts it, run by run
         self._preimages = {}
         self._merged = []
-        return FrozenState(self, state.last_seq, len(state.tasks), state.tasks, new, state.clock)
+        return FrozenState(self, state.last_seq, len(state.tasks), state.tasks, new, state.clock, state.results_copy())
 
     def thaw(self, frozen: FrozenState, *, written: bool) -> None:
         """The snapshot of `frozen` is done (`written`) or abandoned: stop keeping pre-images."""
@@ -214,7 +214,7 @@ class SnapshotSource:
 class FrozenState:
     """The state at one sequence, as a snapshot reads it: every task's record in task-id order."""
 
-    __slots__ = ("_source", "seq", "count", "_tasks", "new", "clock")
+    __slots__ = ("_source", "seq", "count", "_tasks", "new", "clock", "_results")
 
     def __init__(
         self,
@@ -224,7 +224,9 @@ class FrozenState:
         tasks: Mapping[str, Record],
         new: list[str],
         clock: int | None = None,
+        results: Mapping[str, bytes] | None = None,
     ):
+        self._results = results or {}  # the completed tasks' results at `seq` (a copy: see State.results_copy)
         self._source = source
         self.clock = clock  # the store's clock unit at `seq` (the snapshot header's "clock")
         self.seq = seq
@@ -249,6 +251,7 @@ class FrozenState:
         keep = merged.append
         missing = _MISSING
         runs = self._sorted_runs(pause)
+        results = self._results
         for count, task_id in enumerate(heapq.merge(source._sorted, *runs), 1):
             record = tasks[task_id]
             earlier = preimages.get(task_id, missing)
@@ -256,7 +259,8 @@ class FrozenState:
                 assert earlier is not None  # only tasks created after `seq` have no pre-image, and they are not here
                 record = earlier
             keep(task_id)
-            yield record.record_json()
+            stored = results.get(task_id) if results else None
+            yield record.record_json() if stored is None else with_result(record.record_json(), stored)
             if pause is not None and not count % every:
                 pause()
 
@@ -276,6 +280,19 @@ class FrozenState:
 
 
 _MISSING: Any = object()
+
+
+def with_result(record_json: bytes, stored: bytes) -> bytes:
+    """A completed task's snapshot record with its optional ``result`` member, in canonical key order.
+
+    ``result`` sorts between ``payload`` and ``status``; a string's quote is
+    always escaped, so the first ``,"status":`` is the record's own key.
+    """
+    expires, _, value = stored.partition(b" ")
+    member = b',"result":{"expires":%b,"value":%b}' % (expires, value)
+    head, status, tail = record_json.partition(b',"status":')
+    return head + member + status + tail
+
 
 #: The most ids one sort of the snapshot's thread takes at a time (a few milliseconds of the interpreter lock).
 SORT_RUN = 8192

@@ -24,13 +24,15 @@ def check_invariants(indexes: Loaded, lookup_key: Callable[[str], str | None]) -
 
     `lookup_key` is the state's own, so that what readers are answered is checked too.
     """
-    tasks, key_owner, ready, leases, counts, dead = indexes
+    tasks, key_owner, ready, leases, counts, dead, results = indexes
 
     def require(condition: bool, what: str) -> None:
         if not condition:
             raise AssertionError(f"state invariant broken: {what}")
 
     found = dict.fromkeys(STATUSES, 0)
+    for task_id in results:
+        require(task_id in tasks and tasks[task_id].status == COMPLETED, f"result of {task_id!r} has no completed task")
     live_ready = {id(entry) for entry in ready}
     live_leases = {id(entry) for entry in leases}
     for task_id, record in tasks.items():

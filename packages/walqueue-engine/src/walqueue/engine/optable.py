@@ -24,6 +24,7 @@ from walqueue.engine.validate import (
     ERROR_MESSAGE_BYTES,
     ERROR_TYPE_BYTES,
     MAX_INT,
+    MAX_RESULT_BYTES,
     NAME_JSON_MAX,
     TRACEBACK_BYTES,
     check_error_message,
@@ -60,6 +61,8 @@ class Field(enum.Enum):
     ERROR_MESSAGE = "error message"
     #: A last error's traceback (`check_traceback`): a str of at most 8,192 UTF-8 bytes.
     TRACEBACK = "traceback"
+    #: A task's result (any JSON value): checked by its transition; planned ops carry it encoded.
+    RESULT = "result"
 
 
 #: The least value of each int kind (`check_int`'s `minimum`).
@@ -74,6 +77,7 @@ _PLACEHOLDER: dict[Field, tuple[bytes, int | None]] = {
     Field.ERROR_TYPE: (b"%b", 6 * ERROR_TYPE_BYTES + 2),
     Field.ERROR_MESSAGE: (b"%b", 6 * ERROR_MESSAGE_BYTES + 2),
     Field.TRACEBACK: (b"%b", 6 * TRACEBACK_BYTES + 2),
+    Field.RESULT: (b"%b", MAX_RESULT_BYTES),
 }
 
 #: The check of each str kind besides a name, by the name the generated `check_fields` calls it.
@@ -182,6 +186,7 @@ class OpKind:
             Field.ERROR_TYPE: "canonical_str(op[{!r}])",
             Field.ERROR_MESSAGE: "canonical_str(op[{!r}])",
             Field.TRACEBACK: "canonical_str(op[{!r}])",
+            Field.RESULT: "op[{!r}].canonical",
         }
         encode_line = "return template % ({},)".format(", ".join(spliced[kinds[v]].format(v) for v in values))
         splice_line = "return template % ({},)".format(", ".join(values))

@@ -41,7 +41,7 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from walqueue.engine import clockunit, events, ops, paging
+from walqueue.engine import clockunit, complete, events, ops, paging
 from walqueue.engine.autocompact import Compactor
 from walqueue.engine.callguard import OPEN_GUARDS, Batch, CallGuard
 from walqueue.engine.commits import CommitNotices
@@ -54,6 +54,7 @@ from walqueue.engine.state import OP_KINDS, apply
 from walqueue.engine.types import Lease, QueueClosed, ReentrantCall, Stats, Status, Task, plain_lease
 from walqueue.engine.validate import check_error, check_queue_options, check_timeout
 from walqueue.engine.wal import Hook, append_with_phases, no_hook
+from walqueue.format.canonical import parse_json
 from walqueue.format.directory import StoreDirectory, make_directories
 from walqueue.format.frame import encode_body
 
@@ -372,6 +373,31 @@ class Queue:
         with self._guard:
             if (plan := ops.plan_acks(self._state, tokens, now)).ops:
                 self._commit(plan)
+
+    def complete(
+        self,
+        lease: Lease,
+        *,
+        now: int,
+        result: Any = None,
+        result_ttl: int = complete.DEFAULT_RESULT_TTL,
+        puts: Iterable[Mapping[str, Any]] = (),
+    ) -> None:
+        """`ack` + `result` (JSON, kept `result_ttl`) + `puts` (as `put_many`): one transaction, or nothing."""
+        self._check_open()
+        args = complete.complete_args(lease, now, result, result_ttl, puts)  # user code (iterables): before the lock
+        with self._guard:
+            self._commit(complete.plan_complete(self._state, args))
+
+    def result(self, task_id: str, *, now: int | None = None) -> dict[str, Any] | None:
+        """A completed task's stored result, ``{"value": V, "expires": E}``; None if none (or expired by `now`)."""
+        self._check_open()
+        complete.check_result_args(task_id, now)
+        with self._guard:
+            stored = self._state.result(task_id)
+        if stored is None or (now is not None and stored[0] <= now):  # expired at `now`: as good as dropped
+            return None
+        return {"value": parse_json(stored[1]), "expires": stored[0]}
 
     def release(self, lease: Lease, *, now: int, delay: int = 0, error: Mapping[str, str] | None = None) -> None:
         """Give the leased task back: ready at ``now + delay``, or dead once out of attempts.

@@ -50,6 +50,7 @@ from walqueue.engine.validate import (
     check_name,
     check_payload,
     check_record_fits,
+    check_result,
     check_traceback,
 )
 from walqueue.format.canonical import canonical_str
@@ -170,6 +171,20 @@ class Loaded(NamedTuple):
     counts: dict[str, int]
     #: The ids of the dead tasks.
     dead: set[str]
+    #: Completed tasks' stored results, b"<expires> <JSON>" (a record's optional ``result``).
+    results: dict[str, bytes] = {}  # noqa: RUF012 - a NamedTuple's default, never mutated
+
+
+_RESULT_KEYS = frozenset({"expires", "value"})
+
+
+def _result(value: object, status: str) -> bytes:
+    """A completed record's ``result`` ({"expires": E, "value": V}) as the state keeps it: b"<E> <JSON of V>"."""
+    if status is not COMPLETED:
+        raise ValueError(f"a {status} task has no result")
+    if type(value) is not dict or value.keys() != _RESULT_KEYS:
+        raise ValueError(f"result must be an object with exactly the keys {sorted(_RESULT_KEYS)}")
+    return b"%d %b" % (check_int(value["expires"], "result expires"), check_result(value["value"], True))
 
 
 def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
@@ -201,6 +216,7 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
     leases: list[HeapEntry] = []
     counts = dict.fromkeys(STATUSES, 0)
     dead: set[str] = set()
+    results: dict[str, bytes] = {}
     previous: str | None = None
     record: Record
     with paused_gc():
@@ -211,14 +227,18 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
                 try:
                     stored_error: object = _ABSENT
                     stored_traceback: object = _ABSENT
+                    stored_result: object = _ABSENT
                     if len(value) != _RECORD_FIELD_COUNT:
-                        if "last_error" not in value:
+                        if "last_error" in value:  # with its traceback, if any (format extensions)
+                            stored_error = value["last_error"]
+                            if len(value) == _RECORD_FIELD_COUNT + 2 and "traceback" in value:
+                                stored_traceback = value["traceback"]
+                            elif len(value) != _RECORD_FIELD_COUNT + 1:
+                                raise KeyError
+                        elif "result" in value and len(value) == _RECORD_FIELD_COUNT + 1:
+                            stored_result = value["result"]
+                        else:
                             raise KeyError
-                        if len(value) == _RECORD_FIELD_COUNT + 2 and "traceback" in value:  # a format extension
-                            stored_traceback = value["traceback"]
-                        elif len(value) != _RECORD_FIELD_COUNT + 1:
-                            raise KeyError
-                        stored_error = value["last_error"]
                     (
                         task_id,
                         key,
@@ -234,8 +254,8 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
                     ) = _record_fields(value)
                 except KeyError:
                     raise ValueError(
-                        f"record keys must be exactly {sorted(_RECORD_KEYS)} (and last_error, if any; its traceback),"
-                        f" not {sorted(map(str, value))}"
+                        f"record keys must be exactly {sorted(_RECORD_KEYS)} (and last_error with its traceback,"
+                        f" or result, if any), not {sorted(map(str, value))}"
                     ) from None
                 check_name(task_id, "task")
                 if type(key) is str and key == task_id:
@@ -283,6 +303,8 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
                     if stored_error is _ABSENT
                     else _last_error(stored_error, stored_traceback, status, attempts, payload_json, task_id, key)
                 )
+                if stored_result is not _ABSENT:
+                    results[task_id] = _result(stored_result, status)
                 if status is COMPLETED:
                     record = Tombstone.of(task_id, key, digest, available_at, max_attempts, attempts, generation)
                 else:
@@ -325,7 +347,7 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
                 leases.append(entry)
     heapq.heapify(ready)
     heapq.heapify(leases)
-    return Loaded(tasks, key_owner, ready, leases, counts, dead)
+    return Loaded(tasks, key_owner, ready, leases, counts, dead, results)
 
 
 def check_snapshot_seq(seq: object) -> int:

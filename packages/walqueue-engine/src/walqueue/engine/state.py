@@ -120,7 +120,18 @@ class State:
     the default key (the task id itself) costs no memory.
     """
 
-    __slots__ = ("last_seq", "tasks", "_key_owner", "_ready", "_leases", "_counts", "_dead", "clock")
+    __slots__ = (
+        "last_seq",
+        "tasks",
+        "_key_owner",
+        "_ready",
+        "_leases",
+        "_counts",
+        "_dead",
+        "clock",
+        "_results",
+        "_expiries",
+    )
 
     def __init__(self) -> None:
         self.last_seq = 0
@@ -134,6 +145,9 @@ class State:
         self._dead: set[str] = set()
         #: The store's clock unit, in units per second, once a "clock" op recorded it (None: never recorded).
         self.clock: int | None = None
+        #: Completed tasks' results: task id -> b"<expires> <JSON>" (result ops; kept until they expire or a snapshot).
+        self._results: dict[str, bytes] = {}
+        self._expiries: list[HeapEntry] = []  # (expires, task id): the results in the order they expire
 
     # -- reads --------------------------------------------------------------
 
@@ -141,10 +155,15 @@ class State:
         return len(self.tasks)
 
     def __eq__(self, other: object) -> bool:
-        """Equal states hold the same tasks with the same fields at the same sequence."""
+        """Equal states hold the same tasks with the same fields, and the same results, at the same sequence."""
         if not isinstance(other, State):
             return NotImplemented
-        if self.last_seq != other.last_seq or len(self.tasks) != len(other.tasks) or self.clock != other.clock:
+        if (
+            self.last_seq != other.last_seq
+            or len(self.tasks) != len(other.tasks)
+            or self.clock != other.clock
+            or self._results != other._results
+        ):
             return False
         other_tasks = other.tasks
         for task_id, record in self.tasks.items():
@@ -203,6 +222,32 @@ class State:
         if status == DEAD:
             return list(self._dead)
         return [task_id for task_id, record in self.tasks.items() if record.status == status]
+
+    def result(self, task_id: str) -> tuple[int, bytes] | None:
+        """A completed task's stored result: (expires, its JSON); None if there is none (or it was dropped)."""
+        packed = self._results.get(task_id)
+        if packed is None:
+            return None
+        expires, _, encoded = packed.partition(b" ")
+        return int(expires), encoded
+
+    def results_copy(self) -> dict[str, bytes]:
+        """The stored results as they are now (a snapshot writes them with their tasks' records)."""
+        return dict(self._results)
+
+    def _store_results(self, results: Mapping[str, tuple[int, int, bytes]]) -> None:
+        """Keep a transaction's results; drop those expired by its time (memory stays bounded by the TTL)."""
+        stored, expiries = self._results, self._expiries
+        latest = 0
+        for task_id, (at, expires, encoded) in results.items():
+            stored[task_id] = b"%d %b" % (expires, encoded)
+            heapq.heappush(expiries, (expires, task_id))
+            latest = max(latest, at)
+        while expiries and expiries[0][0] <= latest:
+            expires, task_id = heapq.heappop(expiries)
+            packed = stored.get(task_id)
+            if packed is not None and packed.startswith(b"%d " % expires):
+                del stored[task_id]
 
     def counts(self) -> dict[str, int]:
         """The number of tasks per status, always with exactly the four status keys."""
@@ -280,6 +325,9 @@ class State:
         state._leases = loaded.leases
         state._counts = loaded.counts
         state._dead = loaded.dead
+        state._results = dict(loaded.results)
+        state._expiries = [(int(packed.partition(b" ")[0]), task_id) for task_id, packed in state._results.items()]
+        heapq.heapify(state._expiries)
         state.last_seq = seq
         state.clock = clock
         return state
@@ -344,7 +392,7 @@ class State:
 
     def indexes(self) -> Loaded:
         """The records and every index, in the shape `load_records` builds them: shared, not copied (read only)."""
-        return Loaded(self.tasks, self._key_owner, self._ready, self._leases, self._counts, self._dead)
+        return Loaded(self.tasks, self._key_owner, self._ready, self._leases, self._counts, self._dead, self._results)
 
 
 # -- apply ---------------------------------------------------------------------
@@ -430,6 +478,12 @@ OP_KINDS: dict[str, OpKind] = {
         OpKind("traceback", (("text", Field.TRACEBACK),), (READY, LEASED), transitions.traceback),
         OpKind(
             "give_back", (("generation", Field.POSITIVE_INT),), LEASED, transitions.give_back, event="task.give_back"
+        ),
+        OpKind(
+            "result",
+            (("generation", Field.POSITIVE_INT), ("at", Field.INT), ("expires", Field.INT), ("value", Field.RESULT)),
+            LEASED,
+            transitions.result,
         ),
     )
 }
@@ -545,7 +599,14 @@ def apply(state: State, tx: Mapping[str, Any], *, decoded: bool = False, _planne
         if task_id not in staged and task_id not in state.tasks:  # the op created its task: its key is taken
             staging.keys.add(record.key)
         staged[task_id] = record
+    results = staging.results
+    if results:  # a result op's task must end the transaction completed (its ack follows)
+        for task_id in results:
+            if staged[task_id].status != COMPLETED:
+                raise InvalidTransaction(f"transaction {seq}: the result of {task_id!r:.100} has no ack after it")
     created = state._commit(staged.items(), seq)
+    if results:
+        state._store_results(results)
     for setting, value in staging.settings.items():
         setattr(state, setting, value)
     return created

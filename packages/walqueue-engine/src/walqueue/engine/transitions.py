@@ -34,7 +34,7 @@ from walqueue.engine.records import (
     identity_digest,
 )
 from walqueue.engine.types import WalQueueError
-from walqueue.engine.validate import check_payload, check_record_fits
+from walqueue.engine.validate import check_payload, check_record_fits, check_result
 from walqueue.format.canonical import canonical_str
 
 __all__ = [
@@ -56,6 +56,7 @@ __all__ = [
     "redrive",
     "release",
     "traceback",
+    "result",
 ]
 
 
@@ -88,7 +89,7 @@ class Staging:
     shares an empty one from `NOTHING_STAGED`, which transitions only read.
     """
 
-    __slots__ = ("records", "keys", "decoded", "planned", "settings")
+    __slots__ = ("records", "keys", "decoded", "planned", "settings", "results")
 
     def __init__(self, decoded: bool, planned: bool) -> None:
         self.records: dict[str, Record] = {}
@@ -97,10 +98,14 @@ class Staging:
         self.settings: dict[str, int] = {}
         self.decoded = decoded
         self.planned = planned
+        #: task id -> (at, expires, the result's JSON) of this transaction's result ops (None: a one-op transaction)
+        self.results: dict[str, tuple[int, int, bytes]] | None = {}
 
 
 #: The shared empty staging of one-op transactions, by (`decoded`, `_planned`).
 NOTHING_STAGED = {(d, p): Staging(d, p) for d in (False, True) for p in (False, True)}
+for _shared in NOTHING_STAGED.values():
+    _shared.results = None  # a result op alone is refused (it belongs with its task's ack)
 
 
 def _with(
@@ -318,6 +323,23 @@ def give_back(state: StateReads, staging: Staging, record: Record | None, op: Op
         record.last_error,
         record.traceback,
     )
+
+
+def result(state: StateReads, staging: Staging, record: Record | None, op: Op) -> Record:
+    """A leased task's result, stored when its ack in the same transaction completes it; the record is unchanged.
+
+    Refused alone, or unless the ack of the same lease follows (`state.apply` checks the task ends completed).
+    """
+    assert record is not None
+    _held(record, op)
+    if staging.results is None:
+        raise OpError("a result op belongs in one transaction with its task's ack")
+    if op["expires"] < op["at"]:
+        raise OpError(f"a result expires at or after its time {op['at']}, not at {op['expires']}")
+    value = op["value"]
+    encoded: bytes = value.canonical if staging.planned else check_result(value, staging.decoded)
+    staging.results[record.task_id] = (op["at"], op["expires"], encoded)
+    return record
 
 
 Transition = Callable[[StateReads, Staging, Record | None, Op], Record]

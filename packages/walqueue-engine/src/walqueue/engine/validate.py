@@ -27,6 +27,8 @@ __all__ = [
     "MAX_NAME_BYTES",
     "MAX_PAYLOAD_DEPTH",
     "MAX_PAYLOAD_INT_BITS",
+    "MAX_RESULT_BYTES",
+    "check_result",
     "NAME_JSON_MAX",
     "FITTING_PAYLOAD_BYTES",
     "ERROR_MESSAGE_BYTES",
@@ -72,6 +74,8 @@ MAX_PAYLOAD_DEPTH = 64
 #: by default (`sys.get_int_max_str_digits`), so a larger int written by a
 #: process that lifted that limit could not be read back by a default one.
 MAX_PAYLOAD_INT_BITS = 14_000
+#: The longest stored result's canonical JSON (a task's return value, `Queue.complete`).
+MAX_RESULT_BYTES = 64 * 1024
 
 #: What a snapshot body frame ``{"tasks":[record]}`` holding one task may
 #: contain besides the canonical JSON of its payload, task id and key, in the
@@ -460,3 +464,15 @@ def check_timeout(timeout: object) -> float:
     if not 0 <= timeout < math.inf:  # NaN fails both
         raise ValueError(flaw)
     return timeout
+
+
+def check_result(value: object, decoded: bool = False) -> bytes:
+    """The canonical JSON of a task's result (any JSON value the store gives back unchanged, by the payload rule).
+
+    `ValueError` past `MAX_RESULT_BYTES`; `TypeError`/`ValueError` as `check_payload` for what is not JSON.
+    """
+    wrapped = check_payload({"v": value}, decoded)
+    encoded = wrapped[5:-1]  # b'{"v":' ... b'}'
+    if len(encoded) > MAX_RESULT_BYTES:
+        raise ValueError(f"a result's JSON has at most {MAX_RESULT_BYTES} bytes, not {len(encoded)}")
+    return encoded

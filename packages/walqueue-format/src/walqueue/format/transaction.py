@@ -27,6 +27,8 @@ OP_NAMES |= {"clock"}
 OP_NAMES |= {"traceback"}
 #: An unstarted lease undone (docs/FORMAT.md, "give_back"); older readers refuse it by name.
 OP_NAMES |= {"give_back"}
+#: "result": a task's return value, stored with its ack (docs/FORMAT.md, "Results").
+OP_NAMES |= {"result"}
 
 
 def transaction_seq(value: Any, path: str | None, offset: int) -> int:
