@@ -281,10 +281,10 @@ EVERY_CALL = [
     {"op": "put", "task_id": "a", "payload": {"n": 1}, "key": "ka", "available_at": 0, "max_attempts": 1},
     {
         "op": "put_many",
-        "tasks": [{"task_id": t, "payload": {}} for t in "bcde"],
+        "tasks": [{"task_id": t, "payload": {}} for t in "bcdef"],
     },
-    {"op": "reserve", "worker": "w", "now": 1, "lease_seconds": 10, "limit": 5},
-    {"op": "give_back", "lease": {"task_id": "e", "worker": "w", "generation": 1}, "now": 2},
+    {"op": "reserve", "worker": "w", "now": 1, "lease_seconds": 10, "limit": 6},
+    {"op": "give_back", "lease": {"task_id": "f", "worker": "w", "generation": 1}, "now": 2},
     {"op": "extend", "lease": {"task_id": "a", "worker": "w", "generation": 1}, "now": 2, "lease_seconds": 5},
     {"op": "ack", "lease": {"task_id": "b", "worker": "w", "generation": 1}, "now": 2},
     {"op": "ack_many", "leases": [{"task_id": "d", "worker": "w", "generation": 1}], "now": 2},
@@ -340,7 +340,7 @@ def test_the_protocol_answers_every_call_of_the_table_on_a_real_queue(tmp_path: 
             and failed.last_error == LastError("KeyError", "no handler", 1, 2)
         )
         assert cancelled is not None and cancelled.last_error == LastError("Cancelled", "by ops", 1, 5)
-        given_back = queue.get("e")
+        given_back = queue.get("f")
         assert given_back is not None and (given_back.status, given_back.attempts) == ("ready", 0)
         task = respond(b'{"op":"get","task_id":"c"}', queue).answer["task"]
         assert task["last_error"] == {"type": "KeyError", "message": "no handler", "attempt": 1, "at": 2}

@@ -254,8 +254,8 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
                     ) = _record_fields(value)
                 except KeyError:
                     raise ValueError(
-                        f"record keys must be exactly {sorted(_RECORD_KEYS)} (and last_error with its traceback,"
-                        f" or result, if any), not {sorted(map(str, value))}"
+                        f"record keys must be exactly {sorted(_RECORD_KEYS)} (and last_error or result, if any;"
+                        f" a last_error with its traceback), not {sorted(map(str, value))}"
                     ) from None
                 check_name(task_id, "task")
                 if type(key) is str and key == task_id:
