@@ -45,6 +45,9 @@ VALUES: dict[Field, st.SearchStrategy[Any]] = {
     Field.PAYLOAD: payloads.map(_Carrier),
     Field.ERROR_TYPE: names,
     Field.ERROR_MESSAGE: st.text(st.characters(exclude_categories=["Cs"]), max_size=8) | st.sampled_from(["", "%s"]),
+    Field.QUEUE: st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}", fullmatch=True),
+    Field.PRIORITY: st.integers(-100, 100),
+    Field.TRUE: st.just(True),
 }
 #: The worst case of each field kind that has one (`OpKind.max_json`).
 WORST: dict[Field, Any] = {
@@ -53,6 +56,9 @@ WORST: dict[Field, Any] = {
     Field.POSITIVE_INT: MAX_INT,
     Field.ERROR_TYPE: "\x01" * ERROR_TYPE_BYTES,
     Field.ERROR_MESSAGE: "\x01" * ERROR_MESSAGE_BYTES,
+    Field.QUEUE: "q" * 64,
+    Field.PRIORITY: -100,
+    Field.TRUE: True,
 }
 #: A value of the right JSON shape that each kind refuses (checked outside a planner).
 WRONG: dict[Field, list[Any]] = {
@@ -62,6 +68,9 @@ WRONG: dict[Field, list[Any]] = {
     Field.PAYLOAD: [[], None, 1, "{}"],
     Field.ERROR_TYPE: ["", 1, None, "x" * (ERROR_TYPE_BYTES + 1), "\ud800"],
     Field.ERROR_MESSAGE: [None, 1, b"", "x" * (ERROR_MESSAGE_BYTES + 1), "é" * (ERROR_MESSAGE_BYTES // 2 + 1)],
+    Field.QUEUE: ["", 1, None, "a,b", "q" * 65, "-a", "é"],
+    Field.PRIORITY: [101, -101, True, 1.0, None, "1"],
+    Field.TRUE: [False, 1, None, "true"],
 }
 
 
@@ -77,7 +86,8 @@ def test_the_format_layers_op_names_are_the_tables() -> None:
 def test_every_kind_has_its_name_task_and_declared_fields_as_keys() -> None:
     for name, kind in OP_KINDS.items():
         assert kind.name == name
-        assert kind.keys == {"op", "task", *(field for field, _ in kind.fields)}
+        assert kind.keys == {"op", kind.subject[0], *(field for field, _ in kind.fields)}
+        assert kind.all_keys == kind.keys | {field for field, _, _ in kind.optional}
         assert OP_KEYS[name] == kind.keys
         assert kind.statuses is None or (kind.statuses and kind.statuses <= set(STATUSES))
 
@@ -86,9 +96,12 @@ def test_every_kind_has_its_name_task_and_declared_fields_as_keys() -> None:
 @settings(max_examples=80, deadline=None)
 @given(data=st.data())
 def test_every_kinds_encoding_is_the_canonical_json_of_its_op(kind: OpKind, data: st.DataObject) -> None:
-    op = {"op": kind.name, "task": data.draw(names)}
+    op = {"op": kind.name, kind.subject[0]: data.draw(VALUES[kind.subject[1]])}
     for field, field_kind in kind.fields:
         op[field] = data.draw(VALUES[field_kind])
+    for field, field_kind, default in kind.optional:  # present (and not its default) or absent
+        if data.draw(st.booleans()):
+            op[field] = data.draw(VALUES[field_kind].filter(lambda value, d=default: value != d))
     encoded = kind.encode(op)
     assert encoded == canonical_json(_plain(op))
     assert json.loads(encoded) == _plain(op)
@@ -102,8 +115,13 @@ def test_every_bounded_kinds_size_bound_is_its_exact_worst_case(kind: OpKind) ->
     if Field.PAYLOAD in kinds.values():
         assert kind.max_json is None  # a payload's size is bounded by the frame, not by the kind
         return
-    worst = {"op": kind.name, "task": WORST[Field.NAME], **{field: WORST[k] for field, k in kinds.items()}}
-    assert kind.max_json == len(canonical_json(worst))
+    worst = {"op": kind.name, kind.subject[0]: WORST[kind.subject[1]]}
+    worst.update({field: WORST[k] for field, k in kinds.items()})
+    worst.update({field: WORST[k] for field, k, _ in kind.optional})
+    if kind.subject[1] is Field.NAME:
+        assert kind.max_json == len(canonical_json(worst))
+    else:  # a queue name is ASCII: its bound is its 64 characters and quotes
+        assert kind.max_json is not None and kind.max_json >= len(canonical_json(worst))
 
 
 def _valid_op(kind: OpKind) -> tuple[State, dict[str, Any]]:
@@ -120,6 +138,8 @@ def _valid_op(kind: OpKind) -> tuple[State, dict[str, Any]]:
     steps = {None: [], "ready": [put], "leased": [put, lease], "dead": [{**put, "max_attempts": 1}, lease, expire]}
     for step in steps[first]:
         apply(state, {"seq": state.last_seq + 1, "ops": [step]})
+    if kind.subject[0] != "task":
+        return state, {"op": kind.name, kind.subject[0]: "q", **{field: values[k] for field, k in kind.fields}}
     return state, {"op": kind.name, "task": "t", **{field: values[k] for field, k in kind.fields}}
 
 
@@ -128,11 +148,11 @@ def test_apply_refuses_a_wrong_value_in_every_field_of_every_kind(kind: OpKind) 
     state, op = _valid_op(kind)
     scratch = State.from_records(state.last_seq, [json.loads(line) for line in state.iter_record_json()])
     apply(scratch, {"seq": state.last_seq + 1, "ops": [op]})  # the op itself is valid
-    for field, field_kind in [("task", Field.NAME), *kind.fields]:
+    for field, field_kind in [kind.subject, *kind.fields, *((n, k) for n, k, _ in kind.optional)]:
         for wrong in WRONG[field_kind]:
             with pytest.raises(InvalidTransaction, match=rf"\({kind.name}\)"):
                 apply(state, {"seq": state.last_seq + 1, "ops": [{**op, field: wrong}]})
-    for extra in ({**op, "extra": 1}, {name: value for name, value in op.items() if name != "task"}):
+    for extra in ({**op, "extra": 1}, {name: value for name, value in op.items() if name != kind.subject[0]}):
         with pytest.raises(InvalidTransaction, match="keys must be exactly"):
             apply(state, {"seq": state.last_seq + 1, "ops": [extra]})
 

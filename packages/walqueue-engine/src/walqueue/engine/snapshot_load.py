@@ -19,11 +19,13 @@ state equals the state that was written.
 from __future__ import annotations
 
 import heapq
+import sys
 from collections.abc import Iterable
 from operator import itemgetter
 from typing import NamedTuple
 
 from walqueue.engine.gcpause import paused_gc
+from walqueue.engine.lanes import Lanes
 from walqueue.engine.records import (
     COMPLETED,
     DEAD,
@@ -40,6 +42,7 @@ from walqueue.engine.records import (
     last_error_member_size,
 )
 from walqueue.engine.validate import (
+    DEFAULT_QUEUE,
     FITTING_PAYLOAD_BYTES,
     LAST_ERROR_ROOM,
     MAX_INT,
@@ -49,6 +52,8 @@ from walqueue.engine.validate import (
     check_last_error_fits,
     check_name,
     check_payload,
+    check_priority,
+    check_queue_name,
     check_record_fits,
 )
 from walqueue.format.canonical import canonical_str
@@ -69,8 +74,10 @@ RECORD_FIELDS = (
     "worker",
     "deadline",
 )
-#: A record may also hold ``last_error`` (its only optional key), which `_record_fields` does not fetch.
+#: A record may also hold ``last_error``, ``queue`` and ``priority`` (each omitted at its default),
+#: which `_record_fields` does not fetch.
 _RECORD_KEYS = frozenset(RECORD_FIELDS)
+_OPTIONAL_KEYS = frozenset({"last_error", "queue", "priority"})
 #: Every field of a record, fetched in one C call. A dict of exactly `len(RECORD_FIELDS)` items
 #: that holds all of them has exactly these keys, so the fetch also settles the key set.
 _record_fields = itemgetter(*RECORD_FIELDS)
@@ -165,6 +172,8 @@ class Loaded(NamedTuple):
     counts: dict[str, int]
     #: The ids of the dead tasks.
     dead: set[str]
+    #: Every queue and lane (`ready` is the default lane's heap); None: a state without lanes built.
+    lanes: Lanes | None = None
 
 
 def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
@@ -196,6 +205,8 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
     leases: list[HeapEntry] = []
     counts = dict.fromkeys(STATUSES, 0)
     dead: set[str] = set()
+    lanes = Lanes()
+    ready = lanes.default_lane.heap
     previous: str | None = None
     record: Record
     with paused_gc():
@@ -205,10 +216,14 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
                     raise TypeError(f"a record must be a JSON object, not {type(value).__name__}")
                 try:
                     stored_error: object = _ABSENT
+                    queue: str = DEFAULT_QUEUE
+                    priority = 0
                     if len(value) != _RECORD_FIELD_COUNT:
-                        if len(value) != _RECORD_FIELD_COUNT + 1 or "last_error" not in value:
+                        extra = value.keys() - _RECORD_KEYS
+                        if not extra <= _OPTIONAL_KEYS or len(value) != _RECORD_FIELD_COUNT + len(extra):
                             raise KeyError
-                        stored_error = value["last_error"]
+                        stored_error = value.get("last_error", _ABSENT)
+                        queue, priority = _lane(value)
                     (
                         task_id,
                         key,
@@ -224,7 +239,7 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
                     ) = _record_fields(value)
                 except KeyError:
                     raise ValueError(
-                        f"record keys must be exactly {sorted(_RECORD_KEYS)} (and last_error, if any),"
+                        f"record keys must be exactly {sorted(_RECORD_KEYS)} (and last_error, queue, priority, if any),"
                         f" not {sorted(map(str, value))}"
                     ) from None
                 check_name(task_id, "task")
@@ -274,7 +289,9 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
                     else _last_error(stored_error, status, attempts, payload_json, task_id, key)
                 )
                 if status is COMPLETED:
-                    record = Tombstone.of(task_id, key, digest, available_at, max_attempts, attempts, generation)
+                    record = Tombstone.of(
+                        task_id, key, digest, available_at, max_attempts, attempts, generation, queue, priority
+                    )
                 else:
                     record = TaskRecord(
                         task_id,
@@ -288,6 +305,8 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
                         worker,
                         deadline,
                         last_error,
+                        queue,
+                        priority,
                     )
             except (TypeError, ValueError) as exc:
                 raise InvalidTransaction(f"snapshot record {index}: {exc}") from None
@@ -304,17 +323,52 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
             counts[status] += 1
             if status is DEAD:
                 dead.add(task_id)
+            if queue is not DEFAULT_QUEUE:
+                lanes.queue(queue).counts[status] += 1
             if status is READY:
                 assert type(record) is TaskRecord
                 record.entry = entry = (available_at, task_id)
-                ready.append(entry)
+                if queue is DEFAULT_QUEUE and priority == 0:
+                    ready.append(entry)
+                else:
+                    lanes.lane(lanes.queue(queue), priority).heap.append(entry)
             elif status is LEASED:
                 assert type(record) is TaskRecord
                 record.entry = entry = (deadline, task_id)
                 leases.append(entry)
-    heapq.heapify(ready)
     heapq.heapify(leases)
-    return Loaded(tasks, key_owner, ready, leases, counts, dead)
+    _settle_lanes(lanes, counts, tasks)
+    return Loaded(tasks, key_owner, ready, leases, counts, dead, lanes)
+
+
+def _lane(value: dict[str, object]) -> tuple[str, int]:
+    """A record's optional queue and priority (omitted at their defaults: present means different)."""
+    queue: object = DEFAULT_QUEUE
+    if "queue" in value:
+        queue = sys.intern(check_queue_name(value["queue"]))
+        if queue == DEFAULT_QUEUE:
+            raise ValueError("queue is omitted at its default 'default', never written")
+    priority = 0
+    if "priority" in value:
+        priority = check_priority(value["priority"])
+        if priority == 0:
+            raise ValueError("priority is omitted at its default 0, never written")
+    return queue, priority  # type: ignore[return-value]
+
+
+def _settle_lanes(lanes: Lanes, counts: dict[str, int], tasks: dict[str, Record]) -> None:
+    """Heapify every lane, count its live entries, derive the default queue's counts, and seat the lanes."""
+    default = lanes.default.counts
+    for status in STATUSES:
+        default[status] = counts[status] - sum(
+            q.counts[status] for q in lanes.queues.values() if q is not lanes.default
+        )
+    for q in lanes.queues.values():
+        for lane in q.lanes.values():
+            heapq.heapify(lane.heap)
+            lane.live = len(lane.heap)
+            if lane.heap:
+                lanes.place(lane, lane.heap[0][0], lane.heap[0][1])
 
 
 def check_snapshot_seq(seq: object) -> int:

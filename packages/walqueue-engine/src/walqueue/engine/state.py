@@ -67,6 +67,7 @@ from typing import Any
 from walqueue.engine import transitions
 from walqueue.engine.heaps import HEAP_SLACK, due, first_time, live_ids, pruned
 from walqueue.engine.invariants import check_invariants
+from walqueue.engine.lanes import Lanes
 from walqueue.engine.optable import Field, OpKind
 from walqueue.engine.records import (
     COMPLETED,
@@ -87,7 +88,7 @@ from walqueue.engine.records import (
 from walqueue.engine.snapshot_load import Loaded, check_snapshot_seq, load_records
 from walqueue.engine.transitions import NOTHING_STAGED, OpError, Staging, Transition
 from walqueue.engine.types import Lease, Task, new_lease
-from walqueue.engine.validate import MAX_INT, check_int, check_name
+from walqueue.engine.validate import DEFAULT_QUEUE, MAX_INT, check_int, check_name, check_queue_name
 from walqueue.format.transaction import OP_NAMES
 
 __all__ = [
@@ -117,14 +118,15 @@ class State:
     the default key (the task id itself) costs no memory.
     """
 
-    __slots__ = ("last_seq", "tasks", "_key_owner", "_ready", "_leases", "_counts", "_dead")
+    __slots__ = ("last_seq", "tasks", "_key_owner", "_lanes", "_leases", "_counts", "_dead")
 
     def __init__(self) -> None:
         self.last_seq = 0
         #: task id -> record; read it, never write it (use `apply`).
         self.tasks: dict[str, Record] = {}
         self._key_owner: dict[str, str] = {}
-        self._ready: list[HeapEntry] = []
+        #: The ready order by queue and priority, and each queue's settings (lanes.py).
+        self._lanes = Lanes()
         self._leases: list[HeapEntry] = []
         self._counts: dict[str, int] = dict.fromkeys(STATUSES, 0)
         #: The ids of the dead tasks (the ready and leased ones are in their heaps).
@@ -168,7 +170,7 @@ class State:
         record = self.tasks.get(task_id)
         return None if record is None else record.to_task()
 
-    def list_tasks(self, status: str | None = None) -> list[Task]:
+    def list_tasks(self, status: str | None = None, queue: str | None = None) -> list[Task]:
         """Every task (or every task with `status`), ordered by task id.
 
         O(k log k) for the k tasks returned, but for ``"completed"``, which
@@ -177,22 +179,53 @@ class State:
         check_status_filter(status)
         tasks = self.tasks
         ids: Iterable[str]
-        if status is None:
+        if queue is not None and check_queue_name(queue):
+            ids = self._queue_ids(status, queue)
+        elif status is None:
             ids = tasks
         elif not self._counts[status]:
             return []
         elif status == READY or status == LEASED:
-            ids = live_ids(self._ready if status == READY else self._leases, tasks)
+            ids = live_ids(self._lanes.ready_entries() if status == READY else self._leases, tasks)
         elif status == DEAD:
             ids = self._dead
         else:
             ids = [task_id for task_id, record in tasks.items() if record.status == status]
         return [tasks[task_id].to_task() for task_id in sorted(ids)]
 
-    def status_index(self, status: str) -> list[Any]:
-        """A copy of what holds `status`'s tasks: heap entries (ready, leased) or task ids (dead, completed)."""
+    def _queue_ids(self, status: str | None, queue: str) -> list[str]:
+        """The ids of queue `queue`'s tasks (with `status`): its lanes for ready ones, a walk otherwise."""
+        return self._lanes.task_ids(self.tasks, status, queue, live_ids(self._leases, self.tasks), self._dead)
+
+    def rate_limited(self, queue: str) -> bool:
+        """Whether `queue` has a rate limit (its lease ops then carry their reserve's `now` as ``at``)."""
+        return self._lanes.rate_limited(queue)
+
+    def queues(self) -> list[dict[str, Any]]:
+        """`Queue.queues`: every queue that holds a task or has a setting (lanes.Lanes.describe)."""
+        return self._lanes.describe()
+
+    def queue_settings(self, queue: str) -> dict[str, Any]:
+        """`queue`'s settings: concurrency, rate and paused (no limit, not paused for a queue never configured)."""
+        return self._lanes.settings_of(queue)
+
+    def settings_json(self) -> dict[str, Any]:
+        """What a snapshot's header keeps of the queues (lanes.Lanes.settings_json); empty without settings."""
+        return self._lanes.settings_json()
+
+    def restore_settings(self, settings: Mapping[str, Any]) -> None:
+        """Install a snapshot's queue settings (as lanes.settings_from_json checked them) and limiter state."""
+        self._lanes.restore(settings, self.tasks)
+
+    def status_index(self, status: str, queue: str | None = None) -> list[Any]:
+        """A copy of what holds `status`'s tasks: heap entries (ready, leased) or task ids (dead, completed).
+
+        With `queue`, only that queue's tasks (ready: its lanes' entries; others: the ids, filtered).
+        """
+        if queue is not None and check_queue_name(queue):
+            return self._lanes.ready_entries(queue) if status == READY else self._queue_ids(status, queue)
         if status == READY:
-            return list(self._ready)
+            return self._lanes.ready_entries()
         if status == LEASED:
             return list(self._leases)
         if status == DEAD:
@@ -205,7 +238,7 @@ class State:
 
     def next_available_at(self) -> int | None:
         """The smallest `available_at` of a ready task (None: none is ready); amortized O(log n)."""
-        return first_time(self._ready, self.tasks)
+        return self._lanes.next_available_at()
 
     def next_deadline(self) -> int | None:
         """The earliest deadline of a leased task (None: none is leased); amortized O(log n)."""
@@ -227,18 +260,22 @@ class State:
             record.deadline,
             record.attempts,
             decode_payload(record.digest_and_payload),
+            record.queue,
+            record.priority,
         )
 
     # -- planner support ------------------------------------------------------
 
-    def peek_ready(self, now: int, limit: int) -> list[str]:
-        """Up to `limit` ready task ids with ``available_at <= now``, in (available_at, task id) order.
+    def peek_ready(self, now: int, limit: int, queues: Iterable[str] | None = None) -> list[str]:
+        """Up to `limit` ready task ids with ``available_at <= now`` that `reserve` would lease, best first.
 
-        O(k log n) for k results (heaps.due).
+        Best: higher priority, then (available_at, task id); only from `queues`
+        (None: every queue), and within each queue's limits at `now`.
+        O(k log n) for k results, plus one step per lane made due (lanes.py).
         """
         check_int(now, "now")
         check_int(limit, "limit", 1)
-        return due(self._ready, self.tasks, now, limit)
+        return self._lanes.pick(now, limit, queues, self.tasks)
 
     def peek_expired(self, now: int) -> list[str]:
         """Every leased task id with ``deadline <= now``, in (deadline, task id) order."""
@@ -267,7 +304,8 @@ class State:
         state = cls()
         state.tasks = loaded.tasks
         state._key_owner = loaded.key_owner
-        state._ready = loaded.ready
+        assert loaded.lanes is not None
+        state._lanes = loaded.lanes
         state._leases = loaded.leases
         state._counts = loaded.counts
         state._dead = loaded.dead
@@ -286,6 +324,7 @@ class State:
         counts = self._counts
         dead = self._dead
         created: list[str] | None = None
+        lanes = self._lanes
         for task_id, record in staged:
             old = tasks.get(task_id)
             status = record.status
@@ -306,9 +345,9 @@ class State:
             tasks[task_id] = record
             if status == READY:
                 assert type(record) is TaskRecord
-                record.entry = entry = (record.available_at, task_id)
-                heapq.heappush(self._ready, entry)
-            elif status == LEASED:
+                record.entry = (record.available_at, task_id)
+            lanes.moved(old, record, tasks)
+            if status == LEASED:
                 assert type(record) is TaskRecord and record.deadline is not None
                 record.entry = entry = (record.deadline, task_id)
                 heapq.heappush(self._leases, entry)
@@ -318,8 +357,6 @@ class State:
         # every transaction opened or committed). Keep them equal to it: the
         # invariant check, run after every call in the tests, asks `pruned`
         # itself whether a heap is over the bound.
-        if len(self._ready) > 2 * counts[READY] + HEAP_SLACK:
-            self._ready = pruned(self._ready, tasks, counts[READY])
         if len(self._leases) > 2 * counts[LEASED] + HEAP_SLACK:
             self._leases = pruned(self._leases, tasks, counts[LEASED])
         return () if created is None else created
@@ -334,7 +371,15 @@ class State:
 
     def indexes(self) -> Loaded:
         """The records and every index, in the shape `load_records` builds them: shared, not copied (read only)."""
-        return Loaded(self.tasks, self._key_owner, self._ready, self._leases, self._counts, self._dead)
+        return Loaded(
+            self.tasks,
+            self._key_owner,
+            self._lanes.ready_entries(),
+            self._leases,
+            self._counts,
+            self._dead,
+            self._lanes,
+        )
 
 
 # -- apply ---------------------------------------------------------------------
@@ -362,12 +407,14 @@ OP_KINDS: dict[str, OpKind] = {
             ),
             None,
             transitions.put,
+            optional=(("queue", Field.QUEUE, DEFAULT_QUEUE), ("priority", Field.PRIORITY, 0)),
         ),
         OpKind(
             "lease",
             (("worker", Field.NAME), ("generation", Field.POSITIVE_INT), ("deadline", Field.INT)),
             READY,
             transitions.lease,
+            optional=(("at", Field.INT, None),),
         ),
         OpKind("expire", (("generation", Field.POSITIVE_INT),), LEASED, transitions.expire),
         OpKind("ack", (("generation", Field.POSITIVE_INT),), LEASED, transitions.ack),
@@ -385,6 +432,20 @@ OP_KINDS: dict[str, OpKind] = {
             (("type", Field.ERROR_TYPE), ("message", Field.ERROR_MESSAGE), ("at", Field.INT)),
             (READY, LEASED),
             transitions.error,
+        ),
+        # lanes (docs/FORMAT.md "Queue settings"): a queue's whole settings, each omitted at its default.
+        OpKind(
+            "configure",
+            (),
+            None,
+            transitions.configure,
+            optional=(
+                ("concurrency", Field.POSITIVE_INT, None),
+                ("rate", Field.POSITIVE_INT, None),
+                ("window", Field.POSITIVE_INT, None),
+                ("paused", Field.TRUE, None),
+            ),
+            subject=("queue", Field.QUEUE),
         ),
     )
 }
@@ -414,11 +475,15 @@ def _stage(state: State, staging: Staging, seq: int, index: int, op: object) -> 
     kind = OP_KINDS.get(name) if type(name) is str else None
     if kind is None:
         raise InvalidTransaction(f"transaction {seq} op {index}: unknown op {_describe(name)}")
-    if op.keys() != kind.keys:
+    if op.keys() != kind.keys and not (kind.optional and kind.keys <= op.keys() <= kind.all_keys):
         wanted = sorted(kind.keys)
+        if kind.optional:
+            wanted.append(f"(and {', '.join(sorted(kind.all_keys - kind.keys))}, if any)")
         raise InvalidTransaction(
             f"transaction {seq} op {index} ({name}): keys must be exactly {wanted}, not {sorted(map(repr, op))}"
         )
+    if kind.subject[0] != "task":
+        raise InvalidTransaction(f"transaction {seq} op {index} ({name}): a {name} op stands alone in its transaction")
     try:
         task_id = op["task"]
         statuses = kind.statuses
@@ -478,8 +543,13 @@ def apply(state: State, tx: Mapping[str, Any], *, decoded: bool = False, _planne
     if len(ops) == 1:
         # Nothing later in the transaction can see this op's result.
         op = ops[0]
+        if type(op) is dict and op.get("op") == "configure":
+            return _configure(state, seq, op, _planned)
         record = _stage(state, NOTHING_STAGED[decoded, _planned], seq, 0, op)
-        return state._commit(((op["task"], record),), seq)  # a valid op's task is its task id
+        created = state._commit(((op["task"], record),), seq)  # a valid op's task is its task id
+        if "at" in op and op["op"] == "lease":
+            state._lanes.leased_at(record.queue, op["at"])
+        return created
     staging = Staging(decoded, _planned)
     staged = staging.records
     for index, op in enumerate(ops):
@@ -488,4 +558,18 @@ def apply(state: State, tx: Mapping[str, Any], *, decoded: bool = False, _planne
         if task_id not in staged and task_id not in state.tasks:  # the op created its task: its key is taken
             staging.keys.add(record.key)
         staged[task_id] = record
-    return state._commit(staged.items(), seq)
+    created = state._commit(staged.items(), seq)
+    for op in ops:
+        if op["op"] == "lease" and "at" in op:
+            state._lanes.leased_at(state.tasks[op["task"]].queue, op["at"])
+    return created
+
+
+def _configure(state: State, seq: int, op: dict[str, Any], planned: bool) -> Sequence[str]:
+    """Apply a configure op (alone in its transaction): queue ``op["queue"]`` gets exactly the op's settings."""
+    try:
+        state._lanes.apply_configure(OP_KINDS["configure"], op, planned, state.tasks)
+    except (TypeError, ValueError) as exc:
+        raise InvalidTransaction(f"transaction {seq} op 0 (configure): {exc}") from None
+    state.last_seq = seq
+    return ()

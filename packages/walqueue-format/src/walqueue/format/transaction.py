@@ -19,7 +19,10 @@ __all__ = ["OP_NAMES", "transaction_seq"]
 #: `walqueue-fsck`); the engine's table of kinds (`walqueue.engine.state.OP_KINDS`)
 #: refuses to import unless its names are exactly these. A new kind is
 #: named here and declared there.
-OP_NAMES = frozenset({"put", "lease", "expire", "ack", "release", "extend", "redrive", "cancel", "fail", "error"})
+OP_NAMES = frozenset(
+    {"put", "lease", "expire", "ack", "release", "extend", "redrive", "cancel", "fail", "error"}
+    | {"configure"}  # lanes: a queue's settings (docs/FORMAT.md "Queue settings")
+)
 
 
 def transaction_seq(value: Any, path: str | None, offset: int) -> int:
