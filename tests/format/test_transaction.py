@@ -20,7 +20,8 @@ RELEASE = {"op": "release", "task": "t", "generation": 1, "available_at": 5}
 
 
 def test_the_op_names_are_exactly_the_contracts_the_lifecycle_ops_and_the_last_errors() -> None:
-    assert OP_NAMES == {"put", "lease", "expire", "ack", "release", "extend", "redrive", "cancel", "fail", "error"}
+    lifecycle = {"put", "lease", "expire", "ack", "release", "extend", "redrive", "cancel", "fail", "error"}
+    assert OP_NAMES == lifecycle | {"configure"}  # and a queue's settings (lanes)
 
 
 @pytest.mark.parametrize("op", [PUT, LEASE, EXPIRE, ACK, RELEASE], ids=lambda op: op["op"])

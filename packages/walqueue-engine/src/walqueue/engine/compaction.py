@@ -190,8 +190,8 @@ class SnapshotSource:
         if preimages is None:
             return
         for op in ops:
-            task_id = op["task"]
-            if task_id not in preimages:
+            task_id = op.get("task")  # a configure op names a queue: its settings are frozen whole
+            if task_id is not None and task_id not in preimages:
                 preimages[task_id] = tasks.get(task_id)
 
     def freeze(self, state: State) -> FrozenState:
@@ -199,7 +199,9 @@ class SnapshotSource:
         new, self._new = self._new, []  # unsorted: the snapshot's thread sorts it, run by run
         self._preimages = {}
         self._merged = []
-        return FrozenState(self, state.last_seq, len(state.tasks), state.tasks, new)
+        frozen = FrozenState(self, state.last_seq, len(state.tasks), state.tasks, new)
+        frozen.queues = state.settings_json()  # a copy, as it is now (lanes)
+        return frozen
 
     def thaw(self, frozen: FrozenState, *, written: bool) -> None:
         """The snapshot of `frozen` is done (`written`) or abandoned: stop keeping pre-images."""
@@ -214,7 +216,7 @@ class SnapshotSource:
 class FrozenState:
     """The state at one sequence, as a snapshot reads it: every task's record in task-id order."""
 
-    __slots__ = ("_source", "seq", "count", "_tasks", "new")
+    __slots__ = ("_source", "seq", "count", "_tasks", "new", "queues")
 
     def __init__(self, source: SnapshotSource, seq: int, count: int, tasks: Mapping[str, Record], new: list[str]):
         self._source = source
@@ -222,6 +224,8 @@ class FrozenState:
         self.count = count
         self._tasks = tasks
         self.new = new
+        #: The queues' settings at `seq` (lanes), for the header; empty: none.
+        self.queues: dict[str, Any] = {}
 
     def record_json(self, pause: Callable[[], None] | None = None, every: int = 16) -> Iterator[bytes]:
         """Each task's snapshot record, in task-id order, as it was at `seq`.
@@ -297,6 +301,7 @@ def write_frozen_snapshot(
         on_written=lambda: hook("snapshot.written"),
         directory=directory,
         sync=sync,
+        queues=frozen.queues,
     )
     if sync:
         directory.fsync()

@@ -67,7 +67,7 @@ from typing import Any
 from walqueue.engine import transitions
 from walqueue.engine.heaps import HEAP_SLACK, due, first_time, live_ids, pruned
 from walqueue.engine.invariants import check_invariants
-from walqueue.engine.lanes import Lanes
+from walqueue.engine.lanes import Lanes, settings_from_json
 from walqueue.engine.optable import Field, OpKind
 from walqueue.engine.records import (
     COMPLETED,
@@ -291,7 +291,9 @@ class State:
             yield tasks[task_id].record_json()
 
     @classmethod
-    def from_records(cls, seq: int, records: Iterable[Mapping[str, Any]], *, decoded: bool = False) -> State:
+    def from_records(
+        cls, seq: int, records: Iterable[Mapping[str, Any]], *, decoded: bool = False, queues: object = None
+    ) -> State:
         """Rebuild the state written as snapshot `seq` from its decoded records (see snapshot_load).
 
         Any flaw is `InvalidTransaction`; nothing is normalized, so the
@@ -310,6 +312,11 @@ class State:
         state._counts = loaded.counts
         state._dead = loaded.dead
         state.last_seq = seq
+        if queues is not None:  # the header's queue settings (lanes): checked, then installed
+            try:
+                state._lanes.restore(settings_from_json(queues), state.tasks)
+            except (TypeError, ValueError) as exc:
+                raise InvalidTransaction(f"snapshot queues: {exc}") from None
         return state
 
     # -- commit (apply's second half) -----------------------------------------

@@ -57,7 +57,8 @@ class StateMachine:
     """
 
     new_state: Callable[[], ReplayState]
-    from_records: Callable[[int, Iterable[Mapping[str, Any]]], ReplayState]
+    #: ``from_records(seq, records, queues=...)``: `queues` is the header's queue settings (None: none).
+    from_records: Callable[..., ReplayState]
     apply: Callable[[Any, Mapping[str, Any]], object]  # what it returns (the new task ids) is not used
     invalid: type[Exception]
     #: The last error of each dead letter of a state, in task id order: its (type, message), or None for

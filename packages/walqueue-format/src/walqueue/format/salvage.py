@@ -178,7 +178,8 @@ def _replay(
             state = machine.new_state()
         else:
             with source.snapshot(name) as reader:
-                state = machine.from_records(reader.seq, reader.records())
+                lanes = {"queues": reader.queues} if reader.queues else {}
+                state = machine.from_records(reader.seq, reader.records(), **lanes)
     except (machine.invalid, CorruptStore, OSError):
         return None
     for seq in range(base_seq + 1, raw_end + 1):
@@ -310,9 +311,8 @@ def _write_history(source: SurveySource, found: Survey, plan: SalvagePlan, out_d
     if plan.base is not None:
         name = snapshot_name(plan.base_seq)
         with source.snapshot(plan.base) as reader:
-            info = write_snapshot(
-                os.path.join(out_dir, name), reader.seq, reader.count, (canonical_json(r) for r in reader.records())
-            )
+            records = (canonical_json(r) for r in reader.records())
+            info = write_snapshot(os.path.join(out_dir, name), reader.seq, reader.count, records, queues=reader.queues)
         _fsync_file(os.path.join(out_dir, name))
         files.append(name)
     segment = wal_name(1)

@@ -83,6 +83,7 @@ def write_snapshot(
     on_written: Callable[[], None] | None = None,
     directory: StoreDirectory | None = None,
     sync: bool = False,
+    queues: dict[str, Any] | None = None,
 ) -> SnapshotInfo:
     """Write the snapshot through `seq` holding `count` records (canonical JSON bytes, in task-id order).
 
@@ -97,7 +98,7 @@ def write_snapshot(
     way (so that fsyncs of other files never wait for the whole snapshot's
     data); otherwise it is not synced. Raises
     `ValueError` (before finishing the file) if the number of records
-    differs from `count`.
+    differs from `count`. `queues` (lanes' settings) goes in the header, only if any.
     """
     if directory is None:
         directory = StoreDirectory.at(os.path.dirname(os.fspath(path)) or os.curdir)
@@ -133,7 +134,7 @@ def write_snapshot(
                     os.fdatasync(fd)
                     unsynced = 0
 
-        emit(encode_frame({"snapshot": 1, "seq": seq, "tasks": count}))
+        emit(encode_frame({"snapshot": 1, "seq": seq, "tasks": count, **({"queues": queues} if queues else {})}))
         flush()
         if on_partial is not None:
             on_partial()
@@ -231,7 +232,8 @@ class SnapshotReader:
             value = header.value
             if (
                 not isinstance(value, dict)
-                or set(value) != _HEADER_FIELDS
+                or set(value) - {"queues"} != _HEADER_FIELDS
+                or ("queues" in value and (type(value["queues"]) is not dict or not value["queues"]))
                 or type(value["snapshot"]) is not int
                 or value["snapshot"] != 1
                 or not _check_counter(value["seq"])
@@ -243,6 +245,8 @@ class SnapshotReader:
             raise
         self.seq: int = value["seq"]
         self.count: int = value["tasks"]
+        #: The queues' settings the header carries (lanes; the engine checks them), or None.
+        self.queues: dict[str, Any] | None = value.get("queues")
         self._consumed = False
 
     def close(self) -> None:

@@ -55,10 +55,12 @@ class _Replay:
     def start_empty(self) -> None:
         self.state = self.machine.new_state()
 
-    def load_snapshot(self, seq: int, records: Iterator[dict[str, Any]], path: str) -> None:
-        """Build the state from the snapshot's records (recovery's `State.from_records`)."""
+    def load_snapshot(
+        self, seq: int, records: Iterator[dict[str, Any]], path: str, queues: dict[str, Any] | None = None
+    ) -> None:
+        """Build the state from the snapshot's records and queue settings (recovery's `State.from_records`)."""
         try:
-            self.state = self.machine.from_records(seq, records)
+            self.state = self.machine.from_records(seq, records, **({"queues": queues} if queues else {}))
         except self.machine.invalid as exc:
             raise CorruptStore(path, None, f"invalid snapshot record: {exc}") from None
 
@@ -223,7 +225,7 @@ def _check_snapshot(report: Report, directory: StoreDirectory, current: Current,
             if reader.seq != current.seq:
                 raise CorruptStore(path, 0, f"snapshot holds sequence {reader.seq}, CURRENT says {current.seq}")
             if replayer is not None:
-                replayer.load_snapshot(reader.seq, reader.records(), path)
+                replayer.load_snapshot(reader.seq, reader.records(), path, reader.queues)
             else:
                 for _ in reader.records():
                     pass
