@@ -107,17 +107,32 @@ class QueueIndex:
             "paused": self.paused,
         }
 
-    def oldest_ready(self) -> int | None:
-        heads = [lane.entry[-3] for lane in self.lanes.values() if lane.entry is not None]
-        if heads or not self.counts[READY]:
-            return min(heads, default=None)
-        return min((entry[0] for lane in self.lanes.values() for entry in lane.heap), default=None)
+    def oldest_ready(self, tasks: Mapping[str, Record]) -> int | None:
+        """The smallest available_at of this queue's ready tasks (a lane's live head), None if none."""
+        heads = []
+        for lane in self.lanes.values():
+            heap = lane.heap
+            while heap and tasks[heap[0][1]].entry is not heap[0]:
+                heapq.heappop(heap)
+            if heap:
+                heads.append(heap[0][0])
+        return min(heads, default=None)
 
 
 class Lanes:
     """Every queue, every lane, and the two heaps of seated lanes (see the module's docstring)."""
 
-    __slots__ = ("queues", "default", "default_lane", "waiting", "due", "rate_wait", "lane_count")
+    __slots__ = (
+        "queues",
+        "default",
+        "default_lane",
+        "waiting",
+        "due",
+        "rate_wait",
+        "rate_open",
+        "rate_full",
+        "lane_count",
+    )
 
     def __init__(self) -> None:
         self.queues: dict[str, QueueIndex] = {}
@@ -125,6 +140,10 @@ class Lanes:
         self.due: list[Seat] = []
         #: (time the window reopens, queue name) of rate-blocked queues (stale once `rate_until` differs).
         self.rate_wait: list[tuple[int, str]] = []
+        #: Queues whose full rate window a reserve's `now` has passed, with ready tasks: a reserve looks at them.
+        self.rate_open: set[str] = set()
+        #: Every queue whose rate window is full (`rate_until` set), parked or open.
+        self.rate_full: set[str] = set()
         self.lane_count = 0
         self.default = self.queue(DEFAULT_QUEUE)
         self.default_lane = self.lane(self.default, 0)
@@ -209,17 +228,15 @@ class Lanes:
                 self._reopen(q, tasks)
             else:
                 self._park(q)
+        if q.rate_until is not None and (new.status == READY or (old is not None and old.status == LEASED)):
+            heapq.heappush(self.rate_wait, (q.rate_until, name))  # a reserve past the window looks again
 
     def leased_at(self, name: str, at: int) -> None:
         """A lease of queue `name` at `at` (its op's ``at``): the rate limiter keeps it; the window may close."""
         q = self.queues[name]
         assert q.rate is not None
         q.recent.append(at)
-        if len(q.recent) == q.rate:
-            until = q.recent[0] + q.window
-            q.rate_until = until
-            heapq.heappush(self.rate_wait, (until, name))
-            self._park(q)
+        self._rate_block(q)
 
     def configure(
         self,
@@ -247,11 +264,18 @@ class Lanes:
             self._park(q)
 
     def _rate_block(self, q: QueueIndex) -> None:
-        if q.rate is not None and len(q.recent) == q.rate:
-            q.rate_until = q.recent[0] + q.window
-            heapq.heappush(self.rate_wait, (q.rate_until, q.name))
+        """`rate_until` from the lease times alone: set iff the last n leases are kept (the window is full)."""
+        until = q.recent[0] + q.window if q.rate is not None and len(q.recent) == q.rate else None
+        if until == q.rate_until:
+            return
+        q.rate_until = until
+        self.rate_open.discard(q.name)
+        if until is None:
+            self.rate_full.discard(q.name)
         else:
-            q.rate_until = None
+            self.rate_full.add(q.name)
+            heapq.heappush(self.rate_wait, (until, q.name))
+            self._park(q)
 
     # -- the reserve's side -------------------------------------------------------
 
@@ -260,11 +284,8 @@ class Lanes:
         rate_wait = self.rate_wait
         while rate_wait and rate_wait[0][0] <= now:
             until, name = heapq.heappop(rate_wait)
-            q = self.queues[name]
-            if q.rate_until == until:
-                q.rate_until = None
-                if not q.blocked():
-                    self._reopen(q, tasks)
+            if self.queues[name].rate_until == until:
+                self.rate_open.add(name)
         waiting = self.waiting
         due = self.due
         while waiting and waiting[0][0] <= now:
@@ -291,14 +312,14 @@ class Lanes:
         taken_seats: list[Seat] = []
         taken: list[tuple[Lane, HeapEntry]] = []
         due = self.due
-        if names is not None:
-            for name in names:
-                q = self.queues.get(name)
-                if q is not None and not q.blocked():
-                    for lane in q.lanes.values():
-                        seat = lane.entry
-                        if seat is not None and seat[-3] <= now:
-                            heapq.heappush(candidates, (-lane.priority, seat[-3], seat[-2], lane))
+        for name in list(self.rate_open) if names is None else names:
+            q = self.queues.get(name)
+            if q is None or q.paused or (q.concurrency is not None and q.counts[LEASED] >= q.concurrency):
+                self.rate_open.discard(name)  # a resume or a freed slot pushes it to `rate_wait` again
+            elif names is None and not q.counts[READY]:
+                self.rate_open.discard(name)  # a put pushes it again
+            else:
+                _seed(q, now, candidates, tasks)
         while len(chosen) < limit:
             if names is None:
                 while due:
@@ -340,17 +361,18 @@ class Lanes:
             heapq.heappush(lane.heap, entry)
         return chosen
 
-    def next_available_at(self) -> int | None:
+    def next_available_at(self, tasks: Mapping[str, Record]) -> int | None:
         """The earliest time a reserve could lease something (None: nothing will, until a commit changes it)."""
         waiting = self.waiting
         while waiting and waiting[0][2].entry is not waiting[0]:
             heapq.heappop(waiting)
         times = [waiting[0][0]] if waiting else []
         times += [seat[1] for seat in self.due if seat[3].entry is seat]
-        for until, name in self.rate_wait:
+        for name in self.rate_full:  # a full window: when it reopens, or the first ready time after that
             q = self.queues[name]
-            if q.rate_until == until and q.counts[READY] and not q.paused:
-                times.append(until)
+            oldest = q.oldest_ready(tasks)
+            if oldest is not None and not q.paused and not (q.concurrency and q.counts[LEASED] >= q.concurrency):
+                times.append(max(oldest, q.rate_until or 0))
         return min(times, default=None)
 
     # -- reads ------------------------------------------------------------------
@@ -393,10 +415,10 @@ class Lanes:
         q = self.queues.get(name)
         return {"concurrency": None, "rate": None, "paused": False} if q is None else q.settings()
 
-    def describe(self) -> list[dict[str, Any]]:
+    def describe(self, tasks: Mapping[str, Record]) -> list[dict[str, Any]]:
         """Every queue that holds a task or has a setting, by name: settings, counts, oldest ready time."""
         return [
-            {"name": q.name, **q.settings(), "counts": dict(q.counts), "oldest_ready_at": q.oldest_ready()}
+            {"name": q.name, **q.settings(), "counts": dict(q.counts), "oldest_ready_at": q.oldest_ready(tasks)}
             for q in sorted(self.queues.values(), key=lambda q: q.name)
             if q.configured() or any(q.counts.values())
         ]
@@ -458,6 +480,16 @@ def settings_from_json(value: object) -> dict[str, tuple[int | None, tuple[int, 
             check_int(at, "snapshot queue recent time")
         settings[name] = (concurrency, rate, paused, recent)
     return settings
+
+
+def _seed(q: QueueIndex, now: int, candidates: list[Seat], tasks: Mapping[str, Record]) -> None:
+    """Push the due head of each of `q`'s lanes onto `candidates` (a reserve named `q`, or its window passed)."""
+    for lane in q.lanes.values():
+        heap = lane.heap
+        while heap and tasks[heap[0][1]].entry is not heap[0]:
+            heapq.heappop(heap)
+        if heap and heap[0][0] <= now:
+            heapq.heappush(candidates, (-lane.priority, heap[0][0], heap[0][1], lane))
 
 
 def _after(

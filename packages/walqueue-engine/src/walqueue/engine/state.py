@@ -203,7 +203,7 @@ class State:
 
     def queues(self) -> list[dict[str, Any]]:
         """`Queue.queues`: every queue that holds a task or has a setting (lanes.Lanes.describe)."""
-        return self._lanes.describe()
+        return self._lanes.describe(self.tasks)
 
     def queue_settings(self, queue: str) -> dict[str, Any]:
         """`queue`'s settings: concurrency, rate and paused (no limit, not paused for a queue never configured)."""
@@ -238,7 +238,7 @@ class State:
 
     def next_available_at(self) -> int | None:
         """The smallest `available_at` of a ready task (None: none is ready); amortized O(log n)."""
-        return self._lanes.next_available_at()
+        return self._lanes.next_available_at(self.tasks)
 
     def next_deadline(self) -> int | None:
         """The earliest deadline of a leased task (None: none is leased); amortized O(log n)."""

@@ -1,0 +1,129 @@
+"""Lanes against the reference model: queues, priorities, limits, pauses, in random programs.
+
+The stateful machine of test_model_equivalence.py (every call of the lease
+lifecycle, expiries through reserve's reap, compaction, reopen) gains puts
+across queues and priorities, reserves limited to some queues, and queue
+settings (concurrency, rate, pause) set and cleared at random; after every
+step the whole state, `queues()` included, must equal the model's, and
+every answer (which tasks a reserve leases, in which order) must too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import rule
+from test_model_equivalence import PAYLOADS, TASK_IDS, WORKERS, QueueVersusModel
+
+QUEUES = ["default", "mail", "bulk", "api"]
+PRIORITIES = st.sampled_from([0, 0, 1, 5, -3, 100, -100])
+UNCHANGED: Any = "unchanged"  # a strategy's marker: the argument is not passed at all
+
+lane_items = st.fixed_dictionaries(
+    {"task_id": st.sampled_from(TASK_IDS), "payload": st.sampled_from(PAYLOADS)},
+    optional={
+        "available_at": st.integers(0, 30),
+        "queue": st.sampled_from(QUEUES),
+        "priority": PRIORITIES,
+    },
+)
+
+
+class LanesVersusModel(QueueVersusModel):
+    @rule(
+        task_id=st.sampled_from(TASK_IDS),
+        payload=st.sampled_from(PAYLOADS),
+        available_at=st.integers(0, 30),
+        queue=st.sampled_from(QUEUES),
+        priority=PRIORITIES,
+    )
+    def put_in_lane(self, task_id: str, payload: dict[str, Any], available_at: int, queue: str, priority: int) -> None:
+        self.h.same(
+            f"put({task_id!r}, {payload!r}, available_at={available_at}, queue={queue!r}, priority={priority})",
+            lambda q: q.put(task_id, payload, available_at=available_at, queue=queue, priority=priority),
+        )
+
+    @rule(items=st.lists(lane_items, max_size=4))
+    def put_many_in_lanes(self, items: list[dict[str, Any]]) -> None:
+        self.h.put_many(items)
+
+    @rule(
+        worker=st.sampled_from(WORKERS),
+        step=st.integers(-3, 8),
+        lease_seconds=st.integers(1, 10),
+        limit=st.integers(1, 4),
+        queues=st.none() | st.lists(st.sampled_from(QUEUES), min_size=1, max_size=3, unique=True),
+    )
+    def reserve_from(self, worker: str, step: int, lease_seconds: int, limit: int, queues: list[str] | None) -> None:
+        h = self.h
+        h.now = max(0, h.now + step)
+        now = h.now
+        leases = h.same(
+            f"reserve({worker!r}, now={now}, lease_seconds={lease_seconds}, limit={limit}, queues={queues})",
+            lambda q: q.reserve(worker, now=now, lease_seconds=lease_seconds, limit=limit, queues=queues),
+        )
+        h.leases.extend(leases or [])
+
+    @rule(
+        queue=st.sampled_from(QUEUES),
+        concurrency=st.sampled_from([UNCHANGED, None, 1, 2, 3]),
+        rate=st.sampled_from([UNCHANGED, None, (1, 5), (2, 3), (3, 10), (1, 1)]),
+        paused=st.sampled_from([UNCHANGED, False, True]),
+    )
+    def configure(self, queue: str, concurrency: Any, rate: Any, paused: Any) -> None:
+        given = {
+            name: value
+            for name, value in (("concurrency", concurrency), ("rate", rate), ("paused", paused))
+            if value is not UNCHANGED
+        }
+        self.h.same(f"configure_queue({queue!r}, **{given})", lambda q: q.configure_queue(queue, **given))
+
+    @rule(queue=st.sampled_from(QUEUES), status=st.sampled_from([None, "ready", "leased", "dead", "completed"]))
+    def tasks_of_queue(self, queue: str, status: str | None) -> None:
+        self.h.same(f"tasks({status!r}, queue={queue!r})", lambda q: q.tasks(status, queue=queue))
+
+    @rule(
+        call=st.sampled_from(
+            [
+                lambda q: q.put("a", {}, queue="a,b"),
+                lambda q: q.put("a", {}, queue=""),
+                lambda q: q.put("a", {}, priority=101),
+                lambda q: q.put("a", {}, priority=True),
+                lambda q: q.put("a", {}, priority=1.0),
+                lambda q: q.put_many([{"task_id": "x", "payload": {}, "queue": 5}]),
+                lambda q: q.reserve("w1", now=0, lease_seconds=1, queues=[]),
+                lambda q: q.reserve("w1", now=0, lease_seconds=1, queues=["a", "a"]),
+                lambda q: q.reserve("w1", now=0, lease_seconds=1, queues="mail"),
+                lambda q: q.configure_queue("mail", concurrency=0),
+                lambda q: q.configure_queue("mail", rate=(1, 0)),
+                lambda q: q.configure_queue("mail", rate=(0, 5)),
+                lambda q: q.configure_queue("mail", rate=5),
+                lambda q: q.configure_queue("mail", paused=1),
+                lambda q: q.configure_queue("a b", paused=True),
+                lambda q: q.tasks(queue="a,b"),
+            ]
+        )
+    )
+    def bad_lane_call(self, call: Any) -> None:
+        h = self.h
+        h.log.append("bad lane call")
+        before = h.queue.last_seq
+        for target in (h.model, h.queue):
+            try:
+                call(target)
+            except (TypeError, ValueError):
+                pass
+            else:
+                raise AssertionError("a bad lane argument was accepted")
+        assert h.queue.last_seq == before
+
+
+LanesVersusModel.TestCase.settings = settings(
+    max_examples=60,
+    stateful_step_count=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+TestLanesVersusModel = LanesVersusModel.TestCase
