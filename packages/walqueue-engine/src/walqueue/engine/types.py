@@ -348,7 +348,7 @@ class Task:
 
         ``copy_payload=False``: the payload shared, as `Lease.to_dict` says.
         """
-        return {
+        d = {
             "task_id": self.task_id,
             "key": self.key,
             "status": self.status,
@@ -360,9 +360,11 @@ class Task:
             "worker": self.worker,
             "deadline": self.deadline,
             "last_error": None if self.last_error is None else self.last_error.to_dict(),
-            "queue": self.queue,
-            "priority": self.priority,
         }
+        if self.queue != "default" or self.priority:  # a task of the default lane is what it always was
+            d["queue"] = self.queue
+            d["priority"] = self.priority
+        return d
 
 
 def plain_lease(lease: Lease) -> Lease:
