@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from walqueue import KeyConflict
+from walqueue.engine.validate import check_priority, check_queue_name
 from walqueue.worker.clock import Clock, seconds_until
 from walqueue.worker.cron import Cron
 from walqueue.worker.report import log
@@ -62,6 +63,9 @@ class Periodic:
     cron: str | None = None
     missed: str = "once"
     max_attempts: int = 3
+    #: The lane of its firings (lanes): checked as `Queue.put` checks them.
+    queue: str = "default"
+    priority: int = 0
     _cron: Cron | None = field(init=False, repr=False, compare=False, default=None)
 
     def __post_init__(self) -> None:
@@ -75,6 +79,11 @@ class Periodic:
             raise ValueError(f"schedule entry {self.name!r}: 'every' must be an int >= 1 (clock units)")
         if self.missed not in MISSED:
             raise ValueError(f"schedule entry {self.name!r}: 'missed' is one of {MISSED}, not {self.missed!r}")
+        try:
+            check_queue_name(self.queue)
+            check_priority(self.priority)
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"schedule entry {self.name!r}: {error}") from None
         if self.cron is not None:
             object.__setattr__(self, "_cron", Cron(self.cron))
 
@@ -133,7 +142,18 @@ class Scheduler:
     def _fire(self, entry: Periodic, fire_time: int) -> None:
         key = firing_key(entry.name, fire_time)
         try:
-            self.source.put(key, entry.payload, key=key, available_at=fire_time, max_attempts=entry.max_attempts)
+            if (entry.queue, entry.priority) == ("default", 0):  # a source without lanes works as before
+                self.source.put(key, entry.payload, key=key, available_at=fire_time, max_attempts=entry.max_attempts)
+            else:
+                self.source.put(
+                    key,
+                    entry.payload,
+                    key=key,
+                    available_at=fire_time,
+                    max_attempts=entry.max_attempts,
+                    queue=entry.queue,
+                    priority=entry.priority,
+                )
         except KeyConflict as error:
             log.warning(
                 "periodic %s: firing %s not enqueued: the entry changed since it was put (%s)", entry.name, key, error
@@ -169,7 +189,7 @@ def entries_from(data: Any, units_per_second: int) -> list[Periodic]:
     for number, item in enumerate(data, 1):
         if not isinstance(item, Mapping):
             raise ValueError(f"schedule entry {number} is not a table/object")
-        unknown = set(item) - {"name", "payload", "every", "cron", "missed", "max_attempts"}
+        unknown = set(item) - {"name", "payload", "every", "cron", "missed", "max_attempts", "queue", "priority"}
         if unknown:
             raise ValueError(f"schedule entry {number}: unknown field(s) {sorted(unknown)}")
         every = item.get("every")
@@ -183,6 +203,8 @@ def entries_from(data: Any, units_per_second: int) -> list[Periodic]:
                 cron=item.get("cron"),
                 missed=item.get("missed", "once"),
                 max_attempts=item.get("max_attempts", 3),
+                queue=item.get("queue", "default"),
+                priority=item.get("priority", 0),
             )
         )
     return entries
