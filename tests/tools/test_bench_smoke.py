@@ -56,6 +56,15 @@ EXPECTED_FIGURES: dict[str, set[str]] = {
     },
     "cycle_cost_growth": {"walqueue_growth", "sqlite_growth"},
     "memory_per_task": {"bytes_per_ready_task", "bytes_per_tombstone", "bytes_per_ready_task_after_reopen"},
+    "lanes": {
+        "cycle_lanes_vs_one_lane",
+        "reserve_idle_100_vs_1",
+        "reserve_paused_100_vs_1",
+        "reserve_limited_100_vs_1",
+        "bytes_per_ready_task_one_lane",
+        "bytes_per_ready_task_lanes_minus_one_lane",
+        "reopen_many_queues_vs_one",
+    },
     "group_commit_threads": {
         f"{phase}_{figure}"
         for phase in ("puts", "cycles")
