@@ -77,7 +77,6 @@ RECORD_FIELDS = (
 #: A record may also hold ``last_error``, ``queue`` and ``priority`` (each omitted at its default),
 #: which `_record_fields` does not fetch.
 _RECORD_KEYS = frozenset(RECORD_FIELDS)
-_OPTIONAL_KEYS = frozenset({"last_error", "queue", "priority"})
 #: Every field of a record, fetched in one C call. A dict of exactly `len(RECORD_FIELDS)` items
 #: that holds all of them has exactly these keys, so the fetch also settles the key set.
 _record_fields = itemgetter(*RECORD_FIELDS)
@@ -207,6 +206,8 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
     dead: set[str] = set()
     lanes = Lanes()
     ready = lanes.default_lane.heap
+    known_queues: dict[str, str] = {}  # a checked queue name -> its one shared string
+    other_lanes: dict[tuple[str, int], list[HeapEntry]] = {}
     previous: str | None = None
     record: Record
     with paused_gc():
@@ -219,11 +220,18 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
                     queue: str = DEFAULT_QUEUE
                     priority = 0
                     if len(value) != _RECORD_FIELD_COUNT:
-                        extra = value.keys() - _RECORD_KEYS
-                        if not extra <= _OPTIONAL_KEYS or len(value) != _RECORD_FIELD_COUNT + len(extra):
-                            raise KeyError
+                        # The optional keys, counted without building a set (a lanes store has them on most records).
                         stored_error = value.get("last_error", _ABSENT)
-                        queue, priority = _lane(value)
+                        name = value.get("queue", _ABSENT)
+                        given = value.get("priority", _ABSENT)
+                        optional = (stored_error is not _ABSENT) + (name is not _ABSENT) + (given is not _ABSENT)
+                        if len(value) != _RECORD_FIELD_COUNT + optional:
+                            raise KeyError
+                        if name is not _ABSENT:
+                            known = known_queues.get(name) if type(name) is str else None
+                            queue = known if known is not None else _queue(name, known_queues)
+                        if given is not _ABSENT:
+                            priority = _priority(given)
                     (
                         task_id,
                         key,
@@ -324,14 +332,17 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
             if status is DEAD:
                 dead.add(task_id)
             if queue is not DEFAULT_QUEUE:
-                lanes.queue(queue).counts[status] += 1
+                lanes.queue(queue).counts[status] += 1  # (a shared string: no copy per task)
             if status is READY:
                 assert type(record) is TaskRecord
                 record.entry = entry = (available_at, task_id)
                 if queue is DEFAULT_QUEUE and priority == 0:
                     ready.append(entry)
                 else:
-                    lanes.lane(lanes.queue(queue), priority).heap.append(entry)
+                    heap = other_lanes.get((queue, priority))
+                    if heap is None:
+                        heap = other_lanes[queue, priority] = lanes.lane(lanes.queue(queue), priority).heap
+                    heap.append(entry)
             elif status is LEASED:
                 assert type(record) is TaskRecord
                 record.entry = entry = (deadline, task_id)
@@ -341,19 +352,20 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
     return Loaded(tasks, key_owner, ready, leases, counts, dead, lanes)
 
 
-def _lane(value: dict[str, object]) -> tuple[str, int]:
-    """A record's optional queue and priority (omitted at their defaults: present means different)."""
-    queue: object = DEFAULT_QUEUE
-    if "queue" in value:
-        queue = sys.intern(check_queue_name(value["queue"]))
-        if queue == DEFAULT_QUEUE:
-            raise ValueError("queue is omitted at its default 'default', never written")
-    priority = 0
-    if "priority" in value:
-        priority = check_priority(value["priority"])
-        if priority == 0:
-            raise ValueError("priority is omitted at its default 0, never written")
-    return queue, priority  # type: ignore[return-value]
+def _queue(name: object, known: dict[str, str]) -> str:
+    """A record's queue name seen for the first time: checked, never the default (omitted), then shared."""
+    checked = check_queue_name(name)
+    if checked == DEFAULT_QUEUE:
+        raise ValueError("queue is omitted at its default 'default', never written")
+    shared = known[checked] = sys.intern(checked)
+    return shared
+
+
+def _priority(value: object) -> int:
+    """A record's priority: present only when it is not the default 0."""
+    if check_priority(value) == 0:
+        raise ValueError("priority is omitted at its default 0, never written")
+    return value  # type: ignore[return-value]  # checked: an int
 
 
 def _settle_lanes(lanes: Lanes, counts: dict[str, int], tasks: dict[str, Record]) -> None:
