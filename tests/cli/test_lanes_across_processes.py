@@ -61,12 +61,8 @@ def test_eight_processes_never_exceed_a_queues_concurrency_and_its_rate_holds_ex
                 client.configure_queue("api", concurrency=CONCURRENCY)
                 client.configure_queue("partner", rate=[RATE, WINDOW])
                 for queue, count in TASKS.items():
-                    client.put_many(
-                        [{"task_id": f"{queue}-{n}", "payload": {}, "queue": queue} for n in range(count)]
-                    )
-            workers = [
-                _fork.Process(target=_work, args=(server.socket_path, f"w{n}", n)) for n in range(PROCESSES)
-            ]
+                    client.put_many([{"task_id": f"{queue}-{n}", "payload": {}, "queue": queue} for n in range(count)])
+            workers = [_fork.Process(target=_work, args=(server.socket_path, f"w{n}", n)) for n in range(PROCESSES)]
             for worker in workers:
                 worker.start()
             for worker in workers:
@@ -82,9 +78,7 @@ def test_eight_processes_never_exceed_a_queues_concurrency_and_its_rate_holds_ex
             assert leased.get("api", 0) <= CONCURRENCY, f"transaction {body['seq']}: {leased}"
             peak = max(peak, leased.get("api", 0))
             partner_times += [
-                op["at"]
-                for op in body["ops"]
-                if op["op"] == "lease" and state.tasks[op["task"]].queue == "partner"
+                op["at"] for op in body["ops"] if op["op"] == "lease" and state.tasks[op["task"]].queue == "partner"
             ]
         assert peak == CONCURRENCY  # the limit was reached, and held
         assert len(partner_times) >= TASKS["partner"]

@@ -164,8 +164,10 @@ class Source:
 
     def metrics(self, now: int) -> dict[str, Any]:
         """`metrics(now=now)` of the backend, or the gauges of `stats()` with no counters or histograms."""
+        queues = getattr(self.backend, "queues", None)  # lanes: per-queue gauges (a backend without them: none)
+        lanes = {} if queues is None else {"queues": list(queues())}
         if self._metrics is not None:
-            return dict(self._metrics(now=now))
+            return {**self._metrics(now=now), **lanes}
         stats = self.stats()
         first = stats.get("next_available_at")
         return {
@@ -181,6 +183,7 @@ class Source:
                 "snapshot_seq": stats.get("snapshot_seq", 0),
             },
             "histograms": {},
+            **lanes,
         }
 
     def page(self, status: str, after: str | None, limit: int) -> Page:
