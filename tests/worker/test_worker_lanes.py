@@ -62,3 +62,28 @@ def test_a_schedule_entry_puts_its_firings_in_its_queue_at_its_priority(tmp_path
     as_json.write_text(json.dumps([{"name": "t", "every": 60, "queue": "a,b"}]))
     with pytest.raises(ValueError, match="queue"):
         load_schedule(as_json, 1_000)
+
+
+@pytest.mark.timeout(60)
+def test_a_worker_whose_queues_are_all_at_their_limit_sleeps_and_wakes_for_the_commit_that_reopens_one(
+    tmp_path: Path,
+) -> None:
+    from test_worker_threads import CountingQueue, wait_until
+
+    from walqueue.worker import milliseconds
+
+    with Queue(tmp_path / "q", sync=False) as queue:
+        queue.configure_queue("api", concurrency=1)
+        queue.put_many([{"task_id": f"a{n}", "payload": {}, "queue": "api"} for n in range(2)])
+        (held,) = queue.reserve("holder", now=milliseconds(), lease_seconds=600_000, queues=["api"])
+        counting = CountingQueue(queue)
+        done: list[str] = []
+        worker = Worker(counting, lambda job, context: done.append(job.id), queues=["api"], idle_wait=60_000)
+        worker.start()
+        time.sleep(1.0)
+        assert done == [] and counting.reserves <= 2 and counting.waits <= 2  # one look, then one long wait
+        queue.ack(held, now=milliseconds())  # frees the slot: this commit wakes the worker
+        wait_until(lambda: len(done) == 1)
+        worker.stop()
+        assert worker.wait(20)
+        assert counting.reserves <= 6
