@@ -58,9 +58,9 @@ EXPECTED_FIGURES: dict[str, set[str]] = {
     "memory_per_task": {"bytes_per_ready_task", "bytes_per_tombstone", "bytes_per_ready_task_after_reopen"},
     "lanes": {
         "cycle_lanes_vs_one_lane",
-        "reserve_idle_100_vs_1",
-        "reserve_paused_100_vs_1",
-        "reserve_limited_100_vs_1",
+        "reserve_idle_many_vs_1",
+        "reserve_paused_many_vs_1",
+        "reserve_limited_many_vs_1",
         "bytes_per_ready_task_one_lane",
         "bytes_per_ready_task_lanes_minus_one_lane",
         "reopen_many_queues_vs_one",
@@ -123,6 +123,12 @@ EXPECTED_FIGURES["worker_end_to_end"] = (
 )
 #: The targets of docs/PERFORMANCE.md: (workload, figure).
 EXPECTED_TARGETS = {
+    ("lanes", "cycle_lanes_vs_one_lane"),
+    ("lanes", "reserve_idle_many_vs_1"),
+    ("lanes", "reserve_paused_many_vs_1"),
+    ("lanes", "reserve_limited_many_vs_1"),
+    ("lanes", "bytes_per_ready_task_lanes_minus_one_lane"),
+    ("lanes", "reopen_many_queues_vs_one"),
     ("put_durable", "walqueue_vs_sqlite"),
     ("put_durable", "walqueue_vs_floor"),
     ("reserve_ack_durable", "walqueue_vs_sqlite"),

@@ -5,7 +5,7 @@ Every figure is a ratio measured in the same run (sync off, CPU time):
 - `cycle_lanes_vs_one_lane`: a reserve+ack cycle with the ready tasks spread
   over 100 queues x 5 priorities, over the same cycle with all of them in
   one lane (target <= 1.1).
-- `reserve_{idle,paused,limited}_{many}_vs_1`: a reserve+release cycle of
+- `reserve_{idle,paused,limited}_many_vs_1`: a reserve+release cycle of
   the one due task while `many` other queues have nothing due (idle), are
   paused with ready tasks, or are at their concurrency limit, over the same
   cycle with one such queue: the cost must not grow with them.
@@ -174,7 +174,9 @@ def run(ctx: Context) -> dict[str, Any]:
     }
     many = ctx.scale["many"]
     for kind, samples in _blocked_ratios(ctx).items():
-        ratios[f"reserve_{kind}_{many}_vs_1"] = figure(samples, "x", target=("<=", 1.2), better="lower")
+        ratios[f"reserve_{kind}_many_vs_1"] = figure(
+            samples, "x", target=("<=", 1.2), better="lower", note=f"{many} {kind} queues against 1"
+        )
     one_lane = _bytes_per_ready(ctx, 1)
     lanes = _bytes_per_ready(ctx, 500)
     ratios["bytes_per_ready_task_one_lane"] = figure([one_lane], "bytes", better="lower", note="information")
