@@ -10,12 +10,18 @@ every answer (which tasks a reserve leases, in which order) must too.
 
 from __future__ import annotations
 
+import logging
+from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import rule
 from test_model_equivalence import PAYLOADS, TASK_IDS, WORKERS, QueueVersusModel
+
+from walqueue import Queue
+from walqueue.engine import events
 
 QUEUES = ["default", "mail", "bulk", "api"]
 PRIORITIES = st.sampled_from([0, 0, 1, 5, -3, 100, -100])
@@ -127,3 +133,19 @@ LanesVersusModel.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 TestLanesVersusModel = LanesVersusModel.TestCase
+
+
+def test_a_configure_op_logs_no_task_event_and_breaks_no_event_log(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    events.enable()
+    try:
+        with caplog.at_level(logging.INFO, logger="walqueue.events"), Queue(tmp_path / "q", sync=False) as queue:
+            queue.configure_queue("mail", rate=(2, 10), paused=True)
+            queue.put("m", {}, queue="mail")
+            queue.configure_queue("mail", paused=False)
+            assert [lease.task_id for lease in queue.reserve("w", now=0, lease_seconds=5)] == ["m"]
+    finally:
+        events.enable(False)
+    logged = [record.getMessage().split()[0] for record in caplog.records if record.name == "walqueue.events"]
+    assert logged == ["task.put", "task.lease"]

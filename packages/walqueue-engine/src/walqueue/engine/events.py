@@ -91,7 +91,7 @@ def before(ops: Sequence[Mapping[str, Any]], tasks: Mapping[str, Any]) -> dict[s
     """What a transaction's ops will take away: each existing task's holder and deadline (read before `apply`)."""
     held: dict[str, tuple[Any, Any]] = {}
     for op in ops:
-        record = tasks.get(op["task"])
+        record = tasks.get(op.get("task"))  # type: ignore[arg-type]  # a configure op names no task: None
         if record is not None:
             held[op["task"]] = (record.worker, record.deadline)
     return held
@@ -156,6 +156,8 @@ def emit_transaction(
 ) -> None:
     """Log the events of one applied transaction, in op order (a release or expiry that killed: then `DEATH`)."""
     for op in ops:
+        if "task" not in op:  # a queue's settings (configure): no task's lifecycle event
+            continue
         task_id = op["task"]
         record = tasks[task_id]
         event = _fields(op, record, held.get(task_id, (None, None)))
