@@ -149,3 +149,14 @@ def test_a_configure_op_logs_no_task_event_and_breaks_no_event_log(
         events.enable(False)
     logged = [record.getMessage().split()[0] for record in caplog.records if record.name == "walqueue.events"]
     assert logged == ["task.put", "task.lease"]
+
+
+def test_a_resumed_queue_whose_rate_window_passed_while_paused_leases_again(tmp_path: Path) -> None:
+    with Queue(tmp_path / "q", sync=False) as queue:
+        queue.configure_queue("mail", rate=(1, 4))
+        queue.put_many([{"task_id": f"m{n}", "payload": {}, "queue": "mail"} for n in range(2)])
+        assert [lease.task_id for lease in queue.reserve("w", now=0, lease_seconds=100)] == ["m0"]  # window full
+        queue.configure_queue("mail", paused=True)
+        assert queue.reserve("w", now=10, lease_seconds=100) == []  # the window passed, but paused
+        queue.configure_queue("mail", paused=False)
+        assert [lease.task_id for lease in queue.reserve("w", now=10, lease_seconds=100)] == ["m1"]

@@ -262,6 +262,8 @@ class Lanes:
             self._reopen(q, tasks)
         elif after:
             self._park(q)
+        if q.rate_until is not None:  # a full window: a reserve past it looks again (after a resume, say)
+            heapq.heappush(self.rate_wait, (q.rate_until, name))
 
     def _rate_block(self, q: QueueIndex) -> None:
         """`rate_until` from the lease times alone: set iff the last n leases are kept (the window is full)."""
