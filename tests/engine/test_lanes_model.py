@@ -11,6 +11,7 @@ every answer (which tasks a reserve leases, in which order) must too.
 from __future__ import annotations
 
 import logging
+import random
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import rule
-from test_model_equivalence import PAYLOADS, TASK_IDS, WORKERS, QueueVersusModel
+from test_model_equivalence import PAYLOADS, TASK_IDS, WORKERS, Harness, QueueVersusModel
 
 from walqueue import Queue
 from walqueue.engine import events
@@ -160,3 +161,58 @@ def test_a_resumed_queue_whose_rate_window_passed_while_paused_leases_again(tmp_
         assert queue.reserve("w", now=10, lease_seconds=100) == []  # the window passed, but paused
         queue.configure_queue("mail", paused=False)
         assert [lease.task_id for lease in queue.reserve("w", now=10, lease_seconds=100)] == ["m1"]
+
+
+def _random_lane_step(h: Harness, rng: random.Random) -> None:
+    """One step of a seeded lanes program: puts across lanes, reserves (some queues), settles, settings, reopen."""
+    roll = rng.random()
+    if roll < 0.3:
+        task_id, queue, priority = f"t{rng.randrange(40)}", rng.choice(QUEUES), rng.choice([0, 1, 5, -3])
+        at = rng.choice([0, 0, h.now + rng.randrange(12)])
+        h.same(
+            f"put({task_id!r}, queue={queue!r}, priority={priority}, available_at={at})",
+            lambda q: q.put(task_id, {}, queue=queue, priority=priority, available_at=at),
+        )
+    elif roll < 0.55:
+        h.now = max(0, h.now + rng.choice([-6, -2, 0, 1, 3, 8]))
+        now, limit, seconds = h.now, rng.choice([1, 2, 4]), rng.choice([2, 3, 7])
+        queues = rng.choice([None, ["mail"], ["bulk", "default"], ["api", "mail", "bulk"]])
+        leases = h.same(
+            f"reserve(now={now}, limit={limit}, lease_seconds={seconds}, queues={queues})",
+            lambda q: q.reserve("w1", now=now, lease_seconds=seconds, limit=limit, queues=queues),
+        )
+        h.leases.extend(leases or [])
+    elif roll < 0.7 and h.leases:
+        lease = rng.choice(h.leases)
+        now, delay = max(0, lease.deadline - 1), rng.choice([0, 2, 5])
+        if rng.random() < 0.5:
+            h.same(f"ack({lease.task_id!r}, now={now})", lambda q: q.ack(lease, now=now))
+        else:
+            h.same(f"release({lease.task_id!r}, now={now})", lambda q: q.release(lease, now=now, delay=delay))
+    elif roll < 0.8:
+        queue = rng.choice(QUEUES)
+        given = rng.choice(
+            [
+                {"concurrency": rng.choice([None, 1, 2, 3])},
+                {"rate": rng.choice([None, (1, 4), (2, 6), (3, 2), (1, 1)])},
+                {"paused": rng.random() < 0.4},
+            ]
+        )
+        h.same(f"configure_queue({queue!r}, **{given})", lambda q: q.configure_queue(queue, **given))
+    elif roll < 0.85:
+        h.reopen()
+    elif roll < 0.9:
+        h.compact()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_seeded_lanes_programs_give_the_models_answers_and_states(seed: int) -> None:
+    rng = random.Random(f"lanes-{seed}")
+    h = Harness(compact_bytes=700)
+    try:
+        for _ in range(300):
+            _random_lane_step(h, rng)
+            h.check()
+        assert h.succeeded["configure_queue"] and h.succeeded["reserve"]
+    finally:
+        h.close()
