@@ -76,6 +76,7 @@ import copy
 import hashlib
 import math
 import os
+import re
 import shutil
 import struct
 from collections.abc import Iterable, Iterator, Mapping
@@ -111,7 +112,26 @@ _TASK_MARGIN = 8192
 _RECORD_WITHOUT_ERROR = 6461  # the worst case of a record's other fields (validate.RECORD_WORST_CASE_EXTRA's table)
 _ERROR_BOUNDS = (256, 2048)  # UTF-8 bytes of an error's type and message
 _TIGHT_ERROR_BOUNDS = (32, 200)  # the same, beside a payload that leaves no room for them
-_PUT_FIELDS = frozenset({"task_id", "payload", "key", "available_at", "max_attempts"})
+_PUT_FIELDS = frozenset({"task_id", "payload", "key", "available_at", "max_attempts", "queue", "priority"})
+# Lanes (docs/DECISIONS.md §32): queue names, priorities, a queue's settings.
+_QUEUE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
+_UNCHANGED: Any = object()  # configure_queue's "leave it as it is"
+
+
+def _check_queue(value: object, what: str = "queue") -> str:
+    if type(value) is not str:
+        raise TypeError(f"{what} must be a str")
+    if not _QUEUE_NAME.fullmatch(value):
+        raise ValueError(f"bad {what} {value!r}")
+    return value
+
+
+def _check_priority(value: object) -> int:
+    if type(value) is not int:
+        raise TypeError("priority must be an int")
+    if not -100 <= value <= 100:
+        raise ValueError("priority must be from -100 to 100")
+    return value
 
 
 # ---------------------------------------------------------------------------
@@ -247,6 +267,8 @@ class Model:
         #: The store's clock unit once `set_clock` recorded it (format extension "clock").
         self.clock: int | None = None
         self._results: dict[str, tuple[int, Any]] = {}  # complete's results: task id -> (expires, value)
+        #: queue name -> {"concurrency", "rate" ([n, window] or None), "paused", "recent" (the last n lease times)}
+        self._queues: dict[str, dict[str, Any]] = {}
 
     # -- bookkeeping ------------------------------------------------------
 
@@ -278,9 +300,11 @@ class Model:
         key: str | None = None,
         available_at: int = 0,
         max_attempts: int = 3,
+        queue: str = "default",
+        priority: int = 0,
     ) -> str:
         """Create a task, or return `task_id` for an identical retry (CONTRACT §2 put)."""
-        request = self._request(task_id, payload, key, available_at, max_attempts)
+        request = self._request(task_id, payload, key, available_at, max_attempts, queue, priority)
         return self._put_requests([request])[0]
 
     def put_many(self, tasks: Iterable[Mapping[str, Any]]) -> list[str]:
@@ -304,24 +328,38 @@ class Model:
                     item.get("key"),
                     item.get("available_at", 0),
                     item.get("max_attempts", 3),
+                    item.get("queue", "default"),
+                    item.get("priority", 0),
                 )
             )
         return self._put_requests(requests)
 
     def _request(
-        self, task_id: object, payload: object, key: object, available_at: object, max_attempts: object
+        self,
+        task_id: object,
+        payload: object,
+        key: object,
+        available_at: object,
+        max_attempts: object,
+        queue: object = "default",
+        priority: object = 0,
     ) -> dict[str, Any]:
         task_id = _check_name(task_id, "task_id")
         key = task_id if key is None else _check_name(key, "key")
-        payload = _check_payload(payload)
         available_at = _check_int(available_at, "available_at", 0)
         max_attempts = _check_int(max_attempts, "max_attempts", 1)
+        queue = _check_queue(queue)
+        priority = _check_priority(priority)
+        payload = _check_payload(payload)
+        lane: dict[str, Any] = {"queue": queue} if queue != "default" else {}
+        if priority:
+            lane["priority"] = priority
         payload_bytes = canonical_json(payload)
         size = len(payload_bytes) + len(canonical_json(task_id)) + len(canonical_json(key)) + _TASK_MARGIN
         if size > MAX_FRAME_BYTES:
             raise ValueError("task too large for one frame")
         identity = canonical_json(
-            {"available_at": available_at, "max_attempts": max_attempts, "payload": payload, "task": task_id}
+            {"available_at": available_at, "max_attempts": max_attempts, "payload": payload, "task": task_id, **lane}
         )
         return {
             "task": task_id,
@@ -330,6 +368,7 @@ class Model:
             "payload": _copy(payload),
             "available_at": available_at,
             "max_attempts": max_attempts,
+            "lane": lane,
         }
 
     def _put_requests(self, requests: list[dict[str, Any]]) -> list[str]:
@@ -363,6 +402,7 @@ class Model:
                 "payload": r["payload"],
                 "available_at": r["available_at"],
                 "max_attempts": r["max_attempts"],
+                **r["lane"],
             }
             for r in new.values()
         ]
@@ -385,29 +425,49 @@ class Model:
                 "worker": None,
                 "deadline": None,
                 "last_error": None,
+                "queue": r["lane"].get("queue", "default"),
+                "priority": r["lane"].get("priority", 0),
             }
             self._keys[r["key"]] = r["task"]
         return ids
 
-    def reserve(self, worker: str, *, now: int, lease_seconds: int, limit: int = 1) -> list[Lease]:
+    def reserve(
+        self, worker: str, *, now: int, lease_seconds: int, limit: int = 1, queues: list[str] | None = None
+    ) -> list[Lease]:
         """Reap expired leases (own transaction), then lease ready tasks (CONTRACT §2 reserve)."""
         _check_name(worker, "worker")
         _check_int(now, "now", 0)
         _check_int(lease_seconds, "lease_seconds", 1)
         _check_int(limit, "limit", 1)
+        if queues is not None:
+            if type(queues) not in (list, tuple):
+                raise TypeError("queues must be a list or None")
+            names = [_check_queue(name, "queues item") for name in queues]
+            if not names or len(set(names)) != len(names):
+                raise ValueError("queues must name at least one queue, each once")
         # Capped at the end of time, so that reserve(now=2**63-1) can reap every lease.
         deadline = min(now + lease_seconds, _INT_LIMIT - 1)
 
         self.reap(now)
 
-        # The lease: ready and available, by (available_at, task_id).
+        # The lease: ready and available in the named queues, by (-priority, available_at, task_id),
+        # each queue within its budget (paused: none; concurrency; rate).
         ready = sorted(
-            (r for r in self._tasks.values() if r["status"] == "ready" and r["available_at"] <= now),
-            key=lambda r: (r["available_at"], r["task"]),
+            (
+                r
+                for r in self._tasks.values()
+                if r["status"] == "ready" and r["available_at"] <= now and (queues is None or r["queue"] in queues)
+            ),
+            key=lambda r: (-r["priority"], r["available_at"], r["task"]),
         )
+        budgets = {name: self._budget(name, now) for name in {r["queue"] for r in ready}}
         chosen: list[dict[str, Any]] = []
         body = self._next_body()
-        for record in ready[:limit]:
+        for record in ready:
+            if len(chosen) == limit:
+                break
+            if budgets[record["queue"]] <= 0:
+                continue
             op = {
                 "op": "lease",
                 "task": record["task"],
@@ -415,14 +475,20 @@ class Model:
                 "generation": record["generation"] + 1,
                 "deadline": deadline,
             }
+            if self._settings(record["queue"])["rate"] is not None:
+                op["at"] = now
             if not body.add(op):
                 break  # "leases as many as fit instead"
+            budgets[record["queue"]] -= 1
             chosen.append(record)
         if not chosen:
             return []
         self._commit()
         leases = []
         for record in chosen:
+            settings = self._settings(record["queue"])
+            if settings["rate"] is not None:
+                settings["recent"] = (settings["recent"] + [now])[-settings["rate"][0] :]
             record["status"] = "leased"
             record["worker"] = worker
             record["deadline"] = deadline
@@ -436,9 +502,89 @@ class Model:
                     deadline=deadline,
                     attempts=record["attempts"],
                     payload=_copy(record["payload"]),
+                    queue=record["queue"],
+                    priority=record["priority"],
                 )
             )
         return leases
+
+    # -- lanes: a queue's settings and the budget they leave a reserve ------------------------------
+
+    def _settings(self, name: str) -> dict[str, Any]:
+        return self._queues.get(name) or {"concurrency": None, "rate": None, "paused": False, "recent": []}
+
+    def _leased(self, name: str) -> int:
+        return sum(1 for r in self._tasks.values() if r["queue"] == name and r["status"] == "leased")
+
+    def _budget(self, name: str, now: int) -> int:
+        """How many leases queue `name` may grant at `now`: the sliding-log rule of the last n leases."""
+        settings = self._settings(name)
+        if settings["paused"]:
+            return 0
+        room = 2**63 if settings["concurrency"] is None else settings["concurrency"] - self._leased(name)
+        if settings["rate"] is not None:
+            n, window = settings["rate"]
+            recent = settings["recent"]
+            free = n - len(recent)
+            for at in recent:
+                if at + window > now:
+                    break
+                free += 1
+            room = min(room, free)
+        return room
+
+    def configure_queue(
+        self, name: str, *, concurrency: Any = _UNCHANGED, rate: Any = _UNCHANGED, paused: Any = _UNCHANGED
+    ) -> None:
+        """Set a queue's settings: omitted unchanged, None clears; one transaction if anything changes."""
+        _check_queue(name, "name")
+        if concurrency is not _UNCHANGED and concurrency is not None:
+            _check_int(concurrency, "concurrency", 1)
+        if rate is not _UNCHANGED and rate is not None:
+            if type(rate) not in (list, tuple) or len(rate) != 2:
+                raise TypeError("rate must be a pair (n, window) or None")
+            _check_int(rate[0], "rate n", 1)
+            _check_int(rate[1], "rate window", 1)
+            if rate[0] > 10_000:
+                raise ValueError("rate n must be at most 10000")
+        if paused is not _UNCHANGED and type(paused) is not bool:
+            raise TypeError("paused must be a bool")
+        old = self._settings(name)
+        new = {
+            "concurrency": old["concurrency"] if concurrency is _UNCHANGED else concurrency,
+            "rate": old["rate"] if rate is _UNCHANGED else (None if rate is None else [rate[0], rate[1]]),
+            "paused": old["paused"] if paused is _UNCHANGED else paused,
+        }
+        if new == {key: old[key] for key in new}:
+            return
+        new["recent"] = [] if new["rate"] is None else old["recent"][-new["rate"][0] :]
+        self._commit()
+        self._queues[name] = new
+
+    def queues(self) -> list[dict[str, Any]]:
+        """Every queue with a task or a setting, by name."""
+        names = {r["queue"] for r in self._tasks.values()} | {
+            name for name, s in self._queues.items() if s["concurrency"] or s["rate"] or s["paused"]
+        }
+        answer = []
+        for name in sorted(names):
+            settings = self._settings(name)
+            counts = dict.fromkeys(STATUSES, 0)
+            for record in self._tasks.values():
+                if record["queue"] == name:
+                    counts[record["status"]] += 1
+            times = [r["available_at"] for r in self._tasks.values() if r["queue"] == name and r["status"] == "ready"]
+            answer.append(
+                {
+                    "name": name,
+                    "concurrency": settings["concurrency"],
+                    "rate": settings["rate"],
+                    "paused": settings["paused"],
+                    "counts": counts,
+                    "oldest_ready_at": min(times, default=None),
+                }
+            )
+        return answer
 
     def reap(self, now: int) -> int:
         """Only the reap half of `reserve(now=...)`; return how many transactions it wrote.
@@ -605,6 +751,8 @@ class Model:
             deadline=record["deadline"],
             attempts=record["attempts"],
             payload=_copy(record["payload"]),
+            queue=record["queue"],
+            priority=record["priority"],
         )
 
     def _record_in(self, task_id: object, statuses: tuple[str, ...], call: str) -> dict[str, Any]:
@@ -704,14 +852,20 @@ class Model:
         record = self._tasks.get(task_id)
         return None if record is None else _task(record)
 
-    def tasks(self, status: str | None = None) -> list[Task]:
-        """Every task (or those of one status), ordered by task id."""
+    def tasks(self, status: str | None = None, *, queue: str | None = None) -> list[Task]:
+        """Every task (or those of one status, of one queue), ordered by task id."""
         if status is not None:
             if not isinstance(status, str):
                 raise TypeError("status must be a str or None")
             if status not in STATUSES:
                 raise ValueError(f"unknown status {status!r}")
-        return [_task(r) for _, r in sorted(self._tasks.items()) if status is None or r["status"] == status]
+        if queue is not None:
+            _check_queue(queue)
+        return [
+            _task(r)
+            for _, r in sorted(self._tasks.items())
+            if (status is None or r["status"] == status) and (queue is None or r["queue"] == queue)
+        ]
 
     def counts(self) -> dict[str, int]:
         """The number of tasks per status, always with exactly the four keys."""
@@ -721,8 +875,24 @@ class Model:
         return counts
 
     def next_available_at(self) -> int | None:
-        """`stats()["next_available_at"]`: the smallest available_at of a ready task, or None."""
-        times = [r["available_at"] for r in self._tasks.values() if r["status"] == "ready"]
+        """`stats()["next_available_at"]`: when a reserve could next lease, or None.
+
+        The smallest available_at of a ready task in a queue that is neither
+        paused nor at its concurrency limit; for a queue whose rate window is
+        full (its last n leases kept), no earlier than the window reopens.
+        """
+        times = []
+        for record in self._tasks.values():
+            if record["status"] != "ready":
+                continue
+            settings = self._settings(record["queue"])
+            concurrency = settings["concurrency"]
+            if settings["paused"] or (concurrency is not None and self._leased(record["queue"]) >= concurrency):
+                continue
+            time = record["available_at"]
+            if settings["rate"] is not None and len(settings["recent"]) == settings["rate"][0]:
+                time = max(time, settings["recent"][0] + settings["rate"][1])
+            times.append(time)
         return min(times) if times else None
 
     def next_deadline(self) -> int | None:
@@ -766,6 +936,8 @@ def _task(record: dict[str, Any]) -> Task:
         worker=record["worker"],
         deadline=record["deadline"],
         last_error=None if record["last_error"] is None else dict(record["last_error"]),
+        queue=record["queue"],
+        priority=record["priority"],
     )
 
 
@@ -811,6 +983,7 @@ def view(queue_or_model: Queue | Model) -> dict[str, Any]:
         "due": render(due),
         "last_seq": queue_or_model.last_seq,
         "clock": clock,
+        "queues": render(queue_or_model.queues()),
     }
 
 

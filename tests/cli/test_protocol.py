@@ -278,12 +278,22 @@ def test_every_op_of_the_spec_table_is_known() -> None:
 
 #: One valid request of every call, in an order in which each succeeds on one real queue.
 EVERY_CALL = [
-    {"op": "put", "task_id": "a", "payload": {"n": 1}, "key": "ka", "available_at": 0, "max_attempts": 1},
+    {"op": "configure_queue", "name": "default", "concurrency": 4, "rate": [10, 5], "paused": False},
+    {
+        "op": "put",
+        "task_id": "a",
+        "payload": {"n": 1},
+        "key": "ka",
+        "available_at": 0,
+        "max_attempts": 1,
+        "queue": "default",
+        "priority": 0,
+    },
     {
         "op": "put_many",
         "tasks": [{"task_id": t, "payload": {}} for t in "bcdef"],
     },
-    {"op": "reserve", "worker": "w", "now": 1, "lease_seconds": 10, "limit": 6},
+    {"op": "reserve", "worker": "w", "now": 1, "lease_seconds": 10, "limit": 6, "queues": None},
     {"op": "give_back", "lease": {"task_id": "f", "worker": "w", "generation": 1}, "now": 2},
     {"op": "extend", "lease": {"task_id": "a", "worker": "w", "generation": 1}, "now": 2, "lease_seconds": 5},
     {"op": "ack", "lease": {"task_id": "b", "worker": "w", "generation": 1}, "now": 2},
@@ -313,11 +323,12 @@ EVERY_CALL = [
     {"op": "redrive", "task_id": "a", "available_at": 4, "extra_attempts": 1},
     {"op": "cancel", "task_id": "a", "error": {"type": "Cancelled", "message": "by ops"}, "now": 5},
     {"op": "get", "task_id": "a"},
-    {"op": "tasks", "status": "ready"},
+    {"op": "tasks", "status": "ready", "queue": None},
+    {"op": "queues"},
     {"op": "stats"},
     {"op": "set_clock", "units_per_second": 1000},
     {"op": "metrics", "now": 5},
-    {"op": "page", "status": "ready", "after": "a", "limit": 3},
+    {"op": "page", "status": "ready", "after": "a", "limit": 3, "queue": "default"},
     {"op": "compact"},
     {"op": "wait", "timeout": 0},
 ]

@@ -275,3 +275,41 @@ def test_a_dead_letters_traceback_is_shown_as_text_under_its_error(browser: Any,
     shown = row.find_element(By.CSS_SELECTOR, "pre.traceback").text
     assert "line 9, in handle" in shown and "ValueError: <b>bad</b>" in shown  # as text, never markup
     assert row.find_elements(By.TAG_NAME, "b") == []
+
+
+def test_the_queues_table_shows_each_queue_and_pauses_it_only_with_the_flag_and_the_token(
+    browser: Any, open_page: Any, queue: Queue
+) -> None:
+    queue.put_many([{"task_id": f"m{i}", "payload": {}, "queue": "mail", "available_at": NOW - 30} for i in range(3)])
+    queue.put("b0", {}, queue="bulk")
+    queue.configure_queue("bulk", concurrency=2, rate=(10, 1))
+    read_only = Dashboard(queue, clock=lambda: NOW)
+    open_page(read_only)
+    row = until(lambda: browser.find_elements(By.CSS_SELECTOR, '#queues tbody tr[data-queue="mail"]'), "mail")[0]
+    cells = [cell.text for cell in row.find_elements(By.TAG_NAME, "td")]
+    assert cells[:5] == ["mail", "3", "0", "0", "0"] and cells[7] == "running"
+    assert cells[5] != "–"  # its oldest ready task's age
+    bulk = browser.find_element(By.CSS_SELECTOR, '#queues tbody tr[data-queue="bulk"]')
+    assert "at most 2 at once, 10 per 1" in bulk.text
+    assert browser.find_elements(By.CSS_SELECTOR, "#queues button.act") == []
+    assert _post_from_page(browser, "pause", "queue=mail", read_only.action_token) == 403  # actions off
+
+    acting = Dashboard(queue, actions=True, clock=lambda: NOW)
+    open_page(acting)
+    button = until(
+        lambda: browser.find_elements(By.CSS_SELECTOR, '#queues tr[data-queue="mail"] button[data-action="pause"]'),
+        "the pause button",
+    )[0]
+    assert _post_from_page(browser, "pause", "queue=mail", "not-the-token") == 403
+    assert _post_from_page(browser, "pause", "queue=mail", None) == 403
+    assert _post_from_page(browser, "pause", "queue=a%2Cb", acting.action_token) == 400
+    assert not [q for q in queue.queues() if q["paused"]]
+    button.click()
+    until(lambda: [q["name"] for q in queue.queues() if q["paused"]] == ["mail"], "the pause")
+    resume = until(
+        lambda: browser.find_elements(By.CSS_SELECTOR, '#queues tr[data-queue="mail"] button[data-action="resume"]'),
+        "the resume button",
+    )[0]
+    assert queue.reserve("w", now=NOW, lease_seconds=60, queues=["mail"]) == []
+    resume.click()
+    until(lambda: not [q for q in queue.queues() if q["paused"]], "the resume")

@@ -136,3 +136,20 @@ def test_a_histogram_is_cumulative_and_ends_at_inf(synced: Queue) -> None:
     assert values == sorted(values)
     assert buckets[-1].labels["le"] == "+Inf"
     assert buckets[-1].value == synced.metrics()["counters"]["fsyncs"]
+
+
+def test_queue_gauges_carry_a_queue_label_bounded_in_cardinality(tmp_path: Path) -> None:
+    from walqueue.dashboard.prometheus import MAX_QUEUE_LABELS
+
+    with Queue(tmp_path / "q", sync=False) as queue:
+        queue.put_many([{"task_id": f"t{n}", "payload": {}, "queue": f"q{n:04d}"} for n in range(MAX_QUEUE_LABELS + 5)])
+        queue.configure_queue("q0000", paused=True, concurrency=2)
+        parsed = families(call(Dashboard(queue, clock=lambda: 200), "/metrics").body.decode())
+    samples = parsed["walqueue_queue_tasks"].samples  # type: ignore[attr-defined]
+    ready = {s.labels["queue"]: s.value for s in samples if s.labels["status"] == "ready"}
+    assert len(ready) == MAX_QUEUE_LABELS + 1  # the first 100 by name, and the rest summed
+    assert ready["q0000"] == 1 and ready["_other"] == 5
+    paused = {s.labels["queue"]: s.value for s in parsed["walqueue_queue_paused"].samples}  # type: ignore[attr-defined]
+    assert paused["q0000"] == 1 and paused["q0001"] == 0
+    (limit,) = parsed["walqueue_queue_concurrency_limit"].samples  # type: ignore[attr-defined]
+    assert (limit.labels["queue"], limit.value) == ("q0000", 2)

@@ -151,3 +151,46 @@ def test_redrive_makes_a_task_due_now_in_the_stores_clock_unit(
     assert redriven is not None and later is not None
     assert int(before) * per_second <= redriven.available_at <= (int(after) + 1) * per_second
     assert later.available_at == 2_000_000_000 * per_second
+
+
+def test_queues_pause_resume_and_limit_change_a_queue_through_the_server(served: str, src_pythonpath: str) -> None:
+    with Client(served) as client:
+        client.put("m1", {}, queue="mail", priority=3)
+    for verb in (["pause", "mail"], ["limit", "mail", "--concurrency", "4", "--rate", "10/1"]):
+        result = shell(src_pythonpath, "--socket", served, *verb)
+        assert result.returncode == ShellExit.OK, result.stderr
+    result = shell(src_pythonpath, "--socket", served, "queues")
+    assert result.returncode == ShellExit.OK, result.stderr
+    (mail,) = [q for q in json.loads(result.stdout) if q["name"] == "mail"]
+    assert (mail["paused"], mail["concurrency"], mail["rate"], mail["counts"]["ready"]) == (True, 4, [10, 1], 1)
+    with Client(served) as client:
+        assert client.reserve("w", now=NOW, lease_seconds=60) == []  # paused
+        assert shell(src_pythonpath, "--socket", served, "resume", "mail").returncode == ShellExit.OK
+        assert shell(src_pythonpath, "--socket", served, "limit", "mail", "--rate", "none").returncode == 0
+        assert [lease.task_id for lease in client.reserve("w", now=NOW, lease_seconds=60)] == ["m1"]
+        (mail,) = [q for q in client.queues() if q["name"] == "mail"]
+        assert (mail["paused"], mail["concurrency"], mail["rate"]) == (False, 4, None)
+
+
+@pytest.mark.parametrize(
+    "verb",
+    [
+        ["pause", "a,b"],
+        ["resume", ""],
+        ["limit", "mail"],
+        ["limit", "mail", "--concurrency", "0"],
+        ["limit", "mail", "--rate", "10"],
+        ["limit", "mail", "--rate", "10/0"],
+        ["limit", "bad name", "--concurrency", "1"],
+    ],
+)
+def test_a_bad_queue_verb_is_a_usage_error_that_changes_nothing(
+    served: str, src_pythonpath: str, verb: list[str]
+) -> None:
+    with Client(served) as client:
+        before = client.last_seq
+    result = shell(src_pythonpath, "--socket", served, *verb)
+    assert result.returncode == 64, result.stderr
+    assert result.stderr.strip()
+    with Client(served) as client:
+        assert client.last_seq == before

@@ -345,7 +345,7 @@ def test_put_many_conflict_anywhere_fails_the_whole_call(q: Queue, qdir: Path, i
 
 def test_put_many_unknown_item_key_is_type_error_and_writes_nothing(q: Queue, qdir: Path) -> None:
     with nothing_written(q, qdir), pytest.raises(TypeError):
-        q.put_many([{"task_id": "a", "payload": {}}, {"task_id": "b", "payload": {}, "priority": 1}])
+        q.put_many([{"task_id": "a", "payload": {}}, {"task_id": "b", "payload": {}, "colour": 1}])
     assert q.get("a") is None
 
 

@@ -239,6 +239,9 @@ def test_every_answer_kind_comes_back_as_the_queue_returned_it(tmp_path: Path) -
         results["cancel"] = None
         results["complete"] = None
         results["result"] = {"value": [1, {"a": None}], "expires": 9}
+        results["configure_queue"] = queue.configure_queue("bulk", concurrency=2, rate=(5, 10))
+        queue.put("c", {}, queue="bulk", priority=-3)
+        results["queues"] = queue.queues()
         queue.release(results["reserve"][1], now=3, error={"type": "ValueError", "message": "bad input"})
         errored = queue.get(results["reserve"][1].task_id)
     assert errored is not None and errored.last_error is not None

@@ -543,6 +543,7 @@ def test_reap_splits_exactly_as_every_bound_requires() -> None:
 def test_the_op_size_bounds_that_skip_measuring_are_exact_worst_cases() -> None:
     worst_name = "\x01" * MAX_NAME_BYTES  # every byte a 6-byte escape
     lease_op = {"op": "lease", "task": worst_name, "worker": worst_name, "generation": MAX_INT, "deadline": MAX_INT}
+    lease_op["at"] = MAX_INT  # a rate-limited queue's lease carries its time (lanes)
     assert len(canonical_json(lease_op)) == OP_KINDS["lease"].max_json
     expire_op = {"op": "expire", "task": worst_name, "generation": MAX_INT}
     assert len(canonical_json(expire_op)) == OP_KINDS["expire"].max_json

@@ -54,6 +54,9 @@ VALUES: dict[Field, st.SearchStrategy[Any]] = {
     Field.ERROR_MESSAGE: st.text(st.characters(exclude_categories=["Cs"]), max_size=8) | st.sampled_from(["", "%s"]),
     Field.TRACEBACK: st.text(st.characters(exclude_categories=["Cs"]), max_size=8) | st.sampled_from(["", "%s"]),
     Field.RESULT: (payloads | st.lists(st.integers(), max_size=3) | st.text(max_size=4) | st.none()).map(_Carrier),
+    Field.QUEUE: st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}", fullmatch=True),
+    Field.PRIORITY: st.integers(-100, 100),
+    Field.TRUE: st.just(True),
 }
 #: The worst case of each field kind that has one (`OpKind.max_json`).
 WORST: dict[Field, Any] = {
@@ -64,6 +67,9 @@ WORST: dict[Field, Any] = {
     Field.ERROR_MESSAGE: "\x01" * ERROR_MESSAGE_BYTES,
     Field.TRACEBACK: "\x01" * TRACEBACK_BYTES,
     Field.RESULT: "x" * (MAX_RESULT_BYTES - 2),
+    Field.QUEUE: "q" * 64,
+    Field.PRIORITY: -100,
+    Field.TRUE: True,
 }
 #: A value of the right JSON shape that each kind refuses (checked outside a planner).
 WRONG: dict[Field, list[Any]] = {
@@ -75,6 +81,9 @@ WRONG: dict[Field, list[Any]] = {
     Field.ERROR_TYPE: ["", 1, None, "x" * (ERROR_TYPE_BYTES + 1), "\ud800"],
     Field.ERROR_MESSAGE: [None, 1, b"", "x" * (ERROR_MESSAGE_BYTES + 1), "é" * (ERROR_MESSAGE_BYTES // 2 + 1)],
     Field.TRACEBACK: [None, 1, b"", "x" * (TRACEBACK_BYTES + 1), "\ud800"],
+    Field.QUEUE: ["", 1, None, "a,b", "q" * 65, "-a", "é"],
+    Field.PRIORITY: [101, -101, True, 1.0, None, "1"],
+    Field.TRUE: [False, 1, None, "true"],
 }
 
 
@@ -90,8 +99,9 @@ def test_the_format_layers_op_names_are_the_tables() -> None:
 def test_every_kind_has_its_name_task_and_declared_fields_as_keys() -> None:
     for name, kind in OP_KINDS.items():
         assert kind.name == name
-        task = () if kind.store else ("task",)  # a store-level kind's ops name no task
-        assert kind.keys == {"op", *task, *(field for field, _ in kind.fields)}
+        subject = () if kind.store else (kind.subject[0],)  # a store-level kind's ops name nothing
+        assert kind.keys == {"op", *subject, *(field for field, _ in kind.fields)}
+        assert kind.all_keys == kind.keys | {field for field, _, _ in kind.optional}
         assert OP_KEYS[name] == kind.keys
         assert kind.statuses is None or (kind.statuses and kind.statuses <= set(STATUSES))
 
@@ -100,9 +110,12 @@ def test_every_kind_has_its_name_task_and_declared_fields_as_keys() -> None:
 @settings(max_examples=80, deadline=None)
 @given(data=st.data())
 def test_every_kinds_encoding_is_the_canonical_json_of_its_op(kind: OpKind, data: st.DataObject) -> None:
-    op = {"op": kind.name} if kind.store else {"op": kind.name, "task": data.draw(names)}
+    op = {"op": kind.name} if kind.store else {"op": kind.name, kind.subject[0]: data.draw(VALUES[kind.subject[1]])}
     for field, field_kind in kind.fields:
         op[field] = data.draw(VALUES[field_kind])
+    for field, field_kind, default in kind.optional:  # present (and not its default) or absent
+        if data.draw(st.booleans()):
+            op[field] = data.draw(VALUES[field_kind].filter(lambda value, d=default: value != d))
     encoded = kind.encode(op)
     assert encoded == canonical_json(_plain(op))
     assert json.loads(encoded) == _plain(op)
@@ -116,9 +129,13 @@ def test_every_bounded_kinds_size_bound_is_its_exact_worst_case(kind: OpKind) ->
     if Field.PAYLOAD in kinds.values():
         assert kind.max_json is None  # a payload's size is bounded by the frame, not by the kind
         return
-    worst = {"op": kind.name, **({} if kind.store else {"task": WORST[Field.NAME]})}
+    worst = {"op": kind.name, **({} if kind.store else {kind.subject[0]: WORST[kind.subject[1]]})}
     worst.update({field: WORST[k] for field, k in kinds.items()})
-    assert kind.max_json == len(canonical_json(worst))
+    worst.update({field: WORST[k] for field, k, _ in kind.optional})
+    if kind.store or kind.subject[1] is Field.NAME:
+        assert kind.max_json == len(canonical_json(worst))
+    else:  # a queue name is ASCII: its bound is its 64 characters and quotes
+        assert kind.max_json is not None and kind.max_json >= len(canonical_json(worst))
 
 
 #: The ops that must follow an op of a kind in its transaction.
@@ -143,8 +160,11 @@ def _valid_op(kind: OpKind) -> tuple[State, dict[str, Any]]:
         steps[first] = [*steps[first], {"op": "error", "task": "t", "type": "E", "message": "m", "at": 1}]
     for step in steps[first]:
         apply(state, {"seq": state.last_seq + 1, "ops": [step]})
-    task = {} if kind.store else {"task": "t"}
-    return state, {"op": kind.name, **task, **{field: values[k] for field, k in kind.fields}}
+    if kind.store:
+        return state, {"op": kind.name, **{field: values[k] for field, k in kind.fields}}
+    if kind.subject[0] != "task":
+        return state, {"op": kind.name, kind.subject[0]: "q", **{field: values[k] for field, k in kind.fields}}
+    return state, {"op": kind.name, "task": "t", **{field: values[k] for field, k in kind.fields}}
 
 
 @pytest.mark.parametrize("kind", KINDS, ids=[kind.name for kind in KINDS])
@@ -153,11 +173,12 @@ def test_apply_refuses_a_wrong_value_in_every_field_of_every_kind(kind: OpKind) 
     scratch = State.from_records(state.last_seq, [json.loads(line) for line in state.iter_record_json()])
     after = _COMPANIONS.get(kind.name, [])  # a result op is valid only before its task's ack
     apply(scratch, {"seq": state.last_seq + 1, "ops": [op, *after]})  # the op itself is valid
-    for field, field_kind in [("task", Field.NAME), *kind.fields]:
+    subject = [] if kind.store else [kind.subject]
+    for field, field_kind in [*subject, *kind.fields, *((n, k) for n, k, _ in kind.optional)]:
         for wrong in WRONG[field_kind]:
             with pytest.raises(InvalidTransaction, match=rf"\({kind.name}\)"):
                 apply(state, {"seq": state.last_seq + 1, "ops": [{**op, field: wrong}, *after]})
-    missing = "units_per_second" if kind.store else "task"  # a store-level kind's ops name no task
+    missing = "units_per_second" if kind.store else kind.subject[0]  # a store-level kind's ops name nothing
     for extra in ({**op, "extra": 1}, {name: value for name, value in op.items() if name != missing}):
         with pytest.raises(InvalidTransaction, match="keys must be exactly"):
             apply(state, {"seq": state.last_seq + 1, "ops": [extra]})

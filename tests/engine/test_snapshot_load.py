@@ -21,6 +21,7 @@ import gc
 import hashlib
 import heapq
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -110,6 +111,10 @@ def valid_records(draw: st.DrawFn, status: str | None = None) -> dict[str, Any]:
         "worker": draw(names) if leased else None,
         "deadline": draw(counters) if leased else None,
     }
+    if draw(st.booleans()):  # a lane other than the default (lanes): each key only where it differs
+        record["queue"] = draw(st.sampled_from(["emails", "bulk", "a.b:c-d_e"]))
+    if draw(st.booleans()):
+        record["priority"] = draw(st.sampled_from([1, -100, 100]))
     if status != COMPLETED and draw(st.booleans()):
         record["last_error"] = {
             "type": draw(error_types),
@@ -276,7 +281,7 @@ def damaged_records(draw: st.DrawFn, python_values: bool) -> Any:
     """
     record: Any = draw(valid_records())
     nasty = st.sampled_from(NASTY + PYTHON_ONLY if python_values else NASTY)
-    kinds = ["near miss"] * 4 + ["counters", "counters", "status", "any value", "drop", "add", "shape"]
+    kinds = ["near miss"] * 4 + ["counters", "counters", "status", "lane", "any value", "drop", "add", "shape"]
     for _ in range(draw(st.sampled_from([1, 1, 2, 3]))):
         if not isinstance(record, dict):
             break
@@ -292,6 +297,9 @@ def damaged_records(draw: st.DrawFn, python_values: bool) -> Any:
             record["max_attempts"] = draw(st.integers(0, 4))
         elif change == "status":
             record["status"] = draw(st.sampled_from(STATUSES))
+        elif change == "lane":  # a default written out, or a value out of the rules
+            record["queue"] = draw(st.sampled_from(["default", "", "a,b", "-a", "q" * 65, 1, None, "emails"]))
+            record["priority"] = draw(st.sampled_from([0, 101, -101, True, 2.0, None, 5]))
         elif change == "any value":
             record[draw(st.sampled_from(ANY_FIELDS))] = draw(nasty | json_values)
         elif change == "drop":
@@ -335,6 +343,11 @@ def reference_outcome(value: Any, is_decoded: bool) -> tuple[Any, ...] | None:
     Written for clarity, not speed, and sharing no code with the engine's
     acceptor but `check_payload` (a payload's rule, tested on its own).
     """
+    lane = _reference_lane(value)
+    if lane is None:
+        return None
+    if type(value) is dict:
+        value = {name: item for name, item in value.items() if name not in ("queue", "priority")}
     if type(value) is not dict or sorted(value) not in (FIELDS, sorted(ANY_FIELDS), sorted([*ANY_FIELDS, "traceback"])):
         return None
     task_id, key, identity, status = value["task"], value["key"], value["identity"], value["status"]
@@ -394,8 +407,23 @@ def reference_outcome(value: Any, is_decoded: bool) -> tuple[Any, ...] | None:
         deadline,
         last_error,
         traceback,
+        *lane,
     )
     return (Tombstone if status == COMPLETED else TaskRecord, fields)
+
+
+def _reference_lane(value: Any) -> tuple[str, int] | None:
+    """A record's (queue, priority): each key optional, present only when it differs from its default."""
+    if type(value) is not dict:
+        return ("default", 0)
+    queue, priority = value.get("queue", "default"), value.get("priority", 0)
+    if "queue" in value and not (
+        type(queue) is str and queue != "default" and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}", queue)
+    ):
+        return None
+    if "priority" in value and not (type(priority) is int and priority != 0 and -100 <= priority <= 100):
+        return None
+    return (queue, priority)
 
 
 def _reference_last_error(error: Any, status: str, attempts: int) -> tuple[Any, ...] | None:
@@ -704,10 +732,11 @@ def test_a_snapshot_loads_to_the_state_its_records_describe(records: list[dict[s
     assert view[1] == {r["task"]: reference_outcome(r, is_decoded) for r in values}
     assert view[2] == {status: sum(r["status"] == status for r in records) for status in STATUSES}
     assert view[3] == sorted((r["key"], r["task"]) for r in records if r["key"] != r["task"])
-    # Every task comes back in the order of its heap: (time, task id), whatever the records' order of times.
-    ready = sorted((r["available_at"], r["task"]) for r in records if r["status"] == READY)
+    # Every task comes back in the order of its heap: (time, task id), whatever the records' order of times;
+    # the ready ones higher priority first (lanes).
+    ready = sorted((-r.get("priority", 0), r["available_at"], r["task"]) for r in records if r["status"] == READY)
     leased = sorted((r["deadline"], r["task"]) for r in records if r["status"] == LEASED)
-    assert fast.peek_ready(MAX_INT, MAX_INT) == [task_id for _, task_id in ready]
+    assert fast.peek_ready(MAX_INT, MAX_INT) == [task_id for *_, task_id in ready]
     assert fast.peek_expired(MAX_INT) == [task_id for _, task_id in leased]
     # And a loaded state writes the very records it was loaded from.
     assert [json.loads(r) for r in fast.iter_record_json()] == decoded(records)
@@ -750,9 +779,9 @@ def test_times_out_of_order_still_make_valid_heaps() -> None:
     state.check_invariants()
     ready = sorted((r["available_at"], r["task"]) for r in records if r["status"] == READY)
     leased = sorted((r["deadline"], r["task"]) for r in records if r["status"] == LEASED)
-    assert state._ready[0] == ready[0] and state._leases[0] == leased[0]
-    assert sorted(state._ready) == ready and sorted(state._leases) == leased
-    copy = list(state._ready)
+    assert state._lanes.default_lane.heap[0] == ready[0] and state._leases[0] == leased[0]
+    assert sorted(state._lanes.default_lane.heap) == ready and sorted(state._leases) == leased
+    copy = list(state._lanes.default_lane.heap)
     heapq.heapify(copy)
     assert [heapq.heappop(copy) for _ in range(len(ready))] == ready
     assert state.peek_ready(MAX_INT, MAX_INT) == [task_id for _, task_id in ready]

@@ -655,7 +655,7 @@ def test_stale_heap_entries_stay_bounded() -> None:
         run(state, lease("t", generation, deadline=MAX_INT - generation))
         run(state, release("t", generation, generation))
     state.check_invariants()  # asserts each heap <= 2 * live + slack
-    assert len(state._leases) <= 64 and len(state._ready) <= 66
+    assert len(state._leases) <= 64 and len(state._lanes.default_lane.heap) <= 66
 
 
 @pytest.mark.parametrize(("now", "limit"), [(-1, 1), (0, 0), (True, 1), (0, 1.0)])
@@ -827,10 +827,11 @@ def test_a_tombstone_answers_every_field_it_packed(
     key = task_id if key is None else key
     attempts = data.draw(st.integers(1, max_attempts))
     digest = hashlib.sha256(task_id.encode()).digest()
-    stone = Tombstone.of(task_id, key, digest, available_at, max_attempts, attempts, attempts)
-    plain = TaskRecord(
-        task_id, key, COMPLETED, digest, available_at, max_attempts, attempts, attempts, None, None, None
-    )
+    queue = data.draw(st.sampled_from(["default", "emails", "a.b:c-d_e", "q" * 64]))
+    priority = data.draw(st.integers(-100, 100))
+    stone = Tombstone.of(task_id, key, digest, available_at, max_attempts, attempts, attempts, queue, priority)
+    fields = (task_id, key, COMPLETED, digest, available_at, max_attempts, attempts, attempts, None, None, None)
+    plain = TaskRecord(*fields, None, queue, priority)
     assert stone.fields() == plain.fields()
     assert stone.record_json() == plain.record_json()
     assert stone.to_task() == plain.to_task()
@@ -854,7 +855,8 @@ def test_ack_packs_the_task_into_a_tombstone_that_keeps_its_key() -> None:
     record = state.tasks["t"]
     assert isinstance(record, Tombstone)
     assert not hasattr(record, "__dict__")
-    assert record.fields() == ("t", "k", COMPLETED, before.digest_and_payload[:32], 0, 3, 1, 1, None, None, None, None)
+    digest = before.digest_and_payload[:32]
+    assert record.fields() == ("t", "k", COMPLETED, digest, 0, 3, 1, 1, None, None, None, None, "default", 0)
     assert state.lookup_key("k") == "t"
     # A snapshot round trip gives the same tombstone back.
     reloaded = State.from_records(state.last_seq, [json.loads(line) for line in state.iter_record_json()])

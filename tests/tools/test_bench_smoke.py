@@ -56,6 +56,15 @@ EXPECTED_FIGURES: dict[str, set[str]] = {
     },
     "cycle_cost_growth": {"walqueue_growth", "sqlite_growth"},
     "memory_per_task": {"bytes_per_ready_task", "bytes_per_tombstone", "bytes_per_ready_task_after_reopen"},
+    "lanes": {
+        "cycle_lanes_vs_one_lane",
+        "reserve_idle_many_vs_1",
+        "reserve_paused_many_vs_1",
+        "reserve_limited_many_vs_1",
+        "bytes_per_ready_task_one_lane",
+        "bytes_per_ready_task_lanes_minus_one_lane",
+        "reopen_many_queues_vs_one",
+    },
     "group_commit_threads": {
         f"{phase}_{figure}"
         for phase in ("puts", "cycles")
@@ -117,7 +126,7 @@ EXPECTED_FIGURES["worker_end_to_end"] = (
     if HUEY
     else set()
 )
-#: (m) compares task functions with results with huey's tasks when huey is installed.
+#: (o) compares task functions with results with huey's tasks when huey is installed.
 EXPECTED_FIGURES["task_results"] = (
     {"one_at_a_time_vs_huey", "in_flight_vs_huey", "chains_vs_huey", "first_result_huey_over_walqueue"}
     if HUEY
@@ -125,6 +134,12 @@ EXPECTED_FIGURES["task_results"] = (
 )
 #: The targets of docs/PERFORMANCE.md: (workload, figure).
 EXPECTED_TARGETS = {
+    ("lanes", "cycle_lanes_vs_one_lane"),
+    ("lanes", "reserve_idle_many_vs_1"),
+    ("lanes", "reserve_paused_many_vs_1"),
+    ("lanes", "reserve_limited_many_vs_1"),
+    ("lanes", "bytes_per_ready_task_lanes_minus_one_lane"),
+    ("lanes", "reopen_many_queues_vs_one"),
     ("put_durable", "walqueue_vs_sqlite"),
     ("put_durable", "walqueue_vs_floor"),
     ("reserve_ack_durable", "walqueue_vs_sqlite"),

@@ -15,6 +15,7 @@ from . import (
     cpu_per_call,
     cycle_cost_growth,
     group_commit_threads,
+    lanes,
     latency_while_compacting,
     memory_per_task,
     open_torn_tail,
@@ -70,8 +71,9 @@ WORKLOADS: tuple[Workload, ...] = (
     Workload("open_torn_tail", "k", open_torn_tail.run, open_torn_tail.SCALES),
     Workload("server_processes", "j", server_processes.run, server_processes.SCALES, server_processes.plot),
     Workload("worker_end_to_end", "l", worker_end_to_end.run, worker_end_to_end.SCALES, worker_end_to_end.plot),
+    Workload("lanes", "m", lanes.run, lanes.SCALES),
     Workload("replication", "n", replication.run, replication.SCALES),
-    Workload("task_results", "m", task_results.run, task_results.SCALES),
+    Workload("task_results", "o", task_results.run, task_results.SCALES),
 )
 BY_NAME = {workload.name: workload for workload in WORKLOADS}
 BY_LETTER = {workload.letter: workload for workload in WORKLOADS}

@@ -35,7 +35,10 @@ class Op:
         if self.kind == "put_many":
             return "put_many " + ",".join(item["task_id"] for item in a["items"])
         if self.kind == "reserve":
-            return f"reserve {a['worker']} now={a['now']} for={a['lease_seconds']} limit={a['limit']}"
+            lanes = "" if a.get("queues") is None else f" queues={','.join(a['queues'])}"
+            return f"reserve {a['worker']} now={a['now']} for={a['lease_seconds']} limit={a['limit']}{lanes}"
+        if self.kind == "configure":
+            return f"configure {a['queue']} {sorted(a['settings'].items())}"
         if self.kind in ("ack", "release", "extend", "fail", "give_back"):
             lease = a["lease"]
             text = f"{self.kind} {lease.task_id} {lease.worker} g{lease.generation} now={a['now']}"
@@ -76,7 +79,10 @@ def perform(op: Op, target: Any) -> Any:
     if op.kind == "put_many":
         return target.put_many(copy.deepcopy(a["items"]))
     if op.kind == "reserve":
-        return target.reserve(a["worker"], now=a["now"], lease_seconds=a["lease_seconds"], limit=a["limit"])
+        lanes = _given(a, "queues")
+        return target.reserve(a["worker"], now=a["now"], lease_seconds=a["lease_seconds"], limit=a["limit"], **lanes)
+    if op.kind == "configure":
+        return target.configure_queue(a["queue"], **copy.deepcopy(a["settings"]))
     if op.kind == "ack":
         return target.ack(a["lease"], now=a["now"])
     if op.kind == "ack_many":
@@ -113,7 +119,7 @@ def outcome(op: Op, target: Any) -> str:
 
 #: The lease lifecycle op kinds, and `ack_many`, counted apart in every campaign's report so that a run shows it
 #: applied them.
-LIFECYCLE_KINDS = ("extend", "redrive", "cancel", "fail", "ack_many", "give_back")
+LIFECYCLE_KINDS = ("extend", "redrive", "cancel", "fail", "ack_many", "give_back", "configure")
 
 
 def count_lifecycle_call(report: Report, op: Op, answer: str, what: str) -> None:
@@ -179,6 +185,7 @@ class Workload:
         + ("extend", "redrive", "cancel", "fail")  # the lease lifecycle
         + ("ack_many",)
         + ("give_back",)  # an unstarted lease undone
+        + ("configure",)  # lanes: a queue's concurrency, rate and pause
     )
     WEIGHTS = (6, 1, 1, 2, 5, 4, 2, 1, 1, 1, 1) + (3, 2, 1, 2) + (2,) + (1,)
     #: How often a release, and a cancel, records an error (when the workload records errors at all).
@@ -236,6 +243,9 @@ class Workload:
         }
         if rng.random() < 0.3:
             spec["key"] = f"k-{self.prefix}{self.next_id:04d}"
+        if self.weights[self.KINDS.index("configure")] and rng.random() < 0.4:  # lanes
+            spec["queue"] = rng.choice(LANE_QUEUES)
+            spec["priority"] = rng.choice([0, 1, 5, -2])
         self.puts.append(spec)
         return spec
 
@@ -272,8 +282,25 @@ class Workload:
                 "now": now,
                 "lease_seconds": rng.choice([1, 2, 4, 10]),
                 "limit": rng.choice([1, 2, 3, 5]),
+                **(
+                    {"queues": rng.choice([["mail"], ["bulk", "default"]])}
+                    if self.weights[self.KINDS.index("configure")] and rng.random() < 0.2
+                    else {}
+                ),
             },
         )
+
+    def _configure(self, kind: str, target: Any, now: int) -> Op | None:
+        """A queue's settings changed: a limit set or cleared, a pause or a resume (mostly a resume)."""
+        rng = self.rng
+        settings: dict[str, Any] = {}
+        if rng.random() < 0.5:
+            settings["concurrency"] = rng.choice([None, 1, 2])
+        if rng.random() < 0.5:
+            settings["rate"] = rng.choice([None, [2, 5], [1, 3]])
+        if rng.random() < 0.5:
+            settings["paused"] = rng.random() < 0.3
+        return Op("configure", {"queue": rng.choice(LANE_QUEUES), "settings": settings})
 
     def _settle(self, kind: str, target: Any, now: int) -> Op | None:
         leased = target.tasks("leased")
@@ -392,7 +419,12 @@ class Workload:
         "compact": _read_or_compact,
         "get": _read_or_compact,
         "tasks": _read_or_compact,
+        "configure": _configure,
     }
+
+
+#: The queues a workload puts tasks in, besides the default (lanes).
+LANE_QUEUES = ("default", "mail", "bulk")
 
 
 def reap_only(model: Model, now: int) -> Model:

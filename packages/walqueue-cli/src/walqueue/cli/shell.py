@@ -13,6 +13,10 @@ verbs do the usual chores from a shell script:
   stats                        the server's stats() as one JSON object
   metrics                      the server's metrics() as one JSON object (counters, gauges, histograms)
   backup status                the replicator's state as one JSON object (walqueue-serve --replicate)
+  queues                       every queue: settings, counts by status, oldest ready time (JSON)
+  pause QUEUE / resume QUEUE   stop a queue's leases (it still takes puts) / start them again
+  limit QUEUE [--concurrency N|none] [--rate N/W|none]
+                               a queue's limits (none: no limit; an omitted one is unchanged)
 
 so that ``walqueue --socket S dead --group G --format ids | walqueue --socket S redrive -``
 redrives one error group. The same verbs work on a directory, ``walqueue DIR
@@ -35,6 +39,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, BinaryIO, TextIO
 
 from walqueue import QueueClosed, WrongStatus
+from walqueue.engine.validate import check_queue_name
 from walqueue.format import cmdline
 from walqueue.format.cmdline import EX_USAGE, EXIT_INTERRUPTED, UsageParser, interrupted, version_line
 from walqueue.protocol.exchange import socket_address
@@ -43,7 +48,7 @@ from walqueue.protocol.requests import request_lines
 __all__ = ["VERBS", "ShellExit", "main", "wants_directory_verb", "wants_shell"]
 
 #: The operator verbs; also taken after a directory (``walqueue DIR stats``), with the same behaviour.
-VERBS = ("dead", "redrive", "cancel", "stats", "metrics")
+VERBS = ("dead", "redrive", "cancel", "stats", "metrics", "queues", "pause", "resume", "limit")
 
 
 class ShellExit(enum.IntEnum):
@@ -189,7 +194,46 @@ def _parser(on_directory: bool = False) -> argparse.ArgumentParser:
     verbs.add_parser("metrics", help="print the server's metrics() as JSON")
     backup = verbs.add_parser("backup", help="the continuous backup: `backup status` prints its state as JSON")
     backup.add_argument("action", choices=["status"])
+    verbs.add_parser("queues", help="print every queue's settings and counts as JSON")
+    for verb, what in (("pause", "stop a queue's leases (it still takes puts)"), ("resume", "lease again")):
+        verbs.add_parser(verb, help=what).add_argument("queue", metavar="QUEUE")
+    limit = verbs.add_parser("limit", help="set or clear a queue's concurrency and rate limits")
+    limit.add_argument("queue", metavar="QUEUE")
+    limit.add_argument(
+        "--concurrency", type=_concurrency, default=_NOT_GIVEN, metavar="N|none", help="at most N leased at once"
+    )
+    limit.add_argument(
+        "--rate", type=_rate, default=_NOT_GIVEN, metavar="N/W|none", help="at most N leases per W time units"
+    )
     return parser
+
+
+_NOT_GIVEN: Any = object()
+
+
+def _concurrency(text: str) -> int | None:
+    if text == "none":
+        return None
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1 or none, not {text!r}")
+    return int(text)
+
+
+def _rate(text: str) -> list[int] | None:
+    if text == "none":
+        return None
+    n, slash, window = text.partition("/")
+    if not (slash and n.isdigit() and window.isdigit() and int(n) >= 1 and int(window) >= 1):
+        raise argparse.ArgumentTypeError(f"must be N/W (two integers >= 1, e.g. 10/1) or none, not {text!r}")
+    return [int(n), int(window)]
+
+
+def _settings(arguments: argparse.Namespace) -> dict[str, Any]:
+    """The configure_queue call of a pause, resume or limit verb (its queue name checked as the engine does)."""
+    if arguments.verb in ("pause", "resume"):
+        return {"paused": arguments.verb == "pause"}
+    settings = {name: value for name, value in (("concurrency", arguments.concurrency), ("rate", arguments.rate))}
+    return {name: value for name, value in settings.items() if value is not _NOT_GIVEN}
 
 
 def _connect(path: str) -> socket.socket:
@@ -325,6 +369,9 @@ def _run_verb(client: Any, arguments: argparse.Namespace, read: Callable[[str], 
         return _change(client, arguments.verb, arguments, sys.stdin)
     if arguments.verb == "backup":
         return _backup_status(read("metrics"), sys.stdout)
+    if arguments.verb in ("pause", "resume", "limit"):
+        client.configure_queue(arguments.queue, **_settings(arguments))
+        return ShellExit.OK
     if arguments.verb == "dead":
         status = _dead(client, arguments, sys.stdout)
         _write(sys.stdout, "", flush=True)
@@ -377,7 +424,15 @@ def wants_directory_verb(argv: Sequence[str]) -> bool:
 
 def main(argv: Sequence[str] | None = None, *, directory: str | None = None) -> int:
     """Run the shell (on ``--socket PATH``, or on `directory`: ``walqueue DIR VERB``); returns the exit status."""
-    arguments = _parser(directory is not None).parse_args(argv)
+    parser = _parser(directory is not None)
+    arguments = parser.parse_args(argv)
+    if arguments.verb in ("pause", "resume", "limit"):
+        try:
+            check_queue_name(arguments.queue, "QUEUE")
+        except (TypeError, ValueError) as error:
+            parser.error(str(error))  # exit 64, before any connection
+        if arguments.verb == "limit" and arguments.concurrency is _NOT_GIVEN and arguments.rate is _NOT_GIVEN:
+            parser.error("limit needs --concurrency, --rate or both")
     if arguments.socket is not None:
         arguments.socket = socket_address(arguments.socket)  # once: a later chdir must not move it
     try:

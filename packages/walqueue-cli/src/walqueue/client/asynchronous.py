@@ -24,7 +24,7 @@ from walqueue import Lease, QueueClosed, Task
 from walqueue.engine.complete import DEFAULT_RESULT_TTL
 from walqueue.protocol import calltable as calls
 from walqueue.protocol.exchange import ClientSettings, Exchange, Outcome, ServerError
-from walqueue.protocol.shaping import OutgoingCall, PutOptions, named, outgoing
+from walqueue.protocol.shaping import OutgoingCall, PutOptions, QueueSettings, named, outgoing
 
 __all__ = ["AsyncClient"]
 
@@ -234,8 +234,12 @@ class AsyncClient(ClientSettings):
     async def put_many(self, tasks: Iterable[Mapping[str, Any]]) -> list[str]:
         return await self._submit(outgoing(calls.PUT_MANY, tasks))
 
-    async def reserve(self, worker: str, *, now: int, lease_seconds: int, limit: int = 1) -> list[Lease]:
-        return await self._submit(outgoing(calls.RESERVE, worker, now=now, lease_seconds=lease_seconds, limit=limit))
+    async def reserve(
+        self, worker: str, *, now: int, lease_seconds: int, limit: int = 1, queues: list[str] | None = None
+    ) -> list[Lease]:
+        return await self._submit(
+            outgoing(calls.RESERVE, worker, now=now, lease_seconds=lease_seconds, limit=limit, queues=queues)
+        )
 
     async def ack(self, lease: Lease, *, now: int) -> None:
         return await self._submit(outgoing(calls.ACK, lease, now=now))
@@ -286,8 +290,16 @@ class AsyncClient(ClientSettings):
     async def get(self, task_id: str) -> Task | None:
         return await self._submit(outgoing(calls.GET, task_id))
 
-    async def tasks(self, status: str | None = None) -> list[Task]:
-        return await self._submit(outgoing(calls.TASKS, status))
+    async def tasks(self, status: str | None = None, *, queue: str | None = None) -> list[Task]:
+        return await self._submit(outgoing(calls.TASKS, status, queue=queue))
+
+    async def configure_queue(self, name: str, **settings: Unpack[QueueSettings]) -> None:
+        """`Queue.configure_queue`: only the settings given change (None clears a limit)."""
+        return await self._submit(outgoing(calls.CONFIGURE_QUEUE, name, **settings))
+
+    async def queues(self) -> list[dict[str, Any]]:
+        """`Queue.queues`: every queue with its settings and counts."""
+        return await self._submit(outgoing(calls.QUEUES))
 
     async def stats(self) -> dict[str, Any]:
         return await self._submit(outgoing(calls.STATS))
@@ -299,9 +311,11 @@ class AsyncClient(ClientSettings):
         """`Queue.metrics`: the server's counters since it opened the queue, gauges and histograms."""
         return await self._submit(outgoing(calls.METRICS, now=now))
 
-    async def page(self, status: str, *, after: str | None = None, limit: int = 100) -> list[Task]:
+    async def page(
+        self, status: str, *, after: str | None = None, limit: int = 100, queue: str | None = None
+    ) -> list[Task]:
         """`Queue.page`: up to `limit` tasks with `status` whose ids sort after `after` (a bounded `tasks`)."""
-        return await self._submit(outgoing(calls.PAGE, status, after=after, limit=limit))
+        return await self._submit(outgoing(calls.PAGE, status, after=after, limit=limit, queue=queue))
 
     @property
     def last_seq(self) -> Awaitable[int]:

@@ -45,7 +45,7 @@ from walqueue.client.asynchronous import AsyncClient
 from walqueue.engine.complete import DEFAULT_RESULT_TTL
 from walqueue.protocol import calltable as calls
 from walqueue.protocol.exchange import ClientSettings, Exchange, Outcome, RetryRule, ServerError
-from walqueue.protocol.shaping import OutgoingCall, PutOptions, named, outgoing
+from walqueue.protocol.shaping import OutgoingCall, PutOptions, QueueSettings, named, outgoing
 
 __all__ = ["AsyncClient", "Client", "Pipeline", "ServerError"]
 
@@ -281,8 +281,12 @@ class Client(ClientSettings):
     def put_many(self, tasks: Iterable[Mapping[str, Any]]) -> list[str]:
         return self._submit(outgoing(calls.PUT_MANY, tasks))
 
-    def reserve(self, worker: str, *, now: int, lease_seconds: int, limit: int = 1) -> list[Lease]:
-        return self._submit(outgoing(calls.RESERVE, worker, now=now, lease_seconds=lease_seconds, limit=limit))
+    def reserve(
+        self, worker: str, *, now: int, lease_seconds: int, limit: int = 1, queues: list[str] | None = None
+    ) -> list[Lease]:
+        return self._submit(
+            outgoing(calls.RESERVE, worker, now=now, lease_seconds=lease_seconds, limit=limit, queues=queues)
+        )
 
     def ack(self, lease: Lease, *, now: int) -> None:
         return self._submit(outgoing(calls.ACK, lease, now=now))
@@ -333,8 +337,16 @@ class Client(ClientSettings):
     def get(self, task_id: str) -> Task | None:
         return self._submit(outgoing(calls.GET, task_id))
 
-    def tasks(self, status: str | None = None) -> list[Task]:
-        return self._submit(outgoing(calls.TASKS, status))
+    def tasks(self, status: str | None = None, *, queue: str | None = None) -> list[Task]:
+        return self._submit(outgoing(calls.TASKS, status, queue=queue))
+
+    def configure_queue(self, name: str, **settings: Unpack[QueueSettings]) -> None:
+        """`Queue.configure_queue`: only the settings given change (None clears a limit)."""
+        return self._submit(outgoing(calls.CONFIGURE_QUEUE, name, **settings))
+
+    def queues(self) -> list[dict[str, Any]]:
+        """`Queue.queues`: every queue with its settings and counts."""
+        return self._submit(outgoing(calls.QUEUES))
 
     def stats(self) -> dict[str, Any]:
         return self._submit(outgoing(calls.STATS))
@@ -347,9 +359,9 @@ class Client(ClientSettings):
         """`Queue.metrics`: the server's counters since it opened the queue, gauges and histograms."""
         return self._submit(outgoing(calls.METRICS, now=now))
 
-    def page(self, status: str, *, after: str | None = None, limit: int = 100) -> list[Task]:
+    def page(self, status: str, *, after: str | None = None, limit: int = 100, queue: str | None = None) -> list[Task]:
         """`Queue.page`: up to `limit` tasks with `status` whose ids sort after `after` (a bounded `tasks`)."""
-        return self._submit(outgoing(calls.PAGE, status, after=after, limit=limit))
+        return self._submit(outgoing(calls.PAGE, status, after=after, limit=limit, queue=queue))
 
     @property
     def last_seq(self) -> int:

@@ -32,7 +32,16 @@ from walqueue.dashboard.routes import ACTION_FIELDS
 from walqueue.dashboard.source import SCAN_CHUNK, Source, error_of, group_id
 from walqueue.dashboard.web import HttpError, parse_form
 
-__all__ = ["ACTION_BATCH", "ACTIONS", "TOKEN_HEADER", "check_origin", "check_token", "run_action"]
+__all__ = [
+    "ACTION_BATCH",
+    "ACTIONS",
+    "QUEUE_ACTIONS",
+    "TOKEN_HEADER",
+    "check_origin",
+    "check_token",
+    "run_action",
+    "run_queue_action",
+]
 
 log = logging.getLogger("walqueue.dashboard")
 
@@ -43,6 +52,8 @@ TOKEN_HEADER: Final = "HTTP_X_WALQUEUE_TOKEN"
 
 #: Which statuses each action applies to.
 ACTIONS: Final[Mapping[str, tuple[str, ...]]] = {"redrive": ("dead",), "cancel": ("ready", "leased")}
+#: The actions on a queue (lanes): each sets its `paused` setting.
+QUEUE_ACTIONS: Final[Mapping[str, bool]] = {"pause": True, "resume": False}
 
 
 def check_token(environ: Mapping[str, Any], fields: Mapping[str, str], token: str) -> None:
@@ -176,3 +187,27 @@ def run_action(
             skipped += 1
     log.warning("dashboard action %s group=%r done=%d skipped=%d from %s", action, group, done, skipped, remote())
     return {"ok": True, "action": action, "done": done, "skipped": skipped, "more": resume is not None, "after": resume}
+
+
+def run_queue_action(
+    source: Source,
+    action: str,
+    environ: Mapping[str, Any],
+    token: str,
+    remote: Callable[[], str],
+    hosts: HostRule,
+) -> dict[str, Any]:
+    """Pause or resume one queue (lanes): the same origin and token checks as every action, then logged."""
+    check_origin(environ, hosts)
+    fields = parse_form(environ)
+    check_token(environ, fields, token)
+    unknown = sorted(set(fields) - {"token", "queue"})
+    if unknown:
+        raise HttpError(400, f"unknown field {unknown[0]!r}")
+    name = fields.get("queue", "")
+    try:
+        source.backend.configure_queue(name, paused=QUEUE_ACTIONS[action])
+    except (TypeError, ValueError) as error:
+        raise HttpError(400, str(error)) from None
+    log.warning("dashboard action %s queue=%r from %s", action, name, remote())
+    return {"ok": True, "action": action, "done": 1, "skipped": 0, "more": False}

@@ -152,3 +152,18 @@ def task_lookup(source: Source, environ: Mapping[str, Any], now: int) -> dict[st
     if task is None:
         raise HttpError(404, "no such task")
     return {"task": task_view(task, now)}
+
+
+#: The most queues the queues table lists (the rest are counted, not shown).
+MAX_QUEUES_SHOWN = 1000
+
+
+def queues(source: Source, now: int) -> dict[str, Any]:
+    """Every queue (lanes): counts by status, oldest ready age against `now`, limits, paused; bounded."""
+    reader = getattr(source.backend, "queues", None)
+    found = [] if reader is None else list(reader())
+    shown = []
+    for q in found[:MAX_QUEUES_SHOWN]:
+        oldest = q.get("oldest_ready_at")
+        shown.append({**q, "oldest_ready_age": None if oldest is None else max(0, now - oldest)})
+    return {"now": now, "queues": shown, "total": len(found)}

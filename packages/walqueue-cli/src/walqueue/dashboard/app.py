@@ -21,7 +21,9 @@ Routes (GET unless said; the JSON API's are declared in walqueue.dashboard.route
   /api/dead/groups       dead letters grouped by last error
   /api/task?id=ID        one task
   /metrics               Prometheus text exposition 0.0.4
+  /api/queues            every queue: counts by status, oldest ready age, limits, paused (lanes)
   POST /api/actions/redrive, /api/actions/cancel   (only with actions enabled; token)
+  POST /api/actions/pause, /api/actions/resume     (queue=NAME; the same flag and token)
   /login?token=T         with an access token: sets the cookie that carries it, then redirects to /
 
 Every route first checks the ``Host`` header against the dashboard's own
@@ -43,7 +45,7 @@ from typing import Any, Final
 
 from walqueue import QueueClosed
 from walqueue.dashboard import api
-from walqueue.dashboard.actions import ACTIONS, run_action
+from walqueue.dashboard.actions import ACTIONS, QUEUE_ACTIONS, run_action, run_queue_action
 from walqueue.dashboard.hosts import HostRule
 from walqueue.dashboard.prometheus import CONTENT_TYPE, render
 from walqueue.dashboard.routes import api_index
@@ -148,14 +150,19 @@ class Dashboard:
         self._check_access(environ)
         if path.startswith("/api/actions/"):
             action = path.removeprefix("/api/actions/")
-            if action not in ACTIONS:
-                raise HttpError(404, f"no such action {action[:60]!r} (known: {', '.join(ACTIONS)})")
+            if action not in ACTIONS and action not in QUEUE_ACTIONS:
+                known = ", ".join([*ACTIONS, *QUEUE_ACTIONS])
+                raise HttpError(404, f"no such action {action[:60]!r} (known: {known})")
             if method != "POST":
                 raise HttpError(405, "actions are POST requests", [("Allow", "POST")])
             if not self.actions:
                 raise HttpError(403, "actions are disabled (start the dashboard with actions enabled)")
             now = self.source.now(self.clock())
             remote = str(environ.get("REMOTE_ADDR", "?"))
+            if action in QUEUE_ACTIONS:
+                return json_response(
+                    run_queue_action(self.source, action, environ, self.action_token, lambda: remote, self.hosts)
+                )
             answer = run_action(self.source, action, environ, self.action_token, now, lambda: remote, self.hosts)
             return json_response(answer)
         handler = self._views().get(path)
@@ -182,6 +189,7 @@ class Dashboard:
             "/api/dead": lambda e: json_response(api.dead_page(self.source, e, self.source.now(self.clock()))),
             "/api/dead/groups": lambda e: json_response(api.dead_groups(self.source, e)),
             "/api/task": lambda e: json_response(api.task_lookup(self.source, e, self.source.now(self.clock()))),
+            "/api/queues": lambda e: self._json(lambda now: api.queues(self.source, now), e),
         }
 
     def _json(self, view: Callable[[int], Any], environ: Mapping[str, Any]) -> Response:

@@ -4,8 +4,11 @@ Why by hand: the format is a few lines of text, and WALQueue takes no
 runtime dependency; the tests parse this output with `prometheus_client`'s
 own parser. Naming follows Prometheus's conventions: every name starts with
 ``walqueue_``, counters end in ``_total``, durations are ``_seconds`` and
-sizes ``_bytes``; the only labels are a task's status and a server's op
-(a handful of values each, never a task id or a worker name).
+sizes ``_bytes``; the only labels are a task's status, a server's op and
+a queue's name (never a task id or a worker name). The queue label's
+cardinality is bounded: the first `MAX_QUEUE_LABELS` queues by name get
+their own series; any others are summed under ``queue="_other"`` (not a
+valid queue name, so it cannot collide with one).
 """
 
 from __future__ import annotations
@@ -14,7 +17,10 @@ import math
 from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
-__all__ = ["CONTENT_TYPE", "COUNTER_HELP", "exposition_name", "render"]
+__all__ = ["CONTENT_TYPE", "COUNTER_HELP", "MAX_QUEUE_LABELS", "exposition_name", "render"]
+
+#: At most this many queue names appear as a `queue` label; the rest are summed as ``_other``.
+MAX_QUEUE_LABELS: Final = 100
 
 CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -116,6 +122,29 @@ def _gauges(gauges: Mapping[str, Any], units_per_second: int) -> Iterator[str]:
             yield f"{name} {int(gauges[key])}"
 
 
+def _queue_gauges(queues: list[Mapping[str, Any]]) -> Iterator[str]:
+    """Per queue (lanes): its tasks by status, whether it is paused, its limits; bounded by `MAX_QUEUE_LABELS`."""
+    if not queues:
+        return
+    shown = sorted(queues, key=lambda q: q["name"])
+    rest, shown = shown[MAX_QUEUE_LABELS:], shown[:MAX_QUEUE_LABELS]
+    yield from _header("walqueue_queue_tasks", "gauge", "Tasks by queue and status (queue _other: the rest).")
+    for q in shown:
+        for status, count in sorted(q["counts"].items()):
+            yield f'walqueue_queue_tasks{{queue="{_label(q["name"])}",status="{_label(status)}"}} {int(count)}'
+    if rest:
+        for status in sorted(rest[0]["counts"]):
+            total = sum(int(q["counts"][status]) for q in rest)
+            yield f'walqueue_queue_tasks{{queue="_other",status="{_label(status)}"}} {total}'
+    yield from _header("walqueue_queue_paused", "gauge", "1 while a queue is paused.")
+    for q in shown:
+        yield f'walqueue_queue_paused{{queue="{_label(q["name"])}"}} {int(bool(q["paused"]))}'
+    yield from _header("walqueue_queue_concurrency_limit", "gauge", "A queue's concurrency limit (if it has one).")
+    for q in shown:
+        if q.get("concurrency") is not None:
+            yield f'walqueue_queue_concurrency_limit{{queue="{_label(q["name"])}"}} {int(q["concurrency"])}'
+
+
 def _histograms(histograms: Mapping[str, Any], requests: Mapping[str, Any]) -> Iterator[str]:
     for key, help_text in _HISTOGRAMS.items():
         if key in histograms:
@@ -164,6 +193,7 @@ def render(
     lines = [
         *_counters(metrics.get("counters", {})),
         *_gauges(metrics["gauges"], units_per_second),
+        *_queue_gauges(metrics.get("queues") or []),
         *_histograms(metrics.get("histograms", {}), metrics.get("request_seconds", {})),
         *_replica(metrics.get("replica") or {}),
     ]

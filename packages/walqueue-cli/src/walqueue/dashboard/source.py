@@ -147,8 +147,8 @@ class Source:
         return dict(self.backend.stats())
 
     def metrics(self, now: int) -> dict[str, Any]:
-        """The backend's `metrics(now=now)`, as a plain dict."""
-        return dict(self.backend.metrics(now=now))
+        """The backend's `metrics(now=now)` with each queue's settings and counts (lanes), as a plain dict."""
+        return {**self.backend.metrics(now=now), "queues": list(self.backend.queues())}
 
     def page(self, status: str, after: str | None, limit: int) -> Page:
         """Up to `limit` tasks with `status` whose id sorts after `after`, in id order."""

@@ -27,7 +27,18 @@ from typing import Any, Final
 
 from walqueue.engine.records import STATUSES
 from walqueue.engine.types import Lease, Task, WalQueueError, plain_lease
-from walqueue.engine.validate import check_error, check_int, check_name, check_payload, check_result, check_timeout
+from walqueue.engine.validate import (
+    check_error,
+    check_int,
+    check_name,
+    check_payload,
+    check_priority,
+    check_queue_name,
+    check_queues_filter,
+    check_rate,
+    check_result,
+    check_timeout,
+)
 
 __all__ = [
     "ANSWER_KINDS",
@@ -231,6 +242,40 @@ def _result(value: Any, what: str) -> Any:
 
 
 _JSON_ANY: Final[frozenset[type]] = frozenset({dict, list, str, int, float, bool, type(None)})
+
+
+# -- lanes: a queue, a priority, reserve's queues, a queue's settings ------------------------------
+
+
+def _queue_or_null(value: Any, what: str) -> str | None:
+    return None if value is None else check_queue_name(value, what)
+
+
+def _queues(value: Any, what: str) -> list[str] | None:
+    try:
+        names = check_queues_filter(value)
+    except (TypeError, ValueError) as error:
+        raise type(error)(f"{what}: {error}") from None
+    return None if names is None else list(names)
+
+
+def _limit_or_null(value: Any, what: str) -> int | None:
+    return None if value is None else check_int(value, what, 1)
+
+
+def _rate_or_null(value: Any, what: str) -> list[int] | None:
+    try:
+        return None if value is None else list(check_rate(value))
+    except (TypeError, ValueError) as error:
+        raise type(error)(f"{what}: {error}") from None
+
+
+def _flag(value: Any, what: str) -> bool:
+    if type(value) is not bool:
+        raise TypeError(f"{what} must be a bool, not {type(value).__name__}")
+    return value
+
+
 _JSON_INT: Final = frozenset({int})
 _JSON_STR: Final = frozenset({str})
 _JSON_OBJECT: Final = frozenset({dict})
@@ -265,6 +310,27 @@ KINDS: Final[dict[str, Kind]] = {
         Kind("status", _STATUS_CHOICES, frozenset({str, type(None)}), _field(_status), _status),
         Kind("timeout", "a number of seconds", frozenset({int, float}), _field(_timeout), _clamped_timeout),
         Kind("result", "any JSON value", _JSON_ANY, _field(_result), _result),
+        Kind("queue", "a queue name", _JSON_STR, _field(check_queue_name), check_queue_name, plain=True),
+        Kind(
+            "queue_or_null",
+            "a queue name or null",
+            frozenset({str, type(None)}),
+            _field(_queue_or_null),
+            _queue_or_null,
+        ),
+        Kind("priority", "an integer from -100 to 100", _JSON_INT, _field(check_priority), check_priority, plain=True),
+        Kind("queues", "an array of queue names or null", frozenset({list, type(None)}), _field(_queues), _queues),
+        Kind(
+            "limit_or_null",
+            "an integer >= 1 or null",
+            frozenset({int, type(None)}),
+            _field(_limit_or_null),
+            _limit_or_null,
+        ),
+        Kind(
+            "rate_or_null", "[n, window] or null", frozenset({list, type(None)}), _field(_rate_or_null), _rate_or_null
+        ),
+        Kind("flag", "true or false", frozenset({bool}), _field(_flag), _flag),
     )
 }
 
@@ -327,5 +393,6 @@ ANSWER_KINDS: Final[dict[str, AnswerKind]] = {
         AnswerKind("stats", dict, dict),
         AnswerKind("bool", _bool, _bool),
         AnswerKind("result_or_null", _optional(dict), _optional(dict)),
+        AnswerKind("objects", _list(dict), _list(dict)),
     )
 }

@@ -29,8 +29,8 @@ from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, Final
 
 from walqueue.engine import complete, ops
-from walqueue.engine.paging import check_page_args
-from walqueue.engine.records import check_status_filter
+from walqueue.engine.lanecalls import check_page, check_reserve, check_tasks
+from walqueue.engine.laneplans import UNCHANGED, check_configure_args
 from walqueue.engine.types import Lease, StaleLease, Task, plain_lease
 from walqueue.engine.validate import MAX_INT, check_error, check_int, check_name
 from walqueue.protocol.callkinds import ANSWER_KINDS, KINDS, MAX_WAIT_SECONDS, AnswerKind, BadArgument, Kind, describe
@@ -42,6 +42,7 @@ __all__ = [
     "CANCEL",
     "CLOCK",
     "COMPACT",
+    "CONFIGURE_QUEUE",
     "EXTEND",
     "FAIL",
     "GET",
@@ -50,6 +51,7 @@ __all__ = [
     "PAGE",
     "PUT",
     "PUT_MANY",
+    "QUEUES",
     "RELEASE",
     "REQUIRED",
     "REDRIVE",
@@ -284,6 +286,8 @@ _PUT_ARGS: Final = (
     _arg("key", "key", keyword=True, default=None),
     _arg("available_at", "time", keyword=True, default=0),
     _arg("max_attempts", "count", keyword=True, default=3),
+    _arg("queue", "queue", keyword=True, default="default"),
+    _arg("priority", "priority", keyword=True, default=0),
 )
 
 
@@ -320,6 +324,7 @@ _PUT_ITEMS: Final = Kind(
     "put_items", "an array of put objects", frozenset({list}), _put_items, _encode_put_items, many=True
 )
 
+_SETTINGS: Final = (("concurrency", "limit_or_null"), ("rate", "rate_or_null"), ("paused", "flag"))
 _LEASE_SETTLES: Final = (_arg("lease", "lease"), _arg("now", "time", keyword=True))
 #: The error a failure records, ``{"type": ..., "message": ...}`` (optional).
 _ERROR: Final = _arg("error", "error", keyword=True, default=None)
@@ -431,11 +436,12 @@ RESERVE: Final = Call[list[Lease]](
         _arg("now", "time", keyword=True),
         _arg("lease_seconds", "count", keyword=True),
         _arg("limit", "count", keyword=True, default=1),
+        _arg("queues", "queues", keyword=True, default=None),
     ),
     _answer("leases", "leases"),
     writes=True,
     # not retried (the default for a write): a retried reserve would lease twice
-    check=ops.validate_reserve_args,
+    check=check_reserve,
     summary="expire overdue leases, then lease up to limit due tasks",
 )
 ACK: Final = Call[None](
@@ -536,10 +542,10 @@ GET: Final = Call[Task | None](
 )
 TASKS: Final = Call[list[Task]](
     "tasks",
-    (_arg("status", "status", default=None),),
+    (_arg("status", "status", default=None), _arg("queue", "queue_or_null", keyword=True, default=None)),
     _answer("tasks", "tasks"),
     writes=False,
-    check=check_status_filter,  # Queue.tasks's own rule
+    check=check_tasks,  # Queue.tasks's own rules
     summary='every task, or those with status ("ready", "leased", "completed", "dead")',
 )
 STATS: Final = Call[dict[str, Any]](
@@ -566,11 +572,12 @@ PAGE: Final = Call[list[Task]](
         _arg("status", "status"),
         _arg("after", "cursor", keyword=True, default=None),
         _arg("limit", "count", keyword=True, default=100),
+        _arg("queue", "queue_or_null", keyword=True, default=None),
     ),
     _answer("tasks", "tasks"),
     writes=False,
     retry=True,
-    check=check_page_args,  # Queue.page's own rule, in its order
+    check=check_page,  # Queue.page's own rules, in its order
     summary="up to limit (at most 10,000) tasks with status, by id, after the id after",
 )
 WAIT: Final = Call[bool](
@@ -580,6 +587,18 @@ WAIT: Final = Call[bool](
     writes=False,
     blocks=True,
     summary=f"block until another client commits, or timeout seconds (at most {MAX_WAIT_SECONDS}) pass",
+)
+CONFIGURE_QUEUE: Final = Call[None](
+    "configure_queue",
+    (_arg("name", "queue"), *(_arg(n, k, keyword=True, default=UNCHANGED) for n, k in _SETTINGS)),
+    _answer(None),
+    writes=True,
+    # not retried (the default for a write): a retry could undo another client's change made in between
+    check=check_configure_args,
+    summary="a queue's concurrency, rate [n, window] and paused (omitted: unchanged; null: no limit)",
+)
+QUEUES: Final = Call[list[dict[str, Any]]](
+    "queues", (), _answer("queues", "objects"), writes=False, summary="every queue: settings, counts by status"
 )
 
 # -- calls added by format extensions (docs/FORMAT.md) --
@@ -617,5 +636,7 @@ CALLS: Final[Mapping[str, Call[Any]]] = {
         PAGE,
         WAIT,
         CLOCK,
+        CONFIGURE_QUEUE,
+        QUEUES,
     )  # fmt: skip
 }

@@ -66,3 +66,13 @@ class PutOptions(TypedDict, total=False):
     key: str | None
     available_at: int
     max_attempts: int
+    queue: str
+    priority: int
+
+
+class QueueSettings(TypedDict, total=False):
+    """`Queue.configure_queue`'s settings (omitted: unchanged; None: no limit), for both clients."""
+
+    concurrency: int | None
+    rate: tuple[int, int] | list[int] | None
+    paused: bool

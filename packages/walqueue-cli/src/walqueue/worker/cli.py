@@ -28,6 +28,7 @@ from typing import Any, Final
 
 from walqueue import WalQueueError
 from walqueue.engine.events import JsonLinesFormatter
+from walqueue.engine.validate import check_queues_filter
 from walqueue.format.cmdline import EX_USAGE, EXIT_CANNOT_OPEN, EXIT_FATAL, EXIT_OK, UsageParser, version_line
 from walqueue.serve.parentpipe import add_parent_pipe_argument, watch_parent
 from walqueue.worker.clock import MILLISECONDS
@@ -95,6 +96,9 @@ def _parser() -> UsageParser:
     parser.add_argument("--timeout", type=_seconds, metavar="S", help="a handler's time limit in seconds (none)")
     parser.add_argument("--schedule", metavar="FILE", help="periodic tasks: a TOML ([[task]]) or JSON file")
     parser.add_argument("--name", type=_worker_name, help="the worker name in leases (default HOST:PID)")
+    parser.add_argument(
+        "--queues", type=_queue_list, metavar="Q1,Q2", help="lease only from these queues (default: every queue)"
+    )
     parser.add_argument("--log-json", action="store_true", help="log JSON lines instead of text")
     parser.add_argument(
         "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="INFO: a line per task"
@@ -111,6 +115,14 @@ def _parser() -> UsageParser:
     add_summary_fd_argument(parser)  # set by the supervisor: a child sends it its counters, for one combined line
     parser.add_argument("--version", action="version", version=version_line(PROG))
     return parser
+
+
+def _queue_list(text: str) -> list[str]:
+    """An argparse type for ``--queues a,b``: the queue names, each checked as the engine checks one."""
+    try:
+        return list(check_queues_filter(text.split(",")) or ())
+    except (TypeError, ValueError) as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def _int_at_least(minimum: int) -> Callable[[str], int]:
@@ -343,6 +355,7 @@ def _run_here(directory: str | None, arguments: Any, handler: Callable[..., Any]
             grace=round(arguments.grace * MILLISECONDS),
             schedule=schedule,
             name=arguments.name,
+            queues=arguments.queues,
             hard_timeout=arguments.hard_timeout,
             summary_every=arguments.summary or None,
         )

@@ -48,6 +48,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from walqueue import Lease, Queue, QueueClosed, StaleLease
+from walqueue.engine.validate import check_queues_filter
 from walqueue.worker.clock import MILLISECONDS, Clock, ClockMismatch, agree_on_unit, milliseconds, seconds_until
 from walqueue.worker.completion import Completion, send_completion
 from walqueue.worker.forks import leave_if_forked
@@ -128,6 +129,7 @@ class Worker:
         name: str | None = None,
         hard_timeout: bool = False,
         summary_every: float | None = None,
+        queues: Iterable[str] | None = None,
     ) -> None:
         if not callable(handler):
             raise TypeError(f"the handler must be callable, not {handler!r}")
@@ -167,6 +169,9 @@ class Worker:
         self.name = name if name is not None else _default_name()
         self.hard_timeout = hard_timeout
         self.summary_every = summary_every
+        #: The queues this worker leases from (None: every queue); checked as `Queue.reserve` checks them.
+        self.queues = None if queues is None else list(check_queues_filter(list(queues)) or ())
+        self._lanes: dict[str, list[str]] = {} if self.queues is None else {"queues": self.queues}
         self.report = Report(self.name)
         self.fatal: BaseException | None = None  # what stopped the worker on its own, if anything
         self._stopping = threading.Event()  # no more reserves
@@ -332,11 +337,11 @@ class Worker:
         assert source is not None
         runs = self._pending.take_acks() if self._acks_ride_reserves else []
         if not runs:
-            return source.reserve(self.name, now=now, lease_seconds=self.lease, limit=room)
+            return source.reserve(self.name, now=now, lease_seconds=self.lease, limit=room, **self._lanes)
         calls = source.pipeline()  # type: ignore[attr-defined]  # a client's (`_acks_ride_reserves`)
         leases = [run.lease for run in runs]
         calls.ack_many(leases, now=now)
-        calls.reserve(self.name, now=now, lease_seconds=self.lease, limit=room)
+        calls.reserve(self.name, now=now, lease_seconds=self.lease, limit=room, **self._lanes)
         try:
             acked, reserved = calls.execute(raise_on_error=False)
         except Exception as error:  # noqa: BLE001 - the client closed, say: the acks' fate is the reserve's

@@ -40,7 +40,15 @@ from pathlib import Path
 from typing import Any
 
 from walqueue import KeyConflict
-from walqueue.engine.validate import MAX_INT, check_int, check_name, check_payload, check_record_fits
+from walqueue.engine.validate import (
+    MAX_INT,
+    check_int,
+    check_name,
+    check_payload,
+    check_priority,
+    check_queue_name,
+    check_record_fits,
+)
 from walqueue.format.canonical import canonical_str
 from walqueue.worker.clock import Clock, seconds_until
 from walqueue.worker.cron import Cron
@@ -72,6 +80,9 @@ class Periodic:
     cron: str | None = None
     missed: str = "once"
     max_attempts: int = 3
+    #: The lane of its firings (lanes): checked as `Queue.put` checks them.
+    queue: str = "default"
+    priority: int = 0
     _cron: Cron | None = field(init=False, repr=False, compare=False, default=None)
 
     def __post_init__(self) -> None:
@@ -87,6 +98,11 @@ class Periodic:
             raise ValueError(f"schedule entry {self.name!r:.80}: 'cron' is a str of 5 fields, not {self.cron!r:.80}")
         if type(self.missed) is not str or self.missed not in MISSED:
             raise ValueError(f"schedule entry {self.name!r:.80}: 'missed' is one of {MISSED}, not {self.missed!r:.80}")
+        try:
+            check_queue_name(self.queue)
+            check_priority(self.priority)
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"schedule entry {self.name!r:.80}: {error}") from None
         self._check_storable()
         if self.cron is not None:
             object.__setattr__(self, "_cron", Cron(self.cron))
@@ -205,7 +221,18 @@ class Scheduler:
         key = firing_key(entry.name, fire_time)
         there = self.source.get(key) is not None  # another scheduler (process, host) put it: its line, not ours
         try:
-            self.source.put(key, entry.payload, key=key, available_at=fire_time, max_attempts=entry.max_attempts)
+            if (entry.queue, entry.priority) == ("default", 0):  # a source without lanes works as before
+                self.source.put(key, entry.payload, key=key, available_at=fire_time, max_attempts=entry.max_attempts)
+            else:
+                self.source.put(
+                    key,
+                    entry.payload,
+                    key=key,
+                    available_at=fire_time,
+                    max_attempts=entry.max_attempts,
+                    queue=entry.queue,
+                    priority=entry.priority,
+                )
         except KeyConflict as error:
             log.warning(
                 "periodic %s: firing %s not enqueued: the entry changed since it was put (%s)", entry.name, key, error
@@ -244,7 +271,7 @@ def entries_from(data: Any, units_per_second: int) -> list[Periodic]:
     for number, item in enumerate(data, 1):
         if not isinstance(item, Mapping):
             raise ValueError(f"schedule entry {number} is not a table/object")
-        unknown = set(item) - {"name", "payload", "every", "cron", "missed", "max_attempts"}
+        unknown = set(item) - {"name", "payload", "every", "cron", "missed", "max_attempts", "queue", "priority"}
         if unknown:
             raise ValueError(f"schedule entry {number}: unknown field(s) {sorted(unknown)}")
         every = item.get("every")
@@ -262,6 +289,8 @@ def entries_from(data: Any, units_per_second: int) -> list[Periodic]:
                 cron=item.get("cron"),
                 missed=item.get("missed", "once"),
                 max_attempts=item.get("max_attempts", 3),
+                queue=item.get("queue", "default"),
+                priority=item.get("priority", 0),
             )
         )
     names = [entry.name for entry in entries]

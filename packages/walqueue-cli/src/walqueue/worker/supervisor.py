@@ -285,6 +285,8 @@ def _child_command(socket_path: str, spec: str, arguments: Any, *, schedule: boo
         command += ["--timeout", repr(arguments.timeout), "--hard-timeout"]
     if arguments.schedule is not None and schedule:
         command += ["--schedule", os.path.abspath(arguments.schedule)]
+    if arguments.queues is not None:
+        command += ["--queues", ",".join(arguments.queues)]
     if arguments.log_json:
         command.append("--log-json")
     return command

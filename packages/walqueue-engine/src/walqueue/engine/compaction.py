@@ -190,7 +190,7 @@ class SnapshotSource:
         if preimages is None:
             return
         for op in ops:
-            task_id = op.get("task")  # None: a store-level op (clock), which changes no record
+            task_id = op.get("task")  # None: a store-level op (clock) or a queue's settings (configure)
             if task_id is not None and task_id not in preimages:
                 preimages[task_id] = tasks.get(task_id)
 
@@ -199,7 +199,11 @@ class SnapshotSource:
         new, self._new = self._new, []  # unsorted: the snapshot's thread sorts it, run by run
         self._preimages = {}
         self._merged = []
-        return FrozenState(self, state.last_seq, len(state.tasks), state.tasks, new, state.clock, state.results_copy())
+        frozen = FrozenState(
+            self, state.last_seq, len(state.tasks), state.tasks, new, state.clock, state.results_copy()
+        )
+        frozen.queues = state.settings_json()  # a copy, as it is now (lanes)
+        return frozen
 
     def thaw(self, frozen: FrozenState, *, written: bool) -> None:
         """The snapshot of `frozen` is done (`written`) or abandoned: stop keeping pre-images."""
@@ -214,7 +218,7 @@ class SnapshotSource:
 class FrozenState:
     """The state at one sequence, as a snapshot reads it: every task's record in task-id order."""
 
-    __slots__ = ("_source", "seq", "count", "_tasks", "new", "clock", "_results")
+    __slots__ = ("_source", "seq", "count", "_tasks", "new", "clock", "_results", "queues")
 
     def __init__(
         self,
@@ -233,6 +237,8 @@ class FrozenState:
         self.count = count
         self._tasks = tasks
         self.new = new
+        #: The queues' settings at `seq` (lanes), for the header; empty: none.
+        self.queues: dict[str, Any] = {}
 
     def record_json(self, pause: Callable[[], None] | None = None, every: int = 16) -> Iterator[bytes]:
         """Each task's snapshot record, in task-id order, as it was at `seq`.
@@ -324,6 +330,7 @@ def write_frozen_snapshot(
         directory=directory,
         sync=sync,
         clock=frozen.clock,
+        queues=frozen.queues,
     )
     if sync:
         directory.fsync()

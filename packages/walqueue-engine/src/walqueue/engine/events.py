@@ -103,7 +103,7 @@ def before(ops: Sequence[Mapping[str, Any]], tasks: Mapping[str, Any]) -> dict[s
     """What a transaction's ops will take away: each existing task's holder and deadline (read before `apply`)."""
     held: dict[str, tuple[Any, Any]] = {}
     for op in ops:
-        record = tasks.get(op.get("task", ""))  # no task: a store-level op (clock)
+        record = tasks.get(op.get("task", ""))  # no task: a store-level op (clock, configure)
         if record is not None:
             held[op["task"]] = (record.worker, record.deadline)
     return held
@@ -192,7 +192,7 @@ def emit_transaction(
     last = {op["task"]: index for index, op in enumerate(ops) if "task" in op}
     for index, op in enumerate(ops):
         task_id = op.get("task")
-        if task_id is None:  # a store-level op (clock): no lifecycle event
+        if task_id is None:  # a store-level op (clock) or a queue's settings (configure): no task's event
             continue
         name = _KIND_EVENTS.get(op["op"])
         ends = last[task_id] == index

@@ -24,7 +24,7 @@ def check_invariants(indexes: Loaded, lookup_key: Callable[[str], str | None]) -
 
     `lookup_key` is the state's own, so that what readers are answered is checked too.
     """
-    tasks, key_owner, ready, leases, counts, dead, results = indexes
+    tasks, key_owner, ready, leases, counts, dead, results = indexes[:7]
 
     def require(condition: bool, what: str) -> None:
         if not condition:
@@ -63,5 +63,28 @@ def check_invariants(indexes: Loaded, lookup_key: Callable[[str], str | None]) -
     require(dead_ids == dead, "the set of dead tasks differs from the records")
     custom_keys = sum(1 for record in tasks.values() if record.key != record.task_id)
     require(len(key_owner) == custom_keys, "the key index holds keys of no task")
-    for heap, live, name in ((ready, found[READY], "ready"), (leases, found[LEASED], "lease")):
-        require(pruned(heap, tasks, live) is heap, f"the {name} heap holds too many stale entries")
+    require(pruned(leases, tasks, found[LEASED]) is leases, "the lease heap holds too many stale entries")
+    lanes = indexes.lanes
+    if lanes is not None:  # each lane: its live count, its bound on stale entries, its seat
+        for q in lanes.iter_queues():
+            for lane in q.lanes.values():
+                live = [e for e in lane.heap if tasks[e[1]].entry is e]
+                require(
+                    lane.live == len(live), f"lane ({q.name}, {lane.priority}) counts {lane.live} live, not {len(live)}"
+                )
+                require(len(lane.heap) <= 2 * lane.live + 64, f"lane ({q.name}, {lane.priority}) is not pruned")
+                require(
+                    all(tasks[e[1]].queue == q.name and tasks[e[1]].priority == lane.priority for e in live),
+                    f"lane ({q.name}, {lane.priority}) holds another lane's task",
+                )
+                head = min(live, default=None)
+                seat = lane.entry
+                require(
+                    seat is None if (head is None or q.blocked()) else (seat is not None and seat[-3:-1] == head),
+                    f"lane ({q.name}, {lane.priority}) is seated by {seat and seat[-3:-1]}, not its head {head}",
+                )
+            found_q = dict.fromkeys(STATUSES, 0)
+            for record in tasks.values():
+                if record.queue == q.name:
+                    found_q[record.status] += 1
+            require(found_q == q.counts, f"queue {q.name} counts {q.counts}, not {found_q}")

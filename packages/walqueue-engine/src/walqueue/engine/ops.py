@@ -22,12 +22,17 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from collections.abc import Set as AbstractSet
 
-from walqueue.engine.optable import INT_JSON_MAX, Op, OpKind
+from walqueue.engine.laneplans import lane_fields, stamp_lease_times
+from walqueue.engine.optable import Op, OpKind
 from walqueue.engine.records import check_error_fits
 from walqueue.engine.state import LEASED, OP_KINDS, State, identity_digest
 from walqueue.engine.tracebacks import traceback_op
+from walqueue.engine.txsize import fixed_size as _fixed_size
+from walqueue.engine.txsize import surely_fits as _surely_fits
+from walqueue.engine.txsize import transaction_size
 from walqueue.engine.types import KeyConflict, Lease, StaleLease, WrongStatus, plain_lease
 from walqueue.engine.validate import (
+    DEFAULT_QUEUE,
     ERROR_MESSAGE_BYTES,
     ERROR_TYPE_BYTES,
     FITTING_PAYLOAD_BYTES,
@@ -76,11 +81,6 @@ _FAIL = OP_KINDS["fail"]
 _ERROR = OP_KINDS["error"]
 
 Error = tuple[str, ...]  #: as `validate.check_error` returns it: (type, message[, traceback]), not yet cut
-
-#: What a transaction body ``{"ops":[...],"seq":S}`` costs besides its ops, their commas and S's digits.
-_TX_FIXED = len(b'{"ops":[],"seq":}')
-#: The same, whatever its sequence.
-_FIXED_WORST = _TX_FIXED + INT_JSON_MAX
 
 
 class Plan:
@@ -146,6 +146,8 @@ def put_op(
     available_at: object = 0,
     max_attempts: object = 3,
     build: bool = True,
+    queue: object = DEFAULT_QUEUE,
+    priority: object = 0,
 ) -> Op:
     """Validate the arguments of `Queue.put` (`TypeError`/`ValueError`) and build the put's op.
 
@@ -167,6 +169,7 @@ def put_op(
         "max_attempts": max_attempts,
     }
     _PUT.check_fields(op)  # key, available_at and max_attempts, as the table declares them
+    lane_fields(op, queue, priority)  # each written only when it differs from its default
     payload_json = check_payload(payload)
     task_json = canonical_str(task_id)
     key_json = task_json if key is None or key == task_id else canonical_str(op["key"])
@@ -176,19 +179,21 @@ def put_op(
         return op
     op["payload"] = _EncodedPayload(
         payload_json,
-        identity_digest(task_json, payload_json, available_at, max_attempts),  # type: ignore[arg-type]  # checked
+        identity_digest(task_json, payload_json, available_at, max_attempts, queue, priority),  # type: ignore[arg-type]
         _PUT.splice(
             available_at=available_at,
             key=key_json,
             max_attempts=max_attempts,
             payload=payload_json,
             task=task_json,
+            queue=canonical_str(op["queue"]) if "queue" in op else None,
+            priority=op.get("priority"),
         ),
     )
     return op
 
 
-_PUT_ARGUMENTS = frozenset({"task_id", "payload", "key", "available_at", "max_attempts"})
+_PUT_ARGUMENTS = frozenset({"task_id", "payload", "key", "available_at", "max_attempts", "queue", "priority"})
 
 
 def put_op_from_mapping(item: object, build: bool = True) -> Op:
@@ -215,6 +220,8 @@ def put_op_from_mapping(item: object, build: bool = True) -> Op:
         available_at=item.get("available_at", 0),
         max_attempts=item.get("max_attempts", 3),
         build=build,
+        queue=item.get("queue", DEFAULT_QUEUE),
+        priority=item.get("priority", 0),
     )
 
 
@@ -280,31 +287,12 @@ def _is_new(
         if known_identity != identity:
             raise KeyConflict(
                 f"item {index}: key {key!r:.100} is already used by a different request"
-                " (task id, payload, available_at or max_attempts differ)"
+                " (task id, payload, available_at, max_attempts, queue or priority differ)"
             )
         return False
     if task_id in state.tasks or task_id in planned_ids:
         raise KeyConflict(f"item {index}: task {task_id!r:.100} already exists under another key")
     return True
-
-
-def transaction_size(op_sizes: Iterable[int], seq: int) -> int:
-    """The exact size of the body ``{"ops":[op,...],"seq":S}`` whose ops encode to `op_sizes` bytes."""
-    count = total = 0
-    for size in op_sizes:
-        total += size
-        count += 1
-    return _fixed_size(seq) + total + max(count - 1, 0)
-
-
-def _fixed_size(seq: int) -> int:
-    """What a transaction body costs before its ops (and the commas between them)."""
-    return _TX_FIXED + len(str(seq))
-
-
-def _surely_fits(count: int, op_max: int | None, max_frame_bytes: int) -> bool:
-    """Whether `count` ops of at most `op_max` bytes surely fit in one frame, whatever the sequence."""
-    return op_max is not None and _FIXED_WORST + count * (op_max + 1) <= max_frame_bytes
 
 
 def plan_reap(
@@ -376,8 +364,9 @@ def plan_lease(
     *,
     max_frame_bytes: int = MAX_FRAME_BYTES,
     _checked: bool = False,
+    queues: tuple[str, ...] | None = None,
 ) -> Plan:
-    """Lease ops for up to `limit` ready tasks with ``available_at <= now``, in (available_at, task id) order.
+    """Lease ops for up to `limit` ready tasks with ``available_at <= now``, best first (`State.peek_ready`).
 
     Deadline ``now + lease_seconds``, or the end of time (`MAX_INT`) if
     that is sooner, generation one more than the task's.
@@ -402,8 +391,9 @@ def plan_lease(
             "generation": tasks[task_id].generation + 1,
             "deadline": deadline,
         }
-        for task_id in state.peek_ready(now, limit)
+        for task_id in state.peek_ready(now, limit, queues)
     ]
+    stamp_lease_times(state, planned, now)
     encode = _LEASE.encode
     lease_json = [encode(op) for op in planned]
     if _surely_fits(len(planned), _LEASE.max_json, max_frame_bytes):

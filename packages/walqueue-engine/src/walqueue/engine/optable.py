@@ -31,6 +31,8 @@ from walqueue.engine.validate import (
     check_error_type,
     check_int,
     check_name,
+    check_priority,
+    check_queue_name,
     check_traceback,
 )
 from walqueue.format.canonical import canonical_str
@@ -63,6 +65,12 @@ class Field(enum.Enum):
     TRACEBACK = "traceback"
     #: A task's result (any JSON value): checked by its transition; planned ops carry it encoded.
     RESULT = "result"
+    #: A queue name (`check_queue_name`): a put's queue, a configure op's subject.
+    QUEUE = "queue"
+    #: A priority (`check_priority`): an int in MIN_PRIORITY..MAX_PRIORITY, possibly negative.
+    PRIORITY = "priority"
+    #: A flag that is only ever written as ``true`` (it is omitted when false).
+    TRUE = "true"
 
 
 #: The least value of each int kind (`check_int`'s `minimum`).
@@ -78,6 +86,9 @@ _PLACEHOLDER: dict[Field, tuple[bytes, int | None]] = {
     Field.ERROR_MESSAGE: (b"%b", 6 * ERROR_MESSAGE_BYTES + 2),
     Field.TRACEBACK: (b"%b", 6 * TRACEBACK_BYTES + 2),
     Field.RESULT: (b"%b", MAX_RESULT_BYTES),
+    Field.QUEUE: (b"%b", 66),
+    Field.PRIORITY: (b"%d", 4),
+    Field.TRUE: (b"true", 4),
 }
 
 #: The check of each str kind besides a name, by the name the generated `check_fields` calls it.
@@ -85,6 +96,31 @@ _TEXT_CHECKS: dict[Field, str] = {
     Field.ERROR_TYPE: "check_error_type",
     Field.ERROR_MESSAGE: "check_error_message",
     Field.TRACEBACK: "check_traceback",
+    Field.QUEUE: "check_queue_name",
+    Field.PRIORITY: "check_priority",
+    Field.TRUE: "check_true",
+}
+
+
+def check_true(value: object, what: str) -> None:
+    """A flag field holds exactly ``true`` (a false flag is omitted, never written)."""
+    if value is not True:
+        raise ValueError(f"{what} must be true when present (false is written by omitting it), not {value!r:.80}")
+
+
+#: How each kind's value is spliced by `encode` (``{!r}`` is the field's name).
+_SPLICED = {
+    Field.NAME: "canonical_str(op[{!r}])",
+    Field.INT: "op[{!r}]",
+    Field.POSITIVE_INT: "op[{!r}]",
+    Field.PAYLOAD: "op[{!r}].canonical",
+    Field.ERROR_TYPE: "canonical_str(op[{!r}])",
+    Field.ERROR_MESSAGE: "canonical_str(op[{!r}])",
+    Field.TRACEBACK: "canonical_str(op[{!r}])",
+    Field.RESULT: "op[{!r}].canonical",
+    Field.QUEUE: "canonical_str(op[{!r}])",
+    Field.PRIORITY: "op[{!r}]",
+    Field.TRUE: "op[{!r}]",
 }
 
 
@@ -126,6 +162,13 @@ class OpKind:
     #: A store-level kind: its ops name no task and change a setting of the store, not a record
     #: (`from_status` is then None and unused; the transition returns the setting's new value).
     store: bool = field(default=False, kw_only=True)
+    #: Fields written only when they differ from their default, as (name, kind, default): an op that does
+    #: not use them is byte for byte what a version without them writes (docs/FORMAT.md, lanes).
+    optional: tuple[tuple[str, Field, object], ...] = ()
+    #: The field that names what the op changes, and its kind: a task for every kind but a queue's settings.
+    subject: tuple[str, Field] = ("task", Field.NAME)
+    #: Every key an op of this kind may have (`keys` plus the optional fields).
+    all_keys: frozenset[str] = field(init=False, repr=False)
     #: The statuses `from_status` allows, as a set (None: the op creates its task).
     statuses: frozenset[str] | None = field(init=False, repr=False)
     #: The exact key set of an op of this kind.
@@ -154,66 +197,62 @@ class OpKind:
     check_fields: Callable[[Op], None] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
+        subject, subject_kind = self.subject
         kinds = dict(self.fields)
-        if len(kinds) != len(self.fields) or {"op", "task"} & kinds.keys():
-            raise ValueError(f"op kind {self.name}: fields must be unique and exclude op and task")
-        if not all(name.isidentifier() and not keyword.iskeyword(name) for name in kinds):
-            raise ValueError(f"op kind {self.name}: field names must be Python identifiers (splice takes them)")
-        if not self.store:
-            kinds["task"] = Field.NAME
-        parts: list[bytes] = []
-        size: int | None = 0
-        order = sorted([*kinds, "op"])
-        for index, name in enumerate(order):
-            prefix = b"%s%s:" % (b"," if index else b"{", canonical_str(name))
-            parts.append(prefix)
+        optional = {name: (kind, default) for name, kind, default in self.optional}
+        _check_declaration(self.name, subject, kinds, optional, len(self.fields))
+        if not self.store:  # a store-level kind's ops name nothing but their setting (clock)
+            kinds[subject] = subject_kind
+        parts: list[bytes] = [b"{"]
+        size: int | None = 1
+        order = sorted([*kinds, *optional, "op"])
+        encode_values: list[str] = []
+        splice_values: list[str] = []
+        started = False  # whether a required member (always one: op) is already in the template
+        for name in order:
             value_max: int | None
+            if name in optional:  # one %b: the member's whole text, or nothing at its default (omitted)
+                encoded, spliced, member_max = _optional_member(name, optional[name][0], started)
+                parts.append(b"%b")
+                encode_values.append(encoded)
+                splice_values.append(spliced)
+                size = None if size is None or member_max is None else size + member_max
+                continue
+            prefix = b"%s%s:" % (b"," if started else b"", canonical_str(name))
+            started = True
+            parts.append(prefix)
             if name == "op":
-                text = canonical_str(self.name)
-                parts.append(text.replace(b"%", b"%%"))
-                value_max = len(text)
+                text_bytes = canonical_str(self.name)
+                parts.append(text_bytes.replace(b"%", b"%%"))
+                value_max = len(text_bytes)
             else:
                 placeholder, value_max = _PLACEHOLDER[kinds[name]]
                 parts.append(placeholder)
+                if kinds[name] is not Field.TRUE:
+                    encode_values.append(_SPLICED[kinds[name]].format(name))
+                    splice_values.append(name)
             size = None if size is None or value_max is None else size + len(prefix) + value_max
         parts.append(b"}")
         values = [name for name in order if name != "op"]
-        spliced = {
-            Field.NAME: "canonical_str(op[{!r}])",
-            Field.INT: "op[{!r}]",
-            Field.POSITIVE_INT: "op[{!r}]",
-            Field.PAYLOAD: "op[{!r}].canonical",
-            Field.ERROR_TYPE: "canonical_str(op[{!r}])",
-            Field.ERROR_MESSAGE: "canonical_str(op[{!r}])",
-            Field.TRACEBACK: "canonical_str(op[{!r}])",
-            Field.RESULT: "op[{!r}].canonical",
-        }
-        encode_line = "return template % ({},)".format(", ".join(spliced[kinds[v]].format(v) for v in values))
-        splice_line = "return template % ({},)".format(", ".join(values))
-        check_lines = [f"check_name(op[{n!r}], {n!r})" for n, kind in self.fields if kind is Field.NAME]
-        check_lines += [f"{_TEXT_CHECKS[kind]}(op[{n!r}], {n!r})" for n, kind in self.fields if kind in _TEXT_CHECKS]
-        ints = [(n, _MINIMUM[kind]) for n, kind in self.fields if kind in _MINIMUM]
-        if ints:  # one test for all of them, each value fetched once; `check_int` names the flaw once it failed
-            check_lines += [f"value{i} = op[{n!r}]" for i, (n, _) in enumerate(ints)]
-            test = " and ".join(
-                f"type(value{i}) is int and {low} <= value{i} <= MAX_INT" for i, (_, low) in enumerate(ints)
-            )
-            check_lines += [
-                f"if not ({test}):",
-                *(f"    check_int(value{i}, {n!r}, {low})" for i, (n, low) in enumerate(ints)),
-            ]
+        encode_line = "return template % ({},)".format(", ".join(encode_values))
+        splice_line = "return template % ({},)".format(", ".join(splice_values))
+        parameters = [name for name in values if name not in optional] + [
+            f"{name}=None" for name in values if name in optional
+        ]
+        check_lines = _check_source(self.fields, optional)
         template = b"".join(parts)
         setter = object.__setattr__
         allowed = self.from_status
         setter(
             self, "statuses", None if allowed is None else frozenset((allowed,) if type(allowed) is str else allowed)
         )
-        setter(self, "keys", frozenset(order))
+        setter(self, "keys", frozenset(order) - optional.keys())
+        setter(self, "all_keys", frozenset(order))
         setter(self, "template", template)
         setter(self, "max_json", None if size is None else size + 1)
         namespace = {"template": template, "canonical_str": canonical_str}
         setter(self, "encode", _compile("encode", "op", [encode_line], namespace))
-        setter(self, "splice", _compile("splice", "*, " + ", ".join(values), [splice_line], namespace))
+        setter(self, "splice", _compile("splice", "*, " + ", ".join(parameters), [splice_line], namespace))
         setter(
             self,
             "check_fields",
@@ -227,7 +266,70 @@ class OpKind:
                     "check_error_type": check_error_type,
                     "check_error_message": check_error_message,
                     "check_traceback": check_traceback,
+                    "check_queue_name": check_queue_name,
+                    "check_priority": check_priority,
+                    "check_true": check_true,
                     "MAX_INT": MAX_INT,
                 },
             ),
         )
+
+
+def _optional_member(name: str, kind: Field, started: bool) -> tuple[str, str, int | None]:
+    """An optional field's member: its `encode` and `splice` expressions and its worst-case size.
+
+    The member carries its own comma: before it once a required member is
+    in the template, after it (the next member then starts without one) if
+    it comes first.
+    """
+    key = canonical_str(name)
+    pre, post = (b"," + key + b":", b"") if started else (key + b":", b",")
+    value_max = _PLACEHOLDER[kind][1]
+    text = "b'true'" if kind is Field.TRUE else "b'%d' % {}" if kind in _NUMBERS else "canonical_str({})"
+    encoded = f"({pre!r} + {text.format(f'op[{name!r}]')} + {post!r}) if {name!r} in op else b''"
+    spliced_text = text.replace("canonical_str({})", "{}").format(name)
+    spliced = f"({pre!r} + {spliced_text} + {post!r}) if {name} is not None else b''"
+    return encoded, spliced, None if value_max is None else len(key) + 2 + value_max
+
+
+_NUMBERS = frozenset({Field.INT, Field.POSITIVE_INT, Field.PRIORITY})
+
+
+def _check_source(fields: tuple[tuple[str, Field], ...], optional: dict[str, tuple[Field, object]]) -> list[str]:
+    """The lines of a kind's generated `check_fields` (see `OpKind.check_fields`)."""
+    check_lines = [f"check_name(op[{n!r}], {n!r})" for n, kind in fields if kind is Field.NAME]
+    check_lines += [f"{_TEXT_CHECKS[kind]}(op[{n!r}], {n!r})" for n, kind in fields if kind in _TEXT_CHECKS]
+    for n, (kind, default) in optional.items():  # present only when it differs from its default
+        check = (
+            f"check_int(op[{n!r}], {n!r}, {_MINIMUM[kind]})"
+            if kind in _MINIMUM
+            else f"{_TEXT_CHECKS[kind]}(op[{n!r}], {n!r})"
+        )
+        message = f"{n} is omitted at its default {default!r}, never written"
+        check_lines += [
+            f"if {n!r} in op:",
+            f"    {check}",
+            f"    if op[{n!r}] == {default!r}:",
+            f"        raise ValueError({message!r})",
+        ]
+    ints = [(n, _MINIMUM[kind]) for n, kind in fields if kind in _MINIMUM]
+    if ints:  # one test for all of them, each value fetched once; `check_int` names the flaw once it failed
+        check_lines += [f"value{i} = op[{n!r}]" for i, (n, _) in enumerate(ints)]
+        test = " and ".join(
+            f"type(value{i}) is int and {low} <= value{i} <= MAX_INT" for i, (_, low) in enumerate(ints)
+        )
+        check_lines += [
+            f"if not ({test}):",
+            *(f"    check_int(value{i}, {n!r}, {low})" for i, (n, low) in enumerate(ints)),
+        ]
+    return check_lines
+
+
+def _check_declaration(
+    name: str, subject: str, kinds: dict[str, Field], optional: dict[str, tuple[Field, object]], count: int
+) -> None:
+    """`ValueError` unless a kind's field names are unique, exclude op and its subject, and are identifiers."""
+    if len(kinds) != count or {"op", subject} & (kinds.keys() | optional.keys()) or kinds.keys() & optional.keys():
+        raise ValueError(f"op kind {name}: fields must be unique and exclude op and {subject}")
+    if not all(field.isidentifier() and not keyword.iskeyword(field) for field in [*kinds, *optional]):
+        raise ValueError(f"op kind {name}: field names must be Python identifiers (splice takes them)")

@@ -39,6 +39,7 @@ import os
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Mapping
+from functools import partial
 from typing import Any
 
 from walqueue.engine import clockunit, complete, events, ops, paging
@@ -46,13 +47,14 @@ from walqueue.engine.autocompact import Compactor
 from walqueue.engine.callguard import OPEN_GUARDS, Batch, CallGuard
 from walqueue.engine.commits import CommitNotices
 from walqueue.engine.durability import Durability
+from walqueue.engine.lanecalls import LaneCalls
 from walqueue.engine.metrics import Metrics, MetricsReading, RequestSeconds
 from walqueue.engine.ownership import DirectoryLock
 from walqueue.engine.recovery import recover
 from walqueue.engine.replication import ReplicationSeat
 from walqueue.engine.state import OP_KINDS, apply
 from walqueue.engine.types import Lease, QueueClosed, ReentrantCall, Stats, Status, Task, plain_lease
-from walqueue.engine.validate import check_error, check_queue_options, check_timeout
+from walqueue.engine.validate import check_error, check_queue_options, check_queues_filter, check_timeout
 from walqueue.engine.wal import Hook, append_with_phases, no_hook
 from walqueue.format.canonical import parse_json
 from walqueue.format.directory import StoreDirectory, make_directories
@@ -65,7 +67,7 @@ log = logging.getLogger("walqueue")
 DEFAULT_COMPACT_BYTES = 64 * 2**20
 
 
-class Queue:
+class Queue(LaneCalls):
     """A durable task queue that owns one directory.
 
     ``Queue(directory, *, hook=None, sync=True, compact_bytes=64 * 2**20)``
@@ -270,6 +272,8 @@ class Queue:
         key: str | None = None,
         available_at: int = 0,
         max_attempts: int = 3,
+        queue: str = "default",
+        priority: int = 0,
     ) -> str:
         """Create a ready task and return `task_id`; an identical retry returns it and writes nothing.
 
@@ -277,7 +281,8 @@ class Queue:
         `payload` must be a JSON object (a `dict` of plain JSON values);
         `available_at` (int >= 0) is the earliest `now` a reserve may lease
         it; `max_attempts` (int >= 1) the number of leases before it dies.
-        A completed or dead task is never resurrected.
+        A completed or dead task is never resurrected. `queue` (a name) and
+        `priority` (-100..100, higher first) place it in a lane (docs/guide/lanes.md).
 
         Raises `KeyConflict` (a known key with another task id, payload,
         `available_at` or `max_attempts`, or a known task id under a new key),
@@ -287,7 +292,15 @@ class Queue:
         """
         self._check_open()
         # Validation reads only the caller's values: done before the lock is taken.
-        op = ops.put_op(task_id, payload, key=key, available_at=available_at, max_attempts=max_attempts)
+        op = ops.put_op(
+            task_id,
+            payload,
+            key=key,
+            available_at=available_at,
+            max_attempts=max_attempts,
+            queue=queue,
+            priority=priority,
+        )
         with self._guard:
             plan = ops.plan_put(self._state, op)
             if plan is not None:
@@ -318,14 +331,16 @@ class Queue:
             self._metrics.duplicate_puts += len(put_ops) - len(plan.ops)
             return task_ids
 
-    def reserve(self, worker: str, *, now: int, lease_seconds: int, limit: int = 1) -> list[Lease]:
+    def reserve(
+        self, worker: str, *, now: int, lease_seconds: int, limit: int = 1, queues: list[str] | None = None
+    ) -> list[Lease]:
         """Expire overdue leases (one transaction), then lease up to `limit` due tasks (another).
 
         A leased task whose deadline is ``<= now`` becomes ready again (at its
         old deadline) or dead when it used up `max_attempts`. Then up to
         `limit` ready tasks with ``available_at <= now`` are leased to
-        `worker` until ``now + lease_seconds``, in ``(available_at, task_id)``
-        order; each lease increments the task's `attempts` and `generation`.
+        `worker` until ``now + lease_seconds``, higher priority first, then ``(available_at, task_id)``,
+        from `queues` (None: all) within each queue's limits; each lease increments `attempts` and `generation`.
         Returns the leases (an empty list when nothing is due).
 
         Raises `TypeError`/`ValueError` (bad arguments), `QueueClosed`.
@@ -334,11 +349,12 @@ class Queue:
         """
         self._check_open()
         ops.validate_reserve_args(worker, now, lease_seconds, limit)
+        names = check_queues_filter(queues)
         with self._guard:
             for reap in ops.plan_reap(self._state, now, self._state.last_seq + 1, _checked=True):
                 self._commit(reap)
             lease = ops.plan_lease(
-                self._state, worker, now, lease_seconds, limit, self._state.last_seq + 1, _checked=True
+                self._state, worker, now, lease_seconds, limit, self._state.last_seq + 1, _checked=True, queues=names
             )
             if not lease.ops:
                 return []
@@ -575,17 +591,17 @@ class Queue:
         with self._guard:
             return self._state.get_task(task_id)
 
-    def tasks(self, status: Status | None = None) -> list[Task]:
+    def tasks(self, status: Status | None = None, *, queue: str | None = None) -> list[Task]:
         """Every task, or every task with `status`, ordered by task id. Writes nothing.
 
         `status` is one of ``"ready"``, ``"leased"``, ``"completed"``,
         ``"dead"`` (typed as `walqueue.Status`), or ``None`` for all; anything
-        else raises `ValueError`. `QueueClosed` once closed.
+        else raises `ValueError`; `queue` keeps only that queue's tasks. `QueueClosed` once closed.
 
         Example: ``for task in queue.tasks("dead"): print(task.task_id)``  (the dead letters)
         """
         with self._guard:
-            return self._state.list_tasks(status)
+            return self._state.list_tasks(status, queue)
 
     def stats(self) -> Stats:
         """Counts per status and the log's position, as a `walqueue.Stats` dict. Writes nothing.
@@ -618,12 +634,15 @@ class Queue:
         with self._guard:  # the dead count with the counters: `deaths` is derived from both
             return self._metrics.reading(stats, now, self._state, self._guard, self._compactor)
 
-    def page(self, status: Status, *, after: str | None = None, limit: int = 100) -> list[Task]:
+    def page(
+        self, status: Status, *, after: str | None = None, limit: int = 100, queue: str | None = None
+    ) -> list[Task]:
         """Up to `limit` (1 to 10,000) tasks with `status` whose ids sort after `after`, by id: a bounded `tasks`.
 
         Writes nothing; the lock is held only to copy an index and build the page (engine/paging.py). Example:
         ``page = queue.page("dead", limit=50); next_page = queue.page("dead", after=page[-1].task_id)``"""
-        return paging.read_page(self._guard, self._state.status_index, self._state.tasks, status, after, limit)
+        index_of = partial(self._state.status_index, queue=queue)  # `queue`: only that queue's tasks
+        return paging.read_page(self._guard, index_of, self._state.tasks, status, after, limit)
 
     @property
     def last_seq(self) -> int:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from walqueue.engine.types import LastError, Task, WalQueueError
-from walqueue.engine.validate import LAST_ERROR_ROOM, check_last_error_fits, cut_text
+from walqueue.engine.validate import DEFAULT_QUEUE, LAST_ERROR_ROOM, check_last_error_fits, cut_text
 from walqueue.format.canonical import canonical_json, canonical_str, parse_json
 
 __all__ = [
@@ -81,29 +81,53 @@ class InvalidTransaction(WalQueueError, ValueError):
     """
 
 
-def request_identity(task_id: str, payload_json: bytes, available_at: int, max_attempts: int) -> bytes:
+def request_identity(
+    task_id: str,
+    payload_json: bytes,
+    available_at: int,
+    max_attempts: int,
+    queue: str = DEFAULT_QUEUE,
+    priority: int = 0,
+) -> bytes:
     """SHA-256 of the canonical JSON of a put's identity (CONTRACT §2).
 
     The identity object is ``{"available_at":A,"max_attempts":M,"payload":P,
-    "task":T}``; two puts are identical iff these bytes are.
+    "task":T}``, with ``"priority"`` and ``"queue"`` only when they differ
+    from 0 and ``"default"`` (so a put without lanes has today's identity);
+    two puts are identical iff these bytes are.
     """
-    return identity_digest(canonical_json(task_id), payload_json, available_at, max_attempts)
+    return identity_digest(canonical_json(task_id), payload_json, available_at, max_attempts, queue, priority)
 
 
-def identity_digest(task_json: bytes, payload_json: bytes, available_at: int, max_attempts: int) -> bytes:
+def identity_digest(
+    task_json: bytes,
+    payload_json: bytes,
+    available_at: int,
+    max_attempts: int,
+    queue: str = DEFAULT_QUEUE,
+    priority: int = 0,
+) -> bytes:
     """`request_identity` from the already-canonical task id and payload bytes.
 
     Splices them into the identity object (keys in sorted order) instead of
     encoding the payload a second time; the tests prove it byte-equal to
     `canonical_json` of that object.
     """
-    text = b'{"available_at":%d,"max_attempts":%d,"payload":%b,"task":%b}' % (
+    text = b'{"available_at":%d,"max_attempts":%d,"payload":%b,%b"task":%b}' % (
         available_at,
         max_attempts,
         payload_json,
+        lane_members(queue, priority),
         task_json,
     )
     return hashlib.sha256(text).digest()
+
+
+def lane_members(queue: str, priority: int) -> bytes:
+    """``"priority":N,"queue":Q,`` with each member omitted at its default (0, ``"default"``): b"" for both."""
+    if queue is DEFAULT_QUEUE or queue == DEFAULT_QUEUE:
+        return b"" if priority == 0 else b'"priority":%d,' % priority
+    return b'%b"queue":%b,' % (b"" if priority == 0 else b'"priority":%d,' % priority, canonical_str(queue))
 
 
 def decode_payload(digest_and_payload: bytes) -> Any:
@@ -142,6 +166,9 @@ class _RecordView:
     last_error: ErrorFields | None
     #: The last error's traceback (the "traceback" op, a format extension); None: none recorded.
     traceback: str | None = None
+    #: The task's queue and priority (lanes): the shared DEFAULT_QUEUE string and 0 unless put elsewhere.
+    queue: str = DEFAULT_QUEUE
+    priority: int = 0
 
     def fields(self) -> tuple[object, ...]:
         """Everything that is state (not `entry`, which is only an index position)."""
@@ -158,6 +185,8 @@ class _RecordView:
             self.deadline,
             self.last_error,
             self.traceback,
+            self.queue,
+            self.priority,
         )
 
     @property
@@ -183,6 +212,8 @@ class _RecordView:
             worker=self.worker,
             deadline=self.deadline,
             last_error=None if self.last_error is None else LastError(*self.last_error, traceback=self.traceback),
+            queue=self.queue,
+            priority=self.priority,
         )
 
     def record_json(self) -> bytes:
@@ -195,7 +226,7 @@ class _RecordView:
         worker = self.worker
         return (
             b'{"attempts":%d,"available_at":%d,"deadline":%b,"generation":%d,"identity":"%b","key":%b,%b'
-            b'"max_attempts":%d,"payload":%b,"status":"%b","task":%b,%b"worker":%b}'
+            b'"max_attempts":%d,"payload":%b,%b"status":"%b","task":%b,%b"worker":%b}'
             % (
                 self.attempts,
                 self.available_at,
@@ -206,6 +237,7 @@ class _RecordView:
                 b"" if self.last_error is None else b'"last_error":%b,' % last_error_json(self.last_error),
                 self.max_attempts,
                 self.payload_json(),
+                lane_members(self.queue, self.priority),
                 self.status.encode("ascii"),
                 canonical_str(self.task_id),
                 b"" if self.traceback is None else b'"traceback":%b,' % canonical_str(self.traceback),
@@ -273,31 +305,47 @@ class Tombstone(_RecordView, bytes):
 
     @classmethod
     def of(
-        cls, task_id: str, key: str, digest: bytes, available_at: int, max_attempts: int, attempts: int, generation: int
+        cls,
+        task_id: str,
+        key: str,
+        digest: bytes,
+        available_at: int,
+        max_attempts: int,
+        attempts: int,
+        generation: int,
+        queue: str = DEFAULT_QUEUE,
+        priority: int = 0,
     ) -> Tombstone:
+        """Pack a completed task; a lane other than the default adds `` <priority> <queue length>`` and the queue."""
         if generation != attempts:
             raise ValueError(f"generation {generation} differs from attempts {attempts}")
         if len(digest) != DIGEST_BYTES:
             raise ValueError(f"an identity digest has {DIGEST_BYTES} bytes, not {len(digest)}")
         task_bytes = task_id.encode("utf-8")
+        lane = b"" if queue == DEFAULT_QUEUE and priority == 0 else b" %d %d" % (priority, len(queue))
         return cls(
-            b"%b%d %d %d %d:%b%b"
+            b"%b%d %d %d %d%b:%b%b%b"
             % (
                 digest,
                 available_at,
                 max_attempts,
                 attempts,
                 len(task_bytes),
+                lane,
                 task_bytes,
+                queue.encode("ascii") if lane else b"",
                 b"" if key == task_id else key.encode("utf-8"),
             )
         )
 
-    def _numbers(self) -> tuple[int, int, int, int, int]:
-        """(available_at, max_attempts, attempts, task id length, where the task id starts)."""
+    def _numbers(self) -> tuple[int, ...]:
+        """(available_at, max_attempts, attempts, task id length, where the task id starts, priority, queue length)."""
         colon = self.index(b":", DIGEST_BYTES)
-        available_at, max_attempts, attempts, task_len = map(int, self[DIGEST_BYTES:colon].split())
-        return available_at, max_attempts, attempts, task_len, colon + 1
+        numbers = list(map(int, self[DIGEST_BYTES:colon].split()))
+        if len(numbers) == 4:
+            numbers += [0, 0]
+        available_at, max_attempts, attempts, task_len, priority, queue_len = numbers
+        return available_at, max_attempts, attempts, task_len, colon + 1, priority, queue_len
 
     @property
     def digest_and_payload(self) -> bytes:  # type: ignore[override]
@@ -305,19 +353,25 @@ class Tombstone(_RecordView, bytes):
 
     @property
     def task_id(self) -> str:  # type: ignore[override]
-        *_, task_len, start = self._numbers()
+        task_len, start = self._numbers()[3:5]
         return self[start : start + task_len].decode("utf-8")
 
     @property
     def key(self) -> str:  # type: ignore[override]
-        *_, task_len, start = self._numbers()
-        key = self[start + task_len :]
+        _, _, _, task_len, start, _, queue_len = self._numbers()
+        key = self[start + task_len + queue_len :]
         return key.decode("utf-8") if key else self[start : start + task_len].decode("utf-8")
+
+    @property
+    def queue(self) -> str:  # type: ignore[override]
+        _, _, _, task_len, start, _, queue_len = self._numbers()
+        return self[start + task_len : start + task_len + queue_len].decode("ascii") if queue_len else DEFAULT_QUEUE
 
     available_at = _PackedNumber(0)
     max_attempts = _PackedNumber(1)
     attempts = _PackedNumber(2)
     generation = _PackedNumber(2)  # always equal to attempts (`of` refuses a record where it is not)
+    priority = _PackedNumber(5)
 
     def __repr__(self) -> str:
         return f"Tombstone{self.fields()!r}"

@@ -49,7 +49,9 @@ def _load_snapshot(directory: StoreDirectory, current: Current) -> tuple[State, 
         if reader.seq != current.seq:
             raise CorruptStore(path, 0, f"snapshot holds sequence {reader.seq}, CURRENT says {current.seq}")
         try:
-            state = State.from_records(reader.seq, reader.records(), decoded=True, clock=reader.clock)
+            state = State.from_records(
+                reader.seq, reader.records(), decoded=True, clock=reader.clock, queues=reader.queues
+            )
         except InvalidTransaction as exc:
             raise CorruptStore(path, None, f"invalid snapshot record: {exc}") from None
     return state, current.size

@@ -19,11 +19,13 @@ state equals the state that was written.
 from __future__ import annotations
 
 import heapq
+import sys
 from collections.abc import Iterable
 from operator import itemgetter
 from typing import NamedTuple
 
 from walqueue.engine.gcpause import paused_gc
+from walqueue.engine.lanes import Lanes
 from walqueue.engine.records import (
     COMPLETED,
     DEAD,
@@ -40,6 +42,7 @@ from walqueue.engine.records import (
     last_error_member_size,
 )
 from walqueue.engine.validate import (
+    DEFAULT_QUEUE,
     FITTING_PAYLOAD_BYTES,
     LAST_ERROR_ROOM,
     MAX_INT,
@@ -49,6 +52,8 @@ from walqueue.engine.validate import (
     check_last_error_fits,
     check_name,
     check_payload,
+    check_priority,
+    check_queue_name,
     check_record_fits,
     check_result,
     check_traceback,
@@ -71,7 +76,8 @@ RECORD_FIELDS = (
     "worker",
     "deadline",
 )
-#: A record may also hold ``last_error`` (its only optional key), which `_record_fields` does not fetch.
+#: A record may also hold ``last_error``, ``queue`` and ``priority`` (each omitted at its default),
+#: which `_record_fields` does not fetch.
 _RECORD_KEYS = frozenset(RECORD_FIELDS)
 #: Every field of a record, fetched in one C call. A dict of exactly `len(RECORD_FIELDS)` items
 #: that holds all of them has exactly these keys, so the fetch also settles the key set.
@@ -173,6 +179,8 @@ class Loaded(NamedTuple):
     dead: set[str]
     #: Completed tasks' stored results, b"<expires> <JSON>" (a record's optional ``result``).
     results: dict[str, bytes] = {}  # noqa: RUF012 - a NamedTuple's default, never mutated
+    #: Every queue and lane (`ready` is the default lane's heap); None: a state without lanes built.
+    lanes: Lanes | None = None
 
 
 _RESULT_KEYS = frozenset({"expires", "value"})
@@ -217,6 +225,10 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
     counts = dict.fromkeys(STATUSES, 0)
     dead: set[str] = set()
     results: dict[str, bytes] = {}
+    lanes = Lanes()
+    ready = lanes.default_lane.heap
+    known_queues: dict[str, str] = {}  # a checked queue name -> its one shared string
+    other_lanes: dict[tuple[str, int], list[HeapEntry]] = {}
     previous: str | None = None
     record: Record
     with paused_gc():
@@ -228,17 +240,31 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
                     stored_error: object = _ABSENT
                     stored_traceback: object = _ABSENT
                     stored_result: object = _ABSENT
+                    queue: str = DEFAULT_QUEUE
+                    priority = 0
                     if len(value) != _RECORD_FIELD_COUNT:
-                        if "last_error" in value:  # with its traceback, if any (format extensions)
-                            stored_error = value["last_error"]
-                            if len(value) == _RECORD_FIELD_COUNT + 2 and "traceback" in value:
-                                stored_traceback = value["traceback"]
-                            elif len(value) != _RECORD_FIELD_COUNT + 1:
-                                raise KeyError
-                        elif "result" in value and len(value) == _RECORD_FIELD_COUNT + 1:
-                            stored_result = value["result"]
-                        else:
+                        # The optional keys, counted without building a set (a lanes store has them on most records).
+                        stored_error = value.get("last_error", _ABSENT)
+                        stored_traceback = value.get("traceback", _ABSENT)
+                        stored_result = value.get("result", _ABSENT)
+                        name = value.get("queue", _ABSENT)
+                        given = value.get("priority", _ABSENT)
+                        optional = (
+                            (stored_error is not _ABSENT)
+                            + (stored_traceback is not _ABSENT)
+                            + (stored_result is not _ABSENT)
+                            + (name is not _ABSENT)
+                            + (given is not _ABSENT)
+                        )
+                        if len(value) != _RECORD_FIELD_COUNT + optional:
                             raise KeyError
+                        if stored_traceback is not _ABSENT and stored_error is _ABSENT:
+                            raise KeyError  # a traceback belongs to a last error
+                        if name is not _ABSENT:
+                            known = known_queues.get(name) if type(name) is str else None
+                            queue = known if known is not None else _queue(name, known_queues)
+                        if given is not _ABSENT:
+                            priority = _priority(given)
                     (
                         task_id,
                         key,
@@ -255,7 +281,7 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
                 except KeyError:
                     raise ValueError(
                         f"record keys must be exactly {sorted(_RECORD_KEYS)} (and last_error or result, if any;"
-                        f" a last_error with its traceback), not {sorted(map(str, value))}"
+                        f" a last_error with its traceback; queue, priority), not {sorted(map(str, value))}"
                     ) from None
                 check_name(task_id, "task")
                 if type(key) is str and key == task_id:
@@ -306,7 +332,9 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
                 if stored_result is not _ABSENT:
                     results[task_id] = _result(stored_result, status)
                 if status is COMPLETED:
-                    record = Tombstone.of(task_id, key, digest, available_at, max_attempts, attempts, generation)
+                    record = Tombstone.of(
+                        task_id, key, digest, available_at, max_attempts, attempts, generation, queue, priority
+                    )
                 else:
                     record = TaskRecord(
                         task_id,
@@ -321,6 +349,8 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
                         deadline,
                         last_error,
                         traceback,
+                        queue,
+                        priority,
                     )
             except (TypeError, ValueError) as exc:
                 raise InvalidTransaction(f"snapshot record {index}: {exc}") from None
@@ -337,17 +367,56 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
             counts[status] += 1
             if status is DEAD:
                 dead.add(task_id)
+            if queue is not DEFAULT_QUEUE:
+                lanes.queue(queue).counts[status] += 1  # (a shared string: no copy per task)
             if status is READY:
                 assert type(record) is TaskRecord
                 record.entry = entry = (available_at, task_id)
-                ready.append(entry)
+                if queue is DEFAULT_QUEUE and priority == 0:
+                    ready.append(entry)
+                else:
+                    heap = other_lanes.get((queue, priority))
+                    if heap is None:
+                        heap = other_lanes[queue, priority] = lanes.lane(lanes.queue(queue), priority).heap
+                    heap.append(entry)
             elif status is LEASED:
                 assert type(record) is TaskRecord
                 record.entry = entry = (deadline, task_id)
                 leases.append(entry)
-    heapq.heapify(ready)
     heapq.heapify(leases)
-    return Loaded(tasks, key_owner, ready, leases, counts, dead, results)
+    _settle_lanes(lanes, counts, tasks)
+    return Loaded(tasks, key_owner, ready, leases, counts, dead, results, lanes)
+
+
+def _queue(name: object, known: dict[str, str]) -> str:
+    """A record's queue name seen for the first time: checked, never the default (omitted), then shared."""
+    checked = check_queue_name(name)
+    if checked == DEFAULT_QUEUE:
+        raise ValueError("queue is omitted at its default 'default', never written")
+    shared = known[checked] = sys.intern(checked)
+    return shared
+
+
+def _priority(value: object) -> int:
+    """A record's priority: present only when it is not the default 0."""
+    if check_priority(value) == 0:
+        raise ValueError("priority is omitted at its default 0, never written")
+    return value  # type: ignore[return-value]  # checked: an int
+
+
+def _settle_lanes(lanes: Lanes, counts: dict[str, int], tasks: dict[str, Record]) -> None:
+    """Heapify every lane, count its live entries, derive the default queue's counts, and seat the lanes."""
+    default = lanes.default.counts
+    for status in STATUSES:
+        default[status] = counts[status] - sum(
+            q.counts[status] for q in lanes.queues.values() if q is not lanes.default
+        )
+    for q in lanes.queues.values():
+        for lane in q.lanes.values():
+            heapq.heapify(lane.heap)
+            lane.live = len(lane.heap)
+            if lane.heap:
+                lanes.place(lane, lane.heap[0][0], lane.heap[0][1])
 
 
 def check_snapshot_seq(seq: object) -> int:

@@ -70,6 +70,7 @@ from typing import Any
 from walqueue.engine import transitions
 from walqueue.engine.heaps import HEAP_SLACK, due, first_time, live_ids, pruned
 from walqueue.engine.invariants import check_invariants
+from walqueue.engine.lanes import Lanes, settings_from_json
 from walqueue.engine.optable import Field, OpKind
 from walqueue.engine.records import (
     COMPLETED,
@@ -90,7 +91,7 @@ from walqueue.engine.records import (
 from walqueue.engine.snapshot_load import Loaded, check_snapshot_seq, load_records
 from walqueue.engine.transitions import NOTHING_STAGED, OpError, Staging, Transition
 from walqueue.engine.types import Lease, Task, new_lease
-from walqueue.engine.validate import MAX_INT, check_int, check_name
+from walqueue.engine.validate import DEFAULT_QUEUE, MAX_INT, check_int, check_name, check_queue_name
 from walqueue.format.transaction import OP_NAMES
 
 __all__ = [
@@ -124,7 +125,7 @@ class State:
         "last_seq",
         "tasks",
         "_key_owner",
-        "_ready",
+        "_lanes",
         "_leases",
         "_counts",
         "_dead",
@@ -138,7 +139,8 @@ class State:
         #: task id -> record; read it, never write it (use `apply`).
         self.tasks: dict[str, Record] = {}
         self._key_owner: dict[str, str] = {}
-        self._ready: list[HeapEntry] = []
+        #: The ready order by queue and priority, and each queue's settings (lanes.py).
+        self._lanes = Lanes()
         self._leases: list[HeapEntry] = []
         self._counts: dict[str, int] = dict.fromkeys(STATUSES, 0)
         #: The ids of the dead tasks (the ready and leased ones are in their heaps).
@@ -192,7 +194,7 @@ class State:
         record = self.tasks.get(task_id)
         return None if record is None else record.to_task()
 
-    def list_tasks(self, status: str | None = None) -> list[Task]:
+    def list_tasks(self, status: str | None = None, queue: str | None = None) -> list[Task]:
         """Every task (or every task with `status`), ordered by task id.
 
         O(k log k) for the k tasks returned, but for ``"completed"``, which
@@ -201,22 +203,53 @@ class State:
         check_status_filter(status)
         tasks = self.tasks
         ids: Iterable[str]
-        if status is None:
+        if queue is not None and check_queue_name(queue):
+            ids = self._queue_ids(status, queue)
+        elif status is None:
             ids = tasks
         elif not self._counts[status]:
             return []
         elif status == READY or status == LEASED:
-            ids = live_ids(self._ready if status == READY else self._leases, tasks)
+            ids = live_ids(self._lanes.ready_entries() if status == READY else self._leases, tasks)
         elif status == DEAD:
             ids = self._dead
         else:
             ids = [task_id for task_id, record in tasks.items() if record.status == status]
         return [tasks[task_id].to_task() for task_id in sorted(ids)]
 
-    def status_index(self, status: str) -> list[Any]:
-        """A copy of what holds `status`'s tasks: heap entries (ready, leased) or task ids (dead, completed)."""
+    def _queue_ids(self, status: str | None, queue: str) -> list[str]:
+        """The ids of queue `queue`'s tasks (with `status`): its lanes for ready ones, a walk otherwise."""
+        return self._lanes.task_ids(self.tasks, status, queue, live_ids(self._leases, self.tasks), self._dead)
+
+    def rate_limited(self, queue: str) -> bool:
+        """Whether `queue` has a rate limit (its lease ops then carry their reserve's `now` as ``at``)."""
+        return self._lanes.rate_limited(queue)
+
+    def queues(self) -> list[dict[str, Any]]:
+        """`Queue.queues`: every queue that holds a task or has a setting (lanes.Lanes.describe)."""
+        return self._lanes.describe(self.tasks)
+
+    def queue_settings(self, queue: str) -> dict[str, Any]:
+        """`queue`'s settings: concurrency, rate and paused (no limit, not paused for a queue never configured)."""
+        return self._lanes.settings_of(queue)
+
+    def settings_json(self) -> dict[str, Any]:
+        """What a snapshot's header keeps of the queues (lanes.Lanes.settings_json); empty without settings."""
+        return self._lanes.settings_json()
+
+    def restore_settings(self, settings: Mapping[str, Any]) -> None:
+        """Install a snapshot's queue settings (as lanes.settings_from_json checked them) and limiter state."""
+        self._lanes.restore(settings, self.tasks)
+
+    def status_index(self, status: str, queue: str | None = None) -> list[Any]:
+        """A copy of what holds `status`'s tasks: heap entries (ready, leased) or task ids (dead, completed).
+
+        With `queue`, only that queue's tasks (ready: its lanes' entries; others: the ids, filtered).
+        """
+        if queue is not None and check_queue_name(queue):
+            return self._lanes.ready_entries(queue) if status == READY else self._queue_ids(status, queue)
         if status == READY:
-            return list(self._ready)
+            return self._lanes.ready_entries()
         if status == LEASED:
             return list(self._leases)
         if status == DEAD:
@@ -255,7 +288,7 @@ class State:
 
     def next_available_at(self) -> int | None:
         """The smallest `available_at` of a ready task (None: none is ready); amortized O(log n)."""
-        return first_time(self._ready, self.tasks)
+        return self._lanes.next_available_at(self.tasks)
 
     def next_deadline(self) -> int | None:
         """The earliest deadline of a leased task (None: none is leased); amortized O(log n)."""
@@ -277,18 +310,22 @@ class State:
             record.deadline,
             record.attempts,
             decode_payload(record.digest_and_payload),
+            record.queue,
+            record.priority,
         )
 
     # -- planner support ------------------------------------------------------
 
-    def peek_ready(self, now: int, limit: int) -> list[str]:
-        """Up to `limit` ready task ids with ``available_at <= now``, in (available_at, task id) order.
+    def peek_ready(self, now: int, limit: int, queues: Iterable[str] | None = None) -> list[str]:
+        """Up to `limit` ready task ids with ``available_at <= now`` that `reserve` would lease, best first.
 
-        O(k log n) for k results (heaps.due).
+        Best: higher priority, then (available_at, task id); only from `queues`
+        (None: every queue), and within each queue's limits at `now`.
+        O(k log n) for k results, plus one step per lane made due (lanes.py).
         """
         check_int(now, "now")
         check_int(limit, "limit", 1)
-        return due(self._ready, self.tasks, now, limit)
+        return self._lanes.pick(now, limit, queues, self.tasks)
 
     def peek_expired(self, now: int) -> list[str]:
         """Every leased task id with ``deadline <= now``, in (deadline, task id) order."""
@@ -305,7 +342,13 @@ class State:
 
     @classmethod
     def from_records(
-        cls, seq: int, records: Iterable[Mapping[str, Any]], *, decoded: bool = False, clock: int | None = None
+        cls,
+        seq: int,
+        records: Iterable[Mapping[str, Any]],
+        *,
+        decoded: bool = False,
+        clock: int | None = None,
+        queues: object = None,
     ) -> State:
         """Rebuild the state written as snapshot `seq` from its decoded records (see snapshot_load).
 
@@ -321,7 +364,8 @@ class State:
         state = cls()
         state.tasks = loaded.tasks
         state._key_owner = loaded.key_owner
-        state._ready = loaded.ready
+        assert loaded.lanes is not None
+        state._lanes = loaded.lanes
         state._leases = loaded.leases
         state._counts = loaded.counts
         state._dead = loaded.dead
@@ -330,6 +374,11 @@ class State:
         heapq.heapify(state._expiries)
         state.last_seq = seq
         state.clock = clock
+        if queues is not None:  # the header's queue settings (lanes): checked, then installed
+            try:
+                state._lanes.restore(settings_from_json(queues), state.tasks)
+            except (TypeError, ValueError) as exc:
+                raise InvalidTransaction(f"snapshot queues: {exc}") from None
         return state
 
     # -- commit (apply's second half) -----------------------------------------
@@ -344,6 +393,7 @@ class State:
         counts = self._counts
         dead = self._dead
         created: list[str] | None = None
+        lanes = self._lanes
         for task_id, record in staged:
             old = tasks.get(task_id)
             status = record.status
@@ -364,9 +414,9 @@ class State:
             tasks[task_id] = record
             if status == READY:
                 assert type(record) is TaskRecord
-                record.entry = entry = (record.available_at, task_id)
-                heapq.heappush(self._ready, entry)
-            elif status == LEASED:
+                record.entry = (record.available_at, task_id)
+            lanes.moved(old, record, tasks)
+            if status == LEASED:
                 assert type(record) is TaskRecord and record.deadline is not None
                 record.entry = entry = (record.deadline, task_id)
                 heapq.heappush(self._leases, entry)
@@ -376,8 +426,6 @@ class State:
         # every transaction opened or committed). Keep them equal to it: the
         # invariant check, run after every call in the tests, asks `pruned`
         # itself whether a heap is over the bound.
-        if len(self._ready) > 2 * counts[READY] + HEAP_SLACK:
-            self._ready = pruned(self._ready, tasks, counts[READY])
         if len(self._leases) > 2 * counts[LEASED] + HEAP_SLACK:
             self._leases = pruned(self._leases, tasks, counts[LEASED])
         return () if created is None else created
@@ -392,7 +440,16 @@ class State:
 
     def indexes(self) -> Loaded:
         """The records and every index, in the shape `load_records` builds them: shared, not copied (read only)."""
-        return Loaded(self.tasks, self._key_owner, self._ready, self._leases, self._counts, self._dead, self._results)
+        return Loaded(
+            self.tasks,
+            self._key_owner,
+            self._lanes.ready_entries(),
+            self._leases,
+            self._counts,
+            self._dead,
+            self._results,
+            self._lanes,
+        )
 
 
 # -- apply ---------------------------------------------------------------------
@@ -423,6 +480,7 @@ OP_KINDS: dict[str, OpKind] = {
             transitions.put,
             counter="puts",
             event="task.put",
+            optional=(("queue", Field.QUEUE, DEFAULT_QUEUE), ("priority", Field.PRIORITY, 0)),
         ),
         OpKind(
             "lease",
@@ -431,6 +489,7 @@ OP_KINDS: dict[str, OpKind] = {
             transitions.lease,
             counter="reserves",
             event="task.lease",
+            optional=(("at", Field.INT, None),),
         ),
         OpKind(
             "expire",
@@ -485,6 +544,20 @@ OP_KINDS: dict[str, OpKind] = {
             LEASED,
             transitions.result,
         ),
+        # lanes (docs/FORMAT.md "Queue settings"): a queue's whole settings, each omitted at its default.
+        OpKind(
+            "configure",
+            (),
+            None,
+            transitions.configure,
+            optional=(
+                ("concurrency", Field.POSITIVE_INT, None),
+                ("rate", Field.POSITIVE_INT, None),
+                ("window", Field.POSITIVE_INT, None),
+                ("paused", Field.TRUE, None),
+            ),
+            subject=("queue", Field.QUEUE),
+        ),
     )
 }
 if frozenset(OP_KINDS) != OP_NAMES:
@@ -513,11 +586,15 @@ def _stage(state: State, staging: Staging, seq: int, index: int, op: object) -> 
     kind = OP_KINDS.get(name) if type(name) is str else None
     if kind is None:
         raise InvalidTransaction(f"transaction {seq} op {index}: unknown op {_describe(name)}")
-    if op.keys() != kind.keys:
+    if op.keys() != kind.keys and not (kind.optional and kind.keys <= op.keys() <= kind.all_keys):
         wanted = sorted(kind.keys)
+        if kind.optional:
+            wanted.append(f"(and {', '.join(sorted(kind.all_keys - kind.keys))}, if any)")
         raise InvalidTransaction(
             f"transaction {seq} op {index} ({name}): keys must be exactly {wanted}, not {sorted(map(repr, op))}"
         )
+    if kind.subject[0] != "task":
+        raise InvalidTransaction(f"transaction {seq} op {index} ({name}): a {name} op stands alone in its transaction")
     try:
         if kind.store:  # a store-level op: its transition returns (setting, value), applied with the commit
             if not staging.planned:
@@ -582,12 +659,17 @@ def apply(state: State, tx: Mapping[str, Any], *, decoded: bool = False, _planne
     if len(ops) == 1:
         # Nothing later in the transaction can see this op's result.
         op = ops[0]
+        if type(op) is dict and op.get("op") == "configure":
+            return _configure(state, seq, op, _planned)
         record = _stage(state, NOTHING_STAGED[decoded, _planned], seq, 0, op)
         if isinstance(record, tuple):  # a store-level op's (setting, value)
             setattr(state, *record)
             state.last_seq = seq
             return ()
-        return state._commit(((op["task"], record),), seq)  # a valid op's task is its task id
+        created = state._commit(((op["task"], record),), seq)  # a valid op's task is its task id
+        if "at" in op and op["op"] == "lease":
+            state._lanes.leased_at(record.queue, op["at"])
+        return created
     staging = Staging(decoded, _planned)
     staged = staging.records
     for index, op in enumerate(ops):
@@ -609,4 +691,17 @@ def apply(state: State, tx: Mapping[str, Any], *, decoded: bool = False, _planne
         state._store_results(results)
     for setting, value in staging.settings.items():
         setattr(state, setting, value)
+    for op in ops:
+        if op["op"] == "lease" and "at" in op:
+            state._lanes.leased_at(state.tasks[op["task"]].queue, op["at"])
     return created
+
+
+def _configure(state: State, seq: int, op: dict[str, Any], planned: bool) -> Sequence[str]:
+    """Apply a configure op (alone in its transaction): queue ``op["queue"]`` gets exactly the op's settings."""
+    try:
+        state._lanes.apply_configure(OP_KINDS["configure"], op, planned, state.tasks)
+    except (TypeError, ValueError) as exc:
+        raise InvalidTransaction(f"transaction {seq} op 0 (configure): {exc}") from None
+    state.last_seq = seq
+    return ()

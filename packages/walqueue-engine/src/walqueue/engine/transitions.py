@@ -17,6 +17,7 @@ for the table of kinds, `state.OP_KINDS`).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Protocol
 
@@ -34,7 +35,7 @@ from walqueue.engine.records import (
     identity_digest,
 )
 from walqueue.engine.types import WalQueueError
-from walqueue.engine.validate import check_payload, check_record_fits, check_result
+from walqueue.engine.validate import DEFAULT_QUEUE, check_payload, check_record_fits, check_result
 from walqueue.format.canonical import canonical_str
 
 __all__ = [
@@ -67,6 +68,8 @@ class StateReads(Protocol):
     clock: int | None
 
     def lookup_key(self, key: str) -> str | None: ...
+
+    def rate_limited(self, queue: str) -> bool: ...
 
 
 class OpError(WalQueueError):
@@ -134,6 +137,8 @@ def _with(
         deadline,
         last_error,
         record.traceback if last_error is record.last_error else None,
+        record.queue,
+        record.priority,
     )
 
 
@@ -168,10 +173,28 @@ def put(state: StateReads, staging: Staging, record: Record | None, op: Op) -> R
         payload_json = check_payload(payload, staging.decoded)
         task_json = canonical_str(task_id)
         check_record_fits(payload_json, task_json, task_json if key == task_id else canonical_str(key))
-        digest = identity_digest(task_json, payload_json, available_at, max_attempts)
+        digest = identity_digest(
+            task_json, payload_json, available_at, max_attempts, op.get("queue", DEFAULT_QUEUE), op.get("priority", 0)
+        )
     if key in staging.keys or state.lookup_key(key) is not None:
         raise OpError(f"key {key!r:.100} is already known")
-    return TaskRecord(task_id, key, READY, digest + payload_json, available_at, max_attempts, 0, 0, None, None, None)
+    queue = op.get("queue", DEFAULT_QUEUE)
+    return TaskRecord(
+        task_id,
+        key,
+        READY,
+        digest + payload_json,
+        available_at,
+        max_attempts,
+        0,
+        0,
+        None,
+        None,
+        None,
+        None,
+        queue if queue is DEFAULT_QUEUE else sys.intern(queue),  # one string per queue, not per task
+        op.get("priority", 0),
+    )
 
 
 def lease(state: StateReads, staging: Staging, record: Record | None, op: Op) -> Record:
@@ -179,6 +202,8 @@ def lease(state: StateReads, staging: Staging, record: Record | None, op: Op) ->
     generation = op["generation"]
     if generation != record.generation + 1:
         raise OpError(f"lease generation must be {record.generation + 1}, not {generation}")
+    if ("at" in op) != state.rate_limited(record.queue):  # the limiter's input: written iff the queue has a rate
+        raise OpError(f"a lease in queue {record.queue!r} {'must not' if 'at' in op else 'must'} carry at")
     return TaskRecord(
         record.task_id,
         record.key,
@@ -192,6 +217,8 @@ def lease(state: StateReads, staging: Staging, record: Record | None, op: Op) ->
         op["deadline"],
         record.last_error,
         record.traceback,
+        record.queue,
+        record.priority,
     )
 
 
@@ -211,6 +238,8 @@ def ack(state: StateReads, staging: Staging, record: Record | None, op: Op) -> R
         record.max_attempts,
         record.attempts,
         record.generation,
+        record.queue,
+        record.priority,
     )
 
 
@@ -280,6 +309,8 @@ def traceback(state: StateReads, staging: Staging, record: Record | None, op: Op
         record.deadline,
         record.last_error,
         op["text"],
+        record.queue,
+        record.priority,
     )
 
 
@@ -322,6 +353,8 @@ def give_back(state: StateReads, staging: Staging, record: Record | None, op: Op
         None,
         record.last_error,
         record.traceback,
+        record.queue,
+        record.priority,
     )
 
 
@@ -343,3 +376,8 @@ def result(state: StateReads, staging: Staging, record: Record | None, op: Op) -
 
 
 Transition = Callable[[StateReads, Staging, Record | None, Op], Record]
+
+
+def configure(state: StateReads, staging: Staging, record: Record | None, op: Op) -> Record:
+    """A configure op changes a queue, not a task: state.apply installs it itself (`state._configure`)."""
+    raise OpError("a configure op stands alone in its transaction")

@@ -183,6 +183,9 @@ class Lease:
     deadline: int = 0
     attempts: int = 0
     payload: dict[str, Any] = field(default_factory=dict, compare=True)
+    #: The task's queue and priority (informational, like the deadline: never compared with the store).
+    queue: str = "default"
+    priority: int = 0
 
     def to_dict(self, *, copy_payload: bool = True) -> dict[str, Any]:
         """The lease as a plain JSON object (a copy of the payload), the inverse of `from_dict`.
@@ -191,7 +194,7 @@ class Lease:
         caller that encodes the object at once and keeps nothing of it (the
         protocol's answer), which then skips a deep copy per answer.
         """
-        return {
+        d = {
             "task_id": self.task_id,
             "worker": self.worker,
             "generation": self.generation,
@@ -199,6 +202,10 @@ class Lease:
             "attempts": self.attempts,
             "payload": _copy_payload(self.payload) if copy_payload else self.payload,
         }
+        if self.queue != "default" or self.priority:  # a lease of the default lane is what it always was
+            d["queue"] = self.queue
+            d["priority"] = self.priority
+        return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Lease:
@@ -223,6 +230,8 @@ class Lease:
                 raise ValueError(f"lease {name} must be an int")
         if "payload" in d and not isinstance(d["payload"], dict):
             raise ValueError("lease payload must be a JSON object")
+        if type(d.get("queue", "")) is not str or type(d.get("priority", 0)) is not int:
+            raise ValueError("lease queue must be a str and priority an int")
         return cls(
             task_id=d["task_id"],
             worker=d["worker"],
@@ -230,19 +239,31 @@ class Lease:
             deadline=d.get("deadline", 0),
             attempts=d.get("attempts", 0),
             payload=_copy_payload(d["payload"]) if "payload" in d else {},
+            queue=d.get("queue", "default"),
+            priority=d.get("priority", 0),
         )
 
 
 _LEASE_REQUIRED = frozenset({"task_id", "worker", "generation"})
-_LEASE_OPTIONAL = frozenset({"deadline", "attempts", "payload"})
+_LEASE_OPTIONAL = frozenset({"deadline", "attempts", "payload", "queue", "priority"})
 
 
 _SET_LEASE_FIELDS = tuple(
-    Lease.__dict__[name].__set__ for name in ("task_id", "worker", "generation", "deadline", "attempts", "payload")
+    Lease.__dict__[name].__set__
+    for name in ("task_id", "worker", "generation", "deadline", "attempts", "payload", "queue", "priority")
 )
 
 
-def new_lease(task_id: str, worker: str, generation: int, deadline: int, attempts: int, payload: Any) -> Lease:
+def new_lease(
+    task_id: str,
+    worker: str,
+    generation: int,
+    deadline: int,
+    attempts: int,
+    payload: Any,
+    queue: str = "default",
+    priority: int = 0,
+) -> Lease:
     """`Lease(...)` for the engine's hot path: every reserve builds one per task.
 
     A frozen dataclass's generated ``__init__`` sets each field through
@@ -251,13 +272,17 @@ def new_lease(task_id: str, worker: str, generation: int, deadline: int, attempt
     `Lease` (a test compares it field by field with the constructor's).
     """
     lease = object.__new__(Lease)
-    set_task_id, set_worker, set_generation, set_deadline, set_attempts, set_payload = _SET_LEASE_FIELDS
+    set_task_id, set_worker, set_generation, set_deadline, set_attempts, set_payload, set_queue, set_priority = (
+        _SET_LEASE_FIELDS
+    )
     set_task_id(lease, task_id)
     set_worker(lease, worker)
     set_generation(lease, generation)
     set_deadline(lease, deadline)
     set_attempts(lease, attempts)
     set_payload(lease, payload)
+    set_queue(lease, queue)
+    set_priority(lease, priority)
     return lease
 
 
@@ -326,6 +351,9 @@ class Task:
     worker: str | None
     deadline: int | None
     last_error: LastError | None = None
+    #: The task's queue and priority (docs/guide/lanes.md).
+    queue: str = "default"
+    priority: int = 0
 
     def __post_init__(self) -> None:
         last_error: object = self.last_error  # a mapping too, read back from JSON
@@ -337,7 +365,7 @@ class Task:
 
         ``copy_payload=False``: the payload shared, as `Lease.to_dict` says.
         """
-        return {
+        d = {
             "task_id": self.task_id,
             "key": self.key,
             "status": self.status,
@@ -350,6 +378,10 @@ class Task:
             "deadline": self.deadline,
             "last_error": None if self.last_error is None else self.last_error.to_dict(),
         }
+        if self.queue != "default" or self.priority:  # a task of the default lane is what it always was
+            d["queue"] = self.queue
+            d["priority"] = self.priority
+        return d
 
 
 def plain_lease(lease: Lease) -> Lease:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -476,3 +477,61 @@ def check_result(value: object, decoded: bool = False) -> bytes:
     if len(encoded) > MAX_RESULT_BYTES:
         raise ValueError(f"a result's JSON has at most {MAX_RESULT_BYTES} bytes, not {len(encoded)}")
     return encoded
+
+
+# -- lanes: queue names, priorities and queue settings (docs/DECISIONS.md §32) --
+
+#: The queue a task is in unless `put` names another; a task in it is written without a queue.
+DEFAULT_QUEUE = "default"
+#: A queue name: 1-64 ASCII letters, digits, ``_``, ``-``, ``.`` or ``:``, starting with a letter or digit
+#: (no comma: ``--queues a,b`` splits on it; no space or quote: it is a metrics label and a URL part).
+_QUEUE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
+#: Priorities run from `MIN_PRIORITY` to `MAX_PRIORITY`; a higher one is leased first; 0 is the default.
+MIN_PRIORITY = -100
+MAX_PRIORITY = 100
+#: The most leases a rate limit may allow per window (the limiter keeps that many lease times).
+MAX_RATE = 10_000
+
+
+def check_queue_name(value: object, what: str = "queue") -> str:
+    """Return `value` if it is a queue name (`_QUEUE_NAME`); `TypeError`/`ValueError` naming `what` otherwise."""
+    if type(value) is not str:
+        raise TypeError(f"{what} must be a str, not {type(value).__name__}")
+    if _QUEUE_NAME.fullmatch(value) is None:
+        raise ValueError(
+            f"{what} must be 1-64 characters of A-Z a-z 0-9 _ - . : starting with a letter or digit, not {value!r:.80}"
+        )
+    return value
+
+
+def check_priority(value: object, what: str = "priority") -> int:
+    """Return `value` if it is an int (not a bool) in `MIN_PRIORITY`..`MAX_PRIORITY`."""
+    if type(value) is not int:
+        raise TypeError(f"{what} must be an int, not {type(value).__name__}")
+    if not MIN_PRIORITY <= value <= MAX_PRIORITY:
+        shown = str(value) if -(10**40) < value < 10**40 else f"an int of {value.bit_length()} bits"
+        raise ValueError(f"{what} must be an int from {MIN_PRIORITY} to {MAX_PRIORITY}, not {shown}")
+    return value
+
+
+def check_queues_filter(value: object) -> tuple[str, ...] | None:
+    """`reserve`'s `queues`: None (every queue) or a non-empty list/tuple of distinct queue names."""
+    if value is None:
+        return None
+    if type(value) not in (list, tuple):
+        raise TypeError(f"queues must be a list of queue names or None, not {type(value).__name__}")
+    names = tuple(check_queue_name(name, "queues item") for name in value)  # type: ignore[attr-defined]
+    if not names or len(set(names)) != len(names):
+        raise ValueError("queues must name at least one queue, each once")
+    return names
+
+
+def check_rate(value: object) -> tuple[int, int]:
+    """A rate limit ``(n, window)``: at most n (1..`MAX_RATE`) leases per window of time units (>= 1)."""
+    if type(value) not in (list, tuple) or len(value) != 2:  # type: ignore[arg-type]
+        raise TypeError(f"rate must be a pair (n, window) or None, not {value!r:.80}")
+    n = check_int(value[0], "rate n", 1)  # type: ignore[index]
+    window = check_int(value[1], "rate window", 1)  # type: ignore[index]
+    if n > MAX_RATE:
+        raise ValueError(f"rate n must be at most {MAX_RATE}, not {n}")
+    return n, window

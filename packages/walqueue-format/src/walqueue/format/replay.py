@@ -57,7 +57,8 @@ class StateMachine:
     """
 
     new_state: Callable[[], ReplayState]
-    #: ``from_records(seq, records)``, plus ``clock=`` when the snapshot header records one (docs/FORMAT.md).
+    #: ``from_records(seq, records, queues=...)``: `queues` is the header's queue settings (None: none);
+    #: plus ``clock=`` when the snapshot header records one (docs/FORMAT.md).
     from_records: Callable[..., ReplayState]
     apply: Callable[[Any, Mapping[str, Any]], object]  # what it returns (the new task ids) is not used
     invalid: type[Exception]

@@ -124,8 +124,11 @@ def _replay(
             state = machine.new_state()
         else:
             with source.snapshot(name) as reader:
-                clock = {} if reader.clock is None else {"clock": reader.clock}  # a header's, when it has one
-                state = machine.from_records(reader.seq, reader.records(), **clock)
+                # the header's clock and queue settings, when it has them
+                extra = ({} if reader.clock is None else {"clock": reader.clock}) | (
+                    {"queues": reader.queues} if reader.queues else {}
+                )
+                state = machine.from_records(reader.seq, reader.records(), **extra)
     except (machine.invalid, CorruptStore, OSError):
         return None
     for seq in range(base_seq + 1, raw_end + 1):

@@ -44,7 +44,7 @@ SYNC_STEP_BYTES = 8 << 20
 _HEADER_FIELDS = frozenset({"snapshot", "seq", "tasks"})
 #: Header fields a format extension adds, each omitted at its default (docs/FORMAT.md):
 #: "clock", the store's clock unit (units per second) once a "clock" op recorded it.
-_OPTIONAL_HEADER_FIELDS = frozenset({"clock"})
+_OPTIONAL_HEADER_FIELDS = frozenset({"clock", "queues"})
 _FOOTER_FIELDS = frozenset({"end", "seq", "tasks"})
 _BODY_FIELDS = frozenset({"tasks"})
 
@@ -87,6 +87,7 @@ def write_snapshot(
     directory: StoreDirectory | None = None,
     sync: bool = False,
     clock: int | None = None,
+    queues: dict[str, Any] | None = None,
 ) -> SnapshotInfo:
     """Write the snapshot through `seq` holding `count` records (canonical JSON bytes, in task-id order).
 
@@ -103,6 +104,7 @@ def write_snapshot(
     `ValueError` (before finishing the file) if the number of records
     differs from `count`. `clock`: the store's clock unit, written in the
     header only when recorded (a store without one writes today's bytes).
+    differs from `count`. `queues` (lanes' settings) goes in the header, only if any.
     """
     if directory is None:
         directory = StoreDirectory.at(os.path.dirname(os.fspath(path)) or os.curdir)
@@ -138,7 +140,12 @@ def write_snapshot(
                     os.fdatasync(fd)
                     unsynced = 0
 
-        emit(encode_frame({"snapshot": 1, "seq": seq, "tasks": count, **({} if clock is None else {"clock": clock})}))
+        header: dict[str, Any] = {"snapshot": 1, "seq": seq, "tasks": count}
+        if clock is not None:
+            header["clock"] = clock
+        if queues:
+            header["queues"] = queues
+        emit(encode_frame(header))
         flush()
         if on_partial is not None:
             on_partial()
@@ -188,6 +195,7 @@ def _header_is_valid(value: Any) -> bool:
         isinstance(value, dict)
         and value.keys() - _OPTIONAL_HEADER_FIELDS == _HEADER_FIELDS
         and ("clock" not in value or (_check_counter(value["clock"]) and value["clock"] >= 1))
+        and ("queues" not in value or (type(value["queues"]) is dict and bool(value["queues"])))
         and type(value["snapshot"]) is int
         and value["snapshot"] == 1
         and _check_counter(value["seq"])
@@ -256,6 +264,8 @@ class SnapshotReader:
         self.count: int = value["tasks"]
         #: The store's clock unit (units per second) the header records; None: none recorded.
         self.clock: int | None = value.get("clock")
+        #: The queues' settings the header carries (lanes; the engine checks them), or None.
+        self.queues: dict[str, Any] | None = value.get("queues")
         self._consumed = False
 
     def close(self) -> None:

@@ -29,6 +29,8 @@ OP_NAMES |= {"traceback"}
 OP_NAMES |= {"give_back"}
 #: "result": a task's return value, stored with its ack (docs/FORMAT.md, "Results").
 OP_NAMES |= {"result"}
+#: "configure": a queue's settings (lanes; docs/FORMAT.md "Queue settings").
+OP_NAMES |= {"configure"}
 
 
 def transaction_seq(value: Any, path: str | None, offset: int) -> int:

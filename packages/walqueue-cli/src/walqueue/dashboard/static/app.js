@@ -259,6 +259,27 @@
     $("leases-next").disabled = !page.next_after;
   }
 
+  function limits(q) {
+    const parts = [];
+    if (q.concurrency !== null) parts.push("at most " + q.concurrency + " at once");
+    if (q.rate !== null) parts.push(q.rate[0] + " per " + q.rate[1]);
+    return parts.join(", ") || "none";
+  }
+
+  function renderQueues(page) {
+    fillTable("queues", page.queues, "no queues", 9, function (row, q) {
+      row.dataset.queue = q.name;
+      row.append(el("td", q.name), el("td", String(q.counts.ready)), el("td", String(q.counts.leased)),
+        el("td", String(q.counts.completed)), el("td", String(q.counts.dead)),
+        el("td", q.oldest_ready_age === null ? "–" : duration(q.oldest_ready_age)), el("td", limits(q)),
+        el("td", q.paused ? "paused" : "running"));
+      const cell = el("td");
+      if (actionsOn) cell.appendChild(actionButton(q.paused ? "resume" : "pause", q.paused ? "resume" : "pause",
+        { queue: q.name }));
+      row.appendChild(cell);
+    });
+  }
+
   function errorText(error) {
     if (!error) return "(no error recorded)";
     return (error.type || "") + ": " + (error.message || "") + (error.attempt ? " (attempt " + error.attempt + ")" : "");
@@ -319,6 +340,7 @@
       const overview = await getJSON("api/overview");
       renderOverview(overview);
       renderChart(await getJSON("api/throughput"));
+      renderQueues(await getJSON("api/queues"));
       renderLeases(await getJSON("api/leases" + query({ after: state.leasesAfter, limit: 20 })), overview.now);
       renderGroups(await getJSON("api/dead/groups"));
       renderDead(await getJSON("api/dead" + query({ after: state.deadAfter, group: state.group, limit: 20 })));

@@ -55,11 +55,19 @@ class _Replay:
     def start_empty(self) -> None:
         self.state = self.machine.new_state()
 
-    def load_snapshot(self, seq: int, records: Iterator[dict[str, Any]], path: str, clock: int | None = None) -> None:
-        """Build the state from the snapshot's records (recovery's `State.from_records`)."""
+    def load_snapshot(
+        self,
+        seq: int,
+        records: Iterator[dict[str, Any]],
+        path: str,
+        clock: int | None = None,
+        queues: dict[str, Any] | None = None,
+    ) -> None:
+        """Build the state from the snapshot's records and header settings (recovery's `State.from_records`)."""
         try:
-            # `clock` only when the header has one: a state machine that predates it takes (seq, records)
-            self.state = self.machine.from_records(seq, records, **({} if clock is None else {"clock": clock}))
+            # `clock` and `queues` only when the header has them: an older state machine takes (seq, records)
+            extra = ({} if clock is None else {"clock": clock}) | ({"queues": queues} if queues else {})
+            self.state = self.machine.from_records(seq, records, **extra)
         except self.machine.invalid as exc:
             raise CorruptStore(path, None, f"invalid snapshot record: {exc}") from None
 
@@ -224,7 +232,7 @@ def _check_snapshot(report: Report, directory: StoreDirectory, current: Current,
             if reader.seq != current.seq:
                 raise CorruptStore(path, 0, f"snapshot holds sequence {reader.seq}, CURRENT says {current.seq}")
             if replayer is not None:
-                replayer.load_snapshot(reader.seq, reader.records(), path, reader.clock)
+                replayer.load_snapshot(reader.seq, reader.records(), path, reader.clock, reader.queues)
             else:
                 for _ in reader.records():
                     pass

@@ -202,6 +202,7 @@ def _write_history(source: SurveySource, found: Survey, plan: SalvagePlan, out_d
                 reader.count,
                 (canonical_json(r) for r in reader.records()),
                 clock=reader.clock,
+                queues=reader.queues,
             )
         _fsync_file(os.path.join(out_dir, name))
         files.append(name)
