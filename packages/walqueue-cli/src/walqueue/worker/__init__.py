@@ -12,6 +12,7 @@ SIGTERM, several threads or processes, and periodic tasks. The map:
   current.py     current(): the running task's context; its follow-ups, committed with the ack
   completion.py  Completion: the result and follow-ups a worker commits in one `complete`
   chains.py      chain(a.s(...), b.s(...)): each step's result the next one's first argument
+  taskspec.py    TaskSpec, TaskApp: what handles, chains and current() use of a task function and its app
   aio.py         AsyncRunner: the event loop on which async def tasks run
   retry.py       RetryPolicy: exponential backoff with full jitter
   source.py      Queue or Client behind one protocol; release/fail with the error

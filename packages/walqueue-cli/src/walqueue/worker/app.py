@@ -28,7 +28,7 @@ import threading
 import uuid
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
 from walqueue import KeyConflict, Queue
 from walqueue.worker.chains import Signature, next_step
@@ -39,6 +39,7 @@ from walqueue.worker.current import TaskContext, enter, leave
 from walqueue.worker.errors import Permanent, Retry, UnknownKind
 from walqueue.worker.handles import ResultTooLarge, TaskHandle
 from walqueue.worker.retry import RetryPolicy
+from walqueue.worker.taskspec import TaskApp, TaskSpec
 
 __all__ = ["DEFAULT_QUEUE", "DEFAULT_RESULT_TTL", "App", "TaskCall", "TaskFunction"]
 
@@ -415,3 +416,8 @@ class TaskCall:
             if self.key is None:
                 raise
         return TaskHandle(self.task.app, task_id)
+
+
+if TYPE_CHECKING:  # App and TaskFunction are what handles, chains and current() take them as (mypy checks)
+    _app_is_a_task_app: type[TaskApp] = App
+    _task_function_is_a_task_spec: type[TaskSpec] = TaskFunction

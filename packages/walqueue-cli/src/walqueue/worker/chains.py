@@ -12,14 +12,12 @@ there; redriving it resumes the chain from it.
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from walqueue.worker.completion import check_json_value
 from walqueue.worker.errors import Permanent
 from walqueue.worker.handles import TaskHandle
-
-if TYPE_CHECKING:
-    from walqueue.worker.app import TaskFunction
+from walqueue.worker.taskspec import TaskSpec
 
 __all__ = ["THEN", "Chain", "Signature", "chain", "next_step"]
 
@@ -32,7 +30,7 @@ class Signature:
 
     __slots__ = ("task", "args", "kwargs")
 
-    def __init__(self, task: TaskFunction[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    def __init__(self, task: TaskSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         self.task, self.args, self.kwargs = task, args, kwargs
 
     def step(self) -> dict[str, Any]:

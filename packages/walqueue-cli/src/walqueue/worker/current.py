@@ -19,12 +19,10 @@ from __future__ import annotations
 
 import contextvars
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from walqueue.worker.context import Context, Job
-
-if TYPE_CHECKING:
-    from walqueue.worker.app import TaskFunction
+from walqueue.worker.taskspec import TaskSpec
 
 __all__ = ["TaskContext", "current"]
 
@@ -46,7 +44,7 @@ class TaskContext:
     def attempts(self) -> int:
         return self.job.attempts
 
-    def enqueue(self, task: TaskFunction[..., Any], /, *args: Any, **kwargs: Any) -> str:
+    def enqueue(self, task: TaskSpec, /, *args: Any, **kwargs: Any) -> str:
         """Collect a follow-up of `task` with these arguments; returns its id (``<this id>/<n>``).
 
         Nothing is written now: the worker commits it with this task's

@@ -17,13 +17,11 @@ from __future__ import annotations
 
 import math
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from walqueue import LastError, WalQueueError
 from walqueue.worker.errors import Permanent
-
-if TYPE_CHECKING:
-    from walqueue.worker.app import App
+from walqueue.worker.taskspec import TaskApp
 
 __all__ = ["ResultTooLarge", "TaskFailed", "TaskHandle"]
 
@@ -53,7 +51,7 @@ class TaskHandle:
 
     __slots__ = ("app", "id")
 
-    def __init__(self, app: App, task_id: str) -> None:
+    def __init__(self, app: TaskApp, task_id: str) -> None:
         self.app = app
         self.id = task_id
 
