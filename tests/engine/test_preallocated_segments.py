@@ -181,3 +181,15 @@ def test_a_store_written_by_the_previous_version_opens_unchanged(tmp_path: Path,
     assert check(store, replay=True).exit_code == EXIT_HEALTHY
     newest = sorted(store.glob("wal-*.log"))[-1]
     assert newest.stat().st_size == _frames_end(newest)
+
+
+def test_the_zero_tail_example_of_format_md(tmp_path: Path) -> None:
+    """docs/FORMAT.md §7, "A preallocated segment": the first put's 141-byte frame, then zeros to 64 KiB."""
+    with Queue(tmp_path / "q", sync=False) as queue:
+        queue.put("t1", {"n": 1})
+        data = (tmp_path / "q" / wal_name(1)).read_bytes()
+        assert len(data) == 0x10000 and data[:4] == b"\x00\x00\x00\x69"
+        assert _frames_end(tmp_path / "q" / wal_name(1)) == 0x8D and data[0x8D:].count(0) == 0x10000 - 0x8D
+        [lease] = queue.reserve("w1", now=100, lease_seconds=30)
+        assert len(read_frames(tmp_path / "q" / wal_name(1))) == 2
+        assert _frames_end(tmp_path / "q" / wal_name(1)) - 0x8D == 124
