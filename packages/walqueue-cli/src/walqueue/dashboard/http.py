@@ -15,18 +15,18 @@ read in the process list).
 from __future__ import annotations
 
 import argparse
+import functools
 import ipaddress
 import logging
 import os
 import socket
-import socketserver
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
+from typing import TYPE_CHECKING, Any, Final
 
-from walqueue.dashboard.web import check_access_token
+if TYPE_CHECKING:
+    from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 __all__ = [
     "CONNECTION_TIMEOUT",
@@ -53,22 +53,32 @@ TOKEN_ENVIRONMENT: Final = "WALQUEUE_HTTP_TOKEN"
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 
-class _Handler(WSGIRequestHandler):
-    """wsgiref's handler with a read timeout, and its access log through `logging` instead of stderr."""
+@functools.cache
+def _server_classes() -> tuple[type[WSGIServer], type[WSGIServer], type[WSGIRequestHandler]]:
+    """The server classes (IPv4, IPv6) and the handler, made at the first serve.
 
-    timeout = CONNECTION_TIMEOUT
+    `wsgiref` pulls in `http.server` and `email`: a command that only parses
+    ``--http`` (walqueue-serve without it) never imports them (DECISIONS §35).
+    """
+    import socketserver
+    from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class's name)
-        log.debug("%s %s", self.address_string(), format % args)
+    class _Handler(WSGIRequestHandler):
+        """wsgiref's handler with a read timeout, and its access log through `logging` instead of stderr."""
 
+        timeout = CONNECTION_TIMEOUT
 
-class _ThreadingServer(socketserver.ThreadingMixIn, WSGIServer):
-    daemon_threads = True
-    block_on_close = False
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class's name)
+            log.debug("%s %s", self.address_string(), format % args)
 
+    class _ThreadingServer(socketserver.ThreadingMixIn, WSGIServer):
+        daemon_threads = True
+        block_on_close = False
 
-class _ThreadingServer6(_ThreadingServer):
-    address_family = socket.AF_INET6
+    class _ThreadingServer6(_ThreadingServer):
+        address_family = socket.AF_INET6
+
+    return _ThreadingServer, _ThreadingServer6, _Handler
 
 
 @dataclass
@@ -105,8 +115,8 @@ def serve_in_thread(
     is logged and sampling goes on. Raises `OSError` if the address cannot
     be bound.
     """
-    server_class = _ThreadingServer6 if ":" in host else _ThreadingServer
-    server = server_class((host, port), _Handler)
+    server4, server6, handler = _server_classes()
+    server = (server6 if ":" in host else server4)((host, port), handler)
     server.set_app(app)
     stopping = threading.Event()
     thread = threading.Thread(
@@ -239,6 +249,8 @@ def http_options(arguments: argparse.Namespace, environ: Mapping[str, str] = os.
         except (OSError, UnicodeDecodeError) as error:
             raise ValueError(f"cannot read --http-token-file: {error}") from None
     if token is not None:
+        from walqueue.dashboard.web import check_access_token
+
         check_access_token(token)
     if not is_loopback(host):
         if not arguments.http_allow_remote:

@@ -27,8 +27,8 @@ its last client has left, so nothing is orphaned and no lease is held.
 from __future__ import annotations
 
 import os
+import select
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -113,7 +113,8 @@ class Supervisor:
         if directory is not None:
             command = [sys.executable, "-m", "walqueue.cli.serve", directory, "--socket", socket_path]
             command += ["--log-level", server_log_level, *watch]
-            self.server = _Child("server", command, output=subprocess.DEVNULL, pass_fds=inherit)
+            # Its stdout is a pipe: its "listening" line is the readiness signal (`_server_ready`), the rest is drained.
+            self.server = _Child("server", command, output=subprocess.PIPE, pass_fds=inherit)
         self.children = [
             _Child(f"worker {number}", [*command, *watch], pass_fds=inherit) for number, command in enumerate(children)
         ]
@@ -157,28 +158,28 @@ class Supervisor:
         return True
 
     def _server_ready(self) -> bool:
+        """Wait for the server's "listening" line on its stdout (no polling): True, or False if it died or hung.
+
+        walqueue-serve prints that line once its socket accepts; reading it
+        wakes this process at that instant, where probing the socket between
+        growing sleeps lost up to 200 ms per start (DECISIONS §35).
+        """
         assert self.server is not None and self.server.process is not None
-        give_up = time.monotonic() + _SERVER_START_SECONDS
-        pause = 0.01
-        while time.monotonic() < give_up:
-            status = self.server.process.poll()
-            if status is not None:
-                if status >= 0:
-                    log.error("walqueue-serve exited with status %d before it listened (see its message above)", status)
-                self.exit_status = status if status in (2, 3) else 3
-                return False
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-                try:
-                    probe.connect(self.socket_path)
-                    return True
-                except OSError:
-                    pass
-            time.sleep(pause)
-            pause = min(pause * 2, 0.2)
-        log.error("walqueue-serve did not listen on %s within %.0f s", self.socket_path, _SERVER_START_SECONDS)
-        self.server.signal(signal.SIGKILL)
-        self.server.process.wait()
-        self.exit_status = 3
+        process = self.server.process
+        assert process.stdout is not None
+        if _read_until_listening(process.stdout.fileno(), time.monotonic() + _SERVER_START_SECONDS):
+            _drain(process.stdout)
+            return True
+        if process.poll() is None:
+            log.error("walqueue-serve did not listen on %s within %.0f s", self.socket_path, _SERVER_START_SECONDS)
+            self.server.signal(signal.SIGKILL)
+            process.wait()
+            self.exit_status = 3
+            return False
+        status = process.wait()
+        if status >= 0:
+            log.error("walqueue-serve exited with status %d before it listened (see its message above)", status)
+        self.exit_status = status if status in (2, 3) else 3
         return False
 
     def _keep_alive(self) -> None:
@@ -194,6 +195,8 @@ class Supervisor:
                     child.schedule_restart(now)
                 if child.restart_at is not None and now >= child.restart_at:
                     child.start()
+                    if child is self.server and child.process is not None and child.process.stdout is not None:
+                        _drain(child.process.stdout)  # nobody waits for a restarted server's line
             with self._changed:
                 self._changed.wait(0.1)
         self._shut_down()
@@ -232,6 +235,31 @@ class Supervisor:
                 os.close(fd)
             except OSError:
                 pass
+
+
+def _read_until_listening(fd: int, give_up: float) -> bool:
+    """Read `fd` until a line holding ``listening`` (True), its end or `give_up` (False)."""
+    seen = b""
+    while b"listening" not in seen:
+        remaining = give_up - time.monotonic()
+        if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
+            return False
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            return False  # the server closed its stdout: it exited
+        seen = seen[-16:] + chunk
+    return True
+
+
+def _drain(stream: Any) -> None:
+    """Read and drop the server's later output on a daemon thread, so that its prints never block it."""
+
+    def drain() -> None:
+        with stream:
+            while stream.read1(65536):
+                pass
+
+    threading.Thread(target=drain, name="walqueue-worker server output", daemon=True).start()
 
 
 def _child_command(socket_path: str, spec: str, arguments: Any) -> list[str]:
