@@ -52,9 +52,9 @@ def touch(marker):
 """
 
 
-def _env(extra: Path) -> dict[str, str]:
+def _env(tree: Path, extra: Path) -> dict[str, str]:
     env = dict(os.environ)
-    paths = [str(ROOT / "packages" / layer / "src") for layer in LAYERS] + [str(extra)]
+    paths = [str(tree / "packages" / layer / "src") for layer in LAYERS] + [str(extra)]
     env["PYTHONPATH"] = os.pathsep.join(paths)
     return env
 
@@ -68,13 +68,19 @@ def _wait(condition: Callable[[], bool], what: str) -> None:
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+    """Stop the command and every process it started (each is launched in a session of its own)."""
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(60)
+    except ProcessLookupError:
+        pass
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    try:
+        os.killpg(process.pid, signal.SIGKILL)  # what outlived its parent (huey's forked workers)
+    except ProcessLookupError:
+        pass
 
 
 def run_exit(command: list[str], env: dict[str, str], request: bytes = b"") -> float:
@@ -90,7 +96,9 @@ def serve(place: Path, env: dict[str, str]) -> float:
     shutil.rmtree(store, ignore_errors=True)
     command = [sys.executable, "-m", "walqueue.cli.serve", str(store), "--socket", str(sock)]
     start = time.perf_counter()
-    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True
+    )
     try:
         assert process.stdout is not None and b"listening" in process.stdout.readline()
         with socket.socket(socket.AF_UNIX) as client:
@@ -105,18 +113,17 @@ def serve(place: Path, env: dict[str, str]) -> float:
 
 
 def worker(place: Path, env: dict[str, str]) -> float:
-    sys.path.insert(0, str(ROOT / "packages" / "walqueue-engine" / "src"))
-    from walqueue import Queue
-
     store, marker = place / "worker-q", place / "worker.done"
     shutil.rmtree(store, ignore_errors=True)
     marker.unlink(missing_ok=True)
-    with Queue(store) as queue:
-        queue.put("first", {"marker": str(marker)})
+    put = f"from walqueue import Queue\nwith Queue({str(store)!r}) as q:\n    q.put('a', {{'marker': {str(marker)!r}}})"
+    subprocess.run([sys.executable, "-c", put], env=env, check=True)
     command = [sys.executable, "-m", "walqueue.worker", str(store), "startup_handler:touch", "--processes", "4"]
     command += ["--log-level", "WARNING", "--summary", "0"]
     start = time.perf_counter()
-    process = subprocess.Popen(command, env=env, cwd=place, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        command, env=env, cwd=place, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True
+    )
     try:
         _wait(marker.exists, "walqueue-worker's first task")
         return time.perf_counter() - start
@@ -132,7 +139,9 @@ def huey(place: Path, env: dict[str, str]) -> float:
     subprocess.run([sys.executable, "-c", enqueue], env=env, cwd=place, check=True)
     command = [sys.executable, "-m", "huey.bin.huey_consumer", "startup_huey.huey", "-w", "4", "-k", "process", "-q"]
     start = time.perf_counter()
-    process = subprocess.Popen(command, env=env, cwd=place, stdin=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        command, env=env, cwd=place, stdin=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
     try:
         _wait(marker.exists, "huey's first task")
         return time.perf_counter() - start
@@ -144,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--tree", type=Path, default=ROOT, help="measure this tree's packages/ (e.g. a git archive)")
     arguments = parser.parse_args(argv)
     try:
         import huey as _  # type: ignore[import-untyped, import-not-found, unused-ignore]  # noqa: F401
@@ -153,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         have_huey = False
     with tempfile.TemporaryDirectory(prefix="walqueue-startup-") as tmp:
         place = Path(tmp)
-        env = _env(place)
+        env = _env(arguments.tree, place)
         (place / "startup_handler.py").write_text(_HANDLER)
         (place / "startup_huey.py").write_text(_HUEY.format(db=str(place / "huey.db")))
         fsck_store = place / "fsck-q"
@@ -181,7 +191,13 @@ def main(argv: list[str] | None = None) -> int:
     for name, ratio in ratios.items():
         print(f"{name:22} {ratio:6.2f}x")
     if arguments.json:
-        result = {"python": sys.version.split()[0], "samples_s": samples, "median_s": medians, "ratios": ratios}
+        result = {
+            "python": sys.version.split()[0],
+            "tree": str(arguments.tree),
+            "samples_s": samples,
+            "median_s": medians,
+            "ratios": ratios,
+        }
         arguments.json.write_text(json.dumps(result, indent=1) + "\n")
     return 0
 

@@ -26,7 +26,7 @@ from types import FrameType
 from typing import Any, Final
 
 from walqueue import WalQueueError
-from walqueue.cli.parentpipe import add_parent_pipe_argument, watch_parent
+from walqueue.cli.parentpipe import add_parent_pipe_argument, add_ready_pipe_argument, wait_until_ready, watch_parent
 from walqueue.engine.events import JsonLinesFormatter
 from walqueue.format.cmdline import EX_USAGE, EXIT_CANNOT_OPEN, EXIT_FATAL, EXIT_OK, UsageParser, version_line
 from walqueue.worker.clock import MILLISECONDS
@@ -102,6 +102,7 @@ def _parser() -> UsageParser:
     )
     parser.add_argument("--hard-timeout", action="store_true", help=argparse.SUPPRESS)
     add_parent_pipe_argument(parser)  # set by the supervisor: a child stops as on SIGTERM once it is gone
+    add_ready_pipe_argument(parser)  # set by the supervisor: a child started beside its server waits for it
     parser.add_argument("--version", action="version", version=version_line(PROG))
     return parser
 
@@ -299,6 +300,7 @@ def _run_here(directory: str | None, arguments: Any, handler: Callable[..., Any]
     else:
         from walqueue.cli.client import Client
 
+        wait_until_ready(arguments.ready_pipe)  # imports done while the server started: now it listens
         source = Client(arguments.socket)
     try:
         worker = Worker(

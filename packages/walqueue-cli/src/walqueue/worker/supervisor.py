@@ -2,9 +2,9 @@
 
 A directory has one owner (its lock), so processes share it through the
 server: given DIR, the supervisor starts ``walqueue-serve DIR --socket
-DIR/worker.sock`` itself, waits until it answers, then starts P children,
-each ``python -m walqueue.worker --socket DIR/worker.sock HANDLER`` with the
-same options (and a hard timeout: a child whose handler overruns releases
+DIR/worker.sock`` itself and, at the same time, P children, each ``python -m
+walqueue.worker --socket DIR/worker.sock HANDLER`` with the same options,
+which import their code and then wait until the server has said it listens (and a hard timeout: a child whose handler overruns releases
 its leases and exits). Given ``--socket PATH`` it starts only the children.
 
 It keeps them running: a child or a server that dies (a crash, SIGKILL, a
@@ -36,6 +36,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from walqueue.cli.parentpipe import READY_OPTION
 from walqueue.worker.report import log
 
 __all__ = ["SOCKET_NAME", "Supervisor", "supervise"]
@@ -66,9 +67,10 @@ class _Child:
     #: The descriptors the child inherits (the read end of the supervisor's pipe).
     pass_fds: tuple[int, ...] = ()
 
-    def start(self) -> None:
+    def start(self, extra: tuple[str, ...] = (), extra_fds: tuple[int, ...] = ()) -> None:
+        """Start the process; `extra` arguments and `extra_fds` for this start only (the ready pipe)."""
         self.process = subprocess.Popen(
-            self.command, stdin=subprocess.DEVNULL, stdout=self.output, pass_fds=self.pass_fds
+            [*self.command, *extra], stdin=subprocess.DEVNULL, stdout=self.output, pass_fds=self.pass_fds + extra_fds
         )
         self.started = time.monotonic()
         self.restart_at = None
@@ -139,23 +141,54 @@ class Supervisor:
     # -- running ---------------------------------------------------------------------------
 
     def start(self) -> bool:
-        """Start the server (if any) and wait until it answers, then the children; False if the server failed."""
-        if self.server is not None:
-            for _ in range(_SERVER_START_TRIES):
-                self.server.start()
-                if self._server_ready():
-                    break
-                status = self.server.exited()
-                if status is None or status >= 0:
-                    return False  # it refused to start (2: DIR cannot be opened, 3: the socket): say so
-                log.warning("walqueue-serve was killed while starting; starting it again")
-            else:
+        """Start the server (if any) and the children at once; the children connect once it listens.
+
+        The children import their code while the server opens the store
+        (two interpreter starts side by side, not one after the other); each
+        waits on the read end of a pipe whose write end only this process
+        holds, and closing it once the server has printed its "listening"
+        line releases them all (DECISIONS §35). False if the server failed:
+        the children, which have connected to nothing, are stopped.
+        """
+        if self.server is None:
+            for child in self.children:
+                child.start()
+        else:
+            ready_read, ready_write = os.pipe()
+            try:
+                for child in self.children:
+                    child.start((READY_OPTION, str(ready_read)), (ready_read,))
+            finally:
+                os.close(ready_read)
+            try:
+                started = self._start_server()
+            finally:
+                os.close(ready_write)  # the children go on: to the server, or to an error if it failed
+            if not started:
+                self._stop_unconnected_children()
                 return False
-        for child in self.children:
-            child.start()
         threading.Thread(target=self._keep_alive, name="walqueue-worker supervisor", daemon=True).start()
         log.info("supervising %d worker process(es) on %s", len(self.children), self.socket_path)
         return True
+
+    def _start_server(self) -> bool:
+        assert self.server is not None
+        for _ in range(_SERVER_START_TRIES):
+            self.server.start()
+            if self._server_ready():
+                return True
+            status = self.server.exited()
+            if status is None or status >= 0:
+                return False  # it refused to start (2: DIR cannot be opened, 3: the socket): say so
+            log.warning("walqueue-serve was killed while starting; starting it again")
+        return False
+
+    def _stop_unconnected_children(self) -> None:
+        """The server never listened: the children hold nothing (no connection, no lease); end them now."""
+        for child in self.children:
+            child.signal(signal.SIGKILL)
+            if child.process is not None:
+                child.process.wait()
 
     def _server_ready(self) -> bool:
         """Wait for the server's "listening" line on its stdout (no polling): True, or False if it died or hung.
