@@ -68,14 +68,12 @@ def _wait(condition: Callable[[], bool], what: str) -> None:
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:
-    """Stop the command and every process it started (each is launched in a session of its own)."""
+    """Stop the command as an operator would (SIGTERM to it alone), then whatever of its session outlived it."""
+    process.send_signal(signal.SIGTERM)
     try:
-        os.killpg(process.pid, signal.SIGTERM)
         process.wait(60)
-    except ProcessLookupError:
-        pass
     except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
+        process.kill()
         process.wait()
     try:
         os.killpg(process.pid, signal.SIGKILL)  # what outlived its parent (huey's forked workers)
