@@ -4,8 +4,9 @@ A directory has one owner (its lock), so processes share it through the
 server: given DIR, the supervisor starts ``walqueue-serve DIR --socket
 DIR/worker.sock`` itself and, at the same time, P children, each ``python -m
 walqueue.worker --socket DIR/worker.sock HANDLER`` with the same options,
-which import their code and then wait until the server has said it listens (and a hard timeout: a child whose handler overruns releases
-its leases and exits). Given ``--socket PATH`` it starts only the children.
+which import their code and then wait until the server has said it listens
+(and a hard timeout: a child whose handler overruns releases its leases and
+exits). Given ``--socket PATH`` it starts only the children.
 
 It keeps them running: a child or a server that dies (a crash, SIGKILL, a
 hard timeout) is started again, after a pause that grows while they keep
