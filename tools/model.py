@@ -1005,14 +1005,16 @@ def read_frames(path: str | os.PathLike[str]) -> list[tuple[int, Any]]:
     """(offset, decoded body) of every frame of a segment, snapshot or CURRENT.
 
     Strict: any incomplete frame or digest mismatch is an `AssertionError`
-    (this is a test helper, not the engine's reader).
+    (this is a test helper, not the engine's reader). Zeros after the last
+    frame (an open queue's preallocated segment) end the frames.
     """
     import json
 
     data = Path(path).read_bytes()
     frames: list[tuple[int, Any]] = []
     offset = 0
-    while offset < len(data):
+    end_of_frames = len(data.rstrip(b"\x00"))  # at least inside the last frame: its digest may end in zeros
+    while offset < end_of_frames:
         assert offset + 4 <= len(data), f"{path}: incomplete length at {offset}"
         (length,) = struct.unpack(">I", data[offset : offset + 4])
         end = offset + 4 + length + 32

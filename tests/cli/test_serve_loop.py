@@ -178,14 +178,17 @@ _FAILING_FSYNC_SERVER = """
 import errno, os, sys
 from walqueue.serve.cli import main
 
-real_fsync, flag = os.fsync, sys.argv[3]
+flag = sys.argv[3]
 
-def fsync(fd):
-    if os.path.exists(flag):
-        raise OSError(errno.EIO, "injected fsync failure")
-    real_fsync(fd)
+def failing(real):
+    def sync(fd):
+        if os.path.exists(flag):
+            raise OSError(errno.EIO, "injected fsync failure")
+        real(fd)
+    return sync
 
-os.fsync = fsync
+os.fsync = failing(os.fsync)
+os.fdatasync = failing(os.fdatasync)  # the WAL syncs its data with fdatasync
 sys.exit(main([sys.argv[1], "--socket", sys.argv[2], "--log-level", "WARNING"]))
 """
 

@@ -42,6 +42,7 @@ class CountingFsync:
 def fsyncs(monkeypatch: pytest.MonkeyPatch) -> Iterator[CountingFsync]:
     probe = CountingFsync()
     monkeypatch.setattr(os, "fsync", probe)
+    monkeypatch.setattr(os, "fdatasync", probe)  # the WAL syncs its data with fdatasync
     yield probe
 
 

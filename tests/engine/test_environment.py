@@ -454,6 +454,7 @@ def test_each_created_directory_is_made_durable_before_the_first_frame(
         original(fd)
 
     monkeypatch.setattr(os, "fsync", recording_fsync)
+    monkeypatch.setattr(os, "fdatasync", recording_fsync)  # the WAL syncs its data with fdatasync
     target = tmp_path / "a" / "b" / "q"
     with Queue(target) as queue:
         queue.put("t", {})

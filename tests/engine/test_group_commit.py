@@ -50,6 +50,7 @@ class SlowFsync:
 def slow_fsync(monkeypatch: pytest.MonkeyPatch) -> Iterator[SlowFsync]:
     probe = SlowFsync()
     monkeypatch.setattr(os, "fsync", probe)
+    monkeypatch.setattr(os, "fdatasync", probe)  # the WAL syncs its data with fdatasync
     yield probe
     probe.gate.set()
 

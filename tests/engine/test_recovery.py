@@ -752,7 +752,8 @@ APPENDED: list[tuple[str, Callable[[Model], bytes]]] = [
     ("op-with-an-extra-key", lambda m: encode_frame({"seq": m.last_seq + 1, "ops": [{**_valid_put_ops()[0], "x": 1}]})),
     ("invalid-json", lambda m: raw_frame(b'{"seq": 1, "ops": [')),
     ("not-utf8", lambda m: raw_frame(b'{"seq":1,"ops":["\xff"]}')),
-    ("zero-length", lambda m: b"\x00\x00\x00\x00"),
+    # A zero length followed only by zeros is a preallocated tail, the end of the log; anything after it is damage.
+    ("zero-length", lambda m: b"\x00\x00\x00\x00" + b"x"),
     ("length-beyond-bound", lambda m: struct.pack(">I", 16 * 2**20 + 1) + b"x" * 64),
     ("length-max", lambda m: b"\xff\xff\xff\xff"),
     ("digest-mismatch", lambda m: _valid_put(m.last_seq + 1)[:-1] + b"\x00"),

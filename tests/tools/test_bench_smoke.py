@@ -32,10 +32,11 @@ from bench.registry import BY_NAME, WORKLOADS, resolve  # noqa: E402
 
 #: Every workload and the ratios/figures each must report.
 EXPECTED_FIGURES: dict[str, set[str]] = {
-    "put_durable": {"walqueue_vs_sqlite", "walqueue_vs_floor"},
+    "put_durable": {"walqueue_vs_sqlite", "walqueue_vs_floor", "walqueue_vs_prealloc", "prealloc_vs_floor"},
     "reserve_ack_durable": {
         "walqueue_vs_sqlite",
         "walqueue_vs_floor",
+        "walqueue_vs_prealloc",
         "floor_vs_sqlite",
         "inplace_vs_append_sync",
         "append_fdatasync_vs_fsync",
@@ -72,6 +73,7 @@ EXPECTED_FIGURES: dict[str, set[str]] = {
             "walqueue8_vs_walqueue1",
             "walqueue8_vs_sqlite8",
             "walqueue8_vs_floor8",
+            "walqueue8_vs_prealloc8",
             "walqueue1_fsyncs_per_op",
             "walqueue8_fsyncs_per_op",
             "walqueue1_cpu_share",
@@ -142,6 +144,7 @@ EXPECTED_TARGETS = {
     ("lanes", "reopen_many_queues_vs_one"),
     ("put_durable", "walqueue_vs_sqlite"),
     ("put_durable", "walqueue_vs_floor"),
+    ("put_durable", "walqueue_vs_prealloc"),
     ("reserve_ack_durable", "walqueue_vs_sqlite"),
     ("put_many_durable", "walqueue_vs_sqlite"),
     ("cpu_per_call", "put_walqueue_vs_sqlite"),
@@ -240,8 +243,10 @@ def test_every_workload_and_figure_is_reported(tiny_run: tuple[dict[str, Any], s
     for key in ("put_durable", "reserve_ack_durable", "put_many_durable", "cpu_per_call"):
         # (b) also times the disk alone (two syncs per cycle, three ways), and (c) the validation
         # alone (the baseline's and walqueue's), in the same interleaving.
+        # (a) and (b) also time the preallocated floor (pwrite + fdatasync per frame).
         extra = {
-            "reserve_ack_durable": {"sync_append_fsync", "sync_append_fdatasync", "sync_inplace_fdatasync"},
+            "put_durable": {"prealloc"},
+            "reserve_ack_durable": {"prealloc", "sync_append_fsync", "sync_append_fdatasync", "sync_inplace_fdatasync"},
             "put_many_durable": {"rules_sqlite", "rules_walqueue"},
         }.get(key, set())
         for block in _backend_blocks(workloads[key]):
@@ -265,7 +270,8 @@ def test_every_workload_and_figure_is_reported(tiny_run: tuple[dict[str, Any], s
     h_reps = report["meta"]["scale_params"]["group_commit_threads"]["reps"]
     for phase in ("puts", "cycles"):
         block = workloads["group_commit_threads"]["backends"][phase]
-        assert set(block) == {f"{b}_{n}" for b in ("walqueue", "sqlite", "floor") for n in (1, 2, 4, 8, 16)}, phase
+        backends = ("walqueue", "sqlite", "floor", "prealloc")
+        assert set(block) == {f"{b}_{n}" for b in backends for n in (1, 2, 4, 8, 16)}, phase
         assert all(len(fig["samples"]) == h_reps for fig in block.values()), phase
         assert set(workloads["group_commit_threads"]["series"][phase]) == set(block), phase
     # (i): in every variant, one automatic compaction per round, none with compaction disabled,
@@ -533,3 +539,17 @@ def test_targets_markdown_has_a_column_per_run(tiny_run: tuple[dict[str, Any], s
     assert "met" in put_row.split("|")[-3] and "met" in put_row.split("|")[-2]
     cycle_row = next(line for line in lines if "| cpu_per_call (d) | put_walqueue_vs_sqlite |" in line)
     assert cycle_row.split("|")[-2].strip() == ""  # the second run left that workload out
+
+
+def test_the_preallocated_floor_writes_frames_into_room_it_allocated(tmp_path: Path) -> None:
+    from walqueue.format.frame import SegmentEnd, scan_frames
+
+    floor = bench_backends.PreallocatedFloorLog(tmp_path / "prealloc.log", durable=True)
+    floor.put("x", {"a": 1})
+    floor.put_many([{"task_id": "y", "payload": {}}])
+    floor.close()
+    end = SegmentEnd()
+    with open(tmp_path / "prealloc.log", "rb") as file:
+        frames = list(scan_frames(file, allow_zero_tail=True, end=end))
+    assert [value["seq"] for _, _, value in frames] == [1, 2]
+    assert end.zero_offset is not None and end.size == bench_backends.PreallocatedFloorLog.ROOM

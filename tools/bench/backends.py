@@ -1,4 +1,4 @@
-"""The two comparison backends of the benchmark (tools/bench/): SQLite and the fsync floor.
+"""The comparison backends of the benchmark (tools/bench/): SQLite, the fsync floor and the preallocated floor.
 
 Both expose the same call surface as `walqueue.Queue` for what the benchmark
 uses (`put`, `put_many`, `reserve`, `ack`, `release`, `close`), with the same
@@ -490,6 +490,38 @@ class FloorLog:
 
     def ack(self, lease: FloorLease, *, now: int) -> None:
         self._commit([{"op": "ack", "task": lease.task_id, "generation": lease.generation}])
+
+
+class PreallocatedFloorLog(FloorLog):
+    """The floor on a preallocated file: `posix_fallocate` ahead, `os.pwrite` at the next offset, `fdatasync`.
+
+    What a commit costs when it does not change the file's size (SQLite's
+    reused WAL, a preallocated segment): the floor of issue 37's segments.
+    Room is added `ROOM` bytes at a time, before the write that needs it.
+    """
+
+    ROOM = 16 * 2**20
+
+    def __init__(self, path: str | os.PathLike[str], *, durable: bool) -> None:
+        super().__init__(path, durable=durable)
+        os.close(self._fd)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        self._offset = 0
+        self._room = 0
+        self._sync = getattr(os, "fdatasync", os.fsync)
+
+    def _commit(self, ops: list[dict[str, Any]]) -> None:
+        self._seq += 1
+        body = _encode({"seq": self._seq, "ops": ops}).encode("utf-8")
+        frame = len(body).to_bytes(4, "big") + body + _sha256(body).digest()
+        end = self._offset + len(frame)
+        if end >= self._room:
+            self._room = end - end % self.ROOM + self.ROOM
+            os.posix_fallocate(self._fd, 0, self._room)
+        os.pwrite(self._fd, frame, self._offset)
+        self._offset = end
+        if self._durable:
+            self._sync(self._fd)
 
 
 def floor_read(paths: Iterable[str]) -> int:

@@ -48,7 +48,7 @@ SCALES: dict[str, dict[str, int]] = {
 # repetition, as elsewhere.
 
 THREADS = (1, 2, 4, 8, 16)
-THREAD_BACKENDS = ("walqueue", "sqlite", "floor")
+THREAD_BACKENDS = ("walqueue", "sqlite", "floor", "prealloc")
 
 
 class _LockedFloor:
@@ -71,8 +71,12 @@ class _LockedFloor:
             self._floor.ack(lease, now=now)
 
 
+#: The syncs counted: the queue's WAL and the preallocated floor use `fdatasync`, the append floor `fsync`.
+_SYNC_CALLS = ("fsync", "fdatasync")
+
+
 class _FsyncCounter:
-    """Counts `os.fsync` calls made from Python while installed (the queue's shared fsync and the floor's).
+    """Counts `os.fsync`/`os.fdatasync` calls made from Python while installed (the queue's and the floors' syncs).
 
     SQLite syncs in C and is not counted. Installed only around group_commit_threads's timed
     phases; the wrapper adds a Python call and a lock to each fsync, nothing
@@ -80,23 +84,28 @@ class _FsyncCounter:
     """
 
     def __init__(self) -> None:
-        self._real = os.fsync
+        self._real = {name: getattr(os, name) for name in _SYNC_CALLS if hasattr(os, name)}
         self._lock = threading.Lock()
         self._calls = 0
 
     def __enter__(self) -> _FsyncCounter:
-        real, lock = self._real, self._lock
+        for name, real in self._real.items():
+            setattr(os, name, self._counting(real))
+        return self
 
-        def counting_fsync(fd: Any) -> None:
+    def _counting(self, real: Any) -> Any:
+        lock = self._lock
+
+        def counting_sync(fd: Any) -> None:
             with lock:
                 self._calls += 1
             real(fd)
 
-        os.fsync = counting_fsync
-        return self
+        return counting_sync
 
     def __exit__(self, *exc: object) -> None:
-        os.fsync = self._real
+        for name, real in self._real.items():
+            setattr(os, name, real)
 
     def take(self) -> int:
         """fsyncs since the last `take`."""
@@ -164,9 +173,10 @@ def _open_configurations(ctx: Context, fill_count: int, closers: list[Any]) -> d
         connections = [open_for_processes("sqlite", path) for _ in range(n)]
         closers.extend(connections)
         callers[f"sqlite_{n}"] = connections
-        floor = open_backend("floor", ctx.dir(f"h-floor-{n}"), durable=True)
-        closers.append(floor)
-        callers[f"floor_{n}"] = [_LockedFloor(floor, threading.Lock())] * n
+        for kind in ("floor", "prealloc"):
+            floor = open_backend(kind, ctx.dir(f"h-{kind}-{n}"), durable=True)
+            closers.append(floor)
+            callers[f"{kind}_{n}"] = [_LockedFloor(floor, threading.Lock())] * n
     for name in [f"{backend}_{n}" for n in THREADS for backend in THREAD_BACKENDS]:
         first = callers[name][0]
         target = first._floor if isinstance(first, _LockedFloor) else first
@@ -220,11 +230,16 @@ def _ratios(measured: _Measured) -> dict[str, Any]:
             "x",
             note="information: against one writer paying one fsync per operation",
         )
+        ratios[f"{label}_walqueue8_vs_prealloc8"] = figure(
+            speed_ratio(per, "walqueue_8", "prealloc_8"),
+            "x",
+            note="information: against one writer paying one pwrite + fdatasync per operation in preallocated room",
+        )
         ratios[f"{label}_walqueue1_fsyncs_per_op"] = figure(
             measured.fsyncs[label]["walqueue_1"],
             "fsyncs/op",
             better="lower",
-            note="information: os.fsync calls per operation with one thread"
+            note="information: os.fsync/os.fdatasync calls per operation with one thread"
             + (" (a cycle commits twice)" if label == "cycles" else ""),
         )
         ratios[f"{label}_walqueue8_fsyncs_per_op"] = figure(
@@ -275,6 +290,7 @@ def run(ctx: Context) -> dict[str, Any]:
             "walqueue": "all threads share one Queue(sync=True)",
             "sqlite": f"one connection per thread, WAL, synchronous=FULL, busy_timeout={SQLITE_BUSY_MS} ms",
             "floor": "one FloorLog, each commit (append + fsync) under one lock: one fsync per operation",
+            "prealloc": "one PreallocatedFloorLog, each commit (pwrite into room + fdatasync) under one lock",
             "fsyncs_per_op": {
                 label: {name: statistics.median(values) for name, values in per.items()}
                 for label, per in measured.fsyncs.items()

@@ -13,7 +13,7 @@ from typing import Any
 
 from walqueue import Queue
 
-from .backends import FloorLog, SqliteQueue
+from .backends import FloorLog, PreallocatedFloorLog, SqliteQueue
 
 WORKER = "worker-1"
 NOW = 1_000
@@ -61,6 +61,8 @@ def open_backend(kind: str, directory: Path, *, durable: bool, compact_bytes: An
         return SqliteQueue(directory / "queue.sqlite", durable=durable)
     if kind == "floor":
         return FloorLog(directory / "floor.log", durable=durable)
+    if kind == "prealloc":
+        return PreallocatedFloorLog(directory / "prealloc.log", durable=durable)
     raise ValueError(kind)
 
 
@@ -191,6 +193,8 @@ class Context:
 
 
 BACKENDS = ("walqueue", "sqlite", "floor")
+#: The durable single-call workloads (a, b) also time the preallocated floor (pwrite + fdatasync per frame).
+DURABLE_BACKENDS = (*BACKENDS, "prealloc")
 
 
 def warm_puts(backend: Any, prefix: str, count: int = 5) -> None:

@@ -4,6 +4,10 @@ offset, single-bit flips of every file): opening recovers exactly the
 model's state (minus the cut transactions, only for a torn tail of the
 newest segment) or raises `CorruptStore`, and ``walqueue-fsck --replay``
 agrees (2 iff `CorruptStore`, 1 iff opening cut a torn tail).
+
+Every other store (the first among them) keeps a zero tail after its newest segment's frames, as
+a crash leaves a preallocated segment, and is first damaged where that
+matters: every byte of its last frame and of the start of its zero tail.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from walqueue import (
     Queue,
 )
 from walqueue.format.current import read_current
+from walqueue.format.frame import FRAME_OVERHEAD
 from walqueue.format.names import LOCK_NAME, parse_wal_name
 
 from .checks import compare_views, view_difference
@@ -42,6 +47,9 @@ STORE_WEIGHTS = {
 LIFECYCLE_STEPS = 7
 LIFECYCLE_WORKER = "w-lifecycle"
 LIFECYCLE_ERRORS = ({"type": "Cancelled", "message": "by the operator"}, {"type": "KeyError", "message": "no 'resize'"})
+#: The zero tail a crash leaves after the newest segment's frames (every other store), and how much of it is flipped.
+ZERO_TAIL_BYTES = 512
+ZERO_TAIL_FLIPPED = 64
 #: Compactions interrupted while building a store, and what each leaves behind.
 STORE_INTERRUPTIONS = (
     "current.published",  # the published snapshot, and a leftover segment below CURRENT.wal
@@ -69,6 +77,7 @@ class Store:
     live: list[str]  # live segment names, oldest first
     frames: dict[str, list[Frame]]  # live segment name -> its frames
     authoritative: set[str]  # CURRENT and the snapshot it names
+    zero_tail: int = 0  # zeros after the newest segment's frames (a preallocated segment's crash)
 
     @property
     def newest(self) -> str:
@@ -132,7 +141,12 @@ def build_store(seed: int, unit: int, directory: Path, report: Report) -> Store:
         else:
             raise Abort(f"{where}: compaction never reached {phase}")
     run_ops(rng.randrange(3, 5), with_lifecycle=True)
-    return _describe_store(directory, views, model.last_seq)
+    store = _describe_store(directory, views, model.last_seq)
+    if unit % 2 == 0:  # the first store among them: every run has one
+        store.zero_tail = ZERO_TAIL_BYTES
+        store.files[store.newest] += bytes(ZERO_TAIL_BYTES)
+        (directory / store.newest).write_bytes(store.files[store.newest])
+    return store
 
 
 def _describe_store(directory: Path, views: dict[int, dict[str, Any]], final_seq: int) -> Store:
@@ -145,9 +159,11 @@ def _describe_store(directory: Path, views: dict[int, dict[str, Any]], final_seq
     )
     frames: dict[str, list[Frame]] = {}
     for name in live:
-        parsed = read_frames(directory / name)
-        ends = [offset for offset, _ in parsed[1:]] + [len(files[name])]
-        frames[name] = [Frame(offset, end, body["seq"]) for (offset, body), end in zip(parsed, ends, strict=True)]
+        data = files[name]
+        frames[name] = [
+            Frame(offset, offset + FRAME_OVERHEAD + int.from_bytes(data[offset : offset + 4], "big"), body["seq"])
+            for offset, body in read_frames(directory / name)
+        ]
     return Store(
         directory=directory,
         views=views,
@@ -196,6 +212,10 @@ def allowed_after_truncation(store: Store, name: str, size: int) -> Allowed:
     boundary = size == 0 or any(frame.end == size for frame in frames)
     seq = _seq_before(store, name, size)
     if name == store.newest:
+        frames_end = frames[-1].end if frames else 0
+        if store.zero_tail and size > frames_end:
+            # Zeros cut short: 1-3 of them are a cut length field (torn), 4 or more a zero tail.
+            return Allowed(corrupt=False, seq=store.final_seq, torn=size - frames_end < 4)
         return Allowed(corrupt=False, seq=seq, torn=not boundary)
     later = store.live[store.live.index(name) + 1 :]
     if boundary and not any(store.frames[segment] for segment in later):
@@ -212,6 +232,11 @@ def allowed_after_flip(store: Store, name: str, offset: int) -> Allowed:
     if name == store.newest and frames and frames[-1].start <= offset < frames[-1].start + 4:
         # A damaged length in the very last frame looks exactly like a torn write (CONTRACT §4 rule 5).
         return Allowed(corrupt=True, seq=_seq_before(store, name, frames[-1].start), torn=True)
+    frames_end = frames[-1].end if frames else 0
+    if name == store.newest and frames_end <= offset < frames_end + 4:
+        # A bit in the zero tail where a next length would start: a torn write of a frame (cut), or a length
+        # out of bounds (corrupt); never a lost transaction.
+        return Allowed(corrupt=True, seq=store.final_seq, torn=True)
     return Allowed(corrupt=True)
 
 
@@ -257,6 +282,8 @@ def _damage_store(
     """
     rng = random.Random(f"bytes-bits:{seed}:{unit}")
     first = unit == 0
+    if store.zero_tail:
+        _damage_zero_tail(store, seed, unit, check, report)
     for name, data in store.files.items():
         for size in range(len(data)):
             if not first and time.monotonic() >= deadline:
@@ -278,6 +305,22 @@ def _damage_store(
             where = f"--seed {seed} bytes unit {unit}: {name} bit {bit} of byte {offset} flipped"
             _variant(store, name, bytes(damaged), allowed_after_flip(store, name, offset), check, report, where)
             report.count("bit flips")
+
+
+def _damage_zero_tail(store: Store, seed: int, unit: int, check: Callable[..., Any], report: Report) -> None:
+    """Every bit of the last frame before the zero tail and of the tail's first bytes, one at a time."""
+    name = store.newest
+    data = store.files[name]
+    frames = store.frames[name]
+    start = frames[-1].start if frames else 0
+    stop = (frames[-1].end if frames else 0) + ZERO_TAIL_FLIPPED
+    for offset in range(start, stop):
+        for bit in range(8):
+            damaged = bytearray(data)
+            damaged[offset] ^= 1 << bit
+            where = f"--seed {seed} bytes unit {unit}: {name} (zero tail) bit {bit} of byte {offset} flipped"
+            _variant(store, name, bytes(damaged), allowed_after_flip(store, name, offset), check, report, where)
+            report.count("zero-tail flips")
 
 
 def _flip_order(store: Store, rng: random.Random) -> list[tuple[str, int]]:

@@ -63,6 +63,7 @@ def open_through_recovery_crashes(path: Path, report: Report, crashed: set[str],
             continue
         _check_recovery_phases(log.phases, report, where)
         agree_with_fsck(verdict, queue, torn or bool(log.phases), report, where)
+        count_zero_tail(path, queue, report)
         return queue
     raise Abort(f"{where}: opening reported more phases than recovery has")
 
@@ -81,7 +82,16 @@ def open_checked_by_fsck(path: Path, report: Report, where: str, **options: Any)
     queue = Queue(path, hook=log, **options)
     _check_recovery_phases(log.phases, report, where)
     agree_with_fsck(verdict, queue, "recover.truncate.before" in log.phases, report, where)
+    count_zero_tail(path, queue, report)
     return queue
+
+
+def count_zero_tail(path: Path, queue: Queue, report: Report) -> None:
+    """Count an opening that found zeros after the newest segment's frames: the preallocated room a crash left."""
+    stats = queue.stats()
+    live = sorted(path.glob("wal-*.log"))[-stats["segments"] :]
+    if sum(segment.stat().st_size for segment in live) > stats["wal_bytes"]:
+        report.count("opened over a zero tail")
 
 
 def agree_with_fsck(verdict: Any, queue: Queue, torn: bool, report: Report, where: str) -> None:

@@ -11,7 +11,10 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-FAULTABLE = ("write", "fsync", "replace", "rename", "unlink", "open", "ftruncate")
+#: Not `posix_fallocate`: a refused preallocation is a fallback (the segment grows at each write), never an error.
+FAULTABLE = ("write", "fsync", "fdatasync", "replace", "rename", "unlink", "open", "ftruncate")
+#: The calls that make data durable: skipped when they do not fail (no power is lost here).
+SYNCS = ("fsync", "fdatasync")
 FAULT_ERRNOS = (errno.ENOSPC, errno.EIO)
 
 
@@ -108,13 +111,13 @@ class FaultInjector:
                         self.before(index, name)
                     finally:
                         self._inside.active = False
-                if name == "fsync" and self.hold is not None:
+                if name in SYNCS and self.hold is not None:
                     self.hold.wait()
                 if index == self.fail_at:
                     message = f"injected {errno.errorcode[self.error_number]} at os.{name} (call {index})"
                     self.raised = OSError(self.error_number, message)
                     raise self.raised
-                if name == "fsync":
+                if name in SYNCS:
                     return None
                 if name == "write":
                     count = original(*args, **kwargs)
@@ -131,7 +134,7 @@ def _call_target(name: str, args: tuple[Any, ...]) -> str:
     if not args:
         return ""
     first = args[0]
-    if isinstance(first, int) and name in ("write", "fsync", "ftruncate"):
+    if isinstance(first, int) and name in ("write", *SYNCS, "ftruncate"):
         try:
             return os.path.basename(os.readlink(f"/proc/self/fd/{first}"))
         except OSError:

@@ -25,19 +25,21 @@ port before it opens or creates the store: a busy port then leaves nothing.
 from __future__ import annotations
 
 import argparse
+import functools
 import ipaddress
 import logging
 import os
 import socket
-import socketserver
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
+from typing import TYPE_CHECKING, Any, Final
 
 from walqueue.dashboard.hosts import DEFAULT_HOSTS, check_host_name
-from walqueue.dashboard.web import SOCKET_KEY, check_access_token
+from walqueue.dashboard.web import SOCKET_KEY
+
+if TYPE_CHECKING:
+    from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 __all__ = [
     "CONNECTION_TIMEOUT",
@@ -67,28 +69,38 @@ TOKEN_ENVIRONMENT: Final = "WALQUEUE_HTTP_TOKEN"
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 
-class _Handler(WSGIRequestHandler):
-    """wsgiref's handler with a read timeout, and its access log through `logging` instead of stderr."""
+@functools.cache
+def _server_classes() -> tuple[type[WSGIServer], type[WSGIServer], type[WSGIRequestHandler]]:
+    """The server classes (IPv4, IPv6) and the handler, made at the first serve.
 
-    timeout = CONNECTION_TIMEOUT
+    `wsgiref` pulls in `http.server` and `email`: a command that only parses
+    ``--http`` (walqueue-serve without it) never imports them (DECISIONS §35).
+    """
+    import socketserver
+    from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class's name)
-        log.debug("%s %s", self.address_string(), format % args)
+    class _Handler(WSGIRequestHandler):
+        """wsgiref's handler with a read timeout, and its access log through `logging` instead of stderr."""
 
-    def get_environ(self) -> dict[str, Any]:
-        environ = super().get_environ()
-        environ[SOCKET_KEY] = self.connection
-        return environ
+        timeout = CONNECTION_TIMEOUT
 
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class's name)
+            log.debug("%s %s", self.address_string(), format % args)
 
-class _ThreadingServer(socketserver.ThreadingMixIn, WSGIServer):
-    daemon_threads = True
-    block_on_close = False
-    request_queue_size = LISTEN_BACKLOG
+        def get_environ(self) -> dict[str, Any]:
+            environ = super().get_environ()
+            environ[SOCKET_KEY] = self.connection
+            return environ
 
+    class _ThreadingServer(socketserver.ThreadingMixIn, WSGIServer):
+        daemon_threads = True
+        block_on_close = False
+        request_queue_size = LISTEN_BACKLOG
 
-class _ThreadingServer6(_ThreadingServer):
-    address_family = socket.AF_INET6
+    class _ThreadingServer6(_ThreadingServer):
+        address_family = socket.AF_INET6
+
+    return _ThreadingServer, _ThreadingServer6, _Handler
 
 
 @dataclass
@@ -117,8 +129,8 @@ class RunningServer:
 
 def bind(host: str, port: int) -> WSGIServer:
     """A server bound and listening on ``host:port``, not yet answering; `OSError` if the address cannot be bound."""
-    server_class = _ThreadingServer6 if ":" in host else _ThreadingServer
-    return server_class((host, port), _Handler)
+    server4, server6, handler = _server_classes()
+    return (server6 if ":" in host else server4)((host, port), handler)
 
 
 def serve_in_thread(
@@ -261,6 +273,8 @@ def http_options(arguments: argparse.Namespace, environ: Mapping[str, str] = os.
         except (OSError, UnicodeDecodeError) as error:
             raise ValueError(f"cannot read --http-token-file: {error}") from None
     if token is not None:
+        from walqueue.dashboard.web import check_access_token
+
         check_access_token(token)
     if not is_loopback(host):
         if not arguments.http_allow_remote:

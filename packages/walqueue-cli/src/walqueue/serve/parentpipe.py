@@ -54,6 +54,31 @@ def add_parent_pipe_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(OPTION, dest="parent_pipe", type=_pipe_descriptor, metavar="FD", help=argparse.SUPPRESS)
 
 
+#: The option of a child started beside its server: wait for the end of this pipe before connecting.
+READY_OPTION = "--server-ready-pipe"
+
+
+def add_ready_pipe_argument(parser: argparse.ArgumentParser) -> None:
+    """Add the hidden ``--server-ready-pipe FD`` option (a worker child started while its server starts)."""
+    parser.add_argument(READY_OPTION, dest="ready_pipe", type=_pipe_descriptor, metavar="FD", help=argparse.SUPPRESS)
+
+
+def wait_until_ready(fd: int | None) -> None:
+    """Block until the supervisor closes the write end of the ready pipe (its server listens, or it gave up).
+
+    No polling: the read returns when the last write end closes, which the
+    supervisor does once its server has printed its "listening" line (or
+    when it dies). Then the descriptor is closed.
+    """
+    if fd is None:
+        return
+    try:
+        while os.read(fd, 4096):
+            pass
+    finally:
+        os.close(fd)
+
+
 def watch_parent(fd: int, on_gone: Callable[[], None]) -> threading.Thread:
     """Call `on_gone()` once, from a daemon thread, when the pipe `fd` reaches end-of-file (the parent is gone).
 

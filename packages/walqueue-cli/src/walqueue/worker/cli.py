@@ -30,7 +30,7 @@ from walqueue import WalQueueError
 from walqueue.engine.events import JsonLinesFormatter
 from walqueue.engine.validate import check_queues_filter
 from walqueue.format.cmdline import EX_USAGE, EXIT_CANNOT_OPEN, EXIT_FATAL, EXIT_OK, UsageParser, version_line
-from walqueue.serve.parentpipe import add_parent_pipe_argument, watch_parent
+from walqueue.serve.parentpipe import add_parent_pipe_argument, add_ready_pipe_argument, wait_until_ready, watch_parent
 from walqueue.worker.clock import MILLISECONDS
 from walqueue.worker.schedule import Periodic, load_schedule
 from walqueue.worker.summaries import add_summary_fd_argument, send_summary
@@ -113,6 +113,7 @@ def _parser() -> UsageParser:
     parser.add_argument("--hard-timeout", action="store_true", help=argparse.SUPPRESS)
     add_parent_pipe_argument(parser)  # set by the supervisor: a child stops as on SIGTERM once it is gone
     add_summary_fd_argument(parser)  # set by the supervisor: a child sends it its counters, for one combined line
+    add_ready_pipe_argument(parser)  # set by the supervisor: a child started beside its server waits for it
     parser.add_argument("--version", action="version", version=version_line(PROG))
     return parser
 
@@ -343,6 +344,7 @@ def _run_here(directory: str | None, arguments: Any, handler: Callable[..., Any]
     else:
         from walqueue.client import Client
 
+        wait_until_ready(arguments.ready_pipe)  # imports done while the server started: now it listens
         source = Client(arguments.socket)
     try:
         worker = Worker(

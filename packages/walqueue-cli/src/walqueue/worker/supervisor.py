@@ -2,10 +2,11 @@
 
 A directory has one owner (its lock), so processes share it through the
 server: given DIR, the supervisor starts ``walqueue-serve DIR --socket
-DIR/worker.sock`` itself, waits until it answers, then starts P children,
-each ``python -m walqueue.worker --socket DIR/worker.sock HANDLER`` with the
-same options (and a hard timeout: a child whose handler overruns releases
-its leases and exits). Given ``--socket PATH`` it starts only the children.
+DIR/worker.sock`` itself and, at the same time, P children, each ``python -m
+walqueue.worker --socket DIR/worker.sock HANDLER`` with the same options,
+which import their code and then wait until the server has said it listens
+(and a hard timeout: a child whose handler overruns releases its leases and
+exits). Given ``--socket PATH`` it starts only the children.
 With ``--schedule``, the first child alone runs the periodic tasks (one
 put, and one ``fired`` line, per firing); it is restarted like the others.
 
@@ -29,9 +30,9 @@ its last client has left, so nothing is orphaned and no lease is held.
 from __future__ import annotations
 
 import os
+import select
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -40,6 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from walqueue.serve.parentpipe import READY_OPTION
 from walqueue.worker.report import log
 from walqueue.worker.summaries import Summaries
 
@@ -71,9 +73,10 @@ class _Child:
     #: The descriptors the child inherits (the read end of the supervisor's pipe).
     pass_fds: tuple[int, ...] = ()
 
-    def start(self) -> None:
+    def start(self, extra: tuple[str, ...] = (), extra_fds: tuple[int, ...] = ()) -> None:
+        """Start the process; `extra` arguments and `extra_fds` for this start only (the ready pipe)."""
         self.process = subprocess.Popen(
-            self.command, stdin=subprocess.DEVNULL, stdout=self.output, pass_fds=self.pass_fds
+            [*self.command, *extra], stdin=subprocess.DEVNULL, stdout=self.output, pass_fds=self.pass_fds + extra_fds
         )
         self.started = time.monotonic()
         self.restart_at = None
@@ -124,7 +127,8 @@ class Supervisor:
         if directory is not None:
             command = [sys.executable, "-m", "walqueue.serve", directory, "--socket", socket_path]
             command += ["--log-level", server_log_level, *watch]
-            self.server = _Child("server", command, output=subprocess.DEVNULL, pass_fds=inherit)
+            # Its stdout is a pipe: its "listening" line is the readiness signal (`_server_ready`), the rest is drained.
+            self.server = _Child("server", command, output=subprocess.PIPE, pass_fds=inherit)
         self.children = [
             _Child(f"worker {number}", [*command, *watch, *report], pass_fds=(*inherit, self._summary_write))
             for number, command in enumerate(children)
@@ -152,49 +156,80 @@ class Supervisor:
     # -- running ---------------------------------------------------------------------------
 
     def start(self) -> bool:
-        """Start the server (if any) and wait until it answers, then the children; False if the server failed."""
-        if self.server is not None:
-            for _ in range(_SERVER_START_TRIES):
-                self.server.start()
-                if self._server_ready():
-                    break
-                status = self.server.exited()
-                if status is None or status >= 0:
-                    return False  # it refused to start (2: DIR cannot be opened, 3: the socket): say so
-                log.warning("walqueue-serve was killed while starting; starting it again")
-            else:
+        """Start the server (if any) and the children at once; the children connect once it listens.
+
+        The children import their code while the server opens the store
+        (two interpreter starts side by side, not one after the other); each
+        waits on the read end of a pipe whose write end only this process
+        holds, and closing it once the server has printed its "listening"
+        line releases them all (DECISIONS §35). False if the server failed:
+        the children, which have connected to nothing, are stopped.
+        """
+        if self.server is None:
+            for child in self.children:
+                child.start()
+        else:
+            ready_read, ready_write = os.pipe()
+            try:
+                for child in self.children:
+                    child.start((READY_OPTION, str(ready_read)), (ready_read,))
+            finally:
+                os.close(ready_read)
+            try:
+                started = self._start_server()
+            finally:
+                os.close(ready_write)  # the children go on: to the server, or to an error if it failed
+            if not started:
+                self._stop_unconnected_children()
                 return False
-        for child in self.children:
-            child.start()
         threading.Thread(target=self._keep_alive, name="walqueue-worker supervisor", daemon=True).start()
         self._summarizer = threading.Thread(target=self._summarize, name="walqueue-worker summaries", daemon=True)
         self._summarizer.start()
         log.info("supervising %d worker process(es) on %s", len(self.children), self.socket_path)
         return True
 
+    def _start_server(self) -> bool:
+        assert self.server is not None
+        for _ in range(_SERVER_START_TRIES):
+            self.server.start()
+            if self._server_ready():
+                return True
+            status = self.server.exited()
+            if status is None or status >= 0:
+                return False  # it refused to start (2: DIR cannot be opened, 3: the socket): say so
+            log.warning("walqueue-serve was killed while starting; starting it again")
+        return False
+
+    def _stop_unconnected_children(self) -> None:
+        """The server never listened: the children hold nothing (no connection, no lease); end them now."""
+        for child in self.children:
+            child.signal(signal.SIGKILL)
+            if child.process is not None:
+                child.process.wait()
+
     def _server_ready(self) -> bool:
+        """Wait for the server's "listening" line on its stdout (no polling): True, or False if it died or hung.
+
+        walqueue-serve prints that line once its socket accepts; reading it
+        wakes this process at that instant, where probing the socket between
+        growing sleeps lost up to 200 ms per start (DECISIONS §35).
+        """
         assert self.server is not None and self.server.process is not None
-        give_up = time.monotonic() + _SERVER_START_SECONDS
-        pause = 0.01
-        while time.monotonic() < give_up:
-            status = self.server.process.poll()
-            if status is not None:
-                if status >= 0:
-                    log.error("walqueue-serve exited with status %d before it listened (see its message above)", status)
-                self.exit_status = status if status in (2, 3) else 3
-                return False
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-                try:
-                    probe.connect(self.socket_path)
-                    return True
-                except OSError:
-                    pass
-            time.sleep(pause)
-            pause = min(pause * 2, 0.2)
-        log.error("walqueue-serve did not listen on %s within %.0f s", self.socket_path, _SERVER_START_SECONDS)
-        self.server.signal(signal.SIGKILL)
-        self.server.process.wait()
-        self.exit_status = 3
+        process = self.server.process
+        assert process.stdout is not None
+        if _read_until_listening(process.stdout.fileno(), time.monotonic() + _SERVER_START_SECONDS):
+            _drain(process.stdout)
+            return True
+        if process.poll() is None:
+            log.error("walqueue-serve did not listen on %s within %.0f s", self.socket_path, _SERVER_START_SECONDS)
+            self.server.signal(signal.SIGKILL)
+            process.wait()
+            self.exit_status = 3
+            return False
+        status = process.wait()
+        if status >= 0:
+            log.error("walqueue-serve exited with status %d before it listened (see its message above)", status)
+        self.exit_status = status if status in (2, 3) else 3
         return False
 
     def _live_pids(self) -> set[int]:
@@ -222,6 +257,8 @@ class Supervisor:
                     child.schedule_restart(now)
                 if child.restart_at is not None and now >= child.restart_at:
                     child.start()
+                    if child is self.server and child.process is not None and child.process.stdout is not None:
+                        _drain(child.process.stdout)  # nobody waits for a restarted server's line
             with self._changed:
                 self._changed.wait(0.1)
         self._shut_down()
@@ -272,6 +309,31 @@ class Supervisor:
                 os.close(fd)
             except OSError:
                 pass
+
+
+def _read_until_listening(fd: int, give_up: float) -> bool:
+    """Read `fd` until a line holding ``listening`` (True), its end or `give_up` (False)."""
+    seen = b""
+    while b"listening" not in seen:
+        remaining = give_up - time.monotonic()
+        if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
+            return False
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            return False  # the server closed its stdout: it exited
+        seen = seen[-16:] + chunk
+    return True
+
+
+def _drain(stream: Any) -> None:
+    """Read and drop the server's later output on a daemon thread, so that its prints never block it."""
+
+    def drain() -> None:
+        with stream:
+            while stream.read1(65536):
+                pass
+
+    threading.Thread(target=drain, name="walqueue-worker server output", daemon=True).start()
 
 
 def _child_command(socket_path: str, spec: str, arguments: Any, *, schedule: bool = True) -> list[str]:

@@ -170,13 +170,19 @@ class Queue(LaneCalls):
         # meet the background snapshot's files. It never waits blindly for the lock we hold.
         self._compactor.stop()
         durability = self._durability
-        if drain and not durability.failed:
+        clean = drain and not durability.failed
+        if clean:
             try:
                 durability.drain()
             except OSError:
-                pass  # the waiters get the error; close() itself never raises
+                clean = False  # the waiters get the error; close() itself never raises
         durability.fail(QueueClosed(f"the queue on {self._directory} was closed before this call was synced"))
         self._commits.wake()
+        if clean:
+            try:
+                self._wal.trim()  # a cleanly closed segment holds exactly its frames (wal.py)
+            except OSError:
+                pass  # its zero tail stays: still the end of the log
         self._wal.close()
         self._ownership.release()
         self._store_closer()

@@ -159,7 +159,8 @@ def _recover(directory: StoreDirectory, *, hook: Hook, sync: bool) -> Recovered:
         with LiveSegment(directory, number, newest=number == newest) as segment, paused_gc():
             _replay_segment(state, segment.frames(), segment.path, rule, progress, snapshot_size + wal_bytes)
         end = segment.end
-        wal_bytes += end.size  # a torn tail (of the newest segment only) is cut below, by the writer
+        # A torn tail (of the newest segment only) is cut below, by the writer; a zero tail is room, not log.
+        wal_bytes += end.size if end.zero_offset is None else end.zero_offset
     if progress is not None:
         progress.finish()
 
@@ -167,8 +168,9 @@ def _recover(directory: StoreDirectory, *, hook: Hook, sync: bool) -> Recovered:
     rule.check_end(newest_path)
     fd = directory.open_append(wal_name(newest), "WAL segment")
     # The writer owns the descriptor from here (and closes it if it is dropped).
+    size = end.size if end.zero_offset is None else end.zero_offset
     wal = WalWriter(
-        directory, first_live=first_live, newest=newest, fd=fd, newest_size=end.size, wal_bytes=wal_bytes, sync=sync
+        directory, first_live=first_live, newest=newest, fd=fd, newest_size=size, wal_bytes=wal_bytes, sync=sync
     )
     try:
         if end.torn_offset is not None:

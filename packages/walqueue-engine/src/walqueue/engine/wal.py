@@ -12,6 +12,13 @@ which writes a frame in two parts so that a crash at `wal.append.partial`
 leaves a real torn tail on disk, exactly what a power cut mid-write leaves.
 Any exception escaping these functions means the file may be in an unknown
 state: the Queue poisons itself.
+
+The newest segment is preallocated (`PREALLOCATE_BYTES` at a time, with
+`posix_fallocate`): a frame is written at the next offset inside space the
+file already has, so a commit does not change the file's size and
+`fdatasync` has no inode size to journal (docs/DECISIONS.md §35). Zeros
+after the last frame are the end of the log (docs/FORMAT.md §7). A sealed
+segment, and the newest one at a clean close, is cut to exactly its frames.
 """
 
 from __future__ import annotations
@@ -25,9 +32,37 @@ from walqueue.format.directory import StoreDirectory
 from walqueue.format.fsutil import write_rest
 from walqueue.format.names import wal_name
 
-__all__ = ["Hook", "WalWriter", "append_with_phases", "create_segment", "no_hook"]
+__all__ = ["PREALLOCATE_BYTES", "Hook", "WalWriter", "append_with_phases", "create_segment", "no_hook"]
 
 Hook = Callable[[str], None]
+
+#: The most room the newest segment is given at a time: 20,000 small frames between two size changes.
+PREALLOCATE_BYTES = 4 * 2**20
+#: The first room a segment gets; each extension doubles it up to `PREALLOCATE_BYTES`, so
+#: a store opened for a few calls allocates (and cuts at close) little.
+FIRST_ROOM_BYTES = 64 * 2**10
+
+#: `fdatasync` syncs a file's data and the metadata needed to read it (its size, its extents), not its times.
+#: Looked up at each call through `os`, so that a fault injector wrapping it sees every sync.
+_HAS_FDATASYNC = hasattr(os, "fdatasync")
+
+
+def preallocate(fd: int, offset: int, length: int) -> bool:
+    """Give the file room up to `offset + length` (zeros); False where the file system refuses.
+
+    Refused (no `posix_fallocate`, a file system without it, or no space
+    left for the room itself) the segment simply grows at each write, as
+    before: a fallback, never an error. A failed call may still have
+    extended the file; what it added reads as zeros, the end of the log.
+    """
+    allocate = getattr(os, "posix_fallocate", None)
+    if allocate is None:
+        return False
+    try:
+        allocate(fd, offset, length)
+    except OSError:
+        return False
+    return True
 
 
 def no_hook(phase: str) -> None:
@@ -76,7 +111,8 @@ class WalWriter:
         self._closer: weakref.finalize[[int], WalWriter] | None = None
         self._adopt(fd)  # from here the writer owns the descriptor (closed when the writer goes)
         os.lseek(fd, newest_size, os.SEEK_SET)  # the descriptor has no O_APPEND: writes go at its offset
-        self._size = newest_size
+        self._size = newest_size  # where the frames end: the next frame's offset
+        self._room = os.fstat(fd).st_size  # the file's size: frames, then (preallocated) zeros
         self._sync = sync
 
     def deletable_below(self) -> int:
@@ -94,28 +130,61 @@ class WalWriter:
         return self._sync
 
     def write(self, data: bytes | memoryview) -> int:
-        """Write `data` at the end of the newest segment (not synced); return the segment's new size."""
+        """Write `data` after the newest segment's last frame (not synced); return where the frames now end."""
         fd = self.fd()
+        end = self._size + len(data)
+        if end >= self._room:
+            self._grow(fd, end)
         written = os.write(fd, data)
         if written != len(data):
             write_rest(fd, data, written)
-        self._size += len(data)
+        self._size = end
         self.wal_bytes += len(data)
-        return self._size
+        return end
+
+    def _grow(self, fd: int, end: int) -> None:
+        """Preallocate the room the next frames need (or let the write grow the file where refused)."""
+        # Strictly past `end`: a frame in preallocated room always has a zero byte after it (FORMAT §7).
+        step = min(PREALLOCATE_BYTES, max(FIRST_ROOM_BYTES, self._room))
+        room = max(self._room, end - end % step + step)
+        if preallocate(fd, self._room, room - self._room):
+            self._room = room
+        else:
+            self._room = max(self._room, os.fstat(fd).st_size, end)
 
     def sync(self) -> None:
-        """Make every byte written to the newest segment so far durable (with `sync=True`)."""
+        """Make every byte written to the newest segment so far durable (with `sync=True`).
+
+        `fdatasync` is enough: it writes the data and whatever metadata reading
+        it back needs (a size grown past the preallocation, extents), and
+        skips only the times.
+        """
         if self._sync:
-            os.fsync(self.fd())
+            if _HAS_FDATASYNC:
+                os.fdatasync(self.fd())
+            else:
+                os.fsync(self.fd())
 
     def truncate(self, size: int) -> None:
         """Cut the newest segment to `size` bytes (a torn tail, at opening) and sync the cut."""
         fd = self.fd()
         os.ftruncate(fd, size)
-        self.sync()
+        if self._sync:
+            os.fsync(fd)
         os.lseek(fd, size, os.SEEK_SET)
         self.wal_bytes -= self._size - size  # the cut bytes were counted as live
         self._size = size
+        self._room = size
+
+    def trim(self) -> None:
+        """Cut the newest segment's zero tail, leaving exactly its frames, and sync the cut.
+
+        Done to a segment being sealed, and to the newest one at a clean
+        close: a closed store is byte for byte what a writer without
+        preallocation leaves, which older readers open (docs/DECISIONS.md §35).
+        """
+        if self._room != self._size:
+            self.truncate(self._size)
 
     def fd(self) -> int:
         """The newest segment's descriptor, read again at every use.
@@ -130,12 +199,15 @@ class WalWriter:
         return fd
 
     def rotate(self) -> None:
-        """Seal the newest segment (synced) and start the next one (its name made durable)."""
+        """Seal the newest segment (cut to its frames, synced) and start the next one (its name made durable)."""
+        self.trim()
         self.sync()
         self.close()
         self._adopt(create_segment(self.directory, self.newest + 1, sync=self._sync))
         self.newest += 1
         self._size = 0
+        self._room = 0
+        self._grow(self.fd(), 0)
 
     def retire_sealed(self) -> None:
         """Record that a published snapshot covers every sealed segment: only the newest stays live."""

@@ -37,6 +37,7 @@ __all__ = [
     "find_complete_frame",
     "read_frames",
     "scan_frames",
+    "zeros_from",
 ]
 
 #: The largest body a frame may carry (16 MiB). Larger transactions are refused before writing.
@@ -111,14 +112,25 @@ class Frame:
 class SegmentEnd:
     """How a file read by `read_frames` ended.
 
-    `torn_offset` is ``None`` when the file ends exactly after a frame;
-    otherwise it is where an incomplete final frame starts, and `size` minus
-    it is the number of bytes opening would cut.
+    `torn_offset` is ``None`` when the file ends exactly after a frame or
+    in a zero tail; otherwise it is where an incomplete (or, in a
+    preallocated tail, half-written) final frame starts, and `size` minus
+    it is the number of bytes opening would cut. `zero_offset` is where a
+    zero tail starts: the bytes a preallocated segment holds after its last
+    frame (docs/FORMAT.md §7), the end of the log and never damage.
     """
 
     size: int = 0
     torn_offset: int | None = None
     frames: int = 0
+    zero_offset: int | None = None
+
+    @property
+    def frames_end(self) -> int:
+        """Where the segment's last complete frame ends: what opening keeps, and where the next frame goes."""
+        if self.torn_offset is not None:
+            return self.torn_offset
+        return self.size if self.zero_offset is None else self.zero_offset
 
     @property
     def torn_bytes(self) -> int:
@@ -211,6 +223,7 @@ def scan_frames(
     allow_torn_tail: bool = True,
     end: SegmentEnd | None = None,
     start: int = 0,
+    allow_zero_tail: bool = False,
 ) -> Iterator[tuple[int, int, Any]]:
     """Yield ``(offset, size, value)`` for every complete frame of `file` from `start`.
 
@@ -223,10 +236,11 @@ def scan_frames(
     by offsets inside the chunk; a frame that straddles two chunks is carried
     into the next one. Memory is bounded by one chunk plus one frame, however
     long the file, and a length is checked against `MAX_FRAME_BYTES` before
-    anything beyond one chunk is read for its body.
+    anything beyond one chunk is read for its body. `allow_zero_tail` (a
+    WAL segment's preallocation): see `_bad_frame`.
     """
-    if end is None:
-        end = SegmentEnd()
+    end = SegmentEnd() if end is None else end
+    tails = (allow_torn_tail, allow_zero_tail)
     fd = file.fileno()
     size = os.fstat(fd).st_size
     end.size = size
@@ -243,7 +257,9 @@ def scan_frames(
         while pos + LENGTH_BYTES <= limit:
             (length,) = unpack_length(data, pos)
             if length < 1 or length > MAX_FRAME_BYTES:
-                raise CorruptStore(path, base + pos, f"frame length {length} is outside 1..{MAX_FRAME_BYTES}")
+                reason = f"frame length {length} is outside 1..{MAX_FRAME_BYTES}"
+                _bad_frame(_At(fd, path, data, pos, base, size), end, tails, reason, whole=False)
+                return
             body_end = pos + LENGTH_BYTES + length
             frame_end = body_end + DIGEST_BYTES
             if frame_end > limit:
@@ -251,7 +267,8 @@ def scan_frames(
                 break
             body = data[pos + LENGTH_BYTES : body_end]
             if sha256(body).digest() != data[body_end:frame_end]:
-                raise CorruptStore(path, base + pos, "frame digest mismatch")
+                _bad_frame(_At(fd, path, data, pos, base, size), end, tails, "frame digest mismatch", whole=True)
+                return
             try:
                 value = parse_json(body)
             except ValueError as exc:
@@ -281,12 +298,90 @@ def scan_frames(
     end.torn_offset = None
 
 
+def zeros_from(fd: int, start: int, size: int) -> int:
+    """The offset in ``[start, size]`` where the run of zero bytes that ends the file begins.
+
+    Read backwards in chunks, stopping at the first non-zero byte: a
+    preallocated tail of megabytes costs one pass of `bytes.rstrip` in C.
+    """
+    stop = size
+    while stop > start:
+        offset = max(start, stop - _READ_CHUNK)
+        chunk = _pread_exact(fd, stop - offset, offset)
+        kept = len(chunk.rstrip(b"\x00"))
+        if kept:
+            return offset + kept
+        if len(chunk) < stop - offset:
+            return offset  # the file shrank under the reader: what is there is zeros
+        stop = offset
+    return start
+
+
+@dataclass(frozen=True, slots=True)
+class _At:
+    """Where a reader stands at a frame that failed its checks: what judging the file's end needs."""
+
+    fd: int
+    path: str | None
+    data: bytes
+    pos: int
+    base: int
+    size: int
+
+
+def _bad_frame(at: _At, end: SegmentEnd, tails: tuple[bool, bool], reason: str, *, whole: bool) -> None:
+    """Record a zero tail or a half-written last frame in `end`, or raise `CorruptStore` with `reason`.
+
+    `tails` is (torn tail allowed, zero tail allowed); `whole` says that
+    `at.data` holds the frame's every byte (its digest failed). With a
+    zero tail allowed (a WAL segment), zeros from a frame boundary to the
+    end of the file are the end of the log (`end.zero_offset`), and where
+    a torn tail is allowed too (the newest segment), a frame cut short by
+    them is one; a snapshot has no such tail.
+    """
+    torn_ok, zeros_ok = tails
+    offset = at.base + at.pos
+    if zeros_ok:
+        (length,) = _UNPACK_LENGTH(at.data, at.pos)
+        if length == 0 and zeros_from(at.fd, offset, at.size) == offset:
+            end.zero_offset = offset  # a preallocated tail: the end of the log
+            return
+        if whole and torn_ok and _half_written(at, at.pos + LENGTH_BYTES + length):
+            end.torn_offset = offset
+            return
+    raise CorruptStore(at.path, offset, reason)
+
+
+def _half_written(at: _At, body_end: int) -> bool:
+    """Whether the frame at `pos` (whose digest failed) is a prefix of a frame followed by zeros to the end.
+
+    That is what a crash during a write into a preallocated tail leaves
+    (docs/FORMAT.md §7): the frame's first bytes, then the zeros that were
+    there, running past the frame's end (the writer always keeps room
+    after a frame). A frame whose every byte is present, one with no zero
+    after its end, or one whose written digest bytes disagree with its
+    body, is damage, not a torn write.
+    """
+    data, base = at.data, at.base
+    frame_end = body_end + DIGEST_BYTES
+    if base + frame_end >= at.size:
+        return False  # no zero tail after the frame: it is not inside a preallocation
+    zeros = zeros_from(at.fd, base + at.pos, at.size) - base
+    if zeros >= frame_end:
+        return False  # the whole frame is there (and wrong): damage
+    if zeros <= body_end:
+        return True  # cut inside the body (canonical JSON holds no zero byte)
+    written = zeros - body_end
+    return hashlib.sha256(data[at.pos + LENGTH_BYTES : body_end]).digest()[:written] == data[body_end:zeros]
+
+
 class ScanOptions(TypedDict, total=False):
     """The keywords of `scan_frames`, which `read_frames` passes on to it as they are."""
 
     allow_torn_tail: bool
     end: SegmentEnd | None
     start: int
+    allow_zero_tail: bool
 
 
 def read_frames(file: BinaryIO, path: str | None = None, **options: Unpack[ScanOptions]) -> Iterator[Frame]:

@@ -180,13 +180,12 @@ class LiveSegment:
 
     def frames(self) -> Iterator[tuple[int, int, Any]]:
         """The segment's verified frames, in order (`scan_frames`, with this segment's torn-tail rule)."""
-        return scan_frames(self.file, self.path, allow_torn_tail=self.newest, end=self.end)
+        return scan_frames(self.file, self.path, allow_torn_tail=self.newest, end=self.end, allow_zero_tail=True)
 
     @property
     def kept_bytes(self) -> int:
-        """The bytes opening keeps: the whole segment, or everything before its torn tail."""
-        end = self.end
-        return end.size if end.torn_offset is None else end.torn_offset
+        """The bytes opening keeps: the whole segment, or everything before its torn or zero tail."""
+        return self.end.frames_end
 
     def __enter__(self) -> LiveSegment:
         return self

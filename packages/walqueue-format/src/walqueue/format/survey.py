@@ -394,7 +394,7 @@ def _scan_from(
     """Scan `file` from `start` to its end (or a torn tail), recording runs; `CorruptStore` at damage."""
     name = segment.file
     end = SegmentEnd()
-    for offset, frame_size, value in scan_frames(file, source.path(name), end=end, start=start):
+    for offset, frame_size, value in scan_frames(file, source.path(name), end=end, start=start, allow_zero_tail=True):
         if progress is not None:
             progress.update(base_done + offset + frame_size)
         try:

@@ -379,7 +379,10 @@ def _report_torn(report: Report, file: BinaryIO, summary: SegmentSummary, end: S
     else:
         file.seek(end.torn_offset)
         length = int.from_bytes(file.read(LENGTH_BYTES), "big")
-        what = f"incomplete final frame ({end.torn_bytes} of {length + FRAME_OVERHEAD} bytes)"
+        if end.torn_bytes > length + FRAME_OVERHEAD:  # inside a preallocated tail: a prefix, then zeros
+            what = f"final frame of {length + FRAME_OVERHEAD} bytes cut short by the preallocated zeros"
+        else:
+            what = f"incomplete final frame ({end.torn_bytes} of {length + FRAME_OVERHEAD} bytes)"
     report.findings.append(
         Finding(
             "torn",
