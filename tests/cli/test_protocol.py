@@ -278,7 +278,7 @@ def test_every_op_of_the_spec_table_is_known() -> None:
 
 #: One valid request of every call, in an order in which each succeeds on one real queue.
 EVERY_CALL = [
-    {"op": "configure_queue", "name": "default", "concurrency": 4, "rate": [10, 5], "paused": False},
+    {"op": "configure_queue", "name": "default", "concurrency": 6, "rate": [10, 5], "paused": False},
     {
         "op": "put",
         "task_id": "a",

@@ -77,7 +77,9 @@ class LocalLog:
             stopped = False  # by the durable sequence or the size, before the segment's end
             with os.fdopen(fd, "rb") as file:
                 try:
-                    for frame_offset, size, value in scan_frames(file, path, allow_torn_tail=True, start=offset):
+                    for frame_offset, size, value in scan_frames(
+                        file, path, allow_torn_tail=True, start=offset, allow_zero_tail=True
+                    ):
                         seq = transaction_seq(value, path, frame_offset)
                         if seq < next_seq:  # covered by the base snapshot: skipped, as recovery does
                             run_start = run_end = frame_offset + size
@@ -142,7 +144,7 @@ class LocalLog:
                 continue
             with os.fdopen(fd, "rb") as file:
                 try:
-                    for offset, _, value in scan_frames(file, path, allow_torn_tail=True):
+                    for offset, _, value in scan_frames(file, path, allow_torn_tail=True, allow_zero_tail=True):
                         found = transaction_seq(value, path, offset)
                         if found == seq:
                             return Cursor(number, offset, seq)
