@@ -57,7 +57,7 @@ ADDITIONS: dict[str, list[tuple[str | None, str]]] = {
             "    return Plan([op], [kind.encode(op)])\n",
         )
     ],
-    f"{ENGINE}/state.py": [
+    f"{ENGINE}/opkinds.py": [
         (
             '        OpKind(\n            "error",',
             '        OpKind("grant", (("max_attempts", Field.POSITIVE_INT),), READY, transitions.grant,'

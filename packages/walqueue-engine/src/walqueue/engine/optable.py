@@ -1,6 +1,6 @@
 """What an op kind is, and everything derived from declaring one.
 
-An op kind is declared once, as an `OpKind` in `state.OP_KINDS`: its name,
+An op kind is declared once, as an `OpKind` in `opkinds.OP_KINDS`: its name,
 its fields and their kinds, the status its task must have, and its
 transition. From that declaration this module derives what used to be
 written out by hand for every kind: the exact key set, the canonical-JSON

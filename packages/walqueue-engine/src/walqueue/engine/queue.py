@@ -13,7 +13,8 @@ parts that own the rest, each given what it needs: `CallGuard` (calls.py:
 the lock, closing, what each thread is doing), `Durability` (group commit),
 `CommitNotices` (`wait`'s wake-ups) and `Compactor` (autocompact.py: the
 snapshot policy and the background thread). None of them reaches into
-another's private attributes.
+another's private attributes. The calls that never write are a base class
+(readcalls.py), as the queues' own calls are (lanecalls.py).
 
 What an ordinary process can do to a queue, and what this file does about it:
 
@@ -39,21 +40,21 @@ import os
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Mapping
-from functools import partial
 from typing import Any
 
-from walqueue.engine import clockunit, complete, events, ops, paging
+from walqueue.engine import clockunit, complete, events, ops
 from walqueue.engine.autocompact import Compactor
 from walqueue.engine.callguard import OPEN_GUARDS, Batch, CallGuard
 from walqueue.engine.commits import CommitNotices
 from walqueue.engine.durability import Durability
 from walqueue.engine.lanecalls import LaneCalls
-from walqueue.engine.metrics import Metrics, MetricsReading, RequestSeconds
+from walqueue.engine.metrics import Metrics, RequestSeconds
 from walqueue.engine.ownership import DirectoryLock
+from walqueue.engine.readcalls import ReadCalls
 from walqueue.engine.recovery import recover
 from walqueue.engine.replication import ReplicationSeat
 from walqueue.engine.state import OP_KINDS, apply
-from walqueue.engine.types import Lease, QueueClosed, ReentrantCall, Stats, Status, Task, plain_lease
+from walqueue.engine.types import Lease, QueueClosed, ReentrantCall, plain_lease
 from walqueue.engine.validate import check_error, check_queue_options, check_queues_filter, check_timeout
 from walqueue.engine.wal import Hook, append_with_phases, no_hook
 from walqueue.format.canonical import parse_json
@@ -67,7 +68,7 @@ log = logging.getLogger("walqueue")
 DEFAULT_COMPACT_BYTES = 64 * 2**20
 
 
-class Queue(LaneCalls):
+class Queue(LaneCalls, ReadCalls):
     """A durable task queue that owns one directory.
 
     ``Queue(directory, *, hook=None, sync=True, compact_bytes=64 * 2**20)``
@@ -581,80 +582,6 @@ class Queue(LaneCalls):
         """
         self._check_open()
         self._compactor.compact_when_free(self._state)
-
-    # -- reads (never write) ---------------------------------------------------------
-
-    def get(self, task_id: str) -> Task | None:
-        """The task `task_id` as a `Task`, or ``None`` if no such id was ever stored. Writes nothing.
-
-        Raises `TypeError` if `task_id` is not a `str`, `QueueClosed`.
-
-        Example: ``queue.get("email-1").status  # "ready"``
-        """
-        self._check_open()
-        if not isinstance(task_id, str):
-            raise TypeError(f"task_id must be a str, not {type(task_id).__name__}")
-        with self._guard:
-            return self._state.get_task(task_id)
-
-    def tasks(self, status: Status | None = None, *, queue: str | None = None) -> list[Task]:
-        """Every task, or every task with `status`, ordered by task id. Writes nothing.
-
-        `status` is one of ``"ready"``, ``"leased"``, ``"completed"``,
-        ``"dead"`` (typed as `walqueue.Status`), or ``None`` for all; anything
-        else raises `ValueError`; `queue` keeps only that queue's tasks. `QueueClosed` once closed.
-
-        Example: ``for task in queue.tasks("dead"): print(task.task_id)``  (the dead letters)
-        """
-        with self._guard:
-            return self._state.list_tasks(status, queue)
-
-    def stats(self) -> Stats:
-        """Counts per status and the log's position, as a `walqueue.Stats` dict. Writes nothing.
-
-        Keys: `counts` (exactly ``ready``, ``leased``, ``completed``,
-        ``dead``), `last_seq`, `snapshot_seq`, `wal_bytes` (live WAL after the
-        snapshot), `segments` (live WAL segments), `next_available_at` (the
-        smallest `available_at` of a ready task) and `next_deadline` (the
-        earliest lease deadline), each None when there is none. Raises `QueueClosed`.
-
-        Example: ``queue.stats()["counts"]["ready"]``
-        """
-        with self._guard:
-            return {
-                "counts": self._state.counts(),
-                "last_seq": self._state.last_seq,
-                "snapshot_seq": self._compactor.snapshot_seq,
-                "wal_bytes": self._wal.wal_bytes,
-                "segments": self._wal.segments,
-                "next_available_at": self._state.next_available_at(),
-                "next_deadline": self._state.next_deadline(),
-                "clock": self._state.clock,
-            }
-
-    def metrics(self, *, now: int | None = None) -> MetricsReading:
-        """Counters since opening, gauges (`oldest_ready_age` against `now`), histograms: a `MetricsReading`.
-
-        Writes nothing; `TypeError`/`ValueError` for a bad `now`. Example: ``queue.metrics(now=int(time.time()))``"""
-        stats = self.stats()
-        with self._guard:  # the dead count with the counters: `deaths` is derived from both
-            return self._metrics.reading(stats, now, self._state, self._guard, self._compactor)
-
-    def page(
-        self, status: Status, *, after: str | None = None, limit: int = 100, queue: str | None = None
-    ) -> list[Task]:
-        """Up to `limit` (1 to 10,000) tasks with `status` whose ids sort after `after`, by id: a bounded `tasks`.
-
-        Writes nothing; the lock is held only to copy an index and build the page (engine/paging.py). Example:
-        ``page = queue.page("dead", limit=50); next_page = queue.page("dead", after=page[-1].task_id)``"""
-        index_of = partial(self._state.status_index, queue=queue)  # `queue`: only that queue's tasks
-        return paging.read_page(self._guard, index_of, self._state.tasks, status, after, limit)
-
-    @property
-    def last_seq(self) -> int:
-        """The sequence number of the last committed transaction (0 when none). Raises `QueueClosed`."""
-        with self._guard:
-            return self._state.last_seq
 
     @property
     def replication(self) -> ReplicationSeat:

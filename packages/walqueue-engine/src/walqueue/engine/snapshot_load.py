@@ -293,7 +293,7 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
                 if status is None:
                     raise ValueError(f"status must be one of {STATUSES}, not {value['status']!r:.80}")
                 # The counters and the invariants every sequence of transitions keeps between them (see
-                # state.py's table), in one test; `_counter_flaw` names what is wrong only once it failed.
+                # opkinds.py's table), in one test; `_counter_flaw` names what is wrong only once it failed.
                 if not (
                     type(available_at) is int
                     and type(max_attempts) is int

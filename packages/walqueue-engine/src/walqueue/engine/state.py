@@ -1,56 +1,16 @@
-"""The queue's state machine: the state, the table of op kinds, and `apply`, the only transitions.
+"""The queue's state machine: the state and `apply`, the only transitions.
 
 Everything that changes a task goes through this file (the transitions
-themselves, what each kind does to its record, are transitions.py), and
+themselves, what each kind does to its record, are transitions.py; the
+table of op kinds, which `apply` dispatches on, is opkinds.py), and
 neither knows files, clocks, threads or hooks. Live operations and recovery both call the
 same `apply(state, transaction)`, so a transaction means exactly the same
 thing whether it was just written or is being replayed years later. The
 shapes of a stored task are in records.py; building a state from a
 snapshot's records is snapshot_load.py.
 
-The transitions, as data (CONTRACT §3, and `OP_KINDS` below, which is the one
-declaration of each kind); every op names its task and is valid only from
-the status in the second column:
-
-=========  ========  ==========================  ================================
-op         from      to                          also
-=========  ========  ==========================  ================================
-put        (new)     ready                       attempts 0, generation 0
-lease      ready     leased                      G == generation + 1; attempts += 1
-expire     leased    dead if attempts >= max,    available_at = old deadline;
-                     else ready                  last error LeaseExpired
-ack        leased    completed                   payload dropped (a tombstone)
-release    leased    dead if attempts >= max,    available_at = A
-                     else ready
-extend     leased    leased                      same generation; deadline = D
-redrive    dead      ready                       available_at = A; max_attempts =
-                                                 M > the old one
-cancel     ready or  dead                        worker, deadline cleared
-           leased
-fail       leased    dead                        same generation (fenced)
-error      ready or  (same)                      last error = type, message,
-           leased                                attempts, at
-give_back  leased    ready                       G == generation (fenced); the
-                                                 lease undone: attempts and
-                                                 generation -= 1
-=========  ========  ==========================  ================================
-
-`worker` and `deadline` are set exactly while a task is leased. Anything
-else is an `InvalidTransaction`, raised before the state is touched. Every
-transition but ack keeps the task's last error unless it sets one; an
-error op comes just before the release, fail or cancel it explains, in
-the same transaction.
-
-Adding an op kind: one `OpKind` row in `OP_KINDS` (name, fields, from-status,
-transition), its transition function in transitions.py, its name in
-`walqueue.format.transaction.OP_NAMES`, and a planner in ops.py with the
-`Queue` method that commits the planner's output. Keys, dispatch, the JSON
-template and the size bound follow from the row (optable.py).
-
-The format layer owns the list of op names (`OP_NAMES`, which replay and
-`walqueue-fsck` check every frame against), since it cannot import the
-engine; this module refuses to import unless `OP_KINDS` has exactly those
-names.
+`OP_KINDS` and `OP_KEYS` are importable from here too (most importers name
+this module); `apply` dispatches on them.
 
 Why the indexes: the ready and lease orders are heaps with lazy deletion
 (heaps.py), so a transition never searches a heap. The same heaps list the
@@ -67,11 +27,10 @@ import heapq
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from walqueue.engine import transitions
 from walqueue.engine.heaps import HEAP_SLACK, due, first_time, live_ids, pruned
 from walqueue.engine.invariants import check_invariants
 from walqueue.engine.lanes import Lanes, settings_from_json
-from walqueue.engine.optable import Field, OpKind
+from walqueue.engine.opkinds import OP_KEYS, OP_KINDS
 from walqueue.engine.records import (
     COMPLETED,
     DEAD,
@@ -91,8 +50,7 @@ from walqueue.engine.records import (
 from walqueue.engine.snapshot_load import Loaded, check_snapshot_seq, load_records
 from walqueue.engine.transitions import NOTHING_STAGED, OpError, Staging, Transition
 from walqueue.engine.types import Lease, Task, new_lease
-from walqueue.engine.validate import DEFAULT_QUEUE, MAX_INT, check_int, check_name, check_queue_name
-from walqueue.format.transaction import OP_NAMES
+from walqueue.engine.validate import MAX_INT, check_int, check_name, check_queue_name
 
 __all__ = [
     "COMPLETED",
@@ -460,117 +418,6 @@ def _describe(value: object) -> str:
     if type(value) is int and value.bit_length() > 64:
         return f"an int of {value.bit_length()} bits"
     return f"{value!r:.80}"
-
-
-#: The one declaration of every op kind (CONTRACT §3): name, fields besides ``op`` and ``task``, the
-#: status its task must have (None: it creates the task), its transition, and the metrics counter and
-#: lifecycle event it is counted and logged as (neither, when left out).
-OP_KINDS: dict[str, OpKind] = {
-    kind.name: kind
-    for kind in (
-        OpKind(
-            "put",
-            (
-                ("key", Field.NAME),
-                ("payload", Field.PAYLOAD),
-                ("available_at", Field.INT),
-                ("max_attempts", Field.POSITIVE_INT),
-            ),
-            None,
-            transitions.put,
-            counter="puts",
-            event="task.put",
-            optional=(("queue", Field.QUEUE, DEFAULT_QUEUE), ("priority", Field.PRIORITY, 0)),
-        ),
-        OpKind(
-            "lease",
-            (("worker", Field.NAME), ("generation", Field.POSITIVE_INT), ("deadline", Field.INT)),
-            READY,
-            transitions.lease,
-            counter="reserves",
-            event="task.lease",
-            optional=(("at", Field.INT, None),),
-        ),
-        OpKind(
-            "expire",
-            (("generation", Field.POSITIVE_INT),),
-            LEASED,
-            transitions.expire,
-            counter="expiries",
-            event="task.expiry",
-        ),
-        OpKind("ack", (("generation", Field.POSITIVE_INT),), LEASED, transitions.ack, counter="acks", event="task.ack"),
-        OpKind(
-            "release",
-            (("generation", Field.POSITIVE_INT), ("available_at", Field.INT)),
-            LEASED,
-            transitions.release,
-            counter="releases",
-            event="task.release",
-        ),
-        OpKind(
-            "extend",
-            (("generation", Field.POSITIVE_INT), ("deadline", Field.INT)),
-            LEASED,
-            transitions.extend,
-            counter="extends",
-            event="task.extend",
-        ),
-        OpKind(
-            "redrive",
-            (("available_at", Field.INT), ("max_attempts", Field.POSITIVE_INT)),
-            DEAD,
-            transitions.redrive,
-            counter="redrives",
-            event="task.redrive",
-        ),
-        OpKind("cancel", (), (READY, LEASED), transitions.cancel, counter="cancels", event="task.cancel"),
-        OpKind("fail", (("generation", Field.POSITIVE_INT),), LEASED, transitions.fail, event="task.death"),
-        OpKind(
-            "error",
-            (("type", Field.ERROR_TYPE), ("message", Field.ERROR_MESSAGE), ("at", Field.INT)),
-            (READY, LEASED),
-            transitions.error,
-        ),
-        # -- format extensions (docs/FORMAT.md); add rows, never reorder --
-        OpKind("clock", (("units_per_second", Field.POSITIVE_INT),), None, transitions.clock, store=True),
-        OpKind("traceback", (("text", Field.TRACEBACK),), (READY, LEASED), transitions.traceback),
-        OpKind(
-            "give_back", (("generation", Field.POSITIVE_INT),), LEASED, transitions.give_back, event="task.give_back"
-        ),
-        OpKind(
-            "result",
-            (("generation", Field.POSITIVE_INT), ("at", Field.INT), ("expires", Field.INT), ("value", Field.RESULT)),
-            LEASED,
-            transitions.result,
-        ),
-        # lanes (docs/FORMAT.md "Queue settings"): a queue's whole settings, each omitted at its default.
-        OpKind(
-            "configure",
-            (),
-            None,
-            transitions.configure,
-            optional=(
-                ("concurrency", Field.POSITIVE_INT, None),
-                ("rate", Field.POSITIVE_INT, None),
-                ("window", Field.POSITIVE_INT, None),
-                ("paused", Field.TRUE, None),
-            ),
-            subject=("queue", Field.QUEUE),
-        ),
-    )
-}
-if frozenset(OP_KINDS) != OP_NAMES:
-    # The format layer owns the list of names every reader of the log accepts
-    # (it cannot import the engine); a kind added here alone would be refused
-    # by replay and by walqueue-fsck. Refuse to run instead.
-    raise ImportError(
-        "the engine's op kinds and walqueue.format.transaction.OP_NAMES differ: "
-        f"{sorted(frozenset(OP_KINDS) ^ OP_NAMES)}; declare the kind in both"
-    )
-
-#: op name -> the exact keys of that op (CONTRACT §3), derived from `OP_KINDS`.
-OP_KEYS: dict[str, frozenset[str]] = {name: kind.keys for name, kind in OP_KINDS.items()}
 
 
 def _stage(state: State, staging: Staging, seq: int, index: int, op: object) -> Record | tuple[str, int]:

@@ -11,8 +11,8 @@ planner made it) and the record's status, and installs what the
 transitions return only once every op of the transaction is valid. A
 transition raises `OpError` to refuse an op (apply names the transaction
 and the op). Nothing here changes a `State`: it only reads, through
-`StateReads`, which keeps this module free of state.py (which imports it
-for the table of kinds, `state.OP_KINDS`).
+`StateReads`, which keeps this module free of state.py (the table of
+kinds, `opkinds.OP_KINDS`, imports it for the transition of each row).
 """
 
 from __future__ import annotations

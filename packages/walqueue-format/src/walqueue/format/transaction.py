@@ -16,7 +16,7 @@ __all__ = ["OP_NAMES", "transaction_seq"]
 #: The op names of the log (CONTRACT §3): every reader accepts exactly these.
 #:
 #: Owned here, by the format layer, which must work without the engine (for
-#: `walqueue-fsck`); the engine's table of kinds (`walqueue.engine.state.OP_KINDS`)
+#: `walqueue-fsck`); the engine's table of kinds (`walqueue.engine.opkinds.OP_KINDS`)
 #: refuses to import unless its names are exactly these. A new kind is
 #: named here and declared there.
 OP_NAMES = frozenset({"put", "lease", "expire", "ack", "release", "extend", "redrive", "cancel", "fail", "error"})

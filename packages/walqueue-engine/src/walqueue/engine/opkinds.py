@@ -1,0 +1,173 @@
+"""The table of op kinds: `OP_KINDS`, the one declaration of every kind of op the log holds.
+
+A row (`OpKind`, optable.py) names a kind, its fields, the status its task
+must have and its transition (transitions.py); keys, dispatch, the JSON
+template, the field checks and the size bound follow from it (optable.py),
+and `state.apply` admits every op by its row. Apart from the state machine
+so that the table reads as one declaration, and stays the one place a new
+kind is declared.
+
+The transitions, as data (CONTRACT §3, and `OP_KINDS` below, which is the one
+declaration of each kind); every op names its task and is valid only from
+the status in the second column:
+
+=========  ========  ==========================  ================================
+op         from      to                          also
+=========  ========  ==========================  ================================
+put        (new)     ready                       attempts 0, generation 0
+lease      ready     leased                      G == generation + 1; attempts += 1
+expire     leased    dead if attempts >= max,    available_at = old deadline;
+                     else ready                  last error LeaseExpired
+ack        leased    completed                   payload dropped (a tombstone)
+release    leased    dead if attempts >= max,    available_at = A
+                     else ready
+extend     leased    leased                      same generation; deadline = D
+redrive    dead      ready                       available_at = A; max_attempts =
+                                                 M > the old one
+cancel     ready or  dead                        worker, deadline cleared
+           leased
+fail       leased    dead                        same generation (fenced)
+error      ready or  (same)                      last error = type, message,
+           leased                                attempts, at
+give_back  leased    ready                       G == generation (fenced); the
+                                                 lease undone: attempts and
+                                                 generation -= 1
+=========  ========  ==========================  ================================
+
+`worker` and `deadline` are set exactly while a task is leased. Anything
+else is an `InvalidTransaction`, raised before the state is touched. Every
+transition but ack keeps the task's last error unless it sets one; an
+error op comes just before the release, fail or cancel it explains, in
+the same transaction.
+
+Adding an op kind: one `OpKind` row in `OP_KINDS` (name, fields, from-status,
+transition), its transition function in transitions.py, its name in
+`walqueue.format.transaction.OP_NAMES`, and a planner in ops.py with the
+`Queue` method that commits the planner's output. Keys, dispatch, the JSON
+template and the size bound follow from the row (optable.py).
+
+The format layer owns the list of op names (`OP_NAMES`, which replay and
+`walqueue-fsck` check every frame against), since it cannot import the
+engine; this module (and so the engine) refuses to import unless
+`OP_KINDS` has exactly those names.
+"""
+
+from __future__ import annotations
+
+from walqueue.engine import transitions
+from walqueue.engine.optable import Field, OpKind
+from walqueue.engine.records import DEAD, LEASED, READY
+from walqueue.engine.validate import DEFAULT_QUEUE
+from walqueue.format.transaction import OP_NAMES
+
+__all__ = ["OP_KEYS", "OP_KINDS"]
+
+#: The one declaration of every op kind (CONTRACT §3): name, fields besides ``op`` and ``task``, the
+#: status its task must have (None: it creates the task), its transition, and the metrics counter and
+#: lifecycle event it is counted and logged as (neither, when left out).
+OP_KINDS: dict[str, OpKind] = {
+    kind.name: kind
+    for kind in (
+        OpKind(
+            "put",
+            (
+                ("key", Field.NAME),
+                ("payload", Field.PAYLOAD),
+                ("available_at", Field.INT),
+                ("max_attempts", Field.POSITIVE_INT),
+            ),
+            None,
+            transitions.put,
+            counter="puts",
+            event="task.put",
+            optional=(("queue", Field.QUEUE, DEFAULT_QUEUE), ("priority", Field.PRIORITY, 0)),
+        ),
+        OpKind(
+            "lease",
+            (("worker", Field.NAME), ("generation", Field.POSITIVE_INT), ("deadline", Field.INT)),
+            READY,
+            transitions.lease,
+            counter="reserves",
+            event="task.lease",
+            optional=(("at", Field.INT, None),),
+        ),
+        OpKind(
+            "expire",
+            (("generation", Field.POSITIVE_INT),),
+            LEASED,
+            transitions.expire,
+            counter="expiries",
+            event="task.expiry",
+        ),
+        OpKind("ack", (("generation", Field.POSITIVE_INT),), LEASED, transitions.ack, counter="acks", event="task.ack"),
+        OpKind(
+            "release",
+            (("generation", Field.POSITIVE_INT), ("available_at", Field.INT)),
+            LEASED,
+            transitions.release,
+            counter="releases",
+            event="task.release",
+        ),
+        OpKind(
+            "extend",
+            (("generation", Field.POSITIVE_INT), ("deadline", Field.INT)),
+            LEASED,
+            transitions.extend,
+            counter="extends",
+            event="task.extend",
+        ),
+        OpKind(
+            "redrive",
+            (("available_at", Field.INT), ("max_attempts", Field.POSITIVE_INT)),
+            DEAD,
+            transitions.redrive,
+            counter="redrives",
+            event="task.redrive",
+        ),
+        OpKind("cancel", (), (READY, LEASED), transitions.cancel, counter="cancels", event="task.cancel"),
+        OpKind("fail", (("generation", Field.POSITIVE_INT),), LEASED, transitions.fail, event="task.death"),
+        OpKind(
+            "error",
+            (("type", Field.ERROR_TYPE), ("message", Field.ERROR_MESSAGE), ("at", Field.INT)),
+            (READY, LEASED),
+            transitions.error,
+        ),
+        # -- format extensions (docs/FORMAT.md); add rows, never reorder --
+        OpKind("clock", (("units_per_second", Field.POSITIVE_INT),), None, transitions.clock, store=True),
+        OpKind("traceback", (("text", Field.TRACEBACK),), (READY, LEASED), transitions.traceback),
+        OpKind(
+            "give_back", (("generation", Field.POSITIVE_INT),), LEASED, transitions.give_back, event="task.give_back"
+        ),
+        OpKind(
+            "result",
+            (("generation", Field.POSITIVE_INT), ("at", Field.INT), ("expires", Field.INT), ("value", Field.RESULT)),
+            LEASED,
+            transitions.result,
+        ),
+        # lanes (docs/FORMAT.md "Queue settings"): a queue's whole settings, each omitted at its default.
+        OpKind(
+            "configure",
+            (),
+            None,
+            transitions.configure,
+            optional=(
+                ("concurrency", Field.POSITIVE_INT, None),
+                ("rate", Field.POSITIVE_INT, None),
+                ("window", Field.POSITIVE_INT, None),
+                ("paused", Field.TRUE, None),
+            ),
+            subject=("queue", Field.QUEUE),
+        ),
+    )
+}
+if frozenset(OP_KINDS) != OP_NAMES:
+    # The format layer owns the list of names every reader of the log accepts
+    # (it cannot import the engine); a kind added here alone would be refused
+    # by replay and by walqueue-fsck. Refuse to run instead.
+    raise ImportError(
+        "the engine's op kinds and walqueue.format.transaction.OP_NAMES differ: "
+        f"{sorted(frozenset(OP_KINDS) ^ OP_NAMES)}; declare the kind in both"
+    )
+
+#: op name -> the exact keys of that op (CONTRACT §3), derived from `OP_KINDS`.
+OP_KEYS: dict[str, frozenset[str]] = {name: kind.keys for name, kind in OP_KINDS.items()}
