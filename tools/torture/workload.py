@@ -187,7 +187,7 @@ class Workload:
         + ("give_back",)  # an unstarted lease undone
         + ("configure",)  # lanes: a queue's concurrency, rate and pause
     )
-    WEIGHTS = (6, 1, 1, 2, 5, 4, 2, 1, 1, 1, 1) + (3, 2, 1, 2) + (2,) + (1,)
+    WEIGHTS = (6, 1, 1, 2, 5, 4, 2, 1, 1, 1, 1) + (3, 2, 1, 2) + (2,) + (1,) + (1,)
     #: How often a release, and a cancel, records an error (when the workload records errors at all).
     ERROR_PROBABILITY = 0.5
 
