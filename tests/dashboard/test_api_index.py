@@ -29,6 +29,8 @@ def test_every_api_route_of_the_app_is_in_the_index_and_answers(acting: Dashboar
     served = {path for path in acting._views() if path.startswith("/api/")} | {
         "/api/actions/redrive",
         "/api/actions/cancel",
+        "/api/actions/pause",
+        "/api/actions/resume",
     }
     assert served == {r.path for r in ROUTES}
     kill(queue, "d")
@@ -38,7 +40,7 @@ def test_every_api_route_of_the_app_is_in_the_index_and_answers(acting: Dashboar
         if entry.method == "GET":
             answer = call(acting, entry.path, query="id=d" if "id" in entry.fields else "")
         else:
-            body = b"task_id=nobody"
+            body = b"queue=mail" if entry.path.endswith(("/pause", "/resume")) else b"task_id=nobody"
             answer = call(acting, entry.path, method="POST", body=body, headers=form_headers(acting.action_token))
         assert answer.status in (200, 409), (entry.path, answer.body)
         if answer.status == 200 and entry.answer:

@@ -311,6 +311,7 @@ def test_a_double_declaring_the_source_calls_is_paged_through_them(queue: Queue)
         cancel = queue.cancel
         page = queue.page
         metrics = queue.metrics
+        queues = queue.queues
 
     for i in range(4):
         kill(queue, f"d{i}")

@@ -68,6 +68,8 @@ PROGRAMS: dict[str, list[str]] = {
     "python -m walqueue.serve": ["-m", "walqueue.serve"],
     "python -m walqueue.cli": ["-m", "walqueue.cli"],
     "python -m walqueue": ["-m", "walqueue"],
+    # `walqueue --socket PATH VERB ...` is the shell: its verbs and their options are in its own --help.
+    "walqueue --socket": ["-m", "walqueue.cli", "--socket", "/nonexistent.sock"],
 }
 COMMAND = re.compile(
     r"(?:^|\$ |`)(?P<program>walqueue-fsck|walqueue-serve|walqueue-worker|walqueue(?![\w.-])"
@@ -103,6 +105,9 @@ def quoted_commands() -> list[tuple[str, str, str, tuple[str, ...]]]:
                 option = re.compile(r"--?[a-zA-Z][\w-]*(=.*)?")
                 options = tuple(word.split("=")[0] for word in words if option.fullmatch(word))
                 positional = [word for word in words if not option.fullmatch(word)]
+                if program == "walqueue" and "--socket" in words:  # the shell; the socket path is no verb
+                    program = "walqueue --socket"
+                    positional = positional[1:]
                 subcommand = positional[0] if positional and re.fullmatch(r"[a-z]+", positional[0]) else ""
                 commands.append((_ids(doc), program, subcommand, options))
     return commands
@@ -125,6 +130,10 @@ def test_every_quoted_command_runs_and_knows_its_quoted_options(program: str, ru
     result = run_python([*_argv(program), "--help"], timeout=120)
     assert result.returncode == 0, f"{program} --help: {result.stderr}"
     choices = {word for group in re.findall(r"\{([\w,-]+)\}", result.stdout) for word in group.split(",")}
+    # the shell lists its verbs under VERB, one an indented line: "    dead             list the ..."
+    if "\n  VERB\n" in result.stdout:
+        verbs = result.stdout.split("\n  VERB\n", 1)[1].split("\n\n", 1)[0]
+        choices |= set(re.findall(r"^    ([a-z]+) {2,}", verbs, flags=re.MULTILINE))
     helps = {"": result.stdout}
     for doc, quoted, subcommand, options in quoted_commands():
         if quoted != program:
@@ -138,7 +147,7 @@ def test_every_quoted_command_runs_and_knows_its_quoted_options(program: str, ru
         for option in options:
             if option in ("-h", "--help"):
                 continue
-            text = helps[subcommand]
+            text = helps[subcommand] + helps[""]  # an option before the subcommand is the program's own
             assert re.search(rf"(?<![\w-]){re.escape(option)}(?![\w-])", text), f"{doc}: {program} {option}"
 
 

@@ -45,6 +45,22 @@ LONG_FUNCTIONS: dict[str, str] = {
     "packages/walqueue-format/src/walqueue/format/snapshot.py:write_snapshot": (
         "the crash-safe write sequence (temp file, bodies, footer, fsync, rename) in the order FORMAT.md gives"
     ),
+    "packages/walqueue-engine/src/walqueue/engine/invariants.py:check_invariants": (
+        "the list of the state's invariants, one assertion block per index, read top to bottom as that list"
+    ),
+    "packages/walqueue-engine/src/walqueue/engine/lanes.py:Lanes.pick": (
+        "reserve's walk over the eligible lanes' heads, inline: it runs on every reserve, and the lanes bench "
+        "(m) holds the cycle within 1.1x of one lane"
+    ),
+    "packages/walqueue-engine/src/walqueue/engine/state.py:apply": (
+        "the one entry of every transition: the one-op fast path and the general path side by side, so that "
+        "both visibly do the same (a fast path as a flag inside the one function, never a second copy)"
+    ),
+    "tools/model.py:Model.reserve": (
+        "the reference model's reserve written plainly as the contract states it: the reap, then the lanes' "
+        "order and limits; the model is read against CONTRACT.md, not optimised"
+    ),
+    "tools/torture/bytes_damage.py:build_store": "one torture unit's steps and checks in order",
     "packages/walqueue-engine/src/walqueue/engine/optable.py:OpKind.__post_init__": (
         "derives every generated artefact of an op kind (keys, template, size bound) from its declaration in one "
         "pass; a split would pass half-built state between the parts"

@@ -160,8 +160,7 @@ MAX_QUEUES_SHOWN = 1000
 
 def queues(source: Source, now: int) -> dict[str, Any]:
     """Every queue (lanes): counts by status, oldest ready age against `now`, limits, paused; bounded."""
-    reader = getattr(source.backend, "queues", None)
-    found = [] if reader is None else list(reader())
+    found = list(source.backend.queues())
     shown = []
     for q in found[:MAX_QUEUES_SHOWN]:
         oldest = q.get("oldest_ready_at")

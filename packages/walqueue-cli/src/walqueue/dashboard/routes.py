@@ -28,6 +28,8 @@ class Route:
     answer: tuple[str, ...]
 
 
+#: A queue action's form fields (lanes: pause and resume).
+_QUEUE_FIELDS: Final = ("token", "queue")
 _LIST_ANSWER: Final = ("tasks", "next_after", "units_per_second")
 _ACTION_ANSWER: Final = ("ok", "action", "done", "skipped", "more", "after")
 
@@ -113,6 +115,13 @@ ROUTES: Final = (
     ),
     Route("GET", "/api/task", "one task by id; 404 when there is none", ("id",), ("task",)),
     Route(
+        "GET",
+        "/api/queues",
+        "every queue (lanes): settings, counts by status, oldest ready age; at most MAX_QUEUES_SHOWN",
+        (),
+        ("now", "queues", "total"),
+    ),
+    Route(
         "POST",
         "/api/actions/redrive",
         "make dead tasks ready again (actions enabled)",
@@ -124,6 +133,20 @@ ROUTES: Final = (
         "/api/actions/cancel",
         "make ready or leased tasks dead; by group, only tasks whose last error is the group's (actions enabled)",
         tuple(ACTION_FIELDS),
+        _ACTION_ANSWER,
+    ),
+    Route(
+        "POST",
+        "/api/actions/pause",
+        "stop a queue's leases; it still takes puts (actions enabled)",
+        _QUEUE_FIELDS,
+        _ACTION_ANSWER,
+    ),
+    Route(
+        "POST",
+        "/api/actions/resume",
+        "lease from a paused queue again (actions enabled)",
+        _QUEUE_FIELDS,
         _ACTION_ANSWER,
     ),
 )

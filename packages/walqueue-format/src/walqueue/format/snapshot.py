@@ -76,6 +76,16 @@ def _body_frames(records: Iterable[bytes], count: int) -> Iterator[bytes]:
         raise ValueError(f"snapshot header announced {count} records, {written} were given")
 
 
+def _header_frame(seq: int, count: int, clock: int | None, queues: dict[str, Any] | None) -> bytes:
+    """A snapshot's first frame: its version, seq and count, and the optional header fields it has."""
+    header: dict[str, Any] = {"snapshot": 1, "seq": seq, "tasks": count}
+    if clock is not None:
+        header["clock"] = clock
+    if queues:
+        header["queues"] = queues
+    return encode_frame(header)
+
+
 def write_snapshot(
     path: str | os.PathLike[str],
     seq: int,
@@ -102,9 +112,9 @@ def write_snapshot(
     way (so that fsyncs of other files never wait for the whole snapshot's
     data); otherwise it is not synced. Raises
     `ValueError` (before finishing the file) if the number of records
-    differs from `count`. `clock`: the store's clock unit, written in the
-    header only when recorded (a store without one writes today's bytes).
-    differs from `count`. `queues` (lanes' settings) goes in the header, only if any.
+    differs from `count`. `clock` (the store's clock unit) and `queues`
+    (lanes' settings) go in the header only when there are any, so a store
+    that uses neither writes today's bytes.
     """
     if directory is None:
         directory = StoreDirectory.at(os.path.dirname(os.fspath(path)) or os.curdir)
@@ -140,12 +150,7 @@ def write_snapshot(
                     os.fdatasync(fd)
                     unsynced = 0
 
-        header: dict[str, Any] = {"snapshot": 1, "seq": seq, "tasks": count}
-        if clock is not None:
-            header["clock"] = clock
-        if queues:
-            header["queues"] = queues
-        emit(encode_frame(header))
+        emit(_header_frame(seq, count, clock, queues))
         flush()
         if on_partial is not None:
             on_partial()
