@@ -24,11 +24,9 @@ from __future__ import annotations
 
 import os
 import random
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +34,7 @@ from typing import Any
 
 from walqueue import Queue
 
-from .harness import Budget, Report
+from .harness import Report, socket_units
 from .workers import _children
 
 APP = """
@@ -85,17 +83,9 @@ class Unit:
 
 def campaign_chains(seed: int, budget: float, report: Report) -> None:
     """Units of chains under kills until the budget is spent (at least one)."""
-    time_left = Budget(budget, report)
-    root = Path(tempfile.mkdtemp(prefix="wq-chains-", dir="/tmp"))  # DIR/worker.sock must fit in sun_path
-    try:
-        number = 0
-        while number == 0 or not time_left.over():
-            unit = Unit(root / f"u{number}", random.Random(f"{seed}:{number}"), report, f"--seed {seed} unit {number}")
-            _run_unit(unit)
-            report.count("units")
-            number += 1
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    socket_units(
+        "chains", seed, budget, report, lambda directory, rng, where: _run_unit(Unit(directory, rng, report, where))
+    )
 
 
 def _put_chains(unit: Unit) -> None:

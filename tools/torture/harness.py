@@ -6,9 +6,11 @@ import contextlib
 import itertools
 import logging
 import os
+import random
 import shutil
+import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -153,3 +155,24 @@ class Dirs:
 
 def remove(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
+
+
+def socket_units(
+    name: str, seed: int, budget: float, report: Report, run: Callable[[Path, random.Random, str], None]
+) -> None:
+    """Run `run(directory, rng, where)` for unit 0, 1, ... until the budget is spent (at least one unit).
+
+    The campaigns whose units start walqueue-serve on ``DIR/worker.sock``
+    (workers, chains) share this loop; their root is under /tmp so that the
+    socket path fits in sun_path. Each unit counts as ``units``.
+    """
+    time_left = Budget(budget, report)
+    root = Path(tempfile.mkdtemp(prefix=f"wq-{name}-", dir="/tmp"))
+    try:
+        number = 0
+        while number == 0 or not time_left.over():
+            run(root / f"u{number}", random.Random(f"{seed}:{number}"), f"--seed {seed} unit {number}")
+            report.count("units")
+            number += 1
+    finally:
+        shutil.rmtree(root, ignore_errors=True)

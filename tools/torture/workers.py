@@ -38,11 +38,9 @@ from __future__ import annotations
 import json
 import os
 import random
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -51,7 +49,7 @@ from typing import Any
 
 from walqueue import Queue, Task
 
-from .harness import Budget, Report
+from .harness import Report, socket_units
 
 HANDLERS = """
 import os, time
@@ -139,17 +137,9 @@ class Unit:
 
 def campaign_workers(seed: int, budget: float, report: Report) -> None:
     """Units of kills under load until the budget is spent (at least one; longer while short of the targets)."""
-    time_left = Budget(budget, report)
-    root = Path(tempfile.mkdtemp(prefix="wq-workers-", dir="/tmp"))  # DIR/worker.sock must fit in sun_path
-    try:
-        number = 0
-        while number == 0 or not time_left.over():
-            unit = Unit(root / f"u{number}", random.Random(f"{seed}:{number}"), report, f"--seed {seed} unit {number}")
-            _run_unit(unit)
-            report.count("units")
-            number += 1
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    socket_units(
+        "workers", seed, budget, report, lambda directory, rng, where: _run_unit(Unit(directory, rng, report, where))
+    )
 
 
 def _put_tasks(unit: Unit) -> dict[str, dict[str, Any]]:

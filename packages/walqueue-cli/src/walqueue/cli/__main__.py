@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 from collections.abc import Sequence
 from typing import BinaryIO
@@ -27,6 +26,7 @@ from walqueue.format.cmdline import (
     EXIT_OK,
     UsageParser,
     interrupted,
+    silence_stdout,
     version_line,
 )
 from walqueue.protocol.calltable import CALLS
@@ -210,21 +210,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         # The reader went away: nobody can receive answers any more. Stop
         # quietly; the queue is closed below and nothing is lost, since
         # every answered transaction was already durable.
-        _silence_stdout()
+        silence_stdout()
         print("walqueue: stdout was closed; stopping", file=sys.stderr)
         return EXIT_FATAL
     finally:
         queue.close()
-
-
-def _silence_stdout() -> None:
-    """Keep the interpreter's final flush of a broken stdout from printing a traceback."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    except (OSError, ValueError):
-        pass
 
 
 if __name__ == "__main__":

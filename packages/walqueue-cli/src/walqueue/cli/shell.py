@@ -31,7 +31,6 @@ import argparse
 import enum
 import json
 import math
-import os
 import socket
 import sys
 import time
@@ -41,7 +40,7 @@ from typing import Any, BinaryIO, TextIO
 from walqueue import QueueClosed, WrongStatus
 from walqueue.engine.validate import check_queue_name
 from walqueue.format import cmdline
-from walqueue.format.cmdline import EX_USAGE, EXIT_INTERRUPTED, UsageParser, interrupted, version_line
+from walqueue.format.cmdline import EX_USAGE, EXIT_INTERRUPTED, UsageParser, interrupted, silence_stdout, version_line
 from walqueue.protocol.exchange import socket_address
 from walqueue.protocol.requests import request_lines
 
@@ -452,15 +451,5 @@ def main(argv: Sequence[str] | None = None, *, directory: str | None = None) -> 
         print(f"walqueue: {error}; check walqueue-serve's log, then retry", file=sys.stderr)
         return ShellExit.CONNECTION_LOST
     except _OutputClosed:
-        _silence_stdout()
+        silence_stdout()
         return ShellExit.OUTPUT_CLOSED
-
-
-def _silence_stdout() -> None:
-    """Point stdout at /dev/null, so that the interpreter's last flush of the closed pipe says nothing."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    except (OSError, ValueError):
-        pass

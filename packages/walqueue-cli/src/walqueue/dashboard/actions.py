@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import hmac
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
 from walqueue import Task, WrongStatus
@@ -145,6 +145,17 @@ def _extra_attempts(fields: Mapping[str, str]) -> int:
     return int(text)
 
 
+def _checked_form(environ: Mapping[str, Any], token: str, hosts: HostRule, allowed: Iterable[str]) -> dict[str, str]:
+    """An action's form, once its origin and token are checked and it holds no field but `allowed`."""
+    check_origin(environ, hosts)
+    fields = parse_form(environ)
+    check_token(environ, fields, token)
+    unknown = sorted(set(fields) - set(allowed))
+    if unknown:
+        raise HttpError(400, f"unknown field {unknown[0]!r}")
+    return fields
+
+
 def run_action(
     source: Source,
     action: str,
@@ -155,12 +166,7 @@ def run_action(
     hosts: HostRule,
 ) -> dict[str, Any]:
     """Check the request, apply the action to one task or one error group, log it, and say what happened."""
-    check_origin(environ, hosts)
-    fields = parse_form(environ)
-    check_token(environ, fields, token)
-    unknown = sorted(set(fields) - set(ACTION_FIELDS))
-    if unknown:
-        raise HttpError(400, f"unknown field {unknown[0]!r}")
+    fields = _checked_form(environ, token, hosts, ACTION_FIELDS)
     task_id, group = fields.get("task_id"), fields.get("group")
     if (task_id is None) == (group is None):
         raise HttpError(400, "give exactly one of task_id and group")
@@ -198,12 +204,7 @@ def run_queue_action(
     hosts: HostRule,
 ) -> dict[str, Any]:
     """Pause or resume one queue (lanes): the same origin and token checks as every action, then logged."""
-    check_origin(environ, hosts)
-    fields = parse_form(environ)
-    check_token(environ, fields, token)
-    unknown = sorted(set(fields) - {"token", "queue"})
-    if unknown:
-        raise HttpError(400, f"unknown field {unknown[0]!r}")
+    fields = _checked_form(environ, token, hosts, ("token", "queue"))
     name = fields.get("queue", "")
     try:
         source.backend.configure_queue(name, paused=QUEUE_ACTIONS[action])

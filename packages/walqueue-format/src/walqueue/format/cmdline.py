@@ -25,6 +25,7 @@ Example::
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any, NoReturn
 
@@ -38,6 +39,7 @@ __all__ = [
     "EX_USAGE",
     "UsageParser",
     "interrupted",
+    "silence_stdout",
     "version_line",
 ]
 
@@ -84,3 +86,17 @@ def interrupted(prog: str) -> int:
     except (OSError, ValueError):
         pass
     return EXIT_INTERRUPTED
+
+
+def silence_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's last flush of a closed pipe prints no traceback.
+
+    For a command whose reader went away (``walqueue ... | head -1``): it then
+    ends quietly, as a Unix tool does.
+    """
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
