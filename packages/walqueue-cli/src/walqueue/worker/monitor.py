@@ -1,4 +1,4 @@
-"""The monitor: one thread per worker that keeps running leases alive and enforces timeouts.
+"""The keep-alive role (the monitor): one thread per worker that keeps running leases alive and enforces timeouts.
 
 Every running task has a next heartbeat time (every `beat_every` clock
 units, by default a third of the lease, so two beats in a row may be late
@@ -21,8 +21,9 @@ from dataclasses import KW_ONLY, dataclass, field
 
 from walqueue import StaleLease
 from walqueue.worker.clock import Clock, seconds_until
+from walqueue.worker.complete import Completer
 from walqueue.worker.report import log
-from walqueue.worker.running import Run, Settler
+from walqueue.worker.run import Run
 from walqueue.worker.source import Source
 
 __all__ = ["MAX_SLEEP_SECONDS", "Monitor"]
@@ -35,7 +36,7 @@ MAX_SLEEP_SECONDS = 5.0
 class Monitor:
     """The set of running `Run`s, their heartbeats and their timeouts."""
 
-    settler: Settler
+    settler: Completer
     _: KW_ONLY
     lease: int
     beat_every: int
