@@ -99,9 +99,11 @@ class App:
 
     def bind(self, source: Any) -> App:
         """Give the app its source (replacing any): a directory path, a Queue, a Client or an AsyncClient."""
+        from walqueue.client import AsyncClient, Client  # here: a worker on a directory never loads the clients
+
         if isinstance(source, str | os.PathLike):
             self._directory, self._source = os.fspath(source), None
-        elif callable(getattr(source, "put", None)) and callable(getattr(source, "get", None)):
+        elif isinstance(source, Queue | Client | AsyncClient):  # the sources there are (declared, not probed)
             self._directory, self._source = None, source
         else:
             raise TypeError(f"an app's source is a directory, a Queue, a Client or an AsyncClient, not {source!r}")
@@ -395,7 +397,7 @@ class TaskCall:
         """Put the task (the arguments are checked first: nothing is written for a bad one); its handle."""
         item = self._item(args, kwargs)
         source = self.task.app.source_for_calls()
-        if inspect.iscoroutinefunction(source.put):
+        if not isinstance(source, Queue) and _is_async(source):
             raise TypeError("this app is bound to an AsyncClient: await task.aenqueue(...)")
         task_id = item.pop("task_id")
         try:
@@ -416,6 +418,13 @@ class TaskCall:
             if self.key is None:
                 raise
         return TaskHandle(self.task.app, task_id)
+
+
+def _is_async(source: object) -> bool:
+    """Whether `source` is an `AsyncClient` (its calls are awaited); the clients are imported only when one is bound."""
+    from walqueue.client import AsyncClient
+
+    return isinstance(source, AsyncClient)
 
 
 if TYPE_CHECKING:  # App and TaskFunction are what handles, chains and current() take them as (mypy checks)

@@ -221,8 +221,13 @@ class Worker:
         completer.sent = monitor.remove
         completer.fatal = self._fail_worker
         self._completer, self._monitor, self._lifecycle_role = completer, monitor, lifecycle
-        pending, handoff = self._pending, self._handoff
-        self._fetcher = Fetcher(
+        self._fetcher, self._executor = self._hands(source, completer, monitor)
+        return lifecycle
+
+    def _hands(self, source: Source, completer: Completer, monitor: Monitor) -> tuple[Fetcher, Executor]:
+        """The fetch and execute roles, on the completer, the keep-alive and the hand-off between them."""
+        settings, pending, handoff = self.settings, self._pending, self._handoff
+        fetcher = Fetcher(
             source,
             settings,
             completer=completer,
@@ -232,7 +237,7 @@ class Worker:
             signals=self._signals,
             fail_worker=self._fail_worker,
         )
-        self._executor = Executor(
+        executor = Executor(
             self.handler,
             settings,
             completer=completer,
@@ -242,7 +247,7 @@ class Worker:
             prefetch=self._prefetch,
             pid=os.getpid(),
         )
-        return lifecycle
+        return fetcher, executor
 
     def _spawn(self, target: Any, name: str) -> threading.Thread:
         thread = threading.Thread(target=target, name=f"walqueue-worker {name}", daemon=True)
