@@ -28,7 +28,7 @@ import threading
 import uuid
 from collections.abc import Callable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, ParamSpec, TypedDict, TypeVar, Unpack, overload
 
 from walqueue import KeyConflict, Queue
 from walqueue.worker.chains import Signature, next_step
@@ -51,6 +51,18 @@ DEFAULT_RESULT_TTL = 86_400.0
 #: The queue and priority a task has unless it says otherwise (the lanes' defaults: nothing extra is sent).
 DEFAULT_QUEUE = "default"
 DEFAULT_PRIORITY = 0
+
+
+class TaskOptions(TypedDict, total=False):
+    """`App.task`'s options (see it): each is the task's own, and defaults as `App.task` says."""
+
+    name: str | None
+    queue: str
+    priority: int
+    max_attempts: int
+    timeout: float | None
+    retry: RetryPolicy | None
+    result_ttl: float | None
 
 
 def _seconds(value: float | None, what: str, *, allow_zero: bool = True) -> float | None:
@@ -146,44 +158,28 @@ class App:
     def task(self, function: Callable[P, R], /) -> TaskFunction[P, R]: ...
 
     @overload
-    def task(
-        self,
-        *,
-        name: str | None = None,
-        queue: str = DEFAULT_QUEUE,
-        priority: int = DEFAULT_PRIORITY,
-        max_attempts: int = 3,
-        timeout: float | None = None,
-        retry: RetryPolicy | None = None,
-        result_ttl: float | None = None,
-    ) -> Callable[[Callable[P, R]], TaskFunction[P, R]]: ...
+    def task(self, /, **options: Unpack[TaskOptions]) -> Callable[[Callable[P, R]], TaskFunction[P, R]]: ...
 
-    def task(
-        self,
-        function: Callable[P, R] | None = None,
-        *,
-        name: str | None = None,
-        queue: str = DEFAULT_QUEUE,
-        priority: int = DEFAULT_PRIORITY,
-        max_attempts: int = 3,
-        timeout: float | None = None,
-        retry: RetryPolicy | None = None,
-        result_ttl: float | None = None,
-    ) -> Any:
+    def task(self, function: Callable[P, R] | None = None, /, **options: Unpack[TaskOptions]) -> Any:
         """Register a function (``@app.task`` or ``@app.task(name=..., max_attempts=...)``); returns a `TaskFunction`.
 
         `name` defaults to ``module.qualname``. `timeout` (seconds): a
         coroutine function is cancelled when it passes; a plain function's
         result is discarded and the attempt fails (a thread cannot be
         stopped; the worker's --timeout is the hard limit). `retry`: the
-        backoff of this task's retries (default: the worker's).
+        backoff of this task's retries (default: the worker's). `queue`,
+        `priority` and `max_attempts` (3) are its puts' (`Queue.put`).
         """
+        unknown = sorted(set(options) - set(TaskOptions.__annotations__))
+        if unknown:
+            raise TypeError(f"app.task() got unexpected keyword argument(s): {', '.join(unknown)}")
+        queue, priority = options.get("queue", DEFAULT_QUEUE), options.get("priority", DEFAULT_PRIORITY)
 
         def register(target: Callable[P, R]) -> TaskFunction[P, R]:
-            task = TaskFunction(
-                self, target, name, queue, priority, max_attempts, _seconds(timeout, "timeout", allow_zero=False), retry
-            )
-            task.result_ttl = _seconds(result_ttl, "result_ttl")
+            name, max_attempts, retry = options.get("name"), options.get("max_attempts", 3), options.get("retry")
+            timeout = _seconds(options.get("timeout"), "timeout", allow_zero=False)
+            task = TaskFunction(self, target, name, queue, priority, max_attempts, timeout, retry)
+            task.result_ttl = _seconds(options.get("result_ttl"), "result_ttl")
             if task.name in self.tasks:
                 raise ValueError(
                     f"a task named {task.name!r} is already registered: {self.tasks[task.name].function!r}"

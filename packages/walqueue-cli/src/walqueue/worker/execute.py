@@ -10,14 +10,13 @@ the next lease.
 
 from __future__ import annotations
 
-import queue as queue_module
+import os
 import time
+from dataclasses import dataclass, field
 
-from walqueue.worker.complete import Completer
+from walqueue.worker.crew import Crew
 from walqueue.worker.fetch import Prefetch
 from walqueue.worker.forks import leave_if_forked
-from walqueue.worker.monitor import Monitor
-from walqueue.worker.pending import Pending
 from walqueue.worker.report import log
 from walqueue.worker.router import Handler
 from walqueue.worker.run import Run
@@ -27,33 +26,20 @@ from walqueue.worker.sync_only import refuse_awaitable
 __all__ = ["Executor"]
 
 
+@dataclass(eq=False, kw_only=True)
 class Executor:
     """What every executor thread runs (`run`); one object for all of them (each run carries its own state)."""
 
-    def __init__(
-        self,
-        handler: Handler,
-        settings: WorkerSettings,
-        *,
-        completer: Completer,
-        monitor: Monitor,
-        pending: Pending,
-        prefetch: Prefetch,
-        handoff: queue_module.SimpleQueue[Run | None],
-        pid: int,
-    ) -> None:
-        self.handler = handler
-        self.settings = settings
-        self.completer = completer
-        self.monitor = monitor
-        self.pending = pending
-        self.prefetch = prefetch
-        self.handoff = handoff
-        self.pid = pid  # a process forked by a handler is not this worker (`leave_if_forked`)
+    #: This worker's process (made at `start`): one a handler forked is not this worker (`leave_if_forked`).
+    pid: int = field(default_factory=os.getpid)
+    handler: Handler
+    settings: WorkerSettings
+    crew: Crew
+    prefetch: Prefetch
 
     def run(self) -> None:
         while True:
-            run = self.handoff.get()
+            run = self.crew.handoff.get()
             if run is None:
                 return
             try:
@@ -67,10 +53,10 @@ class Executor:
                 run.finished = True
                 replaced = run.abandoned
             if not queued:
-                self.monitor.remove(run)
+                self.crew.monitor.remove(run)
             if replaced:
                 return  # a new executor took this one's place when its handler timed out
-            self.pending.give(self.prefetch.capacity() if self.prefetch.adaptive else None)
+            self.crew.pending.give(self.prefetch.capacity() if self.prefetch.adaptive else None)
 
     def _execute(self, run: Run) -> bool:
         """Run the handler and hand its outcome to the completer; True if its ack waits in a batch."""
@@ -80,7 +66,7 @@ class Executor:
                 return False
             run.begin(clock(), self.settings.timeout)
         if self.settings.timeout is not None:
-            self.monitor.begun(run)
+            self.crew.monitor.begun(run)
         began = time.monotonic()
         try:
             outcome = self.handler(run.job, run.context)
@@ -89,9 +75,9 @@ class Executor:
             leave_if_forked(self.pid, run.job.id, error)
             run.end(clock())
             self.prefetch.measured(time.monotonic() - began)
-            self.completer.fail(run, error)
+            self.crew.completer.fail(run, error)
             return False
         leave_if_forked(self.pid, run.job.id, None)
         run.end(clock())
         self.prefetch.measured(time.monotonic() - began)
-        return self.completer.finished(run, outcome)
+        return self.crew.completer.finished(run, outcome)

@@ -14,15 +14,12 @@ units: an idle worker costs a wake-up per `idle_wait`, never a spin.
 
 from __future__ import annotations
 
-import queue as queue_module
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from walqueue import Lease, QueueClosed
 from walqueue.worker.clock import seconds_until
-from walqueue.worker.complete import Completer
-from walqueue.worker.lifecycle import Signals
-from walqueue.worker.monitor import Monitor
-from walqueue.worker.pending import Pending
+from walqueue.worker.crew import Crew
 from walqueue.worker.report import log
 from walqueue.worker.run import Run
 from walqueue.worker.settings import WorkerSettings
@@ -67,42 +64,30 @@ class Prefetch:
         self._mean_run_seconds = seconds if mean is None else mean + (seconds - mean) / 8
 
 
+@dataclass(eq=False)
 class Fetcher:
     """The fetcher thread's body (`run`): reserve, register each run with the keep-alive, hand it to an executor."""
 
-    def __init__(
-        self,
-        source: Source,
-        settings: WorkerSettings,
-        *,
-        completer: Completer,
-        monitor: Monitor,
-        pending: Pending,
-        handoff: queue_module.SimpleQueue[Run | None],
-        signals: Signals,
-        fail_worker: Callable[[BaseException], None],
-    ) -> None:
-        self.source = source
-        self.settings = settings
-        self.completer = completer
-        self.monitor = monitor
-        self.pending = pending
-        self.handoff = handoff
-        self.signals = signals
-        self.fail_worker = fail_worker
+    source: Source
+    settings: WorkerSettings
+    crew: Crew
+    fail_worker: Callable[[BaseException], None]
+
+    def __post_init__(self) -> None:
         #: Through a server the acks ride on the reserves, which wait until half the leases are free.
-        self.acks_ride_reserves = completer.grouping == "pipeline"
-        self._lanes: dict[str, list[str]] = {} if settings.queues is None else {"queues": list(settings.queues)}
+        self.acks_ride_reserves = self.crew.completer.grouping == "pipeline"
+        queues = self.settings.queues
+        self._lanes: dict[str, list[str]] = {} if queues is None else {"queues": list(queues)}
 
     def run(self) -> None:
-        stopping = self.signals.stopping
+        stopping, pending = self.crew.signals.stopping, self.crew.pending
         backoff = _BACKOFF_SECONDS[0]
         while True:
-            room = self.pending.wait_room(stopping)
+            room = pending.wait_room(stopping)
             if room == 0:
                 return
             try:
-                with self.signals.reserving:
+                with self.crew.signals.reserving:
                     if stopping.is_set():
                         return
                     now = self.settings.clock()
@@ -131,15 +116,15 @@ class Fetcher:
         """Reserve up to `room` leases; through a server, with the acks waiting now, in one round trip."""
         name, lease = self.settings.name, self.settings.lease
         if self.acks_ride_reserves:
-            return self.completer.reserve_with_acks(name, now=now, lease_seconds=lease, limit=room, **self._lanes)
+            return self.crew.completer.reserve_with_acks(name, now=now, lease_seconds=lease, limit=room, **self._lanes)
         return self.source.reserve(name, now=now, lease_seconds=lease, limit=room, **self._lanes)
 
     def _dispatch(self, lease: Lease, now: int) -> None:
         """Hand a fresh lease to an idle executor (called with the reserve lock held)."""
         run = Run.start(lease, self.settings.clock, now, self.settings.beat_every, None)  # the timeout: from `begin`
-        self.pending.take()
-        self.monitor.add(run)
-        self.handoff.put(run)
+        self.crew.pending.take()
+        self.crew.monitor.add(run)
+        self.crew.handoff.put(run)
 
     def _idle(self) -> None:
         """Nothing was due: block until a commit or the next due time, at most `idle_wait`."""
@@ -147,6 +132,6 @@ class Fetcher:
         dues = [time for time in (stats.get("next_available_at"), stats.get("next_deadline")) if time is not None]
         now = self.settings.clock()
         wake_at = min([now + self.settings.idle_wait, *dues])
-        if wake_at > now and not self.signals.stopping.is_set():
-            self.pending.idle(True)  # no reserve will take the acks of tasks still running: the acker sends them
+        if wake_at > now and not self.crew.signals.stopping.is_set():
+            self.crew.pending.idle(True)  # no reserve will take the acks of tasks still running: the acker sends them
             self.source.wait(seconds_until(wake_at, now, self.settings.units_per_second))

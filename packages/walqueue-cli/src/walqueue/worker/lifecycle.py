@@ -19,21 +19,18 @@ from __future__ import annotations
 
 import logging
 import os
-import queue as queue_module
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 from walqueue.worker.clock import seconds_until
-from walqueue.worker.complete import Completer
-from walqueue.worker.monitor import Monitor
-from walqueue.worker.pending import Pending
+from walqueue.worker.crew import Crew
 from walqueue.worker.report import log
 from walqueue.worker.run import Run
 from walqueue.worker.settings import WorkerSettings
 
-__all__ = ["EXIT_HARD_TIMEOUT", "Lifecycle", "Signals"]
+__all__ = ["EXIT_HARD_TIMEOUT", "Lifecycle"]
 
 #: The exit status of a worker process that ended itself because a handler overran a hard timeout.
 EXIT_HARD_TIMEOUT = 75
@@ -42,91 +39,64 @@ _ACKER_JOIN_SECONDS = 60.0
 
 
 @dataclass(eq=False)
-class Signals:
-    """What every role watches: stop reserving, a stop was asked, no more grace, done; and the reserve's lock."""
-
-    stopping: threading.Event = field(default_factory=threading.Event)  # no more reserves
-    stop_requested: threading.Event = field(default_factory=threading.Event)
-    hurry: threading.Event = field(default_factory=threading.Event)  # release at once, no more grace
-    done: threading.Event = field(default_factory=threading.Event)
-    monitor_stop: threading.Event = field(default_factory=threading.Event)
-    reserving: threading.Lock = field(default_factory=threading.Lock)
-
-
 class Lifecycle:
     """Stop and shutdown (`stop`, `shutdown`: the lifecycle thread's body), and the timeouts' consequences."""
 
-    def __init__(
-        self,
-        settings: WorkerSettings,
-        *,
-        signals: Signals,
-        completer: Completer,
-        monitor: Monitor,
-        pending: Pending,
-        handoff: queue_module.SimpleQueue[Run | None],
-        spawn_executor: Callable[[], object],
-        bounded: Any,
-        on_done: Callable[[], None],
-    ) -> None:
-        self.settings = settings
-        self.signals = signals
-        self.completer = completer
-        self.monitor = monitor
-        self.pending = pending
-        self.handoff = handoff
-        self.spawn_executor = spawn_executor
-        self.bounded = bounded  # through a server: a client whose calls give up in time (`bounded_client`)
-        self.on_done = on_done
-        self.acker: threading.Thread | None = None
+    settings: WorkerSettings
+    crew: Crew
+    _: KW_ONLY
+    spawn_executor: Callable[[], object]
+    bounded: Any  # through a server: a client whose calls give up in time (`bounded_client`)
+    on_done: Callable[[], None]
+    acker: threading.Thread | None = None
 
     def stop(self, *, now: bool = False) -> None:
         """Stop reserving at once; running handlers get the grace, then are released (`now`: no grace)."""
-        self.signals.stopping.set()
+        self.crew.signals.stopping.set()
         if now:
-            self.signals.hurry.set()
-        self.signals.stop_requested.set()
-        self.pending.wake()
-        self.monitor.wake()
+            self.crew.signals.hurry.set()
+        self.crew.signals.stop_requested.set()
+        self.crew.pending.wake()
+        self.crew.monitor.wake()
 
     def shutdown(self) -> None:
         """Wait for `stop`, then: no more reserves, the grace, release what still runs, close."""
-        self.signals.stop_requested.wait()
-        with self.signals.reserving:  # a reserve under way has handed out its leases when this returns
+        self.crew.signals.stop_requested.wait()
+        with self.crew.signals.reserving:  # a reserve under way has handed out its leases when this returns
             pass
         if self.bounded is not None:  # from now on each call is tried once: nobody restarts a server mid-stop
             self.bounded.reconnect_seconds = 0.0
-            self.completer.source = self.bounded
-        for run in self.monitor.runs():
-            if self.completer.withdraw(run):  # prefetched, never started: given back now, not after the grace
-                self.monitor.remove(run)
+            self.crew.completer.source = self.bounded
+        for run in self.crew.monitor.runs():
+            if self.crew.completer.withdraw(run):  # prefetched, never started: given back now, not after the grace
+                self.crew.monitor.remove(run)
         started = self.settings.clock()
         grace_end = started + self.settings.grace
-        for run in self.monitor.runs():
+        for run in self.crew.monitor.runs():
             run.context.shorten(grace_end)
-        if not self.signals.hurry.is_set():
+        if not self.crew.signals.hurry.is_set():
             log.info(
                 "worker %s stopping: %d task(s) running, grace %d",
                 self.settings.name,
-                len(self.monitor),
+                len(self.crew.monitor),
                 self.settings.grace,
             )
             units = self.settings.units_per_second
-            self.monitor.wait_empty(seconds_until(grace_end, started, units), self.signals.hurry)
+            self.crew.monitor.wait_empty(seconds_until(grace_end, started, units), self.crew.signals.hurry)
         error = {"type": "Shutdown", "message": "the worker stopped before the handler finished"}
-        for run in self.monitor.runs():
-            if not self.completer.withdraw(run):  # never started (handed out meanwhile): its attempt restored
-                self.completer.abandon(run, "interrupted", "shutdown", 0, error)
-        self.pending.close()  # the acker sends the acks still queued, then ends
+        for run in self.crew.monitor.runs():
+            if not self.crew.completer.withdraw(run):  # never started (handed out meanwhile): its attempt restored
+                self.crew.completer.abandon(run, "interrupted", "shutdown", 0, error)
+        self.crew.pending.close()  # the acker sends the acks still queued, then ends
         if self.acker is not None:
             self.acker.join(_ACKER_JOIN_SECONDS)
         self._finish()
 
     def _finish(self) -> None:
-        self.signals.monitor_stop.set()
-        self.monitor.wake()
+        self.crew.signals.monitor_stop.set()
+        self.crew.monitor.wake()
         for _ in range(self.settings.concurrency):
-            self.handoff.put(None)
+            self.crew.handoff.put(None)
         if self.bounded is not None:
             self.bounded.close()
         self.on_done()
@@ -139,17 +109,17 @@ class Lifecycle:
             if run.finished:
                 return  # its executor is already back in the pool
             run.abandoned = True
-        if not self.signals.stopping.is_set():
+        if not self.crew.signals.stopping.is_set():
             self.spawn_executor()
-        self.pending.give()
+        self.crew.pending.give()
 
     def _exit_hard(self, run: Run) -> None:
         """A hard timeout: release every other running task, then end this process at once."""
         log.error("%s overran its hard timeout: the process exits and its supervisor starts a new one", run.job.id)
         error = {"type": "WorkerRestart", "message": f"the worker process restarted after {run.job.id} timed out"}
-        for other in self.monitor.runs():
-            if not self.completer.withdraw(other, "restart"):  # unstarted: given back, its attempt restored
-                self.completer.abandon(other, "interrupted", "restart", 0, error)
+        for other in self.crew.monitor.runs():
+            if not self.crew.completer.withdraw(other, "restart"):  # unstarted: given back, its attempt restored
+                self.crew.completer.abandon(other, "interrupted", "restart", 0, error)
         for handler in logging.getLogger().handlers + logging.getLogger("walqueue").handlers:
             handler.flush()
         os._exit(EXIT_HARD_TIMEOUT)

@@ -26,8 +26,8 @@ keywords still work and map onto it. The source is declared
 
 from __future__ import annotations
 
+import functools
 import os
-import queue as queue_module
 import threading
 import time
 from typing import Any, Unpack
@@ -35,14 +35,14 @@ from typing import Any, Unpack
 from walqueue import Queue
 from walqueue.worker.clock import ClockMismatch, agree_on_unit
 from walqueue.worker.complete import Completer
+from walqueue.worker.crew import Crew, Signals
 from walqueue.worker.execute import Executor
 from walqueue.worker.fetch import Fetcher, Prefetch
-from walqueue.worker.lifecycle import EXIT_HARD_TIMEOUT, Lifecycle, Signals
+from walqueue.worker.lifecycle import EXIT_HARD_TIMEOUT, Lifecycle
 from walqueue.worker.monitor import Monitor
 from walqueue.worker.pending import Pending
 from walqueue.worker.report import Report, log
 from walqueue.worker.router import Handler
-from walqueue.worker.run import Run
 from walqueue.worker.schedule import Scheduler
 from walqueue.worker.settings import (
     DEFAULT_GRACE,
@@ -99,6 +99,10 @@ class Worker:
     ``Worker(queue, handle, settings=WorkerSettings(concurrency=8, lease=60_000))``
     """
 
+    _executor: Executor  # the roles, made by `start`
+    _fetcher: Fetcher
+    _completer: Completer
+
     def __init__(
         self,
         source: Source | str | os.PathLike[str],
@@ -125,7 +129,6 @@ class Worker:
         self.fatal: BaseException | None = None  # what stopped the worker on its own, if anything
         self._signals = Signals()
         self._pending = Pending(self._prefetch.capacity(), halve=self.grouping == "pipeline")
-        self._handoff: queue_module.SimpleQueue[Run | None] = queue_module.SimpleQueue()
         self._started = False
         self._next_summary = time.monotonic() + (self.settings.summary_every or 0)
         self._monitor: Any = None
@@ -183,23 +186,18 @@ class Worker:
         )
 
     def _assemble(self, source: Source) -> Lifecycle:
-        """Make the roles, each given what it needs of the others."""
+        """Make the roles, each given the crew they share (crew.py)."""
         settings = self.settings
         # Acks wait for a batch only where it makes one round trip or one fsync; otherwise each thread
         # acks by itself, and the queue's group commit joins their fsyncs.
         acks = self._pending if self.grouping != "none" else None
+        units = settings.units_per_second
         completer = Completer(
-            source,
-            settings.clock,
-            settings.retry,
-            self.report,
-            settings.units_per_second,
-            grouping=self.grouping,
-            acks=acks,
+            source, settings.clock, settings.retry, self.report, units, grouping=self.grouping, acks=acks
         )
-        bound = max(0.05, min(settings.beat_every, max(settings.grace, 1)) / settings.units_per_second)
-        bounded = bounded_client(source, bound)  # heartbeats never outlive the grace
-        monitor = Monitor(
+        bounded = bounded_client(source, max(0.05, min(settings.beat_every, max(settings.grace, 1)) / units))
+        lifecycle: Lifecycle  # made below, on the monitor; the monitor reports timeouts to it
+        monitor = Monitor(  # heartbeats through `bounded`: they never outlive the grace
             completer,
             lease=settings.lease,
             beat_every=settings.beat_every,
@@ -207,47 +205,15 @@ class Worker:
             timeout_error=lambda run: lifecycle.timeout_error(run),
             beats=bounded,
         )
-        lifecycle = Lifecycle(
-            settings,
-            signals=self._signals,
-            completer=completer,
-            monitor=monitor,
-            pending=self._pending,
-            handoff=self._handoff,
-            spawn_executor=lambda: self._spawn(self._executor.run, "executor (replacement)"),
-            bounded=bounded,
-            on_done=self._finish,
-        )
+        crew = Crew(self._signals, completer, monitor, self._pending)
+        spawn = functools.partial(self._spawn, lambda: self._executor.run(), "executor (replacement)")
+        lifecycle = Lifecycle(settings, crew, spawn_executor=spawn, bounded=bounded, on_done=self._finish)
         completer.sent = monitor.remove
         completer.fatal = self._fail_worker
         self._completer, self._monitor, self._lifecycle_role = completer, monitor, lifecycle
-        self._fetcher, self._executor = self._hands(source, completer, monitor)
+        self._fetcher = Fetcher(source, settings, crew, self._fail_worker)
+        self._executor = Executor(handler=self.handler, settings=settings, crew=crew, prefetch=self._prefetch)
         return lifecycle
-
-    def _hands(self, source: Source, completer: Completer, monitor: Monitor) -> tuple[Fetcher, Executor]:
-        """The fetch and execute roles, on the completer, the keep-alive and the hand-off between them."""
-        settings, pending, handoff = self.settings, self._pending, self._handoff
-        fetcher = Fetcher(
-            source,
-            settings,
-            completer=completer,
-            monitor=monitor,
-            pending=pending,
-            handoff=handoff,
-            signals=self._signals,
-            fail_worker=self._fail_worker,
-        )
-        executor = Executor(
-            self.handler,
-            settings,
-            completer=completer,
-            monitor=monitor,
-            pending=pending,
-            handoff=handoff,
-            prefetch=self._prefetch,
-            pid=os.getpid(),
-        )
-        return fetcher, executor
 
     def _spawn(self, target: Any, name: str) -> threading.Thread:
         thread = threading.Thread(target=target, name=f"walqueue-worker {name}", daemon=True)
