@@ -47,8 +47,8 @@ from walqueue.worker.handles import ResultTooLarge, TaskFailed, TaskHandle
 from walqueue.worker.retry import RetryPolicy
 from walqueue.worker.router import Handler, Router
 from walqueue.worker.runner import Worker
-from walqueue.worker.settings import WorkerSettings
 from walqueue.worker.schedule import Periodic, firing_key
+from walqueue.worker.settings import WorkerSettings
 
 __all__ = [
     "MILLISECONDS",
