@@ -72,6 +72,19 @@ def settings_of(settings: WorkerSettings | None, options: WorkerOptions) -> Work
     return base.replace(**given) if given else base
 
 
+def _declared_grouping(source: Source | None) -> Grouping:
+    """The grouping `source` declares (None: a directory, opened as a `Queue`); a clear error if it declares none."""
+    if source is None:
+        return Queue.grouping
+    try:
+        return source.grouping
+    except AttributeError:
+        raise TypeError(
+            f"{source!r} declares no grouping: a worker's source is a WorkerSource (a Queue, a Client), "
+            "or the settings say how it groups calls: WorkerSettings(grouping='none')"
+        ) from None
+
+
 class Worker:
     """Run `handler(job, context)` for each task of `source` until stopped.
 
@@ -119,9 +132,7 @@ class Worker:
         self.source: Source | None = None if self._directory is not None else source  # type: ignore[assignment]
         self.handler = handler
         #: How the source sends calls together: the settings', else the source's declaration (a directory: a Queue).
-        self.grouping: Grouping = self.settings.grouping or (
-            Queue.grouping if self.source is None else self.source.grouping
-        )
+        self.grouping: Grouping = self.settings.grouping or _declared_grouping(self.source)
         self._prefetch = Prefetch(
             self.settings.concurrency, self.settings.prefetch, pipelined=self.grouping == "pipeline"
         )
