@@ -25,6 +25,7 @@ from walqueue.protocol.calltable import CALLS, REQUIRED, Arg, Call
 NOT_CALLS = {
     "close": "the front end owns the queue's life",
     "batch": "a front end's own grouping of calls",
+    "grouping": "a declaration for the worker (its calls go together in batch()), not a call",
     "last_seq": "a property; clients derive it from stats",
     "attach_request_seconds": "the serving front end shows its own request durations in metrics()",
     "replication": "the replicator's seat beside the writer, in the writer's process",

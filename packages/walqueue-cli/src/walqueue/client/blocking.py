@@ -38,7 +38,7 @@ import threading
 import time
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Unpack
+from typing import Any, Final, Unpack
 
 from walqueue import Lease, QueueClosed, Task
 from walqueue.client.asynchronous import AsyncClient
@@ -143,6 +143,9 @@ class _Connection:
 
 class Client(ClientSettings):
     """`Queue`'s API, served by `walqueue-serve` on the Unix socket `socket_path` (settings: `ClientSettings`)."""
+
+    #: How this source sends several calls together, for the worker (walqueue.worker.source): `pipeline()`.
+    grouping: Final = "pipeline"
 
     def _setup(self) -> None:
         self._local = threading.local()

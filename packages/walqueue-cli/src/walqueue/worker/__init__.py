@@ -15,15 +15,22 @@ SIGTERM, several threads or processes, and periodic tasks. The map:
   taskspec.py    TaskSpec, TaskApp: what handles, chains and current() use of a task function and its app
   aio.py         AsyncRunner: the event loop on which async def tasks run
   retry.py       RetryPolicy: exponential backoff with full jitter
-  source.py      Queue or Client behind one protocol; release/fail with the error
-  running.py     Run and Settler: the only code that acks, releases or fails a lease
-  monitor.py     heartbeats and timeouts (tick with a fake clock in tests)
+  settings.py    WorkerSettings: every option of a Worker in one checked value
+  source.py      WorkerSource: the calls a source declares (Queue, Client), its grouping; acks sent together
+  run.py         Run: one leased task, from its reserve to its settling
+  fetch.py       the fetch role: reserve and prefetch, hand runs out, wait when nothing is due
+  execute.py     the execute role: run the handler, hand its outcome to the completer
+  complete.py    the complete role: the only code that acks, releases, fails or gives back a lease
+  monitor.py     the keep-alive role: heartbeats and timeouts (tick with a fake clock in tests)
+  lifecycle.py   the lifecycle role: stop, the shutdown in order, a timeout's consequence
+  crew.py        Crew: what the roles share (signals, completer, keep-alive, room, hand-off)
+  running.py     old names (Run, Settler) kept for imports written against them
   schedule.py    periodic tasks (`cron:<name>:<time>` keys), cron.py the 5-field parser
   report.py      counters, one log line per outcome, the summary line, JSON lines
   sync_only.py   an async def handler refused (at start, and what a call returned)
   forks.py       a process forked by a handler ends where the handler returned
   summaries.py   --processes: the children send counters, the supervisor logs one line
-  runner.py      Worker: the threads of one process
+  runner.py      Worker: the roles of one process put together, its public calls
   supervisor.py  several processes sharing one queue through walqueue-serve
   cli.py         the walqueue-worker command
 """
@@ -41,6 +48,7 @@ from walqueue.worker.retry import RetryPolicy
 from walqueue.worker.router import Handler, Router
 from walqueue.worker.runner import Worker
 from walqueue.worker.schedule import Periodic, firing_key
+from walqueue.worker.settings import WorkerSettings
 
 __all__ = [
     "MILLISECONDS",
@@ -63,6 +71,7 @@ __all__ = [
     "Router",
     "UnknownKind",
     "Worker",
+    "WorkerSettings",
     "chain",
     "firing_key",
     "milliseconds",

@@ -28,7 +28,7 @@ import threading
 import uuid
 from collections.abc import Callable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, ParamSpec, TypedDict, TypeVar, Unpack, overload
 
 from walqueue import KeyConflict, Queue
 from walqueue.worker.chains import Signature, next_step
@@ -51,6 +51,18 @@ DEFAULT_RESULT_TTL = 86_400.0
 #: The queue and priority a task has unless it says otherwise (the lanes' defaults: nothing extra is sent).
 DEFAULT_QUEUE = "default"
 DEFAULT_PRIORITY = 0
+
+
+class TaskOptions(TypedDict, total=False):
+    """`App.task`'s options (see it): each is the task's own, and defaults as `App.task` says."""
+
+    name: str | None
+    queue: str
+    priority: int
+    max_attempts: int
+    timeout: float | None
+    retry: RetryPolicy | None
+    result_ttl: float | None
 
 
 def _seconds(value: float | None, what: str, *, allow_zero: bool = True) -> float | None:
@@ -99,9 +111,11 @@ class App:
 
     def bind(self, source: Any) -> App:
         """Give the app its source (replacing any): a directory path, a Queue, a Client or an AsyncClient."""
+        from walqueue.client import AsyncClient, Client  # here: a worker on a directory never loads the clients
+
         if isinstance(source, str | os.PathLike):
             self._directory, self._source = os.fspath(source), None
-        elif callable(getattr(source, "put", None)) and callable(getattr(source, "get", None)):
+        elif isinstance(source, Queue | Client | AsyncClient):  # the sources there are (declared, not probed)
             self._directory, self._source = None, source
         else:
             raise TypeError(f"an app's source is a directory, a Queue, a Client or an AsyncClient, not {source!r}")
@@ -144,44 +158,28 @@ class App:
     def task(self, function: Callable[P, R], /) -> TaskFunction[P, R]: ...
 
     @overload
-    def task(
-        self,
-        *,
-        name: str | None = None,
-        queue: str = DEFAULT_QUEUE,
-        priority: int = DEFAULT_PRIORITY,
-        max_attempts: int = 3,
-        timeout: float | None = None,
-        retry: RetryPolicy | None = None,
-        result_ttl: float | None = None,
-    ) -> Callable[[Callable[P, R]], TaskFunction[P, R]]: ...
+    def task(self, /, **options: Unpack[TaskOptions]) -> Callable[[Callable[P, R]], TaskFunction[P, R]]: ...
 
-    def task(
-        self,
-        function: Callable[P, R] | None = None,
-        *,
-        name: str | None = None,
-        queue: str = DEFAULT_QUEUE,
-        priority: int = DEFAULT_PRIORITY,
-        max_attempts: int = 3,
-        timeout: float | None = None,
-        retry: RetryPolicy | None = None,
-        result_ttl: float | None = None,
-    ) -> Any:
+    def task(self, function: Callable[P, R] | None = None, /, **options: Unpack[TaskOptions]) -> Any:
         """Register a function (``@app.task`` or ``@app.task(name=..., max_attempts=...)``); returns a `TaskFunction`.
 
         `name` defaults to ``module.qualname``. `timeout` (seconds): a
         coroutine function is cancelled when it passes; a plain function's
         result is discarded and the attempt fails (a thread cannot be
         stopped; the worker's --timeout is the hard limit). `retry`: the
-        backoff of this task's retries (default: the worker's).
+        backoff of this task's retries (default: the worker's). `queue`,
+        `priority` and `max_attempts` (3) are its puts' (`Queue.put`).
         """
+        unknown = sorted(set(options) - set(TaskOptions.__annotations__))
+        if unknown:
+            raise TypeError(f"app.task() got unexpected keyword argument(s): {', '.join(unknown)}")
+        queue, priority = options.get("queue", DEFAULT_QUEUE), options.get("priority", DEFAULT_PRIORITY)
 
         def register(target: Callable[P, R]) -> TaskFunction[P, R]:
-            task = TaskFunction(
-                self, target, name, queue, priority, max_attempts, _seconds(timeout, "timeout", allow_zero=False), retry
-            )
-            task.result_ttl = _seconds(result_ttl, "result_ttl")
+            name, max_attempts, retry = options.get("name"), options.get("max_attempts", 3), options.get("retry")
+            timeout = _seconds(options.get("timeout"), "timeout", allow_zero=False)
+            task = TaskFunction(self, target, name, queue, priority, max_attempts, timeout, retry)
+            task.result_ttl = _seconds(options.get("result_ttl"), "result_ttl")
             if task.name in self.tasks:
                 raise ValueError(
                     f"a task named {task.name!r} is already registered: {self.tasks[task.name].function!r}"
@@ -395,7 +393,7 @@ class TaskCall:
         """Put the task (the arguments are checked first: nothing is written for a bad one); its handle."""
         item = self._item(args, kwargs)
         source = self.task.app.source_for_calls()
-        if inspect.iscoroutinefunction(source.put):
+        if not isinstance(source, Queue) and _is_async(source):
             raise TypeError("this app is bound to an AsyncClient: await task.aenqueue(...)")
         task_id = item.pop("task_id")
         try:
@@ -416,6 +414,13 @@ class TaskCall:
             if self.key is None:
                 raise
         return TaskHandle(self.task.app, task_id)
+
+
+def _is_async(source: object) -> bool:
+    """Whether `source` is an `AsyncClient` (its calls are awaited); the clients are imported only when one is bound."""
+    from walqueue.client import AsyncClient
+
+    return isinstance(source, AsyncClient)
 
 
 if TYPE_CHECKING:  # App and TaskFunction are what handles, chains and current() take them as (mypy checks)

@@ -2,8 +2,8 @@
 
 A plain handler's return value is ignored and its task is acked. An App
 returns a `Completion`: the result to store and the follow-ups to put, and
-the worker commits them with the ack in one transaction (`complete`), or
-acks as before when there is neither (a store that never stores a result or
+the worker's completer (complete.py) commits them with the ack in one
+transaction (`complete`), or acks as before when there is neither (a store that never stores a result or
 a follow-up is byte for byte what it was).
 """
 
@@ -46,15 +46,3 @@ def check_json_value(value: Any, what: str) -> bytes:
     except (TypeError, ValueError) as error:
         raise TypeError(f"{what} is not JSON the store gives back unchanged: {error}") from None
     return wrapped[len(b'{"v":') : -1]
-
-
-def send_completion(source: Any, lease: Any, completion: Completion, *, now: int) -> None:
-    """Commit the ack, the result and the follow-ups in one transaction (`complete`); a plain ack without them."""
-    if completion.plain:
-        source.ack(lease, now=now)
-        return
-    complete = getattr(source, "complete", None)
-    if complete is None:
-        raise ConnectionError("this source has no complete call (an older walqueue-serve): nothing was written")
-    ttl = None if completion.result_expires is None else max(1, completion.result_expires - now)
-    complete(lease, now=now, result=completion.result, result_ttl=ttl, puts=completion.puts)

@@ -35,14 +35,12 @@ class TaskContext:
     context: Context
     name: str
     followups: list[dict[str, Any]] = field(default_factory=list)
+    #: The task's id and this attempt's number (1 for the first run): the job's, at hand.
+    id: str = field(init=False)
+    attempts: int = field(init=False)
 
-    @property
-    def id(self) -> str:
-        return self.job.id
-
-    @property
-    def attempts(self) -> int:
-        return self.job.attempts
+    def __post_init__(self) -> None:
+        self.id, self.attempts = self.job.id, self.job.attempts
 
     def enqueue(self, task: TaskSpec, /, *args: Any, **kwargs: Any) -> str:
         """Collect a follow-up of `task` with these arguments; returns its id (``<this id>/<n>``).

@@ -78,7 +78,8 @@ class TaskHandle:
             if task is None:
                 pass  # not yet put: a follow-up whose parent has not completed (waited for like a pending task)
             elif task.status == "completed":
-                return _value(getattr(source, "result", None), self.id, self.app.now())
+                stored = source.result(self.id, now=self.app.now())  # every source keeps results
+                return None if stored is None else stored["value"]
             elif task.status == "dead":
                 raise TaskFailed(self.id, task.last_error)
             source.wait(_remaining(deadline, self.id))
@@ -96,8 +97,7 @@ class TaskHandle:
             if task is None:
                 pass  # not yet put (see `result`)
             elif task.status == "completed":
-                reader = getattr(source, "result", None)
-                stored = None if reader is None else await reader(self.id, now=self.app.now())
+                stored = await source.result(self.id, now=self.app.now())
                 return None if stored is None else stored["value"]
             elif task.status == "dead":
                 raise TaskFailed(self.id, task.last_error)
@@ -118,8 +118,3 @@ def _remaining(deadline: float | None, task_id: str) -> float:
     if left <= 0:
         raise TimeoutError(f"task {task_id} has no result yet")
     return min(left, _LONGEST_WAIT)
-
-
-def _value(reader: Any, task_id: str, now: int) -> Any:
-    stored = None if reader is None else reader(task_id, now=now)
-    return None if stored is None else stored["value"]

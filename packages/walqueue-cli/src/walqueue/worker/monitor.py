@@ -1,4 +1,4 @@
-"""The monitor: one thread per worker that keeps running leases alive and enforces timeouts.
+"""The keep-alive role (the monitor): one thread per worker that keeps running leases alive and enforces timeouts.
 
 Every running task has a next heartbeat time (every `beat_every` clock
 units, by default a third of the lease, so two beats in a row may be late
@@ -21,8 +21,9 @@ from dataclasses import KW_ONLY, dataclass, field
 
 from walqueue import StaleLease
 from walqueue.worker.clock import Clock, seconds_until
+from walqueue.worker.complete import Completer
 from walqueue.worker.report import log
-from walqueue.worker.running import Run, Settler
+from walqueue.worker.run import Run
 from walqueue.worker.source import Source
 
 __all__ = ["MAX_SLEEP_SECONDS", "Monitor"]
@@ -35,13 +36,13 @@ MAX_SLEEP_SECONDS = 5.0
 class Monitor:
     """The set of running `Run`s, their heartbeats and their timeouts."""
 
-    settler: Settler
+    completer: Completer
     _: KW_ONLY
     lease: int
     beat_every: int
     on_timeout: Callable[[Run], None]
     timeout_error: Callable[[Run], dict[str, str]]
-    #: Where heartbeats go, if not to the settler's source (a client whose calls are bounded: `bounded_client`).
+    #: Where heartbeats go, if not to the completer's source (a client whose calls are bounded: `bounded_client`).
     beats: Source | None = None
     _runs: set[Run] = field(init=False, repr=False, default_factory=set)
     _changed: threading.Condition = field(init=False, repr=False, default_factory=threading.Condition)
@@ -101,7 +102,7 @@ class Monitor:
             if run.settled:
                 continue
             if run.timeout_at is not None and run.timeout_at <= now:
-                if self.settler.abandon(run, "timed_out", "timeout", self._retry_delay(run), self.timeout_error(run)):
+                if self.completer.abandon(run, "timed_out", "timeout", self._retry_delay(run), self.timeout_error(run)):
                     self.on_timeout(run)
                 continue
             if run.next_beat <= now:
@@ -112,7 +113,7 @@ class Monitor:
         return due
 
     def _retry_delay(self, run: Run) -> int:
-        return self.settler.retry.delay(run.job.attempts)
+        return self.completer.retry.delay(run.job.attempts)
 
     def beat(self, run: Run, now: int) -> None:
         """Extend the run's lease to ``now + lease``; a lost lease settles it (the handler is told)."""
@@ -121,10 +122,10 @@ class Monitor:
                 return
             run.next_beat = now + self.beat_every
             try:
-                source = self.beats if self.beats is not None else self.settler.source
+                source = self.beats if self.beats is not None else self.completer.source
                 run.lease = source.extend(run.lease, now=now, lease_seconds=self.lease)
             except StaleLease as error:
-                self.settler.lose(run, error)
+                self.completer.lose(run, error)
             except OSError as error:  # the server is unreachable: the next beat tries again
                 log.warning("heartbeat of %s not sent (%s); trying again at the next beat", run.job.id, error)
             else:

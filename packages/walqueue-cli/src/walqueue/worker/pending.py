@@ -20,7 +20,7 @@ from __future__ import annotations
 import threading
 import time
 
-from walqueue.worker.running import Run
+from walqueue.worker.run import Run
 
 __all__ = ["Pending"]
 

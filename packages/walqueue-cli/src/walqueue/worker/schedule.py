@@ -50,10 +50,10 @@ from walqueue.engine.validate import (
     check_record_fits,
 )
 from walqueue.format.canonical import canonical_str
+from walqueue.protocol.source import QueueSource
 from walqueue.worker.clock import Clock, seconds_until
 from walqueue.worker.cron import Cron
 from walqueue.worker.report import log
-from walqueue.worker.source import Source
 
 __all__ = ["MISSED", "Periodic", "Scheduler", "firing_key", "load_schedule"]
 
@@ -145,7 +145,7 @@ class Scheduler:
     def __init__(
         self,
         entries: Iterable[Periodic],
-        source: Source,
+        source: QueueSource,
         *,
         units_per_second: int,
         tolerance: int | None = None,
@@ -193,16 +193,14 @@ class Scheduler:
         """Whether the store holds a firing of `entry` at or before `latest` (the entry existed by then).
 
         The previous firing (the usual restart) and `latest` itself by `get`;
-        then, where the source pages, the ids after ``cron:<name>:`` in each
+        then the ids after ``cron:<name>:`` in each
         status, a bounded number of pages.
         """
         previous = entry.latest_at_or_before(latest - 1, self.units_per_second)
         candidates = [latest] if previous is None else [latest, previous]
         if any(self.source.get(firing_key(entry.name, time)) is not None for time in candidates):
             return True
-        page = getattr(self.source, "page", None)
-        if page is None:
-            return False
+        page = self.source.page  # every source pages (`QueueSource`)
         prefix = firing_key(entry.name, 0)[:-1]
         for status in ("completed", "dead", "ready", "leased"):
             after = prefix

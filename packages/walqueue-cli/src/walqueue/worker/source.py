@@ -1,48 +1,58 @@
-"""Where tasks come from: a `Queue` in this process or a `Client` of walqueue-serve, behind one protocol.
+"""Where tasks come from, declared: `WorkerSource`, the calls every source the worker takes has.
 
-Both have the same methods (the client mirrors the queue's API), so the
-worker is written once against `Source`. The calls that record a failure
-with its error live here, and only here: `release_failed` (retry later)
-and `fail` (dead at once). They pass the error as
-``{"type": ..., "message": ...}`` when the source's `release` takes an
-`error` argument and it has a `fail` call (engines that keep the last
-error); with an older source the error is only logged, and a permanent
-failure falls back to `cancel`, which makes the task dead as `fail` would.
+A `Queue` in this process or a `Client` of walqueue-serve: both are
+`QueueSource`s (walqueue.protocol.source) and have the calls below beyond
+it, checked by construction (the typed assignments under `TYPE_CHECKING`
+at the end fail `mypy --strict` if either drifts). So the worker calls
+`fail`, `ack_many`, `give_back`, `complete` and `release(error=)` as
+members: nothing is probed with `getattr`, `hasattr` or
+`inspect.signature` (docs/DECISIONS.md §45).
 
-`ack_many` is the worker's busy path: the acks of the tasks that finished
-since the last batch, together: one `ack_many` call (one transaction) where
-the source has it. Should one of the leases be lost (`StaleLease`: that
-call is all or nothing), or the call be refused (`ValueError`: a server
-older than `ack_many` calls it a bad request), nothing was written, and the
+How a source sends several calls together is declared too, by its
+`grouping`: ``"pipeline"`` (a client: calls collected by `pipeline()`,
+sent in one round trip, which the server commits together), ``"batch"``
+(a `Queue`: calls made inside `batch()` share one fsync) or ``"none"``.
+A worker's settings may say otherwise (`WorkerSettings.grouping`).
+
+`ack_many` and `settle_acks` here are how a batch of acks goes out over a
+source's grouping; the completer (complete.py) is their only caller. One
+`ack_many` call (one transaction); should one of the leases be lost
+(`StaleLease`: that call is all or nothing), or the call be refused
+(`ValueError`: a server older than `ack_many` calls it a bad request;
+`AttributeError`: an object from before it), nothing was written, and the
 acks are sent again one by one, so that one lost lease costs no other ack:
-through a client's `pipeline()` in one round trip (which the server commits
-together), on a `Queue` in a `batch()` (one fsync), otherwise as plain calls. `settle_acks` is the same fallback for an
-`ack_many` the fetcher sent in the round trip of its reserve.
+in one group where the source has one, otherwise as plain calls.
 """
 
 from __future__ import annotations
 
 import contextlib
-import inspect
 import traceback
 from collections.abc import Iterable, Mapping
-from typing import Any, Protocol
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 
-from walqueue import Lease, StaleLease, Task
+from walqueue import Lease, StaleLease
+from walqueue.protocol.source import QueueSource
 
 __all__ = [
     "MAX_ERROR_CHARS",
     "UNNAMED_TYPE",
+    "Batched",
+    "Grouping",
+    "Pipelined",
     "Source",
+    "WorkerSource",
     "ack_many",
     "bounded_client",
     "error_of",
-    "fail",
-    "give_back",
-    "release_failed",
     "settle_acks",
     "with_traceback",
 ]
+
+#: How a source sends several calls together (the module's docstring): a client's `pipeline()` (one round
+#: trip), a `Queue`'s `batch()` (one fsync), or one call each.
+Grouping = Literal["pipeline", "batch", "none"]
 
 #: The longest error message the worker sends (the engine bounds what it stores too).
 MAX_ERROR_CHARS = 2000
@@ -51,40 +61,56 @@ UNNAMED_TYPE = "<unnamed exception>"
 _TRUNCATED = " [truncated]"
 
 
-class Source(Protocol):
-    """The calls of `Queue` (and `Client`) the worker uses."""
+class WorkerSource(QueueSource, Protocol):
+    """`QueueSource` and what the worker calls beyond it; `Queue` and `Client` both are one (see the end)."""
 
-    def put(
-        self,
-        task_id: str,
-        payload: dict[str, Any],
-        *,
-        key: str | None = ...,
-        available_at: int = ...,
-        max_attempts: int = ...,
-        queue: str = ...,
-        priority: int = ...,
-    ) -> str: ...
-
-    def put_many(self, tasks: Iterable[Mapping[str, Any]]) -> list[str]: ...
+    @property
+    def grouping(self) -> Grouping:
+        """How this source sends several calls together (the module's docstring)."""
+        ...
 
     def reserve(
-        self, worker: str, *, now: int, lease_seconds: int, limit: int = ..., queues: list[str] | None = ...
+        self, worker: str, *, now: int, lease_seconds: int, limit: int = 1, queues: list[str] | None = None
     ) -> list[Lease]: ...
 
-    def ack(self, lease: Lease, *, now: int) -> None: ...
+    def give_back(self, lease: Lease, *, now: int) -> None: ...
 
-    def release(self, lease: Lease, *, now: int, delay: int = ...) -> None: ...
+    def complete(
+        self,
+        lease: Lease,
+        *,
+        now: int,
+        result: Any = ...,
+        result_ttl: int = ...,
+        puts: Iterable[Mapping[str, Any]] = (),
+    ) -> None: ...
 
-    def extend(self, lease: Lease, *, now: int, lease_seconds: int) -> Lease: ...
 
-    def cancel(self, task_id: str) -> None: ...
+#: The name the worker's modules have always used for it.
+Source = WorkerSource
 
-    def get(self, task_id: str) -> Task | None: ...
 
-    def wait(self, timeout: float) -> bool: ...
+class PipelineCalls(Protocol):
+    """The calls a pipeline collects for the worker, and `execute`, which sends them in one round trip."""
 
-    def stats(self) -> Any: ...
+    def ack(self, lease: Lease, *, now: int) -> object: ...
+    def ack_many(self, leases: Iterable[Lease], *, now: int) -> object: ...
+    def reserve(
+        self, worker: str, *, now: int, lease_seconds: int, limit: int = 1, queues: list[str] | None = None
+    ) -> object: ...
+    def execute(self, *, raise_on_error: bool = True) -> list[Any]: ...
+
+
+class Pipelined(WorkerSource, Protocol):
+    """A source whose `grouping` is ``"pipeline"`` (a `Client`)."""
+
+    def pipeline(self) -> PipelineCalls: ...
+
+
+class Batched(WorkerSource, Protocol):
+    """A source whose `grouping` is ``"batch"`` (a `Queue`)."""
+
+    def batch(self) -> AbstractContextManager[object]: ...
 
 
 def error_of(error: BaseException) -> dict[str, str]:
@@ -117,21 +143,6 @@ def with_traceback(stored: dict[str, str], error: BaseException) -> dict[str, st
     return {**stored, "traceback": text}
 
 
-def _takes_error(source: Source) -> bool:
-    try:
-        return "error" in inspect.signature(source.release).parameters
-    except (TypeError, ValueError):
-        return False
-
-
-def release_failed(source: Source, lease: Lease, *, now: int, delay: int, error: dict[str, str] | None) -> None:
-    """Release `lease` for a retry after `delay`, recording `error` where the source keeps last errors."""
-    if error is not None and _takes_error(source):
-        source.release(lease, now=now, delay=delay, error=error)  # type: ignore[call-arg]
-    else:
-        source.release(lease, now=now, delay=delay)
-
-
 def bounded_client(source: Source, seconds: float) -> Any:
     """Through walqueue-serve, a client of the same socket whose calls give up after `seconds`; else None.
 
@@ -155,71 +166,43 @@ def bounded_client(source: Source, seconds: float) -> Any:
         return None
 
 
-def give_back(source: Source, lease: Lease, *, now: int) -> None:
-    """Give back a lease whose handler never started, its attempt restored (`Queue.give_back`).
-
-    A source without the call (an older engine or server, which calls it a
-    bad request: `ValueError`) gets a plain release instead, which spends
-    the attempt as it always did.
-    """
-    call = getattr(source, "give_back", None)
-    if call is not None:
-        try:
-            call(lease, now=now)
-        except ValueError:  # an older server: the call is unknown; nothing was written
-            pass
-        else:
-            return
-    source.release(lease, now=now)
-
-
-def fail(source: Source, lease: Lease, *, now: int, error: dict[str, str]) -> None:
-    """Make the leased task dead at once (a permanent failure), recording `error` where the source can."""
-    fail_call = getattr(source, "fail", None)
-    if fail_call is not None:
-        fail_call(lease, now=now, error=error)
-    else:
-        source.cancel(lease.task_id)
-
-
-def ack_many(source: Source, acks: list[Lease], *, now: int) -> list[BaseException | None]:
+def ack_many(
+    source: Source, acks: list[Lease], *, now: int, grouping: Grouping | None = None
+) -> list[BaseException | None]:
     """Ack every lease of `acks` together; each one's `StaleLease`, or None. Any other failure is raised.
 
-    One `ack_many` call where the source has it; one by one (below) if that
-    found a lease lost, or where it has no such call.
+    One `ack_many` call; one by one (below) if that found a lease lost, or the source refused the call.
+    `grouping`: the worker's (`WorkerSettings.grouping`); None, the source's own.
     """
-    many = getattr(source, "ack_many", None)
-    if many is None:
-        return _ack_each(source, acks, now=now)
     try:
-        many(acks, now=now)
-    except (StaleLease, ValueError) as refused:
-        return settle_acks(source, acks, refused, now=now)
+        source.ack_many(acks, now=now)
+    except (StaleLease, ValueError, AttributeError) as refused:
+        return settle_acks(source, acks, refused, now=now, grouping=grouping)
     return [None] * len(acks)
 
 
 def settle_acks(
-    source: Source, acks: list[Lease], outcome: BaseException | None, *, now: int
+    source: Source, acks: list[Lease], outcome: BaseException | None, *, now: int, grouping: Grouping | None = None
 ) -> list[BaseException | None]:
     """What became of each lease of an `ack_many` call that ended with `outcome` (None: all acked).
 
-    `StaleLease` or `ValueError` (refused: an older server): nothing was
-    acked (all or nothing), so each is acked again alone, and only the lost
-    ones fail. Any other failure (the answer was lost: `ConnectionError`)
-    is every ack's.
+    `StaleLease`, or the call refused (`ValueError`: an older server;
+    `AttributeError`: an object from before the call): nothing was acked
+    (all or nothing), so each is acked again alone, and only the lost ones
+    fail. Any other failure (the answer was lost: `ConnectionError`) is
+    every ack's.
     """
     if outcome is None:
         return [None] * len(acks)
-    if isinstance(outcome, (StaleLease, ValueError)):
-        return _ack_each(source, acks, now=now)
+    if isinstance(outcome, (StaleLease, ValueError, AttributeError)):
+        return _ack_each(source, acks, now, source.grouping if grouping is None else grouping)
     return [outcome] * len(acks)
 
 
-def _ack_each(source: Source, acks: list[Lease], *, now: int) -> list[BaseException | None]:
-    """Ack each lease by itself, together: a client's pipeline (one round trip), a `Queue.batch` (one fsync)."""
-    pipeline = getattr(source, "pipeline", None)
-    if pipeline is not None:
-        calls = pipeline()
+def _ack_each(source: Source, acks: list[Lease], now: int, grouping: Grouping) -> list[BaseException | None]:
+    """Ack each lease by itself, in the source's group: a pipeline (one round trip), a batch (one fsync)."""
+    if grouping == "pipeline":
+        calls = cast(Pipelined, source).pipeline()
         for lease in acks:
             calls.ack(lease, now=now)
         errors: list[BaseException | None] = []
@@ -228,9 +211,8 @@ def _ack_each(source: Source, acks: list[Lease], *, now: int) -> list[BaseExcept
                 raise result
             errors.append(result if isinstance(result, BaseException) else None)
         return errors
-    batch = getattr(source, "batch", None)
     errors = []
-    with batch() if batch is not None else contextlib.nullcontext():
+    with cast(Batched, source).batch() if grouping == "batch" else contextlib.nullcontext():
         for lease in acks:
             try:
                 source.ack(lease, now=now)
@@ -239,3 +221,11 @@ def _ack_each(source: Source, acks: list[Lease], *, now: int) -> list[BaseExcept
             else:
                 errors.append(None)
     return errors
+
+
+if TYPE_CHECKING:  # both sources are worker sources (mypy --strict checks these lines)
+    from walqueue.client import Client
+    from walqueue.engine.queue import Queue
+
+    _QUEUE_IS_A_WORKER_SOURCE: type[Batched] = Queue
+    _CLIENT_IS_A_WORKER_SOURCE: type[Pipelined] = Client

@@ -40,7 +40,7 @@ import os
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, Final
 
 from walqueue.engine import clockunit, complete, events, ops
 from walqueue.engine.autocompact import Compactor
@@ -96,6 +96,9 @@ class Queue(LaneCalls, ReadCalls):
 
     The disk format is docs/FORMAT.md; every choice is in docs/DECISIONS.md.
     """
+
+    #: How this source sends several calls together, for the worker (walqueue.worker.source): in `batch()`, one fsync.
+    grouping: Final = "batch"
 
     def __init__(
         self,
