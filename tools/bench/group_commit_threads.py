@@ -11,20 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from .backends import FloorLog
-from .harness import (
-    LEASE_SECONDS,
-    NOW,
-    Context,
-    figure,
-    fill,
-    open_backend,
-    puts,
-    pyplot,
-    speed_ratio,
-    summary,
-    warm_cycles,
-    warm_puts,
-)
+from .figures import figure, pyplot, speed_ratio, summary
+from .harness import Context, fill, open_backend, warm_cycles, warm_puts
+from .inputs import LEASE_SECONDS, NOW, puts
 from .server_processes import SQLITE_BUSY_MS, open_for_processes
 
 #: Sizes at each scale (with the run's `reps` unless set here): `ctx.scale` during the run.

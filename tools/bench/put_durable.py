@@ -4,20 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .harness import (
-    DURABLE_BACKENDS,
-    PAYLOAD_BYTES,
-    Context,
-    backends_block,
-    figure,
-    interleave,
-    open_backend,
-    per_op,
-    put_chunk,
-    puts,
-    speed_ratio,
-    warm_puts,
-)
+from .figures import backends_block, figure, per_op, speed_ratio
+from .harness import DURABLE_BACKENDS, Context, open_backend, warm_puts
+from .inputs import PAYLOAD_BYTES, puts
+from .timing import interleave, put_chunk
 
 #: Sizes at each scale (with the run's `reps` unless set here): `ctx.scale` during the run.
 SCALES: dict[str, dict[str, int]] = {

@@ -7,19 +7,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .harness import (
-    DURABLE_BACKENDS,
-    Context,
-    backends_block,
-    cycle_chunk,
-    figure,
-    fill,
-    interleave,
-    open_backend,
-    per_op,
-    speed_ratio,
-    warm_cycles,
-)
+from .figures import backends_block, figure, per_op, speed_ratio
+from .harness import DURABLE_BACKENDS, Context, fill, open_backend, warm_cycles
+from .timing import cycle_chunk, interleave
 
 #: Sizes at each scale (with the run's `reps` unless set here): `ctx.scale` during the run.
 SCALES: dict[str, dict[str, int]] = {

@@ -6,18 +6,16 @@ a call that fails.
 
 from __future__ import annotations
 
-import itertools
 import json
 import random
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
-import traceback
 from pathlib import Path
 from typing import Any
 
+from harness import scratch, tmpfs, units
 from processes import child_environment
 
 from model import Model, directory_digest, view
@@ -28,7 +26,7 @@ from walqueue import (
 )
 
 from .checks import compare_views
-from .harness import Abort, Report, scratch_root
+from .harness import Abort, Report, guarded
 from .hostile import (
     BAD_CALLS_FIRST_UNIT,
     BAD_CALLS_PER_UNIT,
@@ -52,21 +50,12 @@ def campaign_bad_input(seed: int, budget: float, report: Report) -> None:
     """Hostile API calls and CLI lines: documented errors only, the model's answers, and no stray bytes."""
     deadline = time.monotonic() + budget
     report.counts.update({"API calls": 0, "CLI lines": 0, "refused": 0})
-    with tempfile.TemporaryDirectory(prefix="walqueue-input-", dir=scratch_root()) as tmp:
-        root = Path(tmp)
-        try:
+    with scratch("walqueue-input-", tmpfs()) as root:
+        with guarded(report, f"--seed {seed} bad-input frame bound"):
             _frame_bound_checks(root / "bound", report)
-        except Exception:
-            report.diverge(f"--seed {seed} bad-input frame bound: unexpected\n{traceback.format_exc(limit=6)}")
-        for unit in itertools.count():
-            if unit and time.monotonic() >= deadline:
-                break
-            try:
+        for unit in units(lambda: time.monotonic() >= deadline):
+            with guarded(report, f"bad-input unit {unit}"):
                 _bad_input_unit(seed, unit, root / f"u{unit}", deadline, report)
-            except Abort as exc:
-                report.diverge(str(exc))
-            except Exception:
-                report.diverge(f"bad-input unit {unit}: unexpected exception\n{traceback.format_exc(limit=6)}")
 
 
 def _frame_bound_checks(directory: Path, report: Report) -> None:

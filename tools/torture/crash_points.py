@@ -11,23 +11,18 @@ rules 6 and 7). The workload then goes on, sometimes from a crashed copy.
 
 from __future__ import annotations
 
-import itertools
 import random
-import tempfile
 import time
-import traceback
 from pathlib import Path
 from typing import Any
 
+from harness import Dirs, scratch, tmpfs, units
+
 from model import Model
-from walqueue import (
-    PHASES,
-    InjectedCrash,
-    Queue,
-)
+from walqueue import PHASES, InjectedCrash, Queue
 
 from .checks import check_poisoned, compare_views, open_through_recovery_crashes
-from .harness import Abort, Dirs, Report, remove, scratch_root
+from .harness import Abort, Report, guarded, remove
 from .workload import Expected, Op, PhaseLog, Workload, count_lifecycle_call, expected_states, outcome
 
 CRASH_STEPS = 160
@@ -38,17 +33,11 @@ def campaign_crash_points(seed: int, budget: float, report: Report) -> None:
     """Crash every phase call of every step of seeded workloads, on copies of the directory."""
     deadline = time.monotonic() + budget
     crashed: set[str] = set()
-    with tempfile.TemporaryDirectory(prefix="walqueue-crash-", dir=scratch_root()) as tmp:
-        for unit in itertools.count():
-            if unit and time.monotonic() >= deadline:
-                break
+    with scratch("walqueue-crash-", tmpfs()) as tmp:
+        for unit in units(lambda: time.monotonic() >= deadline):
             report.count("workloads")
-            try:
-                _crash_workload(seed, unit, Dirs(Path(tmp) / f"u{unit}"), deadline, report, crashed)
-            except Abort as exc:
-                report.diverge(str(exc))
-            except Exception:
-                report.diverge(f"unit {unit}: unexpected exception\n{traceback.format_exc(limit=6)}")
+            with guarded(report, f"unit {unit}"):
+                _crash_workload(seed, unit, Dirs(tmp / f"u{unit}"), deadline, report, crashed)
     report.counts["phases crashed"] = len(crashed)
     missing = sorted(set(PHASES) - crashed)
     if missing:

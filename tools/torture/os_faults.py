@@ -9,25 +9,21 @@ faulted too, with and without a torn tail to cut.
 from __future__ import annotations
 
 import errno
-import itertools
 import random
-import tempfile
 import time
-import traceback
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
 
+from harness import Dirs, scratch, tmpfs, units
+
 from model import Model
-from walqueue import (
-    InjectedCrash,
-    Queue,
-)
+from walqueue import InjectedCrash, Queue
 
 from .checks import check_poisoned, compare_views, open_checked_by_fsck
 from .faults import FAULT_ERRNOS, FAULTABLE, FaultInjector, injected, transactions_written
-from .harness import Abort, Dirs, Report, remove, scratch_root
+from .harness import Abort, Report, guarded, remove
 from .workload import Expected, Op, PhaseLog, Workload, count_lifecycle_call, expected_states, outcome
 
 FAULT_STEPS = 60
@@ -39,20 +35,11 @@ def campaign_os_faults(seed: int, budget: float, report: Report) -> None:
     deadline = time.monotonic() + budget
     report.counts.update({"steps": 0, "faults": 0, "faults without a hook": 0, "open faults": 0})
     called: set[str] = set()
-    temporary = tempfile.TemporaryDirectory(prefix="walqueue-faults-", dir=scratch_root())
-    with temporary as tmp, injected(FaultInjector()) as injector:
-        for unit in itertools.count():
-            if unit and time.monotonic() >= deadline:
-                break
-            dirs = Dirs(Path(tmp) / f"u{unit}")
-            try:
+    with scratch("walqueue-faults-", tmpfs()) as tmp, injected(FaultInjector()) as injector:
+        for unit in units(lambda: time.monotonic() >= deadline):
+            dirs = Dirs(tmp / f"u{unit}")
+            with guarded(report, f"os-faults unit {unit}", scratch=dirs.root):
                 _fault_workload(seed, unit, dirs, deadline, injector, report, called)
-            except Abort as exc:
-                report.diverge(str(exc))
-            except Exception:
-                report.diverge(f"os-faults unit {unit}: unexpected exception\n{traceback.format_exc(limit=6)}")
-            finally:
-                remove(dirs.root)
     report.notes.append("failed " + "/".join(name for name in FAULTABLE if name in called))
     missing = sorted(set(FAULTABLE) - called - {"rename"})  # the engine replaces; rename is watched in case
     if missing:
