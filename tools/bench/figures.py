@@ -103,3 +103,19 @@ def pyplot() -> Any:
     except ImportError:
         return None
     return plt
+
+
+def wall_block(samples: dict[str, list[float]], unit: str = "s/op") -> dict[str, Any]:
+    """Per backend, the figure of seconds per operation measured on the wall clock only (no other clock)."""
+    block = {}
+    for name, values in samples.items():
+        fig = figure(values, unit, better="lower")
+        fig["clock"] = "wall"
+        fig["other_clock"] = dict(summary(values), clock="wall")
+        block[name] = fig
+    return block
+
+
+def information(samples: list[float], unit: str, note: str) -> dict[str, Any]:
+    """A figure reported for what it tells, with no target: its note says so first, and what it tells."""
+    return figure(samples, unit, note=f"information: {note}")

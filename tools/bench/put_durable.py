@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .figures import backends_block, figure, per_op, speed_ratio
-from .harness import DURABLE_BACKENDS, Context, open_backend, warm_puts
+from .harness import DURABLE_BACKENDS, Context, opened, warm_puts
 from .inputs import PAYLOAD_BYTES, puts
 from .timing import interleave, put_chunk
 
@@ -20,16 +20,11 @@ SCALES: dict[str, dict[str, int]] = {
 def run(ctx: Context) -> dict[str, Any]:
     s = ctx.scale
     k = s["chunk"]
-    opened = {name: open_backend(name, ctx.dir(f"a-{name}"), durable=True) for name in DURABLE_BACKENDS}
-    try:
-        for backend in opened.values():
+    with opened(ctx, "a", DURABLE_BACKENDS, durable=True) as backends:
+        for backend in backends.values():
             warm_puts(backend, "warm")
         inputs = [puts("a", rep * k, k) for rep in range(s["reps"])]
-
-        times = interleave({name: put_chunk(b, inputs) for name, b in opened.items()}, s["reps"])
-    finally:
-        for backend in opened.values():
-            backend.close()
+        times = interleave({name: put_chunk(b, inputs) for name, b in backends.items()}, s["reps"])
     per = per_op(times, k, "wall")
     return {
         "title": "durable single puts",

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import errno
 import os
-import random
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,10 +21,10 @@ from walqueue import Queue, QueueClosed
 from walqueue.format.current import read_current
 from walqueue.format.names import CURRENT_TMP_NAME, LOCK_NAME, parse_wal_name
 
-from .checks import check_poisoned, compare_views, open_checked_by_fsck, view_difference
+from .checks import check_poisoned, compare_views, open_checked_by_fsck, reopened_view, view_difference
 from .faults import FAULT_ERRNOS, FAULTABLE, FaultInjector, injected
 from .harness import Abort, Budget, Report, guarded, remove
-from .workload import Expected, Workload, count_lifecycle_call, expected_states, outcome
+from .workload import Expected, count_lifecycle_call, expected_states, outcome, unit_start
 
 BACKGROUND_STEPS = 150
 #: The os calls of a background compaction that a run must have died just before.
@@ -79,12 +78,9 @@ class _CrashCopy:
 def _background_unit(
     seed: int, unit: int, dirs: Dirs, clock: Budget, injector: FaultInjector, report: Report, crashed: set[str]
 ) -> None:
-    dirs.root.mkdir()
-    rng = random.Random(f"background:{seed}:{unit}")
-    workload = Workload(f"background-ops:{seed}:{unit}")
+    rng, workload, main = unit_start("background", seed, unit, dirs)
     faulting = unit % 2 == 1
     options: dict[str, Any] = {"sync": True, "compact_bytes": rng.choice([400, 700, 1200])}
-    main = dirs.new()
     model = Model()
     states: dict[int, Model] = {0: model.clone()}
     acknowledged = [0]
@@ -166,11 +162,7 @@ def _background_poisoned(
         raise Abort(f"{where}: QueueClosed, but no os call failed")
     _judge_background_fault(injector, poisoned=True, report=report, where=where)
     check_poisoned(queue, where, report)
-    reopened = open_checked_by_fsck(main, report, where, sync=False, compact_bytes=None)
-    try:
-        got = view(reopened)
-    finally:
-        reopened.close()
+    got = reopened_view(main, report, where, sync=False, compact_bytes=None)
     for state in expected.by_seq.values():  # the call in flight: in or out (or a reserve's reap only)
         if view(state) == got:
             return Queue(main, **options), state

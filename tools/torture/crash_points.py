@@ -11,7 +11,6 @@ rules 6 and 7). The workload then goes on, sometimes from a crashed copy.
 
 from __future__ import annotations
 
-import random
 import time
 from pathlib import Path
 from typing import Any
@@ -21,9 +20,9 @@ from harness import Dirs, scratch, tmpfs, units
 from model import Model
 from walqueue import PHASES, InjectedCrash, Queue
 
-from .checks import check_poisoned, compare_views, open_through_recovery_crashes
+from .checks import check_answered, check_poisoned, compare_views, open_through_recovery_crashes
 from .harness import Abort, Report, guarded, remove
-from .workload import Expected, Op, PhaseLog, Workload, count_lifecycle_call, expected_states, outcome
+from .workload import Expected, Op, PhaseLog, count_lifecycle_call, expected_states, outcome, unit_start
 
 CRASH_STEPS = 160
 ADOPT_PROBABILITY = 0.3
@@ -45,11 +44,8 @@ def campaign_crash_points(seed: int, budget: float, report: Report) -> None:
 
 
 def _crash_workload(seed: int, unit: int, dirs: Dirs, deadline: float, report: Report, crashed: set[str]) -> None:
-    dirs.root.mkdir()
-    rng = random.Random(f"crash:{seed}:{unit}")
-    workload = Workload(f"crash-ops:{seed}:{unit}")
+    rng, workload, main = unit_start("crash", seed, unit, dirs)
     options: dict[str, Any] = {"sync": False, "compact_bytes": rng.choice([600, 1200, 2500])}
-    main = dirs.new()
     model = Model()
     recorder = PhaseLog()
     queue = Queue(main, hook=recorder, **options)
@@ -65,10 +61,7 @@ def _crash_workload(seed: int, unit: int, dirs: Dirs, deadline: float, report: R
             recorder.phases = []
             answer = outcome(op, queue)
             report.count("steps")
-            if answer != expected.answer:
-                raise Abort(f"{where}: answered {answer[:200]!r}, model {expected.answer[:200]!r}")
-            if not compare_views(queue, expected.after, report, where):
-                raise Abort(f"{where}: aborted")
+            check_answered(queue, answer, expected, report, where)
             count_lifecycle_call(report, op, answer, "applied")
             phases = list(recorder.phases)
             adopt_at = rng.randrange(len(phases)) if phases and rng.random() < ADOPT_PROBABILITY else None

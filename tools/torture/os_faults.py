@@ -21,10 +21,10 @@ from harness import Dirs, scratch, tmpfs, units
 from model import Model
 from walqueue import InjectedCrash, Queue
 
-from .checks import check_poisoned, compare_views, open_checked_by_fsck
+from .checks import check_answered, check_poisoned, check_reopened
 from .faults import FAULT_ERRNOS, FAULTABLE, FaultInjector, injected, transactions_written
 from .harness import Abort, Report, guarded, remove
-from .workload import Expected, Op, PhaseLog, Workload, count_lifecycle_call, expected_states, outcome
+from .workload import Expected, Op, PhaseLog, Workload, count_lifecycle_call, expected_states, outcome, unit_start
 
 FAULT_STEPS = 60
 REOPEN_EVERY = 6
@@ -68,14 +68,11 @@ def _expect_injected_oserror(
 def _fault_workload(
     seed: int, unit: int, dirs: Dirs, deadline: float, injector: FaultInjector, report: Report, called: set[str]
 ) -> None:
-    dirs.root.mkdir()
-    rng = random.Random(f"faults:{seed}:{unit}")
-    workload = Workload(f"faults-ops:{seed}:{unit}")
+    rng, workload, main = unit_start("faults", seed, unit, dirs)
     # Every other unit runs without a hook: the engine may take another path (one write
     # per frame) when nobody observes its phases, and that path must fail safely too.
     hooked = unit % 2 == 0
     options: dict[str, Any] = {"sync": True, "compact_bytes": rng.choice([800, 1600])}
-    main = dirs.new()
     model = Model()
     recorder = PhaseLog()
     step_options = {**options, "hook": recorder if hooked else None}
@@ -104,10 +101,7 @@ def _fault_workload(
                 injector.disarm()
             calls = list(injector.calls)
             report.count("steps")
-            if answer != expected.answer:
-                raise Abort(f"{where}: answered {answer[:200]!r}, model {expected.answer[:200]!r}")
-            if not compare_views(queue, expected.after, report, where):
-                raise Abort(f"{where}: aborted")
+            check_answered(queue, answer, expected, report, where)
             count_lifecycle_call(report, op, answer, "applied")
             if calls:
                 count_lifecycle_call(report, op, answer, "faulted")
@@ -158,12 +152,7 @@ def _fault_once(
     state = expected.state_after(complete)
     if state is None:
         raise Abort(f"{where}: {complete} complete frames, but the model's step has fewer transactions")
-    reopened = open_checked_by_fsck(scratch, report, where, sync=False, compact_bytes=None)
-    try:
-        if not compare_views(reopened, state, report, where):
-            raise Abort(f"{where}: aborted")
-    finally:
-        reopened.close()
+    check_reopened(scratch, state, report, where)
     remove(scratch)
 
 
@@ -212,10 +201,5 @@ def _fault_open(
             injector.disarm()
         report.count("open faults")
         called.add(calls[fail_at])
-        reopened = open_checked_by_fsck(scratch, report, label, sync=False, compact_bytes=None)
-        try:
-            if not compare_views(reopened, model, report, label):
-                raise Abort(f"{label}: aborted")
-        finally:
-            reopened.close()
+        check_reopened(scratch, model, report, label)
         remove(scratch)
