@@ -485,18 +485,7 @@ class Model:
             record["deadline"] = deadline
             record["attempts"] += 1
             record["generation"] += 1
-            leases.append(
-                Lease(
-                    task_id=record["task"],
-                    worker=worker,
-                    generation=record["generation"],
-                    deadline=deadline,
-                    attempts=record["attempts"],
-                    payload=_copy(record["payload"]),
-                    queue=record["queue"],
-                    priority=record["priority"],
-                )
-            )
+            leases.append(_lease(record))
         return leases
 
     # -- lanes: a queue's settings and the budget they leave a reserve ------------------------------
@@ -735,16 +724,7 @@ class Model:
         record = self._owner_record(lease, now)
         self._commit()
         record["deadline"] = min(now + lease_seconds, _INT_LIMIT - 1)
-        return Lease(
-            task_id=record["task"],
-            worker=record["worker"],
-            generation=record["generation"],
-            deadline=record["deadline"],
-            attempts=record["attempts"],
-            payload=_copy(record["payload"]),
-            queue=record["queue"],
-            priority=record["priority"],
-        )
+        return _lease(record)
 
     def _record_in(self, task_id: object, statuses: tuple[str, ...], call: str) -> dict[str, Any]:
         task_id = _check_name(task_id, "task_id")
@@ -912,6 +892,12 @@ class _BodySize:
         self.size = grown
         self.count += 1
         return True
+
+
+def _lease(record: dict[str, Any]) -> Lease:
+    """The lease a reserve or an extend hands out: the record's holder, token, lane and payload (copied)."""
+    held = {name: record[name] for name in ("worker", "generation", "deadline", "attempts", "queue", "priority")}
+    return Lease(task_id=record["task"], payload=_copy(record["payload"]), **held)
 
 
 def _task(record: dict[str, Any]) -> Task:
