@@ -11,7 +11,6 @@ import random
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,7 @@ from walqueue import (
 )
 
 from .checks import compare_views
-from .harness import Abort, Report, guarded
+from .harness import Abort, Budget, Report, guarded
 from .hostile import (
     BAD_CALLS_FIRST_UNIT,
     BAD_CALLS_PER_UNIT,
@@ -48,14 +47,14 @@ from .workload import LIFECYCLE_KINDS, Workload, count_lifecycle_call, expected_
 
 def campaign_bad_input(seed: int, budget: float, report: Report) -> None:
     """Hostile API calls and CLI lines: documented errors only, the model's answers, and no stray bytes."""
-    deadline = time.monotonic() + budget
+    clock = Budget(budget, report)  # past its budget (up to the overtime) while short of the caller's targets
     report.counts.update({"API calls": 0, "CLI lines": 0, "refused": 0})
     with scratch("walqueue-input-", tmpfs()) as root:
         with guarded(report, f"--seed {seed} bad-input frame bound"):
             _frame_bound_checks(root / "bound", report)
-        for unit in units(lambda: time.monotonic() >= deadline):
+        for unit in units(clock.over):
             with guarded(report, f"bad-input unit {unit}"):
-                _bad_input_unit(seed, unit, root / f"u{unit}", deadline, report)
+                _bad_input_unit(seed, unit, root / f"u{unit}", clock, report)
 
 
 def _frame_bound_checks(directory: Path, report: Report) -> None:
@@ -94,7 +93,7 @@ def foreign_tokens(directory: Path) -> list[Lease]:
     return leases
 
 
-def _bad_input_unit(seed: int, unit: int, directory: Path, deadline: float, report: Report) -> None:
+def _bad_input_unit(seed: int, unit: int, directory: Path, clock: Budget, report: Report) -> None:
     rng = random.Random(f"bad-input:{seed}:{unit}")
     foreign = foreign_tokens(directory.with_name(directory.name + "-other"))
     hostile = HostileCalls(rng, foreign)
@@ -103,7 +102,7 @@ def _bad_input_unit(seed: int, unit: int, directory: Path, deadline: float, repo
     where = f"--seed {seed} bad-input unit {unit}"
     with Queue(directory, sync=False) as queue:
         for index in range(BAD_CALLS_PER_UNIT):
-            if index >= (BAD_CALLS_FIRST_UNIT if unit == 0 else 50) and time.monotonic() >= deadline:
+            if index >= (BAD_CALLS_FIRST_UNIT if unit == 0 else 50) and clock.over():
                 break
             if rng.random() < 0.3:
                 op = workload.next_op(model)

@@ -11,7 +11,6 @@ rules 6 and 7). The workload then goes on, sometimes from a crashed copy.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,7 @@ from model import Model
 from walqueue import PHASES, InjectedCrash, Queue
 
 from .checks import check_answered, check_poisoned, compare_views, open_through_recovery_crashes
-from .harness import Abort, Report, guarded, remove
+from .harness import Abort, Budget, Report, guarded, remove
 from .workload import Expected, Op, PhaseLog, count_lifecycle_call, expected_states, outcome, unit_start
 
 CRASH_STEPS = 160
@@ -30,20 +29,20 @@ ADOPT_PROBABILITY = 0.3
 
 def campaign_crash_points(seed: int, budget: float, report: Report) -> None:
     """Crash every phase call of every step of seeded workloads, on copies of the directory."""
-    deadline = time.monotonic() + budget
+    clock = Budget(budget, report)  # past its budget (up to the overtime) while short of the caller's targets
     crashed: set[str] = set()
     with scratch("walqueue-crash-", tmpfs()) as tmp:
-        for unit in units(lambda: time.monotonic() >= deadline):
+        for unit in units(clock.over):
             report.count("workloads")
             with guarded(report, f"unit {unit}"):
-                _crash_workload(seed, unit, Dirs(tmp / f"u{unit}"), deadline, report, crashed)
+                _crash_workload(seed, unit, Dirs(tmp / f"u{unit}"), clock, report, crashed)
     report.counts["phases crashed"] = len(crashed)
     missing = sorted(set(PHASES) - crashed)
     if missing:
         report.gaps.append(f"phases never crashed at: {missing}")
 
 
-def _crash_workload(seed: int, unit: int, dirs: Dirs, deadline: float, report: Report, crashed: set[str]) -> None:
+def _crash_workload(seed: int, unit: int, dirs: Dirs, clock: Budget, report: Report, crashed: set[str]) -> None:
     rng, workload, main = unit_start("crash", seed, unit, dirs)
     options: dict[str, Any] = {"sync": False, "compact_bytes": rng.choice([600, 1200, 2500])}
     model = Model()
@@ -51,7 +50,7 @@ def _crash_workload(seed: int, unit: int, dirs: Dirs, deadline: float, report: R
     queue = Queue(main, hook=recorder, **options)
     try:
         for step in range(CRASH_STEPS):
-            if step >= 10 and time.monotonic() >= deadline:
+            if step >= 10 and clock.over():
                 break
             where = f"--seed {seed} crash-points unit {unit} step {step}"
             op = workload.next_op(model)

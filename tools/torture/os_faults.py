@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import errno
 import random
-import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -23,7 +22,7 @@ from walqueue import InjectedCrash, Queue
 
 from .checks import check_answered, check_poisoned, check_reopened
 from .faults import FAULT_ERRNOS, FAULTABLE, FaultInjector, injected, transactions_written
-from .harness import Abort, Report, guarded, remove
+from .harness import Abort, Budget, Report, guarded, remove
 from .workload import Expected, Op, PhaseLog, Workload, count_lifecycle_call, expected_states, outcome, unit_start
 
 FAULT_STEPS = 60
@@ -32,14 +31,14 @@ REOPEN_EVERY = 6
 
 def campaign_os_faults(seed: int, budget: float, report: Report) -> None:
     """Fail the k-th os call of each step (and of reopening) for every k; check poison, error and recovery."""
-    deadline = time.monotonic() + budget
+    clock = Budget(budget, report)  # past its budget (up to the overtime) while short of the caller's targets
     report.counts.update({"steps": 0, "faults": 0, "faults without a hook": 0, "open faults": 0})
     called: set[str] = set()
     with scratch("walqueue-faults-", tmpfs()) as tmp, injected(FaultInjector()) as injector:
-        for unit in units(lambda: time.monotonic() >= deadline):
+        for unit in units(clock.over):
             dirs = Dirs(tmp / f"u{unit}")
             with guarded(report, f"os-faults unit {unit}", scratch=dirs.root):
-                _fault_workload(seed, unit, dirs, deadline, injector, report, called)
+                _fault_workload(seed, unit, dirs, clock, injector, report, called)
     report.notes.append("failed " + "/".join(name for name in FAULTABLE if name in called))
     missing = sorted(set(FAULTABLE) - called - {"rename"})  # the engine replaces; rename is watched in case
     if missing:
@@ -66,7 +65,7 @@ def _expect_injected_oserror(
 
 
 def _fault_workload(
-    seed: int, unit: int, dirs: Dirs, deadline: float, injector: FaultInjector, report: Report, called: set[str]
+    seed: int, unit: int, dirs: Dirs, clock: Budget, injector: FaultInjector, report: Report, called: set[str]
 ) -> None:
     rng, workload, main = unit_start("faults", seed, unit, dirs)
     # Every other unit runs without a hook: the engine may take another path (one write
@@ -79,7 +78,7 @@ def _fault_workload(
     queue = Queue(main, **step_options)
     try:
         for step in range(FAULT_STEPS):
-            if step >= 10 and time.monotonic() >= deadline:
+            if step >= 10 and clock.over():
                 break
             where = f"--seed {seed} os-faults unit {unit} step {step}"
             if step % REOPEN_EVERY == REOPEN_EVERY - 1:
