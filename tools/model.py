@@ -217,35 +217,26 @@ def _check_error(error: object) -> tuple[str, ...] | None:
     return _escaped(error["type"]), _escaped(error["message"]), _escaped(error["traceback"])
 
 
-def _cut_tail(text: str, limit: int) -> str:
-    """A traceback's last `limit` UTF-8 bytes after a marker (format extension "traceback")."""
-    size = len(text.encode("utf-8"))
-    if size <= limit:
-        return text
-    marker = f"[cut: {size} bytes] ..."
-    kept = ""
-    for char in reversed(text):
-        if len((char + kept).encode("utf-8")) + len(marker) > limit:
-            break
-        kept = char + kept
-    return marker + kept
-
-
 def _escaped(text: str) -> str:
     return "".join(f"\\u{ord(c):04x}" if 0xD800 <= ord(c) <= 0xDFFF else c for c in text)
 
 
-def _cut(text: str, limit: int) -> str:
+def _cut(text: str, limit: int, *, tail: bool = False) -> str:
+    """`text` in at most `limit` UTF-8 bytes: its head before a marker, or (`tail`) its tail after one.
+
+    The tail is a traceback's (format extension "traceback"): its last lines say the most.
+    """
     size = len(text.encode("utf-8"))
     if size <= limit:
         return text
-    marker = f"... [cut: {size} bytes]"
+    marker = f"[cut: {size} bytes] ..." if tail else f"... [cut: {size} bytes]"
     kept = ""
-    for char in text:
-        if len((kept + char).encode("utf-8")) + len(marker) > limit:
+    for char in reversed(text) if tail else text:
+        longer = char + kept if tail else kept + char
+        if len(longer.encode("utf-8")) + len(marker) > limit:
             break
-        kept += char
-    return kept + marker
+        kept = longer
+    return marker + kept if tail else kept + marker
 
 
 # ---------------------------------------------------------------------------
@@ -494,18 +485,7 @@ class Model:
             record["deadline"] = deadline
             record["attempts"] += 1
             record["generation"] += 1
-            leases.append(
-                Lease(
-                    task_id=record["task"],
-                    worker=worker,
-                    generation=record["generation"],
-                    deadline=deadline,
-                    attempts=record["attempts"],
-                    payload=_copy(record["payload"]),
-                    queue=record["queue"],
-                    priority=record["priority"],
-                )
-            )
+            leases.append(_lease(record))
         return leases
 
     # -- lanes: a queue's settings and the budget they leave a reserve ------------------------------
@@ -694,7 +674,7 @@ class Model:
         if len(canonical_json(record["payload"])) + names + _RECORD_WITHOUT_ERROR + member > MAX_FRAME_BYTES:
             last_error["type"], last_error["message"] = (_cut(error[0], 32), _cut(error[1], 200))
         if len(error) > 2:  # a traceback, kept when it fits beside the payload (never refused)
-            with_traceback = {**last_error, "traceback": _cut_tail(error[2], 8192)}
+            with_traceback = {**last_error, "traceback": _cut(error[2], 8192, tail=True)}
             member = len(b',"last_error":') + len(canonical_json(with_traceback))
             if len(canonical_json(record["payload"])) + names + _RECORD_WITHOUT_ERROR + member <= MAX_FRAME_BYTES:
                 last_error = with_traceback
@@ -744,16 +724,7 @@ class Model:
         record = self._owner_record(lease, now)
         self._commit()
         record["deadline"] = min(now + lease_seconds, _INT_LIMIT - 1)
-        return Lease(
-            task_id=record["task"],
-            worker=record["worker"],
-            generation=record["generation"],
-            deadline=record["deadline"],
-            attempts=record["attempts"],
-            payload=_copy(record["payload"]),
-            queue=record["queue"],
-            priority=record["priority"],
-        )
+        return _lease(record)
 
     def _record_in(self, task_id: object, statuses: tuple[str, ...], call: str) -> dict[str, Any]:
         task_id = _check_name(task_id, "task_id")
@@ -921,6 +892,12 @@ class _BodySize:
         self.size = grown
         self.count += 1
         return True
+
+
+def _lease(record: dict[str, Any]) -> Lease:
+    """The lease a reserve or an extend hands out: the record's holder, token, lane and payload (copied)."""
+    held = {name: record[name] for name in ("worker", "generation", "deadline", "attempts", "queue", "priority")}
+    return Lease(task_id=record["task"], payload=_copy(record["payload"]), **held)
 
 
 def _task(record: dict[str, Any]) -> Task:

@@ -5,8 +5,9 @@ process needs: the environment (`child_environment`: PYTHONPATH naming the
 very src or site directories this process imports `walqueue` from, and
 tools/ for the reference model), the server's command line
 (`serve_command`), a start that waits for the child's first line
-(`start_ready`), and a directory short enough for a socket's path
-(`socket_dir`).
+(`start_ready`), a directory short enough for a socket's path
+(`socket_dir`), and the live processes a child started in turn
+(`live_processes`, `children`, from /proc).
 """
 
 from __future__ import annotations
@@ -16,9 +17,18 @@ import select
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["TOOLS_DIR", "child_environment", "serve_command", "socket_dir", "start_ready"]
+__all__ = [
+    "TOOLS_DIR",
+    "child_environment",
+    "children",
+    "live_processes",
+    "serve_command",
+    "socket_dir",
+    "start_ready",
+]
 
 TOOLS_DIR = Path(__file__).resolve().parent
 
@@ -75,3 +85,31 @@ def start_ready(
 def socket_dir(prefix: str = "wq-") -> str:
     """A new directory under /tmp: a socket's path (sun_path) holds 108 bytes, so keep it short."""
     return tempfile.mkdtemp(prefix=prefix, dir="/tmp")
+
+
+def live_processes() -> Iterator[tuple[int, int, int]]:
+    """Every live (not zombie) process: (pid, its parent's pid, its process group), from /proc/PID/stat."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)[1].split()  # after the command name: state, ppid, pgrp, ...
+            if fields[0] != b"Z":
+                yield int(entry), int(fields[1]), int(fields[2])
+        except (OSError, IndexError, ValueError):
+            continue  # it exited while we looked
+
+
+def children(parent: int) -> list[tuple[int, str]]:
+    """The live child processes of `parent`: (pid, command line)."""
+    found = []
+    for pid, its_parent, _ in live_processes():
+        if its_parent != parent:
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+                found.append((pid, cmdline.read().replace(b"\0", b" ").decode(errors="replace")))
+        except OSError:
+            continue
+    return found

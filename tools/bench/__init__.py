@@ -47,22 +47,8 @@ it may import walqueue at its top.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+from harness import ROOT, setup_path
 
-ROOT = Path(__file__).resolve().parents[2]
-SRC_DIRS = [ROOT / "packages" / name / "src" for name in ("walqueue-cli", "walqueue-engine", "walqueue-format")]
+__all__ = ["ROOT"]
 
-
-def _setup_path() -> None:
-    """Use an installed `walqueue` if there is one, else the checkout's src directories."""
-    try:
-        import walqueue  # noqa: F401
-    except ImportError:
-        for name in [name for name in sys.modules if name == "walqueue" or name.startswith("walqueue.")]:
-            del sys.modules[name]
-        for directory in SRC_DIRS:
-            sys.path.insert(0, str(directory))
-
-
-_setup_path()
+setup_path()

@@ -49,6 +49,10 @@ __all__ = [
     "floor_read",
 ]
 
+#: What a baseline's `put` takes, as `Queue.put` does (the parts the benchmark uses).
+Json = dict[str, Any]
+Key = str | None
+
 MAX_INT = 2**63 - 1
 MAX_NAME_BYTES = 1024
 MAX_FRAME_BYTES = 16 * 2**20
@@ -274,15 +278,7 @@ class SqliteQueue:
             return True
         raise KeyConflict(f"task {task_id!r:.100} already exists under another key")
 
-    def put(
-        self,
-        task_id: str,
-        payload: dict[str, Any],
-        *,
-        key: str | None = None,
-        available_at: int = 0,
-        max_attempts: int = 3,
-    ) -> str:
+    def put(self, task_id: str, payload: Json, *, key: Key = None, available_at: int = 0, max_attempts: int = 3) -> str:
         row = _put_row(task_id, payload, key, available_at, max_attempts)
         try:
             self._execute(_INSERT, row)
@@ -428,15 +424,7 @@ class FloorLog:
         if self._durable:
             os.fsync(self._fd)
 
-    def put(
-        self,
-        task_id: str,
-        payload: dict[str, Any],
-        *,
-        key: str | None = None,
-        available_at: int = 0,
-        max_attempts: int = 3,
-    ) -> str:
+    def put(self, task_id: str, payload: Json, *, key: Key = None, available_at: int = 0, max_attempts: int = 3) -> str:
         self._commit(
             [
                 {

@@ -6,14 +6,14 @@ import argparse
 import json
 import os
 import platform
-import shutil
 import sqlite3
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from harness import command_line, scratch
 
 from . import ROOT
 from .harness import Context, fmt_value
@@ -26,7 +26,7 @@ _DESCRIPTION = "WALQueue against SQLite and the fsync floor: one process, interl
 
 def parser() -> argparse.ArgumentParser:
     """The options; one --plot-LETTER / --plot-NAME pair per workload that draws a plot."""
-    parser = argparse.ArgumentParser(prog="bench", description=_DESCRIPTION)
+    parser = command_line("bench", _DESCRIPTION)
     parser.add_argument("--scale", choices=sorted(SCALE_REPS), default="default")
     parser.add_argument("--json", metavar="FILE", help="write every figure to FILE as JSON")
     parser.add_argument(
@@ -129,6 +129,25 @@ def _run(selected: list[Workload], args: argparse.Namespace, ctx: Context) -> di
     return results
 
 
+def _run_all(
+    selected: list[Workload], args: argparse.Namespace, root: Path
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """The run's metadata and every selected workload's result, their stores under `root`."""
+    meta = _meta(args.scale, root)
+    print(
+        f"walqueue bench: scale {args.scale}, Python {meta['python']}, SQLite {meta['sqlite']}, "
+        f"{meta['cpus']} CPUs, stores on {meta['filesystem']}, load {meta['loadavg_start']}, commit {meta['commit']}"
+    )
+    if "tmpfs" in meta["filesystem"]:
+        print("  warning: the stores are on tmpfs: fsync costs nothing there, durable figures mean little")
+    ctx = Context(root, {}, verbose=not args.quiet)
+    started = time.perf_counter()
+    results = _run(selected, args, ctx)
+    meta["seconds"] = time.perf_counter() - started
+    meta["loadavg_end"] = loadavg()
+    return meta, results
+
+
 def main(argv: list[str] | None = None) -> int:
     options = parser()
     args = options.parse_args(argv)
@@ -148,25 +167,10 @@ def main(argv: list[str] | None = None) -> int:
             print(markdown(json.load(file)))
         return 0
     selected = _selected(args, options)
-    root = Path(tempfile.mkdtemp(prefix="walqueue-bench-", dir=args.dir))
-    meta = _meta(args.scale, root)
-    print(
-        f"walqueue bench: scale {args.scale}, Python {meta['python']}, SQLite {meta['sqlite']}, "
-        f"{meta['cpus']} CPUs, stores on {meta['filesystem']}, load {meta['loadavg_start']}, commit {meta['commit']}"
-    )
-    if "tmpfs" in meta["filesystem"]:
-        print("  warning: the stores are on tmpfs: fsync costs nothing there, durable figures mean little")
-    ctx = Context(root, {}, verbose=not args.quiet)
-    started = time.perf_counter()
-    try:
-        results = _run(selected, args, ctx)
-    finally:
+    with scratch("walqueue-bench-", args.dir, keep=args.keep) as root:
+        meta, results = _run_all(selected, args, root)
         if args.keep:
             print(f"\nstores kept in {root}")
-        else:
-            shutil.rmtree(root, ignore_errors=True)
-    meta["seconds"] = time.perf_counter() - started
-    meta["loadavg_end"] = loadavg()
     targets = targets_table(results)
     print(f"\nTargets (medians of per-repetition ratios; {meta['seconds']:.0f} s in all):")
     for row in targets:

@@ -4,22 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .harness import (
-    BACKENDS,
-    Context,
-    backends_block,
-    cycle_chunk,
-    figure,
-    fill,
-    interleave,
-    open_backend,
-    per_op,
-    put_chunk,
-    puts,
-    speed_ratio,
-    warm_cycles,
-    warm_puts,
-)
+from .figures import backends_block, figure, per_op, speed_ratio
+from .harness import BACKENDS, Context, fill, open_backend, warm_cycles, warm_puts
+from .inputs import puts
+from .timing import cycle_chunk, interleave, put_chunk
 
 #: Sizes at each scale (with the run's `reps` unless set here): `ctx.scale` during the run.
 SCALES: dict[str, dict[str, int]] = {

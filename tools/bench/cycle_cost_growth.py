@@ -5,18 +5,9 @@ from __future__ import annotations
 import gc
 from typing import Any
 
-from .harness import (
-    Context,
-    backends_block,
-    cycle_chunk,
-    figure,
-    fill,
-    interleave,
-    open_backend,
-    per_op,
-    time_ratio,
-    warm_cycles,
-)
+from .figures import backends_block, figure, per_op, time_ratio
+from .harness import Context, fill, open_backend, warm_cycles
+from .timing import cycle_chunk, interleave
 
 #: Sizes at each scale (with the run's `reps` unless set here): `ctx.scale` during the run.
 SCALES: dict[str, dict[str, int]] = {

@@ -11,20 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from .backends import FloorLog
-from .harness import (
-    LEASE_SECONDS,
-    NOW,
-    Context,
-    figure,
-    fill,
-    open_backend,
-    puts,
-    pyplot,
-    speed_ratio,
-    summary,
-    warm_cycles,
-    warm_puts,
-)
+from .figures import figure, pyplot, speed_ratio, wall_block
+from .harness import Context, fill, open_backend, warm_cycles, warm_puts
+from .inputs import LEASE_SECONDS, NOW, puts
 from .server_processes import SQLITE_BUSY_MS, open_for_processes
 
 #: Sizes at each scale (with the run's `reps` unless set here): `ctx.scale` during the run.
@@ -271,15 +260,7 @@ def run(ctx: Context) -> dict[str, Any]:
     finally:
         for backend in closers:
             backend.close()
-    backends: dict[str, Any] = {}
-    for label, per in (("puts", measured.puts_per), ("cycles", measured.cycles_per)):
-        block = {}
-        for name, samples in per.items():
-            fig = figure(samples, "s/op", better="lower")
-            fig["clock"] = "wall"
-            fig["other_clock"] = dict(summary(samples), clock="wall")
-            block[name] = fig
-        backends[label] = block
+    backends = {"puts": wall_block(measured.puts_per), "cycles": wall_block(measured.cycles_per)}
     return {
         "clock": "wall",
         "title": f"group commit: {total} durable puts, then {total} reserve+ack, from 1-16 threads",

@@ -7,21 +7,11 @@ from typing import Any
 
 from walqueue import Queue
 
-from .harness import (
-    FILL_BATCH,
-    Clock,
-    Context,
-    backends_block,
-    clock,
-    figure,
-    interleave,
-    payload,
-    per_op,
-    since,
-    task_id,
-    time_ratio,
-)
+from .figures import backends_block, figure, per_op, time_ratio
+from .harness import Context
+from .inputs import FILL_BATCH, payload, task_id
 from .reopen import files
+from .timing import Clock, clock, interleave, since
 
 #: Sizes at each scale (with the run's `reps` unless set here): `ctx.scale` during the run.
 SCALES: dict[str, dict[str, int]] = {

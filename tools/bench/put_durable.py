@@ -4,20 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .harness import (
-    DURABLE_BACKENDS,
-    PAYLOAD_BYTES,
-    Context,
-    backends_block,
-    figure,
-    interleave,
-    open_backend,
-    per_op,
-    put_chunk,
-    puts,
-    speed_ratio,
-    warm_puts,
-)
+from .figures import backends_block, figure, per_op, speed_ratio
+from .harness import DURABLE_BACKENDS, Context, opened, warm_puts
+from .inputs import PAYLOAD_BYTES, puts
+from .timing import interleave, put_chunk
 
 #: Sizes at each scale (with the run's `reps` unless set here): `ctx.scale` during the run.
 SCALES: dict[str, dict[str, int]] = {
@@ -30,16 +20,11 @@ SCALES: dict[str, dict[str, int]] = {
 def run(ctx: Context) -> dict[str, Any]:
     s = ctx.scale
     k = s["chunk"]
-    opened = {name: open_backend(name, ctx.dir(f"a-{name}"), durable=True) for name in DURABLE_BACKENDS}
-    try:
-        for backend in opened.values():
+    with opened(ctx, "a", DURABLE_BACKENDS, durable=True) as backends:
+        for backend in backends.values():
             warm_puts(backend, "warm")
         inputs = [puts("a", rep * k, k) for rep in range(s["reps"])]
-
-        times = interleave({name: put_chunk(b, inputs) for name, b in opened.items()}, s["reps"])
-    finally:
-        for backend in opened.values():
-            backend.close()
+        times = interleave({name: put_chunk(b, inputs) for name, b in backends.items()}, s["reps"])
     per = per_op(times, k, "wall")
     return {
         "title": "durable single puts",

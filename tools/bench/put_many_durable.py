@@ -8,22 +8,10 @@ from typing import Any
 from walqueue.engine.ops import put_op_from_mapping
 
 from .backends import put_row_from_mapping as sqlite_put_row_from_mapping
-from .harness import (
-    BACKENDS,
-    Chunk,
-    Clock,
-    Context,
-    backends_block,
-    clock,
-    figure,
-    interleave,
-    open_backend,
-    per_op,
-    put_items,
-    since,
-    speed_ratio,
-    time_ratio,
-)
+from .figures import backends_block, figure, per_op, speed_ratio, time_ratio
+from .harness import BACKENDS, Context, open_backend
+from .inputs import put_items
+from .timing import Chunk, Clock, clock, interleave, since
 
 #: Sizes at each scale (with the run's `reps` unless set here): `ctx.scale` during the run.
 SCALES: dict[str, dict[str, int]] = {

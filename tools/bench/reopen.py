@@ -9,24 +9,10 @@ from typing import Any
 from walqueue import Queue
 
 from .backends import SqliteQueue, floor_read
-from .harness import (
-    LEASE_SECONDS,
-    NOW,
-    WORKER,
-    Chunk,
-    Clock,
-    Context,
-    backends_block,
-    clock,
-    figure,
-    fill,
-    interleave,
-    per_op,
-    puts,
-    since,
-    task_id,
-    time_ratio,
-)
+from .figures import backends_block, figure, per_op, time_ratio
+from .harness import Context, fill
+from .inputs import LEASE_SECONDS, NOW, WORKER, puts, task_id
+from .timing import Chunk, Clock, clock, interleave, since
 
 #: Sizes at each scale (with the run's `reps` unless set here): `ctx.scale` during the run.
 SCALES: dict[str, dict[str, int]] = {

@@ -20,22 +20,10 @@ from walqueue.backup import Replicator
 from walqueue.backup.restore import execute, make_plan
 from walqueue.backup.stores import FileStore, ObjectStore, open_store
 
-from .harness import (
-    PAYLOAD_BYTES,
-    Clock,
-    Context,
-    backends_block,
-    clock,
-    figure,
-    interleave,
-    per_op,
-    put_chunk,
-    puts,
-    since,
-    speed_ratio,
-    time_ratio,
-    warm_puts,
-)
+from .figures import backends_block, figure, per_op, speed_ratio, time_ratio
+from .harness import Context, warm_puts
+from .inputs import PAYLOAD_BYTES, puts
+from .timing import Clock, clock, interleave, put_chunk, since
 
 SCALES: dict[str, dict[str, int]] = {
     "tiny": {"chunk": 3, "restore_tasks": 2_000, "restore_tx": 200},

@@ -7,19 +7,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .harness import (
-    DURABLE_BACKENDS,
-    Context,
-    backends_block,
-    cycle_chunk,
-    figure,
-    fill,
-    interleave,
-    open_backend,
-    per_op,
-    speed_ratio,
-    warm_cycles,
-)
+from .figures import backends_block, figure, information, per_op, speed_ratio
+from .harness import DURABLE_BACKENDS, Context, fill, open_backend, warm_cycles
+from .timing import cycle_chunk, interleave
 
 #: Sizes at each scale (with the run's `reps` unless set here): `ctx.scale` during the run.
 SCALES: dict[str, dict[str, int]] = {
@@ -125,22 +115,22 @@ def run(ctx: Context) -> dict[str, Any]:
             "walqueue_vs_sqlite": figure(speed_ratio(per, "walqueue", "sqlite"), "x", target=(">=", 1.2)),
             "walqueue_vs_floor": figure(speed_ratio(per, "walqueue", "floor"), "x", note="information"),
             "walqueue_vs_prealloc": figure(speed_ratio(per, "walqueue", "prealloc"), "x", note="information"),
-            "floor_vs_sqlite": figure(
+            "floor_vs_sqlite": information(
                 speed_ratio(per, "floor", "sqlite"),
                 "x",
-                note="information: the floor's two appends and fsyncs per cycle against SQLite's;"
+                "the floor's two appends and fsyncs per cycle against SQLite's;"
                 " below 1.0x no WAL queue could reach the target on this disk",
             ),
-            "inplace_vs_append_sync": figure(
+            "inplace_vs_append_sync": information(
                 speed_ratio(per, "sync_inplace_fdatasync", "sync_append_fsync"),
                 "x",
-                note="information: how much faster the disk makes a commit overwritten in place and"
-                " fdatasynced (SQLite's WAL at its working size) than one appended and fsynced (an append-only log)",
+                "how much faster the disk makes a commit overwritten in place and fdatasynced"
+                " (SQLite's WAL at its working size) than one appended and fsynced (an append-only log)",
             ),
-            "append_fdatasync_vs_fsync": figure(
+            "append_fdatasync_vs_fsync": information(
                 speed_ratio(per, "sync_append_fdatasync", "sync_append_fsync"),
                 "x",
-                note="information: what fdatasync instead of fsync would give an append-only log",
+                "what fdatasync instead of fsync would give an append-only log",
             ),
         },
     }

@@ -21,6 +21,7 @@ from processes import serve_command, socket_dir, start_ready
 from walqueue import Queue
 
 from .backends import SqliteQueue
+from .figures import wall_block
 from .harness import LEASE_SECONDS, NOW, Context, figure, payload, pyplot, run_forked, summary
 
 #: Sizes at each scale (with the run's `reps` unless set here): `ctx.scale` during the run.
@@ -380,12 +381,7 @@ def _round_trips(ctx: Context, calls: int) -> dict[str, Any]:
     finally:
         local.close()
         served.stop()
-    block = {}
-    for name, values in samples.items():
-        fig = figure(values, "s/op", better="lower")
-        fig["clock"] = "wall"
-        fig["other_clock"] = dict(summary(values), clock="wall")
-        block[name] = fig
+    block = wall_block(samples)
     ratios = {
         "rtt_get_client_vs_queue": figure(
             [a / b for a, b in zip(samples["client_get"], samples["queue_get"], strict=True)],

@@ -27,7 +27,6 @@ environment); without it the huey rows are skipped and said so.
 from __future__ import annotations
 
 import multiprocessing
-import os
 import signal
 import statistics
 import subprocess
@@ -35,6 +34,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from processes import child_environment
 
 from walqueue import Queue
 
@@ -111,15 +112,6 @@ def walqueue_threads(directory: Path, count: int) -> Drain:
     return drain
 
 
-def _child_env() -> dict[str, str]:
-    import walqueue
-
-    env = dict(os.environ)
-    roots = [str(Path(entry).parent) for entry in walqueue.__path__]
-    env["PYTHONPATH"] = os.pathsep.join(roots + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    return env
-
-
 def walqueue_processes(directory: Path, count: int) -> Drain:
     """`walqueue-worker DIR noop --processes 4` (its server's start included) draining `count` tasks."""
     from walqueue.client import Client
@@ -131,7 +123,7 @@ def walqueue_processes(directory: Path, count: int) -> Drain:
     command = [sys.executable, "-m", "walqueue.worker", str(store), f"{_HANDLER_MODULE}:noop", "--processes", "4"]
     command += ["--log-level", "WARNING", "--summary", "0"]
     drain = Drain(count)
-    process = subprocess.Popen(command, cwd=directory, env=_child_env(), stdin=subprocess.DEVNULL)
+    process = subprocess.Popen(command, cwd=directory, env=child_environment(), stdin=subprocess.DEVNULL)
     client: Client | None = None
     try:
         socket_path = store / "worker.sock"

@@ -1,19 +1,12 @@
-"""``python tools/torture ...`` (or ``python -m torture`` from tools/): run the campaigns.
-
-Run as a directory, this file's own directory is first on sys.path and the
-package is not imported yet; replace that entry with tools/ so the package
-imports as `torture` (its modules use relative imports).
-"""
+"""``python tools/torture ...`` (or ``python -m torture`` from tools/): run the campaigns."""
 
 import sys
 from pathlib import Path
 
-if not __package__:
+if not __package__:  # run as a directory, which heads sys.path: tools/ takes its place (see harness.run_main)
     here = Path(__file__).resolve().parent
-    sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != here]
-    sys.path.insert(0, str(here.parent))
-    from torture.runner import main
-else:
-    from .runner import main
+    sys.path[:] = [str(here.parent)] + [entry for entry in sys.path if Path(entry or ".").resolve() != here]
 
-sys.exit(main())
+import harness  # noqa: E402
+
+sys.exit(harness.run_main("torture.runner"))

@@ -9,27 +9,22 @@ compact without orphans; or the k-th os call of that thread fails
 from __future__ import annotations
 
 import errno
-import itertools
 import os
-import random
-import tempfile
-import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness import Dirs, scratch, tmpfs, units
+
 from model import Model, view
-from walqueue import (
-    Queue,
-    QueueClosed,
-)
+from walqueue import Queue, QueueClosed
 from walqueue.format.current import read_current
 from walqueue.format.names import CURRENT_TMP_NAME, LOCK_NAME, parse_wal_name
 
-from .checks import check_poisoned, compare_views, open_checked_by_fsck, view_difference
+from .checks import check_poisoned, compare_views, open_checked_by_fsck, reopened_view, view_difference
 from .faults import FAULT_ERRNOS, FAULTABLE, FaultInjector, injected
-from .harness import Abort, Budget, Dirs, Report, remove, scratch_root
-from .workload import Expected, Workload, count_lifecycle_call, expected_states, outcome
+from .harness import Abort, Budget, Report, guarded, remove
+from .workload import Expected, count_lifecycle_call, expected_states, outcome, unit_start
 
 BACKGROUND_STEPS = 150
 #: The os calls of a background compaction that a run must have died just before.
@@ -58,21 +53,14 @@ def campaign_background(seed: int, budget: float, report: Report) -> None:
     clock = Budget(budget, report)
     report.counts.update({"steps": 0, "crash copies": 0, "faults": 0})
     crashed_before: set[str] = set()
-    temporary = tempfile.TemporaryDirectory(prefix="walqueue-background-", dir=scratch_root())
-    with temporary as tmp, injected(FaultInjector()) as injector:
-        for unit in itertools.count():
-            if unit >= 2 and clock.over():
-                break
-            dirs = Dirs(Path(tmp) / f"u{unit}")
-            try:
-                _background_unit(seed, unit, dirs, clock, injector, report, crashed_before)
-            except Abort as exc:
-                report.diverge(str(exc))
-            except Exception:
-                report.diverge(f"background unit {unit}: unexpected exception\n{traceback.format_exc(limit=6)}")
-            finally:
-                injector.disarm()
-                remove(dirs.root)
+    with scratch("walqueue-background-", tmpfs()) as tmp, injected(FaultInjector()) as injector:
+        for unit in units(clock.over, least=2):
+            dirs = Dirs(tmp / f"u{unit}")
+            with guarded(report, f"background unit {unit}", scratch=dirs.root):
+                try:
+                    _background_unit(seed, unit, dirs, clock, injector, report, crashed_before)
+                finally:
+                    injector.disarm()
     report.notes.append("died before os." + "/".join(n for n in FAULTABLE if n in crashed_before))
     missing = sorted(set(BACKGROUND_MUST_CRASH) - crashed_before)
     if missing:
@@ -90,12 +78,9 @@ class _CrashCopy:
 def _background_unit(
     seed: int, unit: int, dirs: Dirs, clock: Budget, injector: FaultInjector, report: Report, crashed: set[str]
 ) -> None:
-    dirs.root.mkdir()
-    rng = random.Random(f"background:{seed}:{unit}")
-    workload = Workload(f"background-ops:{seed}:{unit}")
+    rng, workload, main = unit_start("background", seed, unit, dirs)
     faulting = unit % 2 == 1
     options: dict[str, Any] = {"sync": True, "compact_bytes": rng.choice([400, 700, 1200])}
-    main = dirs.new()
     model = Model()
     states: dict[int, Model] = {0: model.clone()}
     acknowledged = [0]
@@ -177,11 +162,7 @@ def _background_poisoned(
         raise Abort(f"{where}: QueueClosed, but no os call failed")
     _judge_background_fault(injector, poisoned=True, report=report, where=where)
     check_poisoned(queue, where, report)
-    reopened = open_checked_by_fsck(main, report, where, sync=False, compact_bytes=None)
-    try:
-        got = view(reopened)
-    finally:
-        reopened.close()
+    got = reopened_view(main, report, where, sync=False, compact_bytes=None)
     for state in expected.by_seq.values():  # the call in flight: in or out (or a reserve's reap only)
         if view(state) == got:
             return Queue(main, **options), state

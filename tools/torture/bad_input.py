@@ -6,18 +6,15 @@ a call that fails.
 
 from __future__ import annotations
 
-import itertools
 import json
 import random
 import shutil
 import subprocess
 import sys
-import tempfile
-import time
-import traceback
 from pathlib import Path
 from typing import Any
 
+from harness import scratch, tmpfs, units
 from processes import child_environment
 
 from model import Model, directory_digest, view
@@ -28,7 +25,7 @@ from walqueue import (
 )
 
 from .checks import compare_views
-from .harness import Abort, Report, scratch_root
+from .harness import Abort, Budget, Report, guarded
 from .hostile import (
     BAD_CALLS_FIRST_UNIT,
     BAD_CALLS_PER_UNIT,
@@ -50,23 +47,14 @@ from .workload import LIFECYCLE_KINDS, Workload, count_lifecycle_call, expected_
 
 def campaign_bad_input(seed: int, budget: float, report: Report) -> None:
     """Hostile API calls and CLI lines: documented errors only, the model's answers, and no stray bytes."""
-    deadline = time.monotonic() + budget
+    clock = Budget(budget, report)  # past its budget (up to the overtime) while short of the caller's targets
     report.counts.update({"API calls": 0, "CLI lines": 0, "refused": 0})
-    with tempfile.TemporaryDirectory(prefix="walqueue-input-", dir=scratch_root()) as tmp:
-        root = Path(tmp)
-        try:
+    with scratch("walqueue-input-", tmpfs()) as root:
+        with guarded(report, f"--seed {seed} bad-input frame bound"):
             _frame_bound_checks(root / "bound", report)
-        except Exception:
-            report.diverge(f"--seed {seed} bad-input frame bound: unexpected\n{traceback.format_exc(limit=6)}")
-        for unit in itertools.count():
-            if unit and time.monotonic() >= deadline:
-                break
-            try:
-                _bad_input_unit(seed, unit, root / f"u{unit}", deadline, report)
-            except Abort as exc:
-                report.diverge(str(exc))
-            except Exception:
-                report.diverge(f"bad-input unit {unit}: unexpected exception\n{traceback.format_exc(limit=6)}")
+        for unit in units(clock.over):
+            with guarded(report, f"bad-input unit {unit}"):
+                _bad_input_unit(seed, unit, root / f"u{unit}", clock, report)
 
 
 def _frame_bound_checks(directory: Path, report: Report) -> None:
@@ -105,7 +93,7 @@ def foreign_tokens(directory: Path) -> list[Lease]:
     return leases
 
 
-def _bad_input_unit(seed: int, unit: int, directory: Path, deadline: float, report: Report) -> None:
+def _bad_input_unit(seed: int, unit: int, directory: Path, clock: Budget, report: Report) -> None:
     rng = random.Random(f"bad-input:{seed}:{unit}")
     foreign = foreign_tokens(directory.with_name(directory.name + "-other"))
     hostile = HostileCalls(rng, foreign)
@@ -114,7 +102,7 @@ def _bad_input_unit(seed: int, unit: int, directory: Path, deadline: float, repo
     where = f"--seed {seed} bad-input unit {unit}"
     with Queue(directory, sync=False) as queue:
         for index in range(BAD_CALLS_PER_UNIT):
-            if index >= (BAD_CALLS_FIRST_UNIT if unit == 0 else 50) and time.monotonic() >= deadline:
+            if index >= (BAD_CALLS_FIRST_UNIT if unit == 0 else 50) and clock.over():
                 break
             if rng.random() < 0.3:
                 op = workload.next_op(model)

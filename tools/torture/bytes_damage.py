@@ -15,13 +15,13 @@ from __future__ import annotations
 import itertools
 import json
 import random
-import tempfile
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from harness import scratch, tmpfs, units
 
 from model import Model, read_frames, view
 from walqueue import (
@@ -34,7 +34,7 @@ from walqueue.format.frame import FRAME_OVERHEAD
 from walqueue.format.names import LOCK_NAME, parse_wal_name
 
 from .checks import compare_views, view_difference
-from .harness import Abort, Report, remove, scratch_root
+from .harness import Abort, Report, guarded
 from .workload import Op, PhaseLog, Workload, count_lifecycle_call, expected_states, outcome, token_for
 
 EVERY_BIT_BUDGET = 90.0
@@ -248,21 +248,13 @@ def campaign_bytes(seed: int, budget: float, report: Report) -> None:
     every_bit = budget >= EVERY_BIT_BUDGET
     report.notes.append("every bit of every byte" if every_bit else "one random bit of every byte")
     report.counts.update({"stores": 0, "variants": 0, "truncations": 0, "bit flips": 0})
-    with tempfile.TemporaryDirectory(prefix="walqueue-bytes-", dir=scratch_root()) as tmp:
-        for unit in itertools.count():
-            if unit and time.monotonic() >= deadline:
-                break
-            directory = Path(tmp) / f"u{unit}"
-            try:
+    with scratch("walqueue-bytes-", tmpfs()) as tmp:
+        for unit in units(lambda: time.monotonic() >= deadline):
+            directory = tmp / f"u{unit}"
+            with guarded(report, f"bytes unit {unit}", scratch=directory):
                 store = build_store(seed, unit, directory, report)
                 report.count("stores")
                 _damage_store(store, seed, unit, every_bit, deadline, check, report)
-            except Abort as exc:
-                report.diverge(str(exc))
-            except Exception:
-                report.diverge(f"bytes unit {unit}: unexpected exception\n{traceback.format_exc(limit=6)}")
-            finally:
-                remove(directory)
 
 
 def _damage_store(

@@ -22,20 +22,13 @@ SIGTERM, and the checks, on the store:
 
 from __future__ import annotations
 
-import os
-import random
-import signal
-import subprocess
-import sys
-import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from walqueue import Queue
 
+from . import supervised
 from .harness import Report, socket_units
-from .workers import _children
 
 APP = """
 import os, random, signal
@@ -69,16 +62,8 @@ UNIT_SECONDS = 90.0
 
 
 @dataclass
-class Unit:
-    directory: Path
-    rng: random.Random
-    report: Report
-    where: str
+class Unit(supervised.Unit):
     chains: dict[str, tuple[int, int]] = field(default_factory=dict)  # head id -> (last step, broken step or 0)
-
-    @property
-    def store(self) -> Path:
-        return self.directory / "q"
 
 
 def campaign_chains(seed: int, budget: float, report: Report) -> None:
@@ -101,78 +86,24 @@ def _put_chains(unit: Unit) -> None:
         queue.put_many(items)
 
 
-def _start(unit: Unit) -> subprocess.Popen[bytes]:
-    (unit.directory / "chainapp.py").write_text(APP)
-    command = [sys.executable, "-m", "walqueue.worker", str(unit.store), "chainapp:app", "--processes", "2"]
-    command += ["--concurrency", "2", "--lease", "1", "--grace", "1", "--log-level", "ERROR", "--summary", "0"]
-    import walqueue
-
-    env = dict(os.environ)
-    roots = [str(Path(entry).parent) for entry in walqueue.__path__]
-    env["PYTHONPATH"] = os.pathsep.join(roots + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    return subprocess.Popen(
-        command,
-        cwd=unit.directory,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-
-
 def _finished(unit: Unit) -> bool:
     """Whether nothing is ready or leased any more (asked of the server; False while it is away)."""
-    from walqueue.client import Client
-
-    try:
-        with Client(unit.store / "worker.sock", timeout=5, reconnect_seconds=0.5) as client:
-            counts = client.stats()["counts"]
-    except Exception:  # noqa: BLE001 - the server is being killed or restarted: ask again later
-        return False
-    return bool(counts["ready"] == 0 and counts["leased"] == 0 and counts["completed"] > 0)
-
-
-def _kill_one(unit: Unit, supervisor: subprocess.Popen[bytes]) -> None:
-    children = _children(supervisor.pid)
-    servers = [pid for pid, command in children if "walqueue.cli.serve" in command]
-    workers = [pid for pid, command in children if "walqueue.worker" in command]
-    if servers and unit.rng.random() < 0.3:
-        target, what = servers[0], "server kills"
-    elif workers:
-        target, what = unit.rng.choice(workers), "worker kills"
-    else:
-        return
-    try:
-        os.kill(target, signal.SIGKILL)
-    except ProcessLookupError:
-        return
-    unit.report.count(what)
+    counts = supervised.ask_server(unit, lambda client: client.stats()["counts"])
+    return bool(counts and counts["ready"] == 0 and counts["leased"] == 0 and counts["completed"] > 0)
 
 
 def _run_unit(unit: Unit) -> None:
     unit.directory.mkdir(parents=True)
     _put_chains(unit)
-    supervisor = _start(unit)
-    give_up = time.monotonic() + UNIT_SECONDS
-    try:
-        while not _finished(unit):
-            if supervisor.poll() is not None:
-                unit.report.diverge(f"{unit.where}: the supervisor exited {supervisor.returncode} under load")
-                return
-            if time.monotonic() > give_up:
-                unit.report.diverge(f"{unit.where}: chains still not done after {UNIT_SECONDS:.0f} s")
-                return
-            time.sleep(unit.rng.uniform(0.1, 0.5))
-            if unit.rng.random() < 0.5:
-                _kill_one(unit, supervisor)
-        supervisor.send_signal(signal.SIGTERM)
-        if (status := supervisor.wait(30)) != 0:
-            unit.report.diverge(f"{unit.where}: the supervisor exited {status} after SIGTERM")
-    finally:
-        if supervisor.poll() is None:
-            os.killpg(supervisor.pid, signal.SIGKILL)
-            supervisor.wait()
+    (unit.directory / "chainapp.py").write_text(APP)
+    options = ["--processes", "2", "--concurrency", "2", "--lease", "1", "--grace", "1"]
+    with supervised.supervisor(unit, "chainapp:app", [*options, "--log-level", "ERROR", "--summary", "0"]) as process:
+        done = supervised.kill_until(
+            unit, process, lambda: _finished(unit), seconds=UNIT_SECONDS, pauses=(0.1, 0.5), kill_share=0.5
+        )
+        if not done:
+            return
+        supervised.terminate(unit, process)
     _check(unit)
 
 

@@ -125,3 +125,30 @@ def view_difference(got: dict[str, Any], want: dict[str, Any]) -> str:
     extra = sorted(set(got["tasks"]) - set(want["tasks"]))[:2]
     missing = sorted(set(want["tasks"]) - set(got["tasks"]))[:2]
     return f"counts {got['counts']} vs model {want['counts']}; only in queue {extra}; only in model {missing}"
+
+
+def reopened_view(path: Path, report: Report, where: str, **options: Any) -> dict[str, Any]:
+    """The model's view of the store at `path`, opened after fsck agreed (`open_checked_by_fsck`), then closed."""
+    reopened = open_checked_by_fsck(path, report, where, **options)
+    try:
+        return view(reopened)
+    finally:
+        reopened.close()
+
+
+def check_reopened(path: Path, expected: Model, report: Report, where: str) -> None:
+    """Reopen `path` (sync off, no compaction) after fsck agreed: it must equal `expected`, or the unit aborts."""
+    reopened = open_checked_by_fsck(path, report, where, sync=False, compact_bytes=None)
+    try:
+        if not compare_views(reopened, expected, report, where):
+            raise Abort(f"{where}: aborted")
+    finally:
+        reopened.close()
+
+
+def check_answered(queue: Queue, answer: str, expected: Any, report: Report, where: str) -> None:
+    """A step's answer must be the model's, and the queue must then equal the model after it; else the unit aborts."""
+    if answer != expected.answer:
+        raise Abort(f"{where}: answered {answer[:200]!r}, model {expected.answer[:200]!r}")
+    if not compare_views(queue, expected.after, report, where):
+        raise Abort(f"{where}: aborted")

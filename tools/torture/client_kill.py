@@ -5,19 +5,17 @@ request is completed or never started, and the server serves on.
 from __future__ import annotations
 
 import random
-import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from model import view
-from walqueue import (
-    Queue,
-)
+from harness import seeded
 
-from .harness import Report, scratch_root
-from .served import CLIENT_KILL_DELAY, SERVER_START_TIMEOUT, ServedQueue, socket_dir, start_victim
+from model import view
+from walqueue import Queue
+
+from .harness import Report
+from .served import CLIENT_KILL_DELAY, SERVER_START_TIMEOUT, ServedQueue, served_scratch, start_victim
 
 CLIENT_VICTIM = r"""
 import json, socket, sys, time
@@ -50,19 +48,23 @@ def campaign_client_kill(seed: int, budget: float, report: Report) -> None:
     still answer another client; at the end SIGTERM exits 0 and the
     reopened directory equals what was served.
     """
+    deadline = time.monotonic() + budget
+    rng = seeded("client-kill", seed)
+    with served_scratch("torture-clients-") as (root, sockets):
+        _client_kill_run(rng, root, f"{sockets}/s", deadline, report, f"--seed {seed} client-kill")
+
+
+def _client_kill_run(
+    rng: random.Random, root: Path, socket_path: str, deadline: float, report: Report, where: str
+) -> None:
     from walqueue.client import Client
 
-    deadline = time.monotonic() + budget
-    rng = random.Random(f"client-kill:{seed}")
-    root = Path(tempfile.mkdtemp(prefix="torture-clients-", dir=scratch_root()))
-    sockets = socket_dir()
-    socket_path = f"{sockets}/s"
     server = ServedQueue(root / "q", socket_path)
     try:
         with Client(socket_path, timeout=60) as observer:
             victim_number = 0
             while victim_number < 10 or time.monotonic() < deadline:
-                _kill_one_client(rng, victim_number, socket_path, observer, report, f"--seed {seed} client-kill")
+                _kill_one_client(rng, victim_number, socket_path, observer, report, where)
                 victim_number += 1
             served = view(observer)  # type: ignore[arg-type]  # a Client has the reads of a Queue
         if server.stop() != 0:
@@ -72,8 +74,6 @@ def campaign_client_kill(seed: int, budget: float, report: Report) -> None:
                 report.diverge("client-kill: the reopened directory differs from what the server answered")
     finally:
         server.kill()
-        shutil.rmtree(root, ignore_errors=True)
-        shutil.rmtree(sockets, ignore_errors=True)
 
 
 def _kill_one_client(

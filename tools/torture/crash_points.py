@@ -11,24 +11,17 @@ rules 6 and 7). The workload then goes on, sometimes from a crashed copy.
 
 from __future__ import annotations
 
-import itertools
-import random
-import tempfile
-import time
-import traceback
 from pathlib import Path
 from typing import Any
 
-from model import Model
-from walqueue import (
-    PHASES,
-    InjectedCrash,
-    Queue,
-)
+from harness import Dirs, scratch, tmpfs, units
 
-from .checks import check_poisoned, compare_views, open_through_recovery_crashes
-from .harness import Abort, Dirs, Report, remove, scratch_root
-from .workload import Expected, Op, PhaseLog, Workload, count_lifecycle_call, expected_states, outcome
+from model import Model
+from walqueue import PHASES, InjectedCrash, Queue
+
+from .checks import check_answered, check_poisoned, compare_views, open_through_recovery_crashes
+from .harness import Abort, Budget, Report, guarded, remove
+from .workload import Expected, Op, PhaseLog, count_lifecycle_call, expected_states, outcome, unit_start
 
 CRASH_STEPS = 160
 ADOPT_PROBABILITY = 0.3
@@ -36,37 +29,28 @@ ADOPT_PROBABILITY = 0.3
 
 def campaign_crash_points(seed: int, budget: float, report: Report) -> None:
     """Crash every phase call of every step of seeded workloads, on copies of the directory."""
-    deadline = time.monotonic() + budget
+    clock = Budget(budget, report)  # past its budget (up to the overtime) while short of the caller's targets
     crashed: set[str] = set()
-    with tempfile.TemporaryDirectory(prefix="walqueue-crash-", dir=scratch_root()) as tmp:
-        for unit in itertools.count():
-            if unit and time.monotonic() >= deadline:
-                break
+    with scratch("walqueue-crash-", tmpfs()) as tmp:
+        for unit in units(clock.over):
             report.count("workloads")
-            try:
-                _crash_workload(seed, unit, Dirs(Path(tmp) / f"u{unit}"), deadline, report, crashed)
-            except Abort as exc:
-                report.diverge(str(exc))
-            except Exception:
-                report.diverge(f"unit {unit}: unexpected exception\n{traceback.format_exc(limit=6)}")
+            with guarded(report, f"unit {unit}"):
+                _crash_workload(seed, unit, Dirs(tmp / f"u{unit}"), clock, report, crashed)
     report.counts["phases crashed"] = len(crashed)
     missing = sorted(set(PHASES) - crashed)
     if missing:
         report.gaps.append(f"phases never crashed at: {missing}")
 
 
-def _crash_workload(seed: int, unit: int, dirs: Dirs, deadline: float, report: Report, crashed: set[str]) -> None:
-    dirs.root.mkdir()
-    rng = random.Random(f"crash:{seed}:{unit}")
-    workload = Workload(f"crash-ops:{seed}:{unit}")
+def _crash_workload(seed: int, unit: int, dirs: Dirs, clock: Budget, report: Report, crashed: set[str]) -> None:
+    rng, workload, main = unit_start("crash", seed, unit, dirs)
     options: dict[str, Any] = {"sync": False, "compact_bytes": rng.choice([600, 1200, 2500])}
-    main = dirs.new()
     model = Model()
     recorder = PhaseLog()
     queue = Queue(main, hook=recorder, **options)
     try:
         for step in range(CRASH_STEPS):
-            if step >= 10 and time.monotonic() >= deadline:
+            if step >= 10 and clock.over():
                 break
             where = f"--seed {seed} crash-points unit {unit} step {step}"
             op = workload.next_op(model)
@@ -76,10 +60,7 @@ def _crash_workload(seed: int, unit: int, dirs: Dirs, deadline: float, report: R
             recorder.phases = []
             answer = outcome(op, queue)
             report.count("steps")
-            if answer != expected.answer:
-                raise Abort(f"{where}: answered {answer[:200]!r}, model {expected.answer[:200]!r}")
-            if not compare_views(queue, expected.after, report, where):
-                raise Abort(f"{where}: aborted")
+            check_answered(queue, answer, expected, report, where)
             count_lifecycle_call(report, op, answer, "applied")
             phases = list(recorder.phases)
             adopt_at = rng.randrange(len(phases)) if phases and rng.random() < ADOPT_PROBABILITY else None

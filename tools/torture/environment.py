@@ -18,11 +18,12 @@ import os
 import random
 import shutil
 import signal
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+from harness import scratch, tmpfs, units
 
 from model import SPECIAL_KINDS, Model, directory_digest, place_special, view
 from walqueue import (
@@ -35,7 +36,7 @@ from walqueue import (
 from walqueue.format.names import CURRENT_TMP_NAME, LOCK_NAME, snapshot_name
 
 from .checks import view_difference
-from .harness import Abort, Report, remove, scratch_root
+from .harness import Abort, Report, remove
 from .workload import Expected, Workload, count_lifecycle_call, expected_states, outcome
 
 #: What the environment campaign does between and inside calls.
@@ -445,11 +446,9 @@ class EnvLife:
 def campaign_environment(seed: int, budget: float, report: Report) -> None:
     """chdir, forks, signal handlers that close, special files and LOCK games, between and inside calls."""
     deadline = time.monotonic() + budget
-    root = Path(tempfile.mkdtemp(prefix="walqueue-env-", dir=scratch_root()))
     cwd = os.getcwd()
-    try:
-        unit = 0
-        while unit < 2 or time.monotonic() < deadline:
+    with scratch("walqueue-env-", tmpfs()) as root:
+        for unit in units(lambda: time.monotonic() >= deadline, least=2):
             life = EnvLife(seed, unit, root / f"u{unit}", report)
             report.count("lives")
             try:
@@ -469,7 +468,3 @@ def campaign_environment(seed: int, budget: float, report: Report) -> None:
                     life.queue.close()
                 os.chdir(cwd)
                 remove(root / f"u{unit}")
-            unit += 1
-    finally:
-        os.chdir(cwd)
-        remove(root)

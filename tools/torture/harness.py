@@ -1,23 +1,23 @@
-"""Shared by every campaign: reports, scratch directories and quiet logging."""
+"""Shared by every campaign: reports, budgets, divergences and quiet logging.
+
+What bench needs too (scratch directories, seeds, the unit loop) is in tools/harness.py.
+"""
 
 from __future__ import annotations
 
 import contextlib
-import itertools
 import logging
-import os
 import random
 import shutil
-import tempfile
 import time
+import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from walqueue import (
-    KeyConflict,
-    StaleLease,
-)
+from harness import scratch, seeded, units
+
+from walqueue import KeyConflict, StaleLease
 
 RECOVERY_PHASES = ("recover.truncate.before", "recover.truncate.after")
 #: The errors a call may raise without anything being wrong (CONTRACT §2).
@@ -125,36 +125,27 @@ def quiet_walqueue_logging() -> Iterator[None]:
         logger.propagate = saved[1]
 
 
-def scratch_root() -> str | None:
-    """Where in-process campaigns keep their copies: tmpfs when there is one.
-
-    Those campaigns never cut power, so durability plays no part in them and
-    a RAM-backed directory only makes each of their many thousand copies and
-    opens cheaper. The kill campaign keeps the default (a real disk), where
-    its fsyncs are real.
-    """
-    shm = "/dev/shm"
-    return shm if os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK) else None
-
-
-class Dirs:
-    """Fresh, never-reused directory names under one temporary root."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self._counter = itertools.count()
-
-    def new(self, copy_of: Path | None = None) -> Path:
-        path = self.root / f"d{next(self._counter)}"
-        if copy_of is None:
-            path.mkdir()
-        else:
-            shutil.copytree(copy_of, path)
-        return path
-
-
 def remove(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def guarded(report: Report, label: str, *, scratch: Path | None = None, name_aborts: bool = False) -> Iterator[None]:
+    """One work unit: its `Abort` or unexpected exception becomes a divergence, and `scratch` is removed after.
+
+    An `Abort` says what went wrong itself (after `label` if `name_aborts`);
+    any other exception is named with `label` (which unit) and its
+    traceback. Either way the campaign goes on with its next unit.
+    """
+    try:
+        yield
+    except Abort as exc:
+        report.diverge(f"{label}: {exc}" if name_aborts else str(exc))
+    except Exception:
+        report.diverge(f"{label}: unexpected exception\n{traceback.format_exc(limit=6)}")
+    finally:
+        if scratch is not None:
+            remove(scratch)
 
 
 def socket_units(
@@ -167,12 +158,7 @@ def socket_units(
     socket path fits in sun_path. Each unit counts as ``units``.
     """
     time_left = Budget(budget, report)
-    root = Path(tempfile.mkdtemp(prefix=f"wq-{name}-", dir="/tmp"))
-    try:
-        number = 0
-        while number == 0 or not time_left.over():
-            run(root / f"u{number}", random.Random(f"{seed}:{number}"), f"--seed {seed} unit {number}")
+    with scratch(f"wq-{name}-", "/tmp") as root:
+        for number in units(time_left.over):
+            run(root / f"u{number}", seeded(seed, number), f"--seed {seed} unit {number}")
             report.count("units")
-            number += 1
-    finally:
-        shutil.rmtree(root, ignore_errors=True)

@@ -8,11 +8,11 @@ from __future__ import annotations
 import json
 import random
 import shutil
-import tempfile
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
+
+from harness import seeded, units
 
 from model import view
 from walqueue import (
@@ -21,9 +21,9 @@ from walqueue import (
 )
 
 from .bad_input import cli_line, foreign_tokens, mirror
-from .harness import Report, scratch_root
+from .harness import Report
 from .hostile import short
-from .served import HOSTILE_LINES_PER_UNIT, ServedQueue, socket_dir
+from .served import HOSTILE_LINES_PER_UNIT, ServedQueue, served_scratch
 
 
 def campaign_hostile_clients(seed: int, budget: float, report: Report) -> None:
@@ -38,12 +38,9 @@ def campaign_hostile_clients(seed: int, budget: float, report: Report) -> None:
     from walqueue.protocol.requests import is_blank, respond
 
     deadline = time.monotonic() + budget
-    root = Path(tempfile.mkdtemp(prefix="torture-hostile-", dir=scratch_root()))
-    sockets = socket_dir()
-    try:
-        unit = 0
-        while unit == 0 or time.monotonic() < deadline:
-            rng = random.Random(f"hostile-clients:{seed}:{unit}")
+    with served_scratch("torture-hostile-") as (root, sockets):
+        for unit in units(lambda: time.monotonic() >= deadline):
+            rng = seeded("hostile-clients", seed, unit)
             where = f"--seed {seed} hostile-clients unit {unit}"
             served_dir, local_dir = root / f"served{unit}", root / f"local{unit}"
             foreign = foreign_tokens(root / f"other{unit}")
@@ -63,12 +60,6 @@ def campaign_hostile_clients(seed: int, budget: float, report: Report) -> None:
                         report.diverge(f"{where}: the served state differs from the in-process one")
             finally:
                 server.kill()
-            unit += 1
-            if time.monotonic() >= deadline:
-                break
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-        shutil.rmtree(sockets, ignore_errors=True)
 
 
 def _hostile_unit(

@@ -32,7 +32,7 @@ from processes import child_environment
 from model import Model, view
 from walqueue.format.current import read_current
 
-from .checks import open_checked_by_fsck, view_difference
+from .checks import reopened_view, view_difference
 from .harness import Abort, Budget, Report, remove
 from .kill_child import (
     CHILD_BOOTSTRAP,
@@ -234,11 +234,7 @@ def check_life(
             raise Abort(f"{where}: no directory after a life that had opened it")
         report.count("killed before creating the directory")
         return model
-    reopened = open_checked_by_fsck(directory, report, where, sync=True, compact_bytes=KILL_COMPACT_BYTES)
-    try:
-        got = view(reopened)
-    finally:
-        reopened.close()
+    got = reopened_view(directory, report, where, sync=True, compact_bytes=KILL_COMPACT_BYTES)
     for candidate in candidates:
         if view(candidate) == got:
             _count_resolution(report, life, in_flight, candidate)
@@ -347,11 +343,7 @@ def _check_threaded_life(
             raise Abort(f"{where}: no directory after a life that had opened it")
         report.count("killed before creating the directory")
         return model
-    reopened = open_checked_by_fsck(directory, report, where, sync=True, compact_bytes=KILL_COMPACT_BYTES)
-    try:
-        got = view(reopened)
-    finally:
-        reopened.close()
+    got = reopened_view(directory, report, where, sync=True, compact_bytes=KILL_COMPACT_BYTES)
     start = model.last_seq
     log = _log_owners(life, start, got["last_seq"], where)
     replays = {

@@ -9,26 +9,21 @@ faulted too, with and without a torn tail to cut.
 from __future__ import annotations
 
 import errno
-import itertools
 import random
-import tempfile
-import time
-import traceback
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-from model import Model
-from walqueue import (
-    InjectedCrash,
-    Queue,
-)
+from harness import Dirs, scratch, tmpfs, units
 
-from .checks import check_poisoned, compare_views, open_checked_by_fsck
+from model import Model
+from walqueue import InjectedCrash, Queue
+
+from .checks import check_answered, check_poisoned, check_reopened
 from .faults import FAULT_ERRNOS, FAULTABLE, FaultInjector, injected, transactions_written
-from .harness import Abort, Dirs, Report, remove, scratch_root
-from .workload import Expected, Op, PhaseLog, Workload, count_lifecycle_call, expected_states, outcome
+from .harness import Abort, Budget, Report, guarded, remove
+from .workload import Expected, Op, PhaseLog, Workload, count_lifecycle_call, expected_states, outcome, unit_start
 
 FAULT_STEPS = 60
 REOPEN_EVERY = 6
@@ -36,23 +31,14 @@ REOPEN_EVERY = 6
 
 def campaign_os_faults(seed: int, budget: float, report: Report) -> None:
     """Fail the k-th os call of each step (and of reopening) for every k; check poison, error and recovery."""
-    deadline = time.monotonic() + budget
+    clock = Budget(budget, report)  # past its budget (up to the overtime) while short of the caller's targets
     report.counts.update({"steps": 0, "faults": 0, "faults without a hook": 0, "open faults": 0})
     called: set[str] = set()
-    temporary = tempfile.TemporaryDirectory(prefix="walqueue-faults-", dir=scratch_root())
-    with temporary as tmp, injected(FaultInjector()) as injector:
-        for unit in itertools.count():
-            if unit and time.monotonic() >= deadline:
-                break
-            dirs = Dirs(Path(tmp) / f"u{unit}")
-            try:
-                _fault_workload(seed, unit, dirs, deadline, injector, report, called)
-            except Abort as exc:
-                report.diverge(str(exc))
-            except Exception:
-                report.diverge(f"os-faults unit {unit}: unexpected exception\n{traceback.format_exc(limit=6)}")
-            finally:
-                remove(dirs.root)
+    with scratch("walqueue-faults-", tmpfs()) as tmp, injected(FaultInjector()) as injector:
+        for unit in units(clock.over):
+            dirs = Dirs(tmp / f"u{unit}")
+            with guarded(report, f"os-faults unit {unit}", scratch=dirs.root):
+                _fault_workload(seed, unit, dirs, clock, injector, report, called)
     report.notes.append("failed " + "/".join(name for name in FAULTABLE if name in called))
     missing = sorted(set(FAULTABLE) - called - {"rename"})  # the engine replaces; rename is watched in case
     if missing:
@@ -79,23 +65,20 @@ def _expect_injected_oserror(
 
 
 def _fault_workload(
-    seed: int, unit: int, dirs: Dirs, deadline: float, injector: FaultInjector, report: Report, called: set[str]
+    seed: int, unit: int, dirs: Dirs, clock: Budget, injector: FaultInjector, report: Report, called: set[str]
 ) -> None:
-    dirs.root.mkdir()
-    rng = random.Random(f"faults:{seed}:{unit}")
-    workload = Workload(f"faults-ops:{seed}:{unit}")
+    rng, workload, main = unit_start("faults", seed, unit, dirs)
     # Every other unit runs without a hook: the engine may take another path (one write
     # per frame) when nobody observes its phases, and that path must fail safely too.
     hooked = unit % 2 == 0
     options: dict[str, Any] = {"sync": True, "compact_bytes": rng.choice([800, 1600])}
-    main = dirs.new()
     model = Model()
     recorder = PhaseLog()
     step_options = {**options, "hook": recorder if hooked else None}
     queue = Queue(main, **step_options)
     try:
         for step in range(FAULT_STEPS):
-            if step >= 10 and time.monotonic() >= deadline:
+            if step >= 10 and clock.over():
                 break
             where = f"--seed {seed} os-faults unit {unit} step {step}"
             if step % REOPEN_EVERY == REOPEN_EVERY - 1:
@@ -117,10 +100,7 @@ def _fault_workload(
                 injector.disarm()
             calls = list(injector.calls)
             report.count("steps")
-            if answer != expected.answer:
-                raise Abort(f"{where}: answered {answer[:200]!r}, model {expected.answer[:200]!r}")
-            if not compare_views(queue, expected.after, report, where):
-                raise Abort(f"{where}: aborted")
+            check_answered(queue, answer, expected, report, where)
             count_lifecycle_call(report, op, answer, "applied")
             if calls:
                 count_lifecycle_call(report, op, answer, "faulted")
@@ -171,12 +151,7 @@ def _fault_once(
     state = expected.state_after(complete)
     if state is None:
         raise Abort(f"{where}: {complete} complete frames, but the model's step has fewer transactions")
-    reopened = open_checked_by_fsck(scratch, report, where, sync=False, compact_bytes=None)
-    try:
-        if not compare_views(reopened, state, report, where):
-            raise Abort(f"{where}: aborted")
-    finally:
-        reopened.close()
+    check_reopened(scratch, state, report, where)
     remove(scratch)
 
 
@@ -225,10 +200,5 @@ def _fault_open(
             injector.disarm()
         report.count("open faults")
         called.add(calls[fail_at])
-        reopened = open_checked_by_fsck(scratch, report, label, sync=False, compact_bytes=None)
-        try:
-            if not compare_views(reopened, model, report, label):
-                raise Abort(f"{label}: aborted")
-        finally:
-            reopened.close()
+        check_reopened(scratch, model, report, label)
         remove(scratch)

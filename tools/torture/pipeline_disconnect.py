@@ -6,18 +6,17 @@ from __future__ import annotations
 
 import json
 import random
-import shutil
 import signal
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
+
+from harness import seeded
 
 from model import view
 from walqueue import Queue
 
-from .harness import Report, scratch_root
-from .served import SERVER_START_TIMEOUT, ServedQueue, socket_dir, start_victim
+from .harness import Report
+from .served import SERVER_START_TIMEOUT, ServedQueue, served_scratch, start_victim
 
 #: A victim: one pipeline of `count` requests in one write (put_many of three new tasks, or a reserve of one
 #: task for a worker named after the step), reads `read` answers, printing each, then leaves as `how` says.
@@ -62,13 +61,17 @@ def campaign_pipeline_disconnect(seed: int, budget: float, report: Report) -> No
     per applied request; SIGTERM exits 0 and the reopened directory equals
     what was served.
     """
+    deadline = time.monotonic() + budget
+    rng = seeded("pipeline-disconnect", seed)
+    with served_scratch("torture-pipelines-") as (root, sockets):
+        _pipeline_run(
+            rng, ServedQueue(root / "q", f"{sockets}/s"), deadline, report, f"--seed {seed} pipeline-disconnect"
+        )
+
+
+def _pipeline_run(rng: random.Random, server: ServedQueue, deadline: float, report: Report, where: str) -> None:
     from walqueue.client import Client
 
-    deadline = time.monotonic() + budget
-    rng = random.Random(f"pipeline-disconnect:{seed}")
-    root = Path(tempfile.mkdtemp(prefix="torture-pipelines-", dir=scratch_root()))
-    sockets = socket_dir()
-    server = ServedQueue(root / "q", f"{sockets}/s")
     answered: dict[str, list[tuple[int, list[Any]]]] = {}
     counts: dict[str, int] = {}
     try:
@@ -85,14 +88,12 @@ def campaign_pipeline_disconnect(seed: int, budget: float, report: Report) -> No
             transactions = observer.last_seq
         if server.stop() != 0:
             report.diverge("pipeline-disconnect: SIGTERM did not exit 0")
-        with Queue(root / "q", sync=False) as reopened:
+        with Queue(server.directory, sync=False) as reopened:
             if view(reopened) != served:
                 report.diverge("pipeline-disconnect: the reopened directory differs from what the server answered")
-            _check(reopened, answered, counts, transactions, report, f"--seed {seed} pipeline-disconnect")
+            _check(reopened, answered, counts, transactions, report, where)
     finally:
         server.kill()
-        shutil.rmtree(root, ignore_errors=True)
-        shutil.rmtree(sockets, ignore_errors=True)
 
 
 def _one_victim(rng: random.Random, socket_path: str, prefix: str, count: int, report: Report) -> list[Any]:

@@ -28,11 +28,10 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
-import traceback
 from pathlib import Path
 
+from harness import scratch, seeded, tmpfs, units
 from processes import child_environment
 
 from model import Model, view
@@ -43,7 +42,7 @@ from walqueue.backup.stores import FileStore
 from walqueue.format.fsck import check
 
 from .checks import view_difference
-from .harness import Abort, Budget, Report, scratch_root
+from .harness import Abort, Budget, Report, guarded
 
 LIVES_PER_UNIT = 4
 LIFE_SECONDS = (0.15, 0.8)
@@ -98,21 +97,11 @@ while True:
 def campaign_replica(seed: int, budget: float, report: Report) -> None:
     """Units of killed lives and restores until the budget is spent (at least one unit)."""
     spent = Budget(budget, report)  # past its budget (up to the overtime) while short of the caller's targets
-    root = Path(tempfile.mkdtemp(prefix="torture-replica-", dir=scratch_root()))
-    try:
-        unit = 0
-        while unit == 0 or not spent.over():
-            rng = random.Random(f"{seed}:replica:{unit}")
-            try:
-                _unit(rng, root / f"u{unit}", report)
-            except Abort as stop:
-                report.diverge(f"unit {unit}: {stop}")
-            except Exception:  # noqa: BLE001 - a crash of the harness is a divergence, with its traceback
-                report.diverge(f"unit {unit}: {traceback.format_exc(limit=4)}")
+    with scratch("torture-replica-", tmpfs()) as root:
+        for unit in units(spent.over):
+            with guarded(report, f"unit {unit}", name_aborts=True):
+                _unit(seeded(seed, "replica", unit), root / f"u{unit}", report)
             report.count("units")
-            unit += 1
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def _unit(rng: random.Random, directory: Path, report: Report) -> None:

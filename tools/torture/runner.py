@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+from harness import command_line
 
 from . import (
     background,
@@ -89,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
     if arguments[:1] == ["--kill-zygote"]:
         return kill_zygote()
-    parser = argparse.ArgumentParser(prog="torture", description=_DESCRIPTION)
+    parser = command_line("torture", _DESCRIPTION)
     parser.add_argument("--seed", type=int, default=1, help="the seed of every campaign (default 1)")
     parser.add_argument(
         "--seconds", type=float, default=DEFAULT_SECONDS, help="total time, split across campaigns (default 60)"

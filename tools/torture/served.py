@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
-import processes
+from harness import scratch, tmpfs
 from processes import serve_command, start_ready
 
 from .harness import Abort
@@ -47,8 +49,15 @@ class ServedQueue:
         return self.process.wait(SERVER_START_TIMEOUT)
 
 
-def socket_dir() -> str:
-    return processes.socket_dir("wq-torture-")
+@contextlib.contextmanager
+def served_scratch(prefix: str) -> Iterator[tuple[Path, str]]:
+    """A server campaign's scratch root (on tmpfs when there is one) and a directory for its sockets.
+
+    The sockets' directory is under /tmp, short enough for a socket's path
+    (sun_path holds 108 bytes). Both are removed afterwards.
+    """
+    with scratch(prefix, tmpfs()) as root, scratch("wq-torture-", "/tmp") as sockets:
+        yield root, str(sockets)
 
 
 def start_victim(code: str, arguments: list[str], where: str) -> subprocess.Popen[bytes]:

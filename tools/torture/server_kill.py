@@ -7,13 +7,13 @@ retried by `Client` across the restart is applied exactly once.
 from __future__ import annotations
 
 import random
-import shutil
-import tempfile
 import threading
 import time
 import traceback
 from pathlib import Path
 from typing import Any
+
+from harness import units
 
 from model import Model, view
 from walqueue import (
@@ -21,8 +21,8 @@ from walqueue import (
 )
 
 from .checks import compare_views
-from .harness import Abort, Report, scratch_root
-from .served import SERVER_CLIENTS, SERVER_KILL_DELAY, ServedQueue, socket_dir
+from .harness import Abort, Report
+from .served import SERVER_CLIENTS, SERVER_KILL_DELAY, ServedQueue, served_scratch
 from .workload import Expected, Op, Workload, count_lifecycle_call, expected_states, outcome
 
 
@@ -41,16 +41,9 @@ def campaign_server_kill(seed: int, budget: float, report: Report) -> None:
     from walqueue.client import Client
 
     deadline = time.monotonic() + budget
-    root = Path(tempfile.mkdtemp(prefix="torture-serve-", dir=scratch_root()))
-    sockets = socket_dir()
-    try:
-        unit = 0
-        while unit == 0 or time.monotonic() < deadline:
+    with served_scratch("torture-serve-") as (root, sockets):
+        for unit in units(lambda: time.monotonic() >= deadline):
             _server_kill_unit(seed, unit, root / f"u{unit}", f"{sockets}/s{unit}", deadline, report, Client)
-            unit += 1
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-        shutil.rmtree(sockets, ignore_errors=True)
 
 
 def _judge_step(

@@ -37,18 +37,18 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
+
+from processes import child_environment, children, live_processes
 
 from walqueue import Queue, Task
 
+from . import supervised
 from .harness import Report, socket_units
 
 HANDLERS = """
@@ -118,21 +118,11 @@ ORPHAN_SECONDS = 30.0  # how long a SIGKILLed supervisor's processes may take to
 
 
 @dataclass
-class Unit:
+class Unit(supervised.Unit):
     """One run of `walqueue-worker --processes` and what this campaign did to it."""
 
-    directory: Path
-    rng: random.Random
-    report: Report
-    where: str
-    killed: set[int] = field(default_factory=set)
-    stopped: set[int] = field(default_factory=set)  # the worker processes that got (or sent themselves) the stop
     completed_seen: set[str] = field(default_factory=set)
     started: float = 0.0
-
-    @property
-    def store(self) -> Path:
-        return self.directory / "q"
 
 
 def campaign_workers(seed: int, budget: float, report: Report) -> None:
@@ -158,22 +148,13 @@ def _put_tasks(unit: Unit) -> dict[str, dict[str, Any]]:
     return tasks
 
 
-def _environment() -> dict[str, str]:
-    import walqueue
-
-    env = dict(os.environ)
-    roots = [str(Path(entry).parent) for entry in walqueue.__path__]
-    env["PYTHONPATH"] = os.pathsep.join(roots + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    return env
-
-
 def _refuse_async(unit: Unit) -> None:
     """An `async def` handler is a usage error (exit 64) that writes nothing, with threads or processes."""
     (unit.directory / "side.py").write_text(HANDLERS)
     fresh = unit.directory / "never"
     command = [sys.executable, "-m", "walqueue.worker", str(fresh), "side:handle_async"]
     command += unit.rng.choice([[], ["--processes", "2"]])
-    result = subprocess.run(command, cwd=unit.directory, env=_environment(), capture_output=True, timeout=60)
+    result = subprocess.run(command, cwd=unit.directory, env=child_environment(), capture_output=True, timeout=60)
     if result.returncode != 64 or fresh.exists():
         unit.report.diverge(
             f"{unit.where}: an async handler ({' '.join(command[4:])}) exited {result.returncode}"
@@ -182,84 +163,12 @@ def _refuse_async(unit: Unit) -> None:
     unit.report.count("async handlers refused")
 
 
-def _start(unit: Unit) -> subprocess.Popen[bytes]:
-    (unit.directory / "side.py").write_text(HANDLERS)
-    schedule = unit.directory / "schedule.json"
-    schedule.write_text(json.dumps([{"name": "tick", "every": TICK_SECONDS, "payload": {"kind": "tick"}}]))
-    command = [sys.executable, "-m", "walqueue.worker", str(unit.store), "side:handle", "--processes", "3"]
-    command += ["--concurrency", "2", "--lease", "2", "--grace", "1", "--schedule", str(schedule)]
-    command += ["--log-level", "ERROR", "--summary", "0"]
-    env = _environment()
-    unit.started = time.time()
-    return subprocess.Popen(
-        command,
-        cwd=unit.directory,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-
-
-def _live_processes() -> Iterator[tuple[int, int, int]]:
-    """Every live (not zombie) process: (pid, its parent's pid, its process group), from /proc/PID/stat."""
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as stat:
-                fields = stat.read().rsplit(b")", 1)[1].split()  # after the command name: state, ppid, pgrp, ...
-            if fields[0] != b"Z":
-                yield int(entry), int(fields[1]), int(fields[2])
-        except (OSError, IndexError, ValueError):
-            continue  # it exited while we looked
-
-
-def _children(parent: int) -> list[tuple[int, str]]:
-    """The live child processes of `parent`: (pid, command line)."""
-    found = []
-    for pid, its_parent, _ in _live_processes():
-        if its_parent != parent:
-            continue
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
-                found.append((pid, cmdline.read().replace(b"\0", b" ").decode(errors="replace")))
-        except OSError:
-            continue
-    return found
-
-
-def _kill_one(unit: Unit, supervisor: subprocess.Popen[bytes]) -> None:
-    children = _children(supervisor.pid)
-    servers = [pid for pid, command in children if "walqueue.serve" in command]
-    workers = [pid for pid, command in children if "walqueue.worker" in command]
-    number = signal.SIGKILL
-    roll = unit.rng.random()
-    if servers and roll < 0.3:
-        target, what = servers[0], "server kills"
-    elif workers and roll < 0.55:  # a clean stop mid-load: its prefetched leases go back unstarted
-        target, what, number = unit.rng.choice(workers), "worker stops", signal.SIGTERM
-    elif workers:
-        target, what = unit.rng.choice(workers), "worker kills"
-    else:
-        return
-    try:
-        os.kill(target, number)
-    except ProcessLookupError:
-        return
-    (unit.stopped if number == signal.SIGTERM else unit.killed).add(target)
-    unit.report.count(what)
-
-
 def _progress(unit: Unit, tasks: dict[str, dict[str, Any]]) -> bool:
     """Whether every put task is completed or dead (asked of the server; False while it is away)."""
-    from walqueue.client import Client
-
-    try:
-        with Client(unit.store / "worker.sock", timeout=5, reconnect_seconds=0.5) as client:
-            states = {task.task_id: task.status for task in client.tasks() if task.task_id in tasks}
-    except (OSError, Exception):  # noqa: BLE001 - the server is being killed or restarted: ask again later
+    states = supervised.ask_server(
+        unit, lambda client: {t.task_id: t.status for t in client.tasks() if t.task_id in tasks}
+    )
+    if states is None:
         return False
     unit.completed_seen |= {task_id for task_id, status in states.items() if status == "completed"}
     return len(states) == len(tasks) and all(status in ("completed", "dead") for status in states.values())
@@ -269,31 +178,27 @@ def _run_unit(unit: Unit) -> None:
     unit.directory.mkdir(parents=True)
     _refuse_async(unit)
     tasks = _put_tasks(unit)
-    supervisor = _start(unit)
-    give_up = time.monotonic() + UNIT_SECONDS
-    try:
-        while not _progress(unit, tasks):
-            if supervisor.poll() is not None:
-                unit.report.diverge(f"{unit.where}: the supervisor exited {supervisor.returncode} under load")
-                return
-            if time.monotonic() > give_up:
-                unit.report.diverge(f"{unit.where}: tasks still not done after {UNIT_SECONDS:.0f} s")
-                return
-            time.sleep(unit.rng.uniform(0.1, 0.6))
-            if unit.rng.random() < 0.6:
-                _kill_one(unit, supervisor)
-        unit.stopped |= {pid for pid, command in _children(supervisor.pid) if "walqueue.worker" in command}
+    (unit.directory / "side.py").write_text(HANDLERS)
+    schedule = unit.directory / "schedule.json"
+    schedule.write_text(json.dumps([{"name": "tick", "every": TICK_SECONDS, "payload": {"kind": "tick"}}]))
+    options = ["--processes", "3", "--concurrency", "2", "--lease", "2", "--grace", "1", "--schedule", str(schedule)]
+    unit.started = time.time()
+    with supervised.supervisor(unit, "side:handle", [*options, "--log-level", "ERROR", "--summary", "0"]) as process:
+        if not supervised.kill_until(
+            unit,
+            process,
+            lambda: _progress(unit, tasks),
+            seconds=UNIT_SECONDS,
+            pauses=(0.1, 0.6),
+            kill_share=0.6,
+            stop_share=0.25,
+        ):
+            return
+        unit.stopped |= {pid for pid, command in children(process.pid) if "walqueue.worker" in command}
         if unit.rng.random() < SUPERVISOR_KILL_SHARE:
-            _kill_supervisor(unit, supervisor)
+            _kill_supervisor(unit, process)
         else:
-            supervisor.send_signal(signal.SIGTERM)
-            status = supervisor.wait(30)
-            if status != 0:
-                unit.report.diverge(f"{unit.where}: the supervisor exited {status} after SIGTERM")
-    finally:
-        if supervisor.poll() is None:
-            os.killpg(supervisor.pid, signal.SIGKILL)
-            supervisor.wait()
+            supervised.terminate(unit, process)
     elapsed = time.time() - unit.started
     _check(unit, tasks, elapsed)
 
@@ -317,7 +222,7 @@ def _kill_supervisor(unit: Unit, supervisor: subprocess.Popen[bytes]) -> None:
 
 def _group_alive(group: int) -> bool:
     """Whether a live (not zombie) process is in process group `group`."""
-    return any(its_group == group for _, _, its_group in _live_processes())
+    return any(its_group == group for _, _, its_group in live_processes())
 
 
 def _side_runs(unit: Unit) -> tuple[dict[tuple[str, int, int], str | None], list[str]]:

@@ -7,7 +7,10 @@ import hashlib
 import random
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+from harness import Dirs, seeded
 
 from model import Model, render
 from walqueue import (
@@ -475,3 +478,9 @@ class PhaseLog:
         if self.crash_phase == phase:
             self.crash_phase = None
             raise InjectedCrash(phase)
+
+
+def unit_start(campaign: str, seed: int, unit: int, dirs: Dirs) -> tuple[random.Random, Workload, Path]:
+    """A unit's seeded random stream, its seeded workload, and its main store directory (under a new `dirs.root`)."""
+    dirs.root.mkdir()
+    return seeded(campaign, seed, unit), Workload(f"{campaign}-ops:{seed}:{unit}"), dirs.new()

@@ -21,10 +21,9 @@ from collections.abc import Awaitable, Iterable, Mapping
 from typing import Any, Unpack
 
 from walqueue import Lease, QueueClosed, Task
-from walqueue.engine.complete import DEFAULT_RESULT_TTL
 from walqueue.protocol import calltable as calls
 from walqueue.protocol.exchange import ClientSettings, Exchange, Outcome, ServerError
-from walqueue.protocol.shaping import OutgoingCall, PutOptions, QueueSettings, named, outgoing
+from walqueue.protocol.shaping import CompleteOptions, OutgoingCall, PutOptions, QueueSettings, named, outgoing
 
 __all__ = ["AsyncClient"]
 
@@ -247,19 +246,9 @@ class AsyncClient(ClientSettings):
     async def ack_many(self, leases: Iterable[Lease], *, now: int) -> None:
         return await self._submit(outgoing(calls.ACK_MANY, leases, now=now))
 
-    async def complete(
-        self,
-        lease: Lease,
-        *,
-        now: int,
-        result: Any = None,
-        result_ttl: int = DEFAULT_RESULT_TTL,
-        puts: Iterable[Mapping[str, Any]] = (),
-    ) -> None:
+    async def complete(self, lease: Lease, *, now: int, **options: Unpack[CompleteOptions]) -> None:
         """`Queue.complete`: ack + result + follow-up puts in one transaction. Never retried once sent."""
-        return await self._submit(
-            outgoing(calls.COMPLETE, lease, now=now, result=result, result_ttl=result_ttl, puts=puts)
-        )
+        return await self._submit(outgoing(calls.COMPLETE, lease, now=now, **options))
 
     async def result(self, task_id: str, *, now: int | None = None) -> dict[str, Any] | None:
         """`Queue.result`: a completed task's stored result, or None."""

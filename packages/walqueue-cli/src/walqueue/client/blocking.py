@@ -42,10 +42,9 @@ from typing import Any, Final, Unpack
 
 from walqueue import Lease, QueueClosed, Task
 from walqueue.client.asynchronous import AsyncClient
-from walqueue.engine.complete import DEFAULT_RESULT_TTL
 from walqueue.protocol import calltable as calls
 from walqueue.protocol.exchange import ClientSettings, Exchange, Outcome, RetryRule, ServerError
-from walqueue.protocol.shaping import OutgoingCall, PutOptions, QueueSettings, named, outgoing
+from walqueue.protocol.shaping import CompleteOptions, OutgoingCall, PutOptions, QueueSettings, named, outgoing
 
 __all__ = ["AsyncClient", "Client", "Pipeline", "ServerError"]
 
@@ -298,17 +297,9 @@ class Client(ClientSettings):
         """`Queue.ack_many`: many acks in one transaction, all or none. Never retried once sent."""
         return self._submit(outgoing(calls.ACK_MANY, leases, now=now))
 
-    def complete(
-        self,
-        lease: Lease,
-        *,
-        now: int,
-        result: Any = None,
-        result_ttl: int = DEFAULT_RESULT_TTL,
-        puts: Iterable[Mapping[str, Any]] = (),
-    ) -> None:
+    def complete(self, lease: Lease, *, now: int, **options: Unpack[CompleteOptions]) -> None:
         """`Queue.complete`: ack + result + follow-up puts in one transaction. Never retried once sent."""
-        return self._submit(outgoing(calls.COMPLETE, lease, now=now, result=result, result_ttl=result_ttl, puts=puts))
+        return self._submit(outgoing(calls.COMPLETE, lease, now=now, **options))
 
     def result(self, task_id: str, *, now: int | None = None) -> dict[str, Any] | None:
         """`Queue.result`: a completed task's stored result, or None."""

@@ -44,19 +44,8 @@ ACTION_FIELDS: Final[Mapping[str, str]] = {
 
 #: The fields of a task as every list and /api/task show it.
 TASK_FIELDS: Final = (
-    "task_id",
-    "key",
-    "status",
-    "payload_excerpt",
-    "available_at",
-    "max_attempts",
-    "attempts",
-    "generation",
-    "worker",
-    "deadline",
-    "time_left",
-    "last_error",
-    "group",
+    *"task_id key status payload_excerpt available_at max_attempts attempts".split(),
+    *"generation worker deadline time_left last_error group".split(),
 )
 
 ROUTES: Final = (

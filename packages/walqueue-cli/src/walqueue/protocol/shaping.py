@@ -16,13 +16,13 @@ client's ``call(name, ...)``; a typed method is one line naming its row.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
 from walqueue.protocol.calltable import CALLS, Call
 
-__all__ = ["OutgoingCall", "PutOptions", "named", "outgoing"]
+__all__ = ["CompleteOptions", "OutgoingCall", "PutOptions", "named", "outgoing"]
 
 
 @dataclass(slots=True)
@@ -68,6 +68,14 @@ class PutOptions(TypedDict, total=False):
     max_attempts: int
     queue: str
     priority: int
+
+
+class CompleteOptions(TypedDict, total=False):
+    """`Queue.complete`'s keywords after `now`, declared once for both clients (defaults: None, one day, ())."""
+
+    result: Any
+    result_ttl: int
+    puts: Iterable[Mapping[str, Any]]
 
 
 class QueueSettings(TypedDict, total=False):

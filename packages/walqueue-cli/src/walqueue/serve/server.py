@@ -22,6 +22,7 @@ import logging
 import os
 import socket
 from pathlib import Path
+from typing import TypedDict, Unpack
 
 from walqueue import CorruptStore, DirectoryLocked, Queue, WalQueueError
 from walqueue.engine.metrics import RequestSeconds
@@ -60,6 +61,19 @@ class StartFailed(WalQueueError):
         self.status = status
 
 
+class ServerLimits(TypedDict, total=False):
+    """What one connection may cost a `Server` (its `Limits`), by keyword; each omitted one has its default.
+
+    `max_clients` (64), `write_timeout` (30 s), `line_limit` (the protocol's
+    line bound) and `turn_cap` (the loop's requests per client per turn).
+    """
+
+    max_clients: int
+    write_timeout: float
+    line_limit: int
+    turn_cap: int
+
+
 class Server:
     """One queue directory served on one Unix socket. `main` drives it; tests may too.
 
@@ -73,18 +87,20 @@ class Server:
         socket_path: str | os.PathLike[str],
         *,
         mode: int = DEFAULT_MODE,
-        max_clients: int = DEFAULT_MAX_CLIENTS,
-        write_timeout: float = DEFAULT_WRITE_TIMEOUT,
-        line_limit: int = MAX_LINE_BYTES,
         sync: bool = True,
         create: bool = True,
-        turn_cap: int = DEFAULT_TURN_CAP,
+        **limits: Unpack[ServerLimits],
     ) -> None:
         self.directory = Path(directory)
         self._absolute_directory = os.path.abspath(directory)  # resolved once, as the socket path is
         self.socket_path = socket_address(socket_path)
         self.mode = mode
-        self.limits = Limits(max_clients, write_timeout, line_limit, turn_cap)
+        self.limits = Limits(
+            limits.get("max_clients", DEFAULT_MAX_CLIENTS),
+            limits.get("write_timeout", DEFAULT_WRITE_TIMEOUT),
+            limits.get("line_limit", MAX_LINE_BYTES),
+            limits.get("turn_cap", DEFAULT_TURN_CAP),
+        )
         self.sync = sync
         self.create = create
         self._queue: Queue | None = None
