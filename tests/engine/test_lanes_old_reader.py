@@ -45,13 +45,17 @@ q.reserve("w", now=100, lease_seconds=10, limit=2)
 @pytest.fixture(scope="module")
 def previous(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The previous version's engine and format sources, from git, or a skip where git or the commit is absent."""
+    return sources_of(PREVIOUS, tmp_path_factory.mktemp("previous"))
+
+
+def sources_of(commit: str, root: Path) -> Path:
+    """The engine and format sources of `commit`, from git, into `root` (a skip where git or the commit is absent)."""
     if shutil.which("git") is None:
         pytest.skip("git is not installed")
-    root = tmp_path_factory.mktemp("previous")
     paths = ["packages/walqueue-format/src", "packages/walqueue-engine/src"]
-    archive = subprocess.run(["git", "-C", str(REPO), "archive", PREVIOUS, *paths], capture_output=True, check=False)
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", commit, *paths], capture_output=True, check=False)
     if archive.returncode != 0:
-        pytest.skip(f"commit {PREVIOUS} is not in this checkout: {archive.stderr.decode(errors='replace')[:200]}")
+        pytest.skip(f"commit {commit} is not in this checkout: {archive.stderr.decode(errors='replace')[:200]}")
     subprocess.run(["tar", "-x", "-C", str(root)], input=archive.stdout, check=True)
     return root
 
