@@ -112,9 +112,7 @@ _TASK_MARGIN = 8192
 _RECORD_WITHOUT_ERROR = 6461  # the worst case of a record's other fields (validate.RECORD_WORST_CASE_EXTRA's table)
 _ERROR_BOUNDS = (256, 2048)  # UTF-8 bytes of an error's type and message
 _TIGHT_ERROR_BOUNDS = (32, 200)  # the same, beside a payload that leaves no room for them
-_PUT_FIELDS = frozenset(
-    {"task_id", "payload", "key", "available_at", "max_attempts", "queue", "priority", "put_at"}
-)
+_PUT_FIELDS = frozenset({"task_id", "payload", "key", "available_at", "max_attempts", "queue", "priority", "put_at"})
 # Lanes (docs/DECISIONS.md §32): queue names, priorities, a queue's settings.
 _QUEUE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
 _UNCHANGED: Any = object()  # configure_queue's "leave it as it is"

@@ -10,9 +10,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from test_lanes_old_reader import PROGRAM, run_previous, sources_of
 
 from model import directory_digest
-from test_lanes_old_reader import PROGRAM, run_previous, sources_of
 from walqueue import Queue
 
 #: The main branch's head before put times: the previous version's reader.

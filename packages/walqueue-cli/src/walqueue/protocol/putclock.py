@@ -56,4 +56,6 @@ class PutClock:
         if self.units is None or isinstance(tasks, (str, bytes, Mapping)) or not isinstance(tasks, Iterable):
             return tasks
         now = now_in(self.units)
-        return [{**item, "put_at": now} if isinstance(item, Mapping) and "put_at" not in item else item for item in tasks]
+        return [
+            {**item, "put_at": now} if isinstance(item, Mapping) and "put_at" not in item else item for item in tasks
+        ]

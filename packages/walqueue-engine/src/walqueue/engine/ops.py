@@ -197,9 +197,7 @@ def put_op(
     return op
 
 
-_PUT_ARGUMENTS = frozenset(
-    {"task_id", "payload", "key", "available_at", "max_attempts", "queue", "priority", "put_at"}
-)
+_PUT_ARGUMENTS = frozenset({"task_id", "payload", "key", "available_at", "max_attempts", "queue", "priority", "put_at"})
 
 
 def put_op_from_mapping(item: object, build: bool = True) -> Op:
