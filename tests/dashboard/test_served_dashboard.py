@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import subprocess
@@ -122,21 +123,28 @@ def test_an_action_from_the_dashboard_wakes_a_wait_parked_in_the_server(src_pyth
     assert process.returncode == 0
 
 
-def test_the_served_dashboards_metrics_show_request_seconds_by_op(src_pythonpath: str, place: Path) -> None:
+@contextlib.contextmanager
+def served_dashboard(src_pythonpath: str, place: Path) -> Iterator[str]:
+    """walqueue-serve with --http on a free port: its dashboard's URL; stopped after, with status 0."""
     process = serve(src_pythonpath, place, "--http", "127.0.0.1:0", "--log-level", "WARNING")
     try:
         assert process.stdout is not None
         assert "listening on" in process.stdout.readline()
-        url = process.stdout.readline().split("dashboard on ", 1)[1].strip()
+        yield process.stdout.readline().split("dashboard on ", 1)[1].strip()
+    finally:
+        process.terminate()
+        process.communicate(timeout=60)
+    assert process.returncode == 0
+
+
+def test_the_served_dashboards_metrics_show_request_seconds_by_op(src_pythonpath: str, place: Path) -> None:
+    with served_dashboard(src_pythonpath, place) as url:
         with Client(str(place / "s")) as client:
             client.put("a", {})
             client.put("b", {})
             assert client.get("a") is not None
         with urllib.request.urlopen(url + "metrics", timeout=30) as answer:
             text = answer.read().decode()
-    finally:
-        process.terminate()
-        process.communicate(timeout=60)
     assert "# TYPE walqueue_request_seconds histogram" in text
     assert 'walqueue_request_seconds_count{op="put"} 2' in text
     assert 'walqueue_request_seconds_count{op="get"} 1' in text
@@ -152,11 +160,7 @@ def test_the_readme_flow_shows_ages_in_seconds_never_the_seconds_since_1970(src_
     """The README's producer (Client.put, no available_at), no worker running: ages count from the put."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    process = serve(src_pythonpath, place, "--http", "127.0.0.1:0", "--log-level", "WARNING")
-    try:
-        assert process.stdout is not None
-        assert "listening on" in process.stdout.readline()
-        url = process.stdout.readline().split("dashboard on ", 1)[1].strip()
+    with served_dashboard(src_pythonpath, place) as url:
         with Client(str(place / "s")) as client:
             client.put("early", {})  # no worker has ever started: the store has no unit, so no put time
             overview = json.loads(_read(url + "api/overview"))
@@ -178,7 +182,3 @@ def test_the_readme_flow_shows_ages_in_seconds_never_the_seconds_since_1970(src_
         assert 0 <= queues[0]["oldest_ready_age"] < 60_000 and queues[0]["undated_ready"] == 1
         puts = {s.labels["queue"]: s.value for s in families["walqueue_queue_puts"].samples}
         assert puts == {"default": 2}
-    finally:
-        process.terminate()
-        process.communicate(timeout=60)
-    assert process.returncode == 0
