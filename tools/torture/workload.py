@@ -203,7 +203,7 @@ class Workload:
         """`errors`: the calls of `ERROR_CALLS` the target takes ``error=`` on (without "fail": no `fail` at all)."""
         self.rng = random.Random(seed)
         #: Put times are drawn apart, so that stamping leaves every other choice of a seed as it was.
-        self.stamps = random.Random(seed + 1)
+        self.stamps = random.Random(f"{seed}:put times")
         self.prefix = prefix
         self.now = now
         self.next_id = 0
