@@ -122,3 +122,13 @@ def test_a_store_without_lanes_counts_everything_in_the_default_queue(tmp_path: 
         assert q.metrics()["queue_counters"] == {"default": dict.fromkeys(q.metrics()["queue_counters"]["default"], 0)}
         q.put("a", {})
         assert list(q.metrics()["queue_counters"]) == ["default"]
+
+
+def test_counters_by_queue_after_a_reopen_count_the_tasks_own_queue(tmp_path: Path) -> None:
+    with Queue(tmp_path / "q", sync=False) as q:
+        q.put("a", {}, queue="mail")
+    with Queue(tmp_path / "q", sync=False) as q:  # opened knowing the lane: its lease and ack count as mail
+        (lease,) = q.reserve("w", now=0, lease_seconds=10)
+        q.ack(lease, now=1)
+        by_queue = q.metrics()["queue_counters"]
+        assert by_queue["mail"]["reserves"] == 1 and by_queue["mail"]["acks"] == 1 and "default" not in by_queue

@@ -216,6 +216,7 @@ class Metrics:
     __slots__ = (
         "ops",
         "by_queue",
+        "lanes",
         "duplicate_puts",
         "fsyncs",
         "dead_at_open",
@@ -225,8 +226,10 @@ class Metrics:
         "replica",
     )
 
-    def __init__(self, dead_at_open: int) -> None:
+    def __init__(self, dead_at_open: int, lanes: bool = False) -> None:
         self.ops = dict.fromkeys(OP_KINDS, 0)
+        #: Whether the store knows a queue but the default one (opened so, or since): then ops count by queue.
+        self.lanes = lanes
         #: The counted kinds' ops by queue, for every queue but the default one (derived when read: the rest).
         self.by_queue: dict[str, dict[str, int]] = {}
         self.duplicate_puts = 0
@@ -239,24 +242,32 @@ class Metrics:
         #: A replicator's status (walqueue.backup), joined to every reading as ``replica`` while it runs.
         self.replica: Callable[[], dict[str, Any]] | None = None
 
-    def counted(self, tx_ops: list[dict[str, Any]], tasks: Mapping[str, Any]) -> None:
+    def counted(self, tx_ops: list[dict[str, Any]], state: Any) -> None:
         """Count a committed transaction's ops by kind, and by queue off the default one (`Queue._commit`).
 
         The queue is the task's own (its record, applied already); the default
-        queue's figures are derived when read, so a store without lanes pays
-        one identity test per op.
+        queue's figures are derived when read. Until the store knows a queue
+        but the default one (`state.has_lanes`, asked after each transaction
+        that names a queue), every task is in the default queue, so a store
+        without lanes pays one key test per op and nothing else.
         """
         counts = self.ops
+        lanes = self.lanes
         for op in tx_ops:
-            kind = op["op"]
-            counts[kind] += 1
-            if kind in _OP_COUNTERS:
-                queue = tasks[op["task"]].queue
-                if queue is not DEFAULT_QUEUE and queue != DEFAULT_QUEUE:
-                    by_kind = self.by_queue.get(queue)
-                    if by_kind is None:
-                        by_kind = self.by_queue[queue] = dict.fromkeys(_OP_COUNTERS, 0)
-                    by_kind[kind] += 1
+            counts[op["op"]] += 1
+            if not lanes and "queue" in op:  # a put off the default queue, or a queue's settings
+                lanes = self.lanes = state.has_lanes()
+        if lanes:
+            tasks = state.tasks
+            for op in tx_ops:
+                kind = op["op"]
+                if kind in _OP_COUNTERS:
+                    queue = tasks[op["task"]].queue
+                    if queue is not DEFAULT_QUEUE and queue != DEFAULT_QUEUE:
+                        by_kind = self.by_queue.get(queue)
+                        if by_kind is None:
+                            by_kind = self.by_queue[queue] = dict.fromkeys(_OP_COUNTERS, 0)
+                        by_kind[kind] += 1
 
     def _queue_counters(self) -> dict[str, dict[str, int]]:
         """Every queue's counters by counter name: the default queue's are the totals less the others'."""

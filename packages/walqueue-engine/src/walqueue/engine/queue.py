@@ -134,7 +134,8 @@ class Queue(LaneCalls, ReadCalls):
             recovered.state.last_seq, recovered.wal, grouped=sync and hook is None
         )
         self._commits = CommitNotices(durability)
-        self._metrics = durability.metrics = Metrics(dead_at_open=recovered.state.counts()["dead"])
+        state = recovered.state
+        self._metrics = durability.metrics = Metrics(state.counts()["dead"], state.has_lanes())
         self._guard = guard = CallGuard(
             durability, self._commits, where=path, release_files=self._release_files, on_fork=self._abandon_in_child
         )
@@ -254,7 +255,7 @@ class Queue(LaneCalls, ReadCalls):
             source.before_change(tx_ops, state.tasks)  # a running snapshot keeps what these ops replace
             held = events.before(tx_ops, state.tasks) if events.listening else None  # None: events are off
             created = apply(state, {"seq": seq, "ops": tx_ops}, _planned=True)
-            self._metrics.counted(tx_ops, state.tasks)  # Queue.metrics's counters: by kind, and by queue
+            self._metrics.counted(tx_ops, state)  # Queue.metrics's counters: by kind, and by queue
             if held is not None:
                 events.emit_transaction(tx_ops, held, state.tasks, seq)
             if created:
