@@ -112,7 +112,7 @@ _TASK_MARGIN = 8192
 _RECORD_WITHOUT_ERROR = 6461  # the worst case of a record's other fields (validate.RECORD_WORST_CASE_EXTRA's table)
 _ERROR_BOUNDS = (256, 2048)  # UTF-8 bytes of an error's type and message
 _TIGHT_ERROR_BOUNDS = (32, 200)  # the same, beside a payload that leaves no room for them
-_PUT_FIELDS = frozenset({"task_id", "payload", "key", "available_at", "max_attempts", "queue", "priority"})
+_PUT_FIELDS = frozenset({"task_id", "payload", "key", "available_at", "max_attempts", "queue", "priority", "put_at"})
 # Lanes (docs/DECISIONS.md §32): queue names, priorities, a queue's settings.
 _QUEUE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
 _UNCHANGED: Any = object()  # configure_queue's "leave it as it is"
@@ -293,9 +293,10 @@ class Model:
         max_attempts: int = 3,
         queue: str = "default",
         priority: int = 0,
+        put_at: int = 0,
     ) -> str:
         """Create a task, or return `task_id` for an identical retry (CONTRACT §2 put)."""
-        request = self._request(task_id, payload, key, available_at, max_attempts, queue, priority)
+        request = self._request(task_id, payload, key, available_at, max_attempts, queue, priority, put_at)
         return self._put_requests([request])[0]
 
     def put_many(self, tasks: Iterable[Mapping[str, Any]]) -> list[str]:
@@ -321,6 +322,7 @@ class Model:
                     item.get("max_attempts", 3),
                     item.get("queue", "default"),
                     item.get("priority", 0),
+                    item.get("put_at", 0),
                 )
             )
         return self._put_requests(requests)
@@ -334,6 +336,7 @@ class Model:
         max_attempts: object,
         queue: object = "default",
         priority: object = 0,
+        put_at: object = 0,
     ) -> dict[str, Any]:
         task_id = _check_name(task_id, "task_id")
         key = task_id if key is None else _check_name(key, "key")
@@ -341,6 +344,7 @@ class Model:
         max_attempts = _check_int(max_attempts, "max_attempts", 1)
         queue = _check_queue(queue)
         priority = _check_priority(priority)
+        put_at = _check_int(put_at, "put_at", 0)  # the producer's time: due from then, never in the identity
         payload = _check_payload(payload)
         lane: dict[str, Any] = {"queue": queue} if queue != "default" else {}
         if priority:
@@ -360,6 +364,7 @@ class Model:
             "available_at": available_at,
             "max_attempts": max_attempts,
             "lane": lane,
+            "put_at": put_at,
         }
 
     def _put_requests(self, requests: list[dict[str, Any]]) -> list[str]:
@@ -394,6 +399,7 @@ class Model:
                 "available_at": r["available_at"],
                 "max_attempts": r["max_attempts"],
                 **r["lane"],
+                **({"put_at": r["put_at"]} if r["put_at"] else {}),
             }
             for r in new.values()
         ]
@@ -409,7 +415,7 @@ class Model:
                 "identity": r["identity"],
                 "status": "ready",
                 "payload": r["payload"],
-                "available_at": r["available_at"],
+                "available_at": max(r["available_at"], r["put_at"]),
                 "max_attempts": r["max_attempts"],
                 "attempts": 0,
                 "generation": 0,
@@ -561,7 +567,8 @@ class Model:
                     "rate": settings["rate"],
                     "paused": settings["paused"],
                     "counts": counts,
-                    "oldest_ready_at": min(times, default=None),
+                    "oldest_ready_at": min((t for t in times if t), default=None),  # undated (0) apart
+                    "undated_ready": times.count(0),
                 }
             )
         return answer

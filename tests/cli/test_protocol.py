@@ -288,6 +288,7 @@ EVERY_CALL = [
         "max_attempts": 1,
         "queue": "default",
         "priority": 0,
+        "put_at": 0,
     },
     {
         "op": "put_many",

@@ -313,3 +313,17 @@ def test_the_queues_table_shows_each_queue_and_pauses_it_only_with_the_flag_and_
     assert queue.reserve("w", now=NOW, lease_seconds=60, queues=["mail"]) == []
     resume.click()
     until(lambda: not [q for q in queue.queues() if q["paused"]], "the resume")
+
+
+def test_the_oldest_age_counts_from_the_put_and_undated_tasks_are_counted_apart(
+    browser: Any, open_page: Any, tmp_path: Path
+) -> None:
+    """No age from 1970: a put with no time is "undated"; a stamped one ages from its put, in the store's unit."""
+    with Queue(tmp_path / "ms", sync=False) as queue:
+        queue.set_clock(1000)  # milliseconds, as a worker records
+        queue.put("undated", {})  # no available_at, no put time
+        queue.put("stamped", {}, put_at=time.time_ns() // 1_000_000 - 90_000)  # put 90 s ago (a client stamps now)
+        open_page(Dashboard(queue))  # the real clock
+        until(lambda: re.fullmatch(r"1m 3\ds \(1 undated: no put time\)", text_of(browser, "oldest-age")), "1m 30s")
+        row = until(lambda: browser.find_elements(By.CSS_SELECTOR, '#queues tbody tr[data-queue="default"]'), "row")[0]
+        assert re.fullmatch(r"1m 3\ds", row.find_elements(By.TAG_NAME, "td")[5].text)  # not 25h: the unit converted

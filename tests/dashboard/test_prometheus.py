@@ -16,7 +16,7 @@ parser = pytest.importorskip("prometheus_client.parser", reason="prometheus_clie
 text_string_to_metric_families = parser.text_string_to_metric_families
 
 _NAME = re.compile(r"walqueue_[a-z][a-z0-9_]*")
-_LABELS = {"status", "op", "le"}
+_LABELS = {"status", "op", "le", "queue"}  # queue: the lanes label, bounded (prometheus.py)
 
 
 def families(text: str) -> dict[str, object]:
@@ -153,3 +153,17 @@ def test_queue_gauges_carry_a_queue_label_bounded_in_cardinality(tmp_path: Path)
     assert paused["q0000"] == 1 and paused["q0001"] == 0
     (limit,) = parsed["walqueue_queue_concurrency_limit"].samples  # type: ignore[attr-defined]
     assert (limit.labels["queue"], limit.value) == ("q0000", 2)
+
+
+def test_lifecycle_counters_by_queue_are_bounded_and_parse(tmp_path: Path) -> None:
+    """A queue label on the lifecycle counters: the first MAX_QUEUE_LABELS queues by name, the rest as _other."""
+    from walqueue.dashboard.prometheus import MAX_QUEUE_LABELS
+
+    with Queue(tmp_path / "q", sync=False) as q:
+        names = [f"q{n:03}" for n in range(MAX_QUEUE_LABELS + 5)]
+        q.put_many([{"task_id": name, "payload": {}, "queue": name} for name in names])
+        q.put("plain", {})
+        parsed = families(render(dict(q.metrics())))
+    puts = {sample.labels["queue"]: sample.value for sample in parsed["walqueue_queue_puts"].samples}  # type: ignore[attr-defined]
+    assert len(puts) == MAX_QUEUE_LABELS + 1 and puts["_other"] == 6  # "default" sorts among them: 6 are left over
+    assert sum(puts.values()) == parsed["walqueue_puts"].samples[0].value  # type: ignore[attr-defined]

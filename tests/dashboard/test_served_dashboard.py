@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import subprocess
@@ -122,22 +123,62 @@ def test_an_action_from_the_dashboard_wakes_a_wait_parked_in_the_server(src_pyth
     assert process.returncode == 0
 
 
-def test_the_served_dashboards_metrics_show_request_seconds_by_op(src_pythonpath: str, place: Path) -> None:
+@contextlib.contextmanager
+def served_dashboard(src_pythonpath: str, place: Path) -> Iterator[str]:
+    """walqueue-serve with --http on a free port: its dashboard's URL; stopped after, with status 0."""
     process = serve(src_pythonpath, place, "--http", "127.0.0.1:0", "--log-level", "WARNING")
     try:
         assert process.stdout is not None
         assert "listening on" in process.stdout.readline()
-        url = process.stdout.readline().split("dashboard on ", 1)[1].strip()
+        yield process.stdout.readline().split("dashboard on ", 1)[1].strip()
+    finally:
+        process.terminate()
+        process.communicate(timeout=60)
+    assert process.returncode == 0
+
+
+def test_the_served_dashboards_metrics_show_request_seconds_by_op(src_pythonpath: str, place: Path) -> None:
+    with served_dashboard(src_pythonpath, place) as url:
         with Client(str(place / "s")) as client:
             client.put("a", {})
             client.put("b", {})
             assert client.get("a") is not None
         with urllib.request.urlopen(url + "metrics", timeout=30) as answer:
             text = answer.read().decode()
-    finally:
-        process.terminate()
-        process.communicate(timeout=60)
     assert "# TYPE walqueue_request_seconds histogram" in text
     assert 'walqueue_request_seconds_count{op="put"} 2' in text
     assert 'walqueue_request_seconds_count{op="get"} 1' in text
     assert 'walqueue_request_seconds_bucket{op="put",le="+Inf"} 2' in text
+
+
+def _read(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=30) as answer:
+        return str(answer.read().decode())
+
+
+def test_the_readme_flow_shows_ages_in_seconds_never_the_seconds_since_1970(src_pythonpath: str, place: Path) -> None:
+    """The README's producer (Client.put, no available_at), no worker running: ages count from the put."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with served_dashboard(src_pythonpath, place) as url:
+        with Client(str(place / "s")) as client:
+            client.put("early", {})  # no worker has ever started: the store has no unit, so no put time
+            overview = json.loads(_read(url + "api/overview"))
+            assert overview["oldest_ready_age"] is None and overview["undated_ready"] == 1
+            assert "walqueue_oldest_ready_age_seconds" not in _read(url + "metrics")
+            client.set_clock(1000)  # what walqueue-worker does at its first start (then it stopped)
+        with Client(str(place / "s")) as client:
+            client.put("email-1", {"to": "ada@example.org"}, key="signup-ada")
+            time.sleep(0.05)
+            assert client.get("email-1").available_at > 1_700_000_000_000  # due from its put time
+        overview = json.loads(_read(url + "api/overview"))
+        assert 0 <= overview["oldest_ready_age"] < 60_000 and overview["undated_ready"] == 1  # ms, the store's unit
+        families = {f.name: f for f in text_string_to_metric_families(_read(url + "metrics"))}
+        [age] = families["walqueue_oldest_ready_age_seconds"].samples
+        assert 0 <= age.value < 60  # seconds since the put, not ~1.7e9
+        [undated] = families["walqueue_undated_ready_tasks"].samples
+        assert undated.value == 1
+        queues = json.loads(_read(url + "api/queues"))["queues"]
+        assert 0 <= queues[0]["oldest_ready_age"] < 60_000 and queues[0]["undated_ready"] == 1
+        puts = {s.labels["queue"]: s.value for s in families["walqueue_queue_puts"].samples}
+        assert puts == {"default": 2}

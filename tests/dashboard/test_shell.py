@@ -15,6 +15,7 @@ import pytest
 
 from walqueue.cli.shell import ShellExit
 from walqueue.client import Client
+from walqueue.protocol.storeclock import now_in
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -56,10 +57,12 @@ def shell(src_pythonpath: str, *args: str, stdin: str = "") -> subprocess.Comple
     )
 
 
-def kill_through(client: Client, task_id: str) -> None:
+def kill_through(client: Client, task_id: str, units: int | None = None) -> None:
+    """Put, lease and release a one-attempt task: at NOW, or at the wall clock in `units` (read after the put)."""
     client.put(task_id, {"n": task_id}, max_attempts=1)
-    (lease,) = client.reserve("w", now=NOW, lease_seconds=60)
-    client.release(lease, now=NOW)
+    now = NOW if units is None else now_in(units)  # a store with a recorded unit stamps the put with its clock
+    (lease,) = client.reserve("w", now=now, lease_seconds=60)
+    client.release(lease, now=now)
 
 
 def test_the_consumer_relays_json_lines_to_the_server(served: str, src_pythonpath: str) -> None:
@@ -139,8 +142,8 @@ def test_redrive_makes_a_task_due_now_in_the_stores_clock_unit(
     with Client(served) as client:
         if unit is not None:
             client.set_clock(unit)
-        kill_through(client, "d1")
-        kill_through(client, "d2")
+        kill_through(client, "d1", unit)
+        kill_through(client, "d2", unit)
     before = time.time()
     assert shell(src_pythonpath, "--socket", served, "redrive", "d1").returncode == 0
     assert shell(src_pythonpath, "--socket", served, "redrive", "--available-at", "2000000000", "d2").returncode == 0

@@ -34,6 +34,7 @@ lane_items = st.fixed_dictionaries(
         "available_at": st.integers(0, 30),
         "queue": st.sampled_from(QUEUES),
         "priority": PRIORITIES,
+        "put_at": st.integers(0, 30),  # a stamped put: due from then, FIFO within its lane
     },
 )
 

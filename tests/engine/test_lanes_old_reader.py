@@ -45,13 +45,17 @@ q.reserve("w", now=100, lease_seconds=10, limit=2)
 @pytest.fixture(scope="module")
 def previous(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The previous version's engine and format sources, from git, or a skip where git or the commit is absent."""
+    return sources_of(PREVIOUS, tmp_path_factory.mktemp("previous"))
+
+
+def sources_of(commit: str, root: Path) -> Path:
+    """The engine and format sources of `commit`, from git, into `root` (a skip where git or the commit is absent)."""
     if shutil.which("git") is None:
         pytest.skip("git is not installed")
-    root = tmp_path_factory.mktemp("previous")
     paths = ["packages/walqueue-format/src", "packages/walqueue-engine/src"]
-    archive = subprocess.run(["git", "-C", str(REPO), "archive", PREVIOUS, *paths], capture_output=True, check=False)
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", commit, *paths], capture_output=True, check=False)
     if archive.returncode != 0:
-        pytest.skip(f"commit {PREVIOUS} is not in this checkout: {archive.stderr.decode(errors='replace')[:200]}")
+        pytest.skip(f"commit {commit} is not in this checkout: {archive.stderr.decode(errors='replace')[:200]}")
     subprocess.run(["tar", "-x", "-C", str(root)], input=archive.stdout, check=True)
     return root
 
@@ -72,13 +76,18 @@ def test_the_child_really_runs_the_previous_version(previous: Path) -> None:
     assert "configure" not in kinds
 
 
-def test_a_store_without_lanes_is_byte_for_byte_the_previous_versions(previous: Path, tmp_path: Path) -> None:
-    old, new = tmp_path / "old", tmp_path / "new"
+def assert_same_files_as_previous(previous: Path, old: Path, new: Path) -> None:
+    """`PROGRAM` run by the previous version into `old` and by this one into `new` leaves identical files."""
     done = run_previous(previous, f"with Queue({str(old)!r}, sync=False) as q:\n" + textwrap.indent(PROGRAM, "    "))
     assert done.returncode == 0, done.stderr
     with Queue(new, sync=False) as q:
         exec(PROGRAM, {"q": q})  # noqa: S102 - the same program, in this version
     assert directory_digest(old) == directory_digest(new)
+
+
+def test_a_store_without_lanes_is_byte_for_byte_the_previous_versions(previous: Path, tmp_path: Path) -> None:
+    old, new = tmp_path / "old", tmp_path / "new"
+    assert_same_files_as_previous(previous, old, new)
     before = directory_digest(old)
     with Queue(old, sync=False) as q:  # the previous version's store opens here, unchanged
         assert [t.task_id for t in q.tasks()] == ["a", "b", "c", "d", "e"]
@@ -102,17 +111,21 @@ def test_the_previous_reader_refuses_a_lanes_store_by_name(
     store = tmp_path / "q"
     with Queue(store, sync=False) as q:
         exec(write, {"q": q})  # noqa: S102 - a lanes store
-    done = run_previous(
-        previous,
-        f"""
-        try:
-            Queue({str(store)!r}, sync=False).close()
-        except Exception as exc:
-            print(type(exc).__name__, exc)
-        else:
-            print("opened")
-        """,
-    )
-    assert done.returncode == 0, done.stderr
+    done = open_in_previous(previous, store)
     assert done.stdout.startswith("CorruptStore"), done.stdout
     assert repr(named)[1:-1] in done.stdout, json.dumps(done.stdout)
+
+
+def open_in_previous(previous: Path, store: Path, then: str = "") -> subprocess.CompletedProcess[str]:
+    """Open `store` with the previous version: its stdout says "opened" (then runs `then`) or names the refusal."""
+    code = f"""
+    try:
+        Queue({str(store)!r}, sync=False).close()
+    except Exception as exc:
+        print(type(exc).__name__, exc)
+    else:
+        print("opened")
+    """
+    done = run_previous(previous, textwrap.dedent(code) + then)
+    assert done.returncode == 0, done.stderr
+    return done

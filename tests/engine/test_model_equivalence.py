@@ -47,6 +47,9 @@ BAD_CALLS: list[Callable[[Any], Any]] = [
     lambda q: q.put("", {}),
     lambda q: q.put("a", {}, max_attempts=0),
     lambda q: q.put("a", {}, available_at=-1),
+    lambda q: q.put("a", {}, put_at=-1),
+    lambda q: q.put("a", {}, put_at=True),
+    lambda q: q.put_many([{"task_id": "x", "payload": {}, "put_at": 1.5}]),
     lambda q: q.put_many([{"task_id": "x", "payload": {}}, {"task_id": "y", "payload": {}, "bogus": 1}]),
     lambda q: q.reserve("w1", now=0, lease_seconds=0),
     lambda q: q.reserve("w1", now=0, lease_seconds=1, limit=0),
@@ -266,6 +269,7 @@ item_strategy = st.fixed_dictionaries(
         "key": st.sampled_from(KEYS),
         "available_at": st.integers(0, 30),
         "max_attempts": st.integers(1, 3),
+        "put_at": st.integers(0, 30),  # the producer's time: due from then, never in the identity
     },
 )
 

@@ -205,6 +205,8 @@ class Workload:
     ) -> None:
         """`errors`: the calls of `ERROR_CALLS` the target takes ``error=`` on (without "fail": no `fail` at all)."""
         self.rng = random.Random(seed)
+        #: Put times are drawn apart, so that stamping leaves every other choice of a seed as it was.
+        self.stamps = random.Random(f"{seed}:put times")
         self.prefix = prefix
         self.now = now
         self.next_id = 0
@@ -249,6 +251,8 @@ class Workload:
         if self.weights[self.KINDS.index("configure")] and rng.random() < 0.4:  # lanes
             spec["queue"] = rng.choice(LANE_QUEUES)
             spec["priority"] = rng.choice([0, 1, 5, -2])
+        if self.now and self.stamps.random() < 0.25:  # a stamped put (DECISIONS §46): put now, due from then
+            spec["put_at"] = self.now
         self.puts.append(spec)
         return spec
 
@@ -267,6 +271,8 @@ class Workload:
         spec = dict(self.rng.choice(self.puts))
         if kind == "conflict":
             spec["payload"] = {"other": self.rng.randrange(3)}
+        elif "put_at" in spec:  # a retry stamped later is still identical
+            spec["put_at"] = now + 1
         return Op("put", {"spec": spec})
 
     def _put_many(self, kind: str, target: Any, now: int) -> Op | None:

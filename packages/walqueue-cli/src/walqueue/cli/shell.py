@@ -17,6 +17,8 @@ verbs do the usual chores from a shell script:
   pause QUEUE / resume QUEUE   stop a queue's leases (it still takes puts) / start them again
   limit QUEUE [--concurrency N|none] [--rate N/W|none]
                                a queue's limits (none: no limit; an omitted one is unchanged)
+  put TASK_ID PAYLOAD [--key K] [--available-at T] [--put-at T] ...
+                               one task, stamped with now as its put time (cli/shellput.py)
 
 so that ``walqueue --socket S dead --group G --format ids | walqueue --socket S redrive -``
 redrives one error group. The same verbs work on a directory, ``walqueue DIR
@@ -38,6 +40,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, BinaryIO, TextIO
 
 from walqueue import QueueClosed, WrongStatus
+from walqueue.cli.shellput import add_put_parser, check_put, run_put
 from walqueue.engine.validate import check_queue_name
 from walqueue.format import cmdline
 from walqueue.format.cmdline import EX_USAGE, EXIT_INTERRUPTED, UsageParser, interrupted, silence_stdout, version_line
@@ -47,7 +50,7 @@ from walqueue.protocol.requests import request_lines
 __all__ = ["VERBS", "ShellExit", "main", "wants_directory_verb", "wants_shell"]
 
 #: The operator verbs; also taken after a directory (``walqueue DIR stats``), with the same behaviour.
-VERBS = ("dead", "redrive", "cancel", "stats", "metrics", "queues", "pause", "resume", "limit")
+VERBS = ("dead", "redrive", "cancel", "stats", "metrics", "queues", "pause", "resume", "limit", "put")
 
 
 class ShellExit(enum.IntEnum):
@@ -96,7 +99,7 @@ exit status:
   {ShellExit.OK:<5}done (relay: end of input)
   {ShellExit.FATAL:<5}relay: a Fatal answer was relayed;
        redrive/cancel: at least one task was refused (reported on stderr),
-       every other one was done
+       every other one was done; put: the put was refused (a key conflict)
   {ShellExit.CANNOT_CONNECT:<5}the server could not be reached at PATH (is walqueue-serve running?)
   {ShellExit.CONNECTION_LOST:<5}the connection was lost, or the server's answer could not be read
   {ShellExit.NO_REPLICA:<5}backup status: the server replicates nowhere (no --replicate)
@@ -194,6 +197,7 @@ def _parser(on_directory: bool = False) -> argparse.ArgumentParser:
     backup = verbs.add_parser("backup", help="the continuous backup: `backup status` prints its state as JSON")
     backup.add_argument("action", choices=["status"])
     verbs.add_parser("queues", help="print every queue's settings and counts as JSON")
+    add_put_parser(verbs)
     for verb, what in (("pause", "stop a queue's leases (it still takes puts)"), ("resume", "lease again")):
         verbs.add_parser(verb, help=what).add_argument("queue", metavar="QUEUE")
     limit = verbs.add_parser("limit", help="set or clear a queue's concurrency and rate limits")
@@ -366,6 +370,8 @@ def _run_verb(client: Any, arguments: argparse.Namespace, read: Callable[[str], 
     """One verb over `client` (a `Client`, or a `Queue` for ``walqueue DIR VERB``); `read` answers stats/metrics."""
     if arguments.verb in ("redrive", "cancel"):
         return _change(client, arguments.verb, arguments, sys.stdin)
+    if arguments.verb == "put":
+        return ShellExit.OK if run_put(client, arguments) else ShellExit.SOME_REFUSED
     if arguments.verb == "backup":
         return _backup_status(read("metrics"), sys.stdout)
     if arguments.verb in ("pause", "resume", "limit"):
@@ -432,6 +438,11 @@ def main(argv: Sequence[str] | None = None, *, directory: str | None = None) -> 
             parser.error(str(error))  # exit 64, before any connection
         if arguments.verb == "limit" and arguments.concurrency is _NOT_GIVEN and arguments.rate is _NOT_GIVEN:
             parser.error("limit needs --concurrency, --rate or both")
+    if arguments.verb == "put":
+        try:
+            check_put(arguments)
+        except (TypeError, ValueError) as error:
+            parser.error(str(error))  # exit 64, before any connection
     if arguments.socket is not None:
         arguments.socket = socket_address(arguments.socket)  # once: a later chdir must not move it
     try:

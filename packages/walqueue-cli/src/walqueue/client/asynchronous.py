@@ -23,6 +23,7 @@ from typing import Any, Unpack
 from walqueue import Lease, QueueClosed, Task
 from walqueue.protocol import calltable as calls
 from walqueue.protocol.exchange import ClientSettings, Exchange, Outcome, ServerError
+from walqueue.protocol.putclock import PutClock
 from walqueue.protocol.shaping import CompleteOptions, OutgoingCall, PutOptions, QueueSettings, named, outgoing
 
 __all__ = ["AsyncClient"]
@@ -152,6 +153,7 @@ class AsyncClient(ClientSettings):
     """
 
     def _setup(self) -> None:
+        self._put_clock = PutClock()  # the store's unit, for the put time stamped on puts (DECISIONS §46)
         self._shared: _Link | None = None
         self._idle_waits: list[_Link] = []
 
@@ -228,10 +230,16 @@ class AsyncClient(ClientSettings):
         return await self._submit(outgoing(named(name), *args, **kwargs))
 
     async def put(self, task_id: str, payload: dict[str, Any], **options: Unpack[PutOptions]) -> str:
-        return await self._submit(outgoing(calls.PUT, task_id, payload, **options))
+        return await self._submit(outgoing(calls.PUT, task_id, payload, **(await self._stamper()).options(options)))
 
     async def put_many(self, tasks: Iterable[Mapping[str, Any]]) -> list[str]:
-        return await self._submit(outgoing(calls.PUT_MANY, tasks))
+        return await self._submit(outgoing(calls.PUT_MANY, (await self._stamper()).items(tasks)))
+
+    async def _stamper(self) -> PutClock:
+        """The client's `PutClock`, asking the store's unit first when it does not know it yet (as `Client`)."""
+        if self._put_clock.should_ask():
+            self._put_clock.learn(await self.stats())
+        return self._put_clock
 
     async def reserve(
         self, worker: str, *, now: int, lease_seconds: int, limit: int = 1, queues: list[str] | None = None

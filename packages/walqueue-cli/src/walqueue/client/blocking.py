@@ -44,6 +44,7 @@ from walqueue import Lease, QueueClosed, Task
 from walqueue.client.asynchronous import AsyncClient
 from walqueue.protocol import calltable as calls
 from walqueue.protocol.exchange import ClientSettings, Exchange, Outcome, RetryRule, ServerError
+from walqueue.protocol.putclock import PutClock
 from walqueue.protocol.shaping import CompleteOptions, OutgoingCall, PutOptions, QueueSettings, named, outgoing
 
 __all__ = ["AsyncClient", "Client", "Pipeline", "ServerError"]
@@ -147,6 +148,7 @@ class Client(ClientSettings):
     grouping: Final = "pipeline"
 
     def _setup(self) -> None:
+        self._put_clock = PutClock()  # the store's unit, for the put time stamped on puts (DECISIONS §46)
         self._local = threading.local()
         self._lock = threading.Lock()
         self._all: weakref.WeakSet[_Connection] = weakref.WeakSet()
@@ -277,11 +279,20 @@ class Client(ClientSettings):
         return self._submit(outgoing(named(name), *args, **kwargs))
 
     def put(self, task_id: str, payload: dict[str, Any], **options: Unpack[PutOptions]) -> str:
-        """`Queue.put`; `options`: `key`, `available_at`, `max_attempts`, with `Queue.put`'s defaults."""
-        return self._submit(outgoing(calls.PUT, task_id, payload, **options))
+        """`Queue.put`, with `Queue.put`'s options and defaults; `put_at` stamped now when the store records a unit."""
+        return self._submit(outgoing(calls.PUT, task_id, payload, **self._stamper().options(options)))
 
     def put_many(self, tasks: Iterable[Mapping[str, Any]]) -> list[str]:
-        return self._submit(outgoing(calls.PUT_MANY, tasks))
+        """`Queue.put_many`; each item without `put_at` stamped now when the store records a unit."""
+        return self._submit(outgoing(calls.PUT_MANY, self._stamper().items(tasks)))
+
+    def _stamper(self) -> PutClock:
+        """The client's `PutClock`, asking the store's unit first when it does not know it yet."""
+        stamper: PutClock = self._put_clock
+        if stamper.should_ask():
+            owner: Client = getattr(self, "_client", self)  # a pipeline's puts ask through its client, at once
+            stamper.learn(owner.stats())
+        return stamper
 
     def reserve(
         self, worker: str, *, now: int, lease_seconds: int, limit: int = 1, queues: list[str] | None = None
@@ -391,6 +402,7 @@ class Pipeline(Client):
 
     def __init__(self, client: Client) -> None:  # Client.__init__ is not called: it runs on the client's connections
         self._client = client
+        self._put_clock = client._put_clock
         self._calls: list[OutgoingCall[Any]] = []
         self.results: list[Any] = []
 

@@ -47,7 +47,8 @@ def overview(source: Source, sampler: Sampler, now: int, seen_at: float) -> dict
         "now": now,
         "units_per_second": source.units(),  # of every time and age here (the store's clock unit)
         "counts": gauges["tasks"],
-        "oldest_ready_age": gauges.get("oldest_ready_age"),
+        "oldest_ready_age": gauges.get("oldest_ready_age"),  # of the oldest dated ready task (DECISIONS §46)
+        "undated_ready": gauges.get("undated_ready", 0),  # ready tasks with no start, left out of that age
         "next_available_at": gauges.get("next_available_at"),
         "next_deadline": gauges.get("next_deadline"),
         "wal_bytes": gauges.get("wal_bytes"),

@@ -8,7 +8,8 @@ sizes ``_bytes``; the only labels are a task's status, a server's op and
 a queue's name (never a task id or a worker name). The queue label's
 cardinality is bounded: the first `MAX_QUEUE_LABELS` queues by name get
 their own series; any others are summed under ``queue="_other"`` (not a
-valid queue name, so it cannot collide with one).
+valid queue name, so it cannot collide with one). The same bound holds for
+the per-status gauges and the lifecycle counters by queue.
 """
 
 from __future__ import annotations
@@ -109,12 +110,16 @@ def _gauges(gauges: Mapping[str, Any], units_per_second: int) -> Iterator[str]:
     age = gauges.get("oldest_ready_age")
     if age is not None:
         help_text = (
-            "Seconds the oldest due ready task has waited since it came due (now - available_at),"
-            " converted from the store's clock unit."
+            "Seconds the oldest ready task has waited since it came due (now - available_at, the put's time"
+            " for a stamped put), converted from the store's clock unit; undated tasks are left out."
         )
         yield from _header("walqueue_oldest_ready_age_seconds", "gauge", help_text)
         seconds = age // units_per_second if age % units_per_second == 0 else age / units_per_second
         yield f"walqueue_oldest_ready_age_seconds {_number(seconds)}"
+    if gauges.get("undated_ready") is not None:
+        help_text = "Ready tasks with no start (available_at 0 and no put time): left out of the oldest ready age."
+        yield from _header("walqueue_undated_ready_tasks", "gauge", help_text)
+        yield f"walqueue_undated_ready_tasks {int(gauges['undated_ready'])}"
     for key, help_text in _GAUGES.items():
         if gauges.get(key) is not None:
             name = exposition_name(key)
@@ -143,6 +148,21 @@ def _queue_gauges(queues: list[Mapping[str, Any]]) -> Iterator[str]:
     for q in shown:
         if q.get("concurrency") is not None:
             yield f'walqueue_queue_concurrency_limit{{queue="{_label(q["name"])}"}} {int(q["concurrency"])}'
+
+
+def _queue_counters(by_queue: Mapping[str, Mapping[str, int]]) -> Iterator[str]:
+    """The lifecycle counters by queue, as ``walqueue_queue_<counter>_total``; bounded as the queue gauges are."""
+    if not by_queue:
+        return
+    names = sorted(by_queue)
+    shown, rest = names[:MAX_QUEUE_LABELS], names[MAX_QUEUE_LABELS:]
+    for key in next(iter(by_queue.values())):
+        name = "walqueue_queue_" + _RENAMED.get(key, key) + "_total"
+        yield from _header(name, "counter", COUNTER_HELP.get(key, key).rstrip(".") + ", by queue (_other: the rest).")
+        for queue in shown:
+            yield f'{name}{{queue="{_label(queue)}"}} {int(by_queue[queue][key])}'
+        if rest:
+            yield f'{name}{{queue="_other"}} {sum(int(by_queue[queue][key]) for queue in rest)}'
 
 
 def _histograms(histograms: Mapping[str, Any], requests: Mapping[str, Any]) -> Iterator[str]:
@@ -194,6 +214,7 @@ def render(
         *_counters(metrics.get("counters", {})),
         *_gauges(metrics["gauges"], units_per_second),
         *_queue_gauges(metrics.get("queues") or []),
+        *_queue_counters(metrics.get("queue_counters") or {}),
         *_histograms(metrics.get("histograms", {}), metrics.get("request_seconds", {})),
         *_replica(metrics.get("replica") or {}),
     ]

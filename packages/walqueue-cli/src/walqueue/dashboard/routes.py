@@ -65,6 +65,7 @@ ROUTES: Final = (
             "now",
             "counts",
             "oldest_ready_age",
+            "undated_ready",
             "next_available_at",
             "next_deadline",
             "wal_bytes",

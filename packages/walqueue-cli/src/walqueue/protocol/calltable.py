@@ -81,6 +81,7 @@ _PUT_ARGS: Final = (
     _arg("max_attempts", "count", keyword=True, default=3),
     _arg("queue", "queue", keyword=True, default="default"),
     _arg("priority", "priority", keyword=True, default=0),
+    _arg("put_at", "time", keyword=True, default=0),  # the producer's time, in the store's unit (0: none)
 )
 
 

@@ -68,6 +68,7 @@ class PutOptions(TypedDict, total=False):
     max_attempts: int
     queue: str
     priority: int
+    put_at: int
 
 
 class CompleteOptions(TypedDict, total=False):

@@ -336,8 +336,9 @@ class TaskFunction[**P, R]:
         available_at: int = 0,
         queue: str | None = None,
         priority: int | None = None,
+        put_at: int = 0,
     ) -> dict[str, Any]:
-        """The arguments of the put (as `put_many` takes them): queue and priority only when not the defaults."""
+        """The arguments of the put (as `put_many` takes them): queue, priority and put time only when not defaults."""
         item: dict[str, Any] = {"task_id": task_id, "payload": self.payload(args, kwargs)}
         item["key"] = key if key is not None else task_id
         item["available_at"] = available_at
@@ -348,6 +349,8 @@ class TaskFunction[**P, R]:
             item["queue"] = queue
         if priority != DEFAULT_PRIORITY:
             item["priority"] = priority
+        if put_at:  # the app's clock, the store's unit: the task is due from then and ages from it (DECISIONS §46)
+            item["put_at"] = put_at
         return item
 
 
@@ -386,7 +389,7 @@ class TaskCall:
             available_at = app.units(self.at)
         task_id = self.key if self.key is not None else uuid.uuid4().hex
         return self.task.put_item(
-            task_id, args, kwargs, available_at=available_at, queue=self.queue, priority=self.priority
+            task_id, args, kwargs, available_at=available_at, queue=self.queue, priority=self.priority, put_at=app.now()
         )
 
     def enqueue(self, *args: Any, **kwargs: Any) -> TaskHandle:

@@ -57,7 +57,7 @@ class Chain:
     def _item(self) -> tuple[str, dict[str, Any], int]:
         first, rest = self.signatures[0], [s.step() for s in self.signatures[1:]]
         task_id = uuid.uuid4().hex
-        item = first.task.put_item(task_id, first.args, first.kwargs)
+        item = first.task.put_item(task_id, first.args, first.kwargs, put_at=first.task.app.now())
         if rest:
             item["payload"][THEN] = rest
         return task_id, item, len(rest)

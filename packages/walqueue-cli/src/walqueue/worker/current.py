@@ -49,7 +49,7 @@ class TaskContext:
         completion, or never (if this run fails, is retried or is lost).
         """
         followup_id = f"{self.job.id}/{len(self.followups) + 1}"
-        self.followups.append(task.put_item(followup_id, args, kwargs))
+        self.followups.append(task.put_item(followup_id, args, kwargs, put_at=task.app.now()))  # ages from now
         return followup_id
 
     def check(self) -> None:

@@ -42,6 +42,8 @@ class TaskSpec(Protocol):
         """The payload of a call with these arguments (`TypeError` as a call would)."""
         ...
 
-    def put_item(self, task_id: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    def put_item(
+        self, task_id: str, args: tuple[Any, ...], kwargs: dict[str, Any], *, put_at: int = 0
+    ) -> dict[str, Any]:
         """The arguments of a put of a call with these arguments, as `put_many` takes them."""
         ...

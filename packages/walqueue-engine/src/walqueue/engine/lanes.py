@@ -33,6 +33,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+from walqueue.engine.ages import ready_ages
 from walqueue.engine.heaps import HEAP_SLACK
 from walqueue.engine.records import DEAD, LEASED, READY, STATUSES, HeapEntry, Record
 from walqueue.engine.validate import DEFAULT_QUEUE, MAX_INT, check_int, check_queue_name, check_rate
@@ -418,12 +419,18 @@ class Lanes:
         return {"concurrency": None, "rate": None, "paused": False} if q is None else q.settings()
 
     def describe(self, tasks: Mapping[str, Record]) -> list[dict[str, Any]]:
-        """Every queue that holds a task or has a setting, by name: settings, counts, oldest ready time."""
-        return [
-            {"name": q.name, **q.settings(), "counts": dict(q.counts), "oldest_ready_at": q.oldest_ready(tasks)}
-            for q in sorted(self.queues.values(), key=lambda q: q.name)
-            if q.configured() or any(q.counts.values())
-        ]
+        """Every queue that holds a task or has a setting, by name: settings, counts, oldest dated ready time.
+
+        The ready tasks with no start (ages.py) are counted as ``undated_ready`` and left out of
+        ``oldest_ready_at``, so that no age counts from 1970.
+        """
+        described = []
+        for q in sorted(self.queues.values(), key=lambda q: q.name):
+            if q.configured() or any(q.counts.values()):
+                oldest, undated = ready_ages((lane.heap for lane in q.lanes.values()), tasks)
+                item = {"name": q.name, **q.settings(), "counts": dict(q.counts), "oldest_ready_at": oldest}
+                described.append({**item, "undated_ready": undated})
+        return described
 
     def task_ids(
         self, tasks: Mapping[str, Record], status: str | None, name: str, leased: Iterable[str], dead: Iterable[str]

@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, NotRequired, TypedDict
 
 from walqueue.engine.state import OP_KINDS
-from walqueue.engine.validate import check_int
+from walqueue.engine.validate import DEFAULT_QUEUE, check_int
 
 __all__ = [
     "COUNTERS",
@@ -144,9 +144,12 @@ class MetricsReading(TypedDict):
 
     - `counters`: every name of `COUNTERS`, since the queue was opened;
     - `gauges`: `tasks` (counts by status), `oldest_ready_age` (``now`` minus
-      the earliest `available_at` of a ready task, at least 0; None without
-      `now` or with no ready task), `next_available_at`, `next_deadline`,
+      the earliest `available_at` of a dated ready task, at least 0; None
+      without `now` or with no dated ready task), `undated_ready` (ready tasks
+      with no start: `available_at` 0 and no put time, left out of the age;
+      DECISIONS §46), `next_available_at`, `next_deadline`,
       `wal_bytes`, `segments`, `last_seq`, `snapshot_seq`;
+    - `queue_counters`: the op kinds' counters by queue (each queue that moved one since opening);
     - `histograms`: `fsync_seconds` and `commit_group_size`;
     - `request_seconds`: only when a server serves the queue
       (`Queue.attach_request_seconds`): each request's seconds by op.
@@ -154,6 +157,7 @@ class MetricsReading(TypedDict):
     """
 
     counters: dict[str, int]
+    queue_counters: dict[str, dict[str, int]]
     gauges: dict[str, Any]
     histograms: dict[str, HistogramReading]
     request_seconds: NotRequired[dict[str, HistogramReading]]
@@ -166,20 +170,26 @@ def read_metrics(
     stats: Mapping[str, Any],
     now: int | None,
     dead_now: int,
+    ages: tuple[int | None, int] = (None, 0),
+    queue_counters: dict[str, dict[str, int]] | None = None,
 ) -> MetricsReading:
     """Join the counters and histograms with the gauges of a `stats()` reading.
 
     `dead_now` must be read under the same lock hold as the counters: `deaths`
     is derived from it, and a counter must never go down between two readings.
+    `ages`: the oldest dated ready time and the undated ready count (ages.py).
     """
     counts: dict[str, int] = dict(stats["counts"])
     first_ready = stats["next_available_at"]
-    age = None if now is None or first_ready is None else max(0, now - first_ready)
+    oldest, undated = ages
+    age = None if now is None or oldest is None else max(0, now - oldest)
     return {
         "counters": counters.reading(dead_now),
+        "queue_counters": queue_counters or {},
         "gauges": {
             "tasks": counts,
             "oldest_ready_age": age,
+            "undated_ready": undated,
             "next_available_at": first_ready,
             "next_deadline": stats["next_deadline"],
             "wal_bytes": stats["wal_bytes"],
@@ -205,6 +215,8 @@ class Metrics:
 
     __slots__ = (
         "ops",
+        "by_queue",
+        "lanes",
         "duplicate_puts",
         "fsyncs",
         "dead_at_open",
@@ -214,8 +226,12 @@ class Metrics:
         "replica",
     )
 
-    def __init__(self, dead_at_open: int) -> None:
+    def __init__(self, dead_at_open: int, lanes: bool = False) -> None:
         self.ops = dict.fromkeys(OP_KINDS, 0)
+        #: Whether the store knows a queue but the default one (opened so, or since): then ops count by queue.
+        self.lanes = lanes
+        #: The counted kinds' ops by queue, for every queue but the default one (derived when read: the rest).
+        self.by_queue: dict[str, dict[str, int]] = {}
         self.duplicate_puts = 0
         self.fsyncs = 0
         self.dead_at_open = dead_at_open
@@ -225,6 +241,39 @@ class Metrics:
         self.request_seconds: RequestSeconds | None = None
         #: A replicator's status (walqueue.backup), joined to every reading as ``replica`` while it runs.
         self.replica: Callable[[], dict[str, Any]] | None = None
+
+    def counted(self, tx_ops: list[dict[str, Any]], state: Any) -> None:
+        """Count a committed transaction's ops by kind, and by queue off the default one (`Queue._commit`).
+
+        The queue is the task's own (its record, applied already); the default
+        queue's figures are derived when read. Until the store knows a queue
+        but the default one (`state.has_lanes`, asked after each transaction
+        that names a queue), every task is in the default queue, so a store
+        without lanes pays one key test per op and nothing else.
+        """
+        counts = self.ops
+        lanes = self.lanes
+        for op in tx_ops:
+            counts[op["op"]] += 1
+            if not lanes and "queue" in op:  # a put off the default queue, or a queue's settings
+                lanes = self.lanes = state.has_lanes()
+        if lanes:
+            tasks = state.tasks
+            for op in tx_ops:
+                kind = op["op"]
+                if kind in _OP_COUNTERS:
+                    queue = tasks[op["task"]].queue
+                    if queue is not DEFAULT_QUEUE and queue != DEFAULT_QUEUE:
+                        by_kind = self.by_queue.get(queue)
+                        if by_kind is None:
+                            by_kind = self.by_queue[queue] = dict.fromkeys(_OP_COUNTERS, 0)
+                        by_kind[kind] += 1
+
+    def _queue_counters(self) -> dict[str, dict[str, int]]:
+        """Every queue's counters by counter name: the default queue's are the totals less the others'."""
+        named = {q: {_OP_COUNTERS[k]: n for k, n in by_kind.items()} for q, by_kind in self.by_queue.items()}
+        default = {name: self.ops[kind] - sum(c[name] for c in named.values()) for kind, name in _OP_COUNTERS.items()}
+        return {DEFAULT_QUEUE: default, **named} if any(default.values()) or not named else named
 
     def synced(self, seconds: float, transactions: int) -> None:
         """One group-commit fsync ended (`Durability` calls this holding its lock)."""
@@ -253,7 +302,10 @@ class Metrics:
         values["fsyncs"] = self.fsyncs
         values["compactions"] = compactions
         histograms = {"fsync_seconds": self.fsync_seconds, "commit_group_size": self.group_size}
-        reading = read_metrics(counters, histograms, stats, now, dead_now)
+        described = state.queues()  # the oldest dated ready time and the undated count, over every queue
+        dated = [q["oldest_ready_at"] for q in described if q["oldest_ready_at"] is not None]
+        ages = (min(dated, default=None), sum(q["undated_ready"] for q in described))
+        reading = read_metrics(counters, histograms, stats, now, dead_now, ages, self._queue_counters())
         if self.request_seconds is not None:
             reading["request_seconds"] = self.request_seconds.reading()
         if self.replica is not None:

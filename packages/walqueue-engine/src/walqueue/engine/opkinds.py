@@ -80,7 +80,12 @@ OP_KINDS: dict[str, OpKind] = {
             transitions.put,
             counter="puts",
             event="task.put",
-            optional=(("queue", Field.QUEUE, DEFAULT_QUEUE), ("priority", Field.PRIORITY, 0)),
+            optional=(
+                ("queue", Field.QUEUE, DEFAULT_QUEUE),
+                ("priority", Field.PRIORITY, 0),
+                # the producer's time of the put (FORMAT "A put's time"): due from then; never in its identity
+                ("put_at", Field.INT, 0),
+            ),
         ),
         OpKind(
             "lease",

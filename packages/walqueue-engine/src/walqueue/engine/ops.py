@@ -148,6 +148,7 @@ def put_op(
     build: bool = True,
     queue: object = DEFAULT_QUEUE,
     priority: object = 0,
+    put_at: object = 0,
 ) -> Op:
     """Validate the arguments of `Queue.put` (`TypeError`/`ValueError`) and build the put's op.
 
@@ -170,6 +171,8 @@ def put_op(
     }
     _PUT.check_fields(op)  # key, available_at and max_attempts, as the table declares them
     lane_fields(op, queue, priority)  # each written only when it differs from its default
+    if put_at != 0 or type(put_at) is not int:  # the producer's time: written only when given, never in the identity
+        op["put_at"] = check_int(put_at, "put_at")
     payload_json = check_payload(payload)
     task_json = canonical_str(task_id)
     key_json = task_json if key is None or key == task_id else canonical_str(op["key"])
@@ -188,12 +191,13 @@ def put_op(
             task=task_json,
             queue=canonical_str(op["queue"]) if "queue" in op else None,
             priority=op.get("priority"),
+            put_at=op.get("put_at"),
         ),
     )
     return op
 
 
-_PUT_ARGUMENTS = frozenset({"task_id", "payload", "key", "available_at", "max_attempts", "queue", "priority"})
+_PUT_ARGUMENTS = frozenset({"task_id", "payload", "key", "available_at", "max_attempts", "queue", "priority", "put_at"})
 
 
 def put_op_from_mapping(item: object, build: bool = True) -> Op:
@@ -222,6 +226,7 @@ def put_op_from_mapping(item: object, build: bool = True) -> Op:
         build=build,
         queue=item.get("queue", DEFAULT_QUEUE),
         priority=item.get("priority", 0),
+        put_at=item.get("put_at", 0),
     )
 
 

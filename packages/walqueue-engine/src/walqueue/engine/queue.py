@@ -137,7 +137,8 @@ class Queue(LaneCalls, ReadCalls):
             recovered.state.last_seq, recovered.wal, grouped=sync and hook is None
         )
         self._commits = CommitNotices(durability)
-        self._metrics = durability.metrics = Metrics(dead_at_open=recovered.state.counts()["dead"])
+        state = recovered.state
+        self._metrics = durability.metrics = Metrics(state.counts()["dead"], state.has_lanes())
         self._guard = guard = CallGuard(
             durability, self._commits, where=path, release_files=self._release_files, on_fork=self._abandon_in_child
         )
@@ -257,9 +258,7 @@ class Queue(LaneCalls, ReadCalls):
             source.before_change(tx_ops, state.tasks)  # a running snapshot keeps what these ops replace
             held = events.before(tx_ops, state.tasks) if events.listening else None  # None: events are off
             created = apply(state, {"seq": seq, "ops": tx_ops}, _planned=True)
-            counts = self._metrics.ops
-            for op in tx_ops:  # Queue.metrics's counters: an int per op, by kind
-                counts[op["op"]] += 1
+            self._metrics.counted(tx_ops, state)  # Queue.metrics's counters: by kind, and by queue
             if held is not None:
                 events.emit_transaction(tx_ops, held, state.tasks, seq)
             if created:
@@ -284,6 +283,7 @@ class Queue(LaneCalls, ReadCalls):
         max_attempts: int = 3,
         queue: str = "default",
         priority: int = 0,
+        put_at: int = 0,
     ) -> str:
         """Create a ready task and return `task_id`; an identical retry returns it and writes nothing.
 
@@ -292,7 +292,8 @@ class Queue(LaneCalls, ReadCalls):
         `available_at` (int >= 0) is the earliest `now` a reserve may lease
         it; `max_attempts` (int >= 1) the number of leases before it dies.
         A completed or dead task is never resurrected. `queue` (a name) and
-        `priority` (-100..100, higher first) place it in a lane (docs/guide/lanes.md).
+        `priority` (-100..100, higher first) place it in a lane (docs/guide/lanes.md). `put_at` (int >= 0): the
+        producer's time, in the store's unit; the task is due from then and ages from it (not in the identity).
 
         Raises `KeyConflict` (a known key with another task id, payload,
         `available_at` or `max_attempts`, or a known task id under a new key),
@@ -310,6 +311,7 @@ class Queue(LaneCalls, ReadCalls):
             max_attempts=max_attempts,
             queue=queue,
             priority=priority,
+            put_at=put_at,
         )
         with self._guard:
             plan = ops.plan_put(self._state, op)

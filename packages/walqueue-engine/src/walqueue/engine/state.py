@@ -187,6 +187,10 @@ class State:
         """`Queue.queues`: every queue that holds a task or has a setting (lanes.Lanes.describe)."""
         return self._lanes.describe(self.tasks)
 
+    def has_lanes(self) -> bool:
+        """Whether any queue but the default one is known (metrics count by queue only then)."""
+        return len(self._lanes.queues) > 1
+
     def queue_settings(self, queue: str) -> dict[str, Any]:
         """`queue`'s settings: concurrency, rate and paused (no limit, not paused for a queue never configured)."""
         return self._lanes.settings_of(queue)

@@ -179,6 +179,8 @@ def put(state: StateReads, staging: Staging, record: Record | None, op: Op) -> R
     if key in staging.keys or state.lookup_key(key) is not None:
         raise OpError(f"key {key!r:.100} is already known")
     queue = op.get("queue", DEFAULT_QUEUE)
+    if "put_at" in op and op["put_at"] > available_at:  # a stamped put is due from its put time (DECISIONS §46)
+        available_at = op["put_at"]
     return TaskRecord(
         task_id,
         key,

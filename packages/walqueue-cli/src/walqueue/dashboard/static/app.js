@@ -149,7 +149,8 @@
     for (const status of ["ready", "leased", "completed", "dead"]) {
       text("count-" + status, String(o.counts[status]));
     }
-    text("oldest-age", o.oldest_ready_age === null ? "none due" : duration(seconds(o.oldest_ready_age)));
+    const undated = o.undated_ready ? " (" + o.undated_ready + " undated: no put time)" : "";
+    text("oldest-age", (o.oldest_ready_age === null ? "none due" : duration(seconds(o.oldest_ready_age))) + undated);
     text("next-due", when(o.next_available_at, o.now));
     text("next-deadline", when(o.next_deadline, o.now));
     text("wal-bytes", bytes(o.wal_bytes) + " in " + o.segments + " segment" + (o.segments === 1 ? "" : "s"));
@@ -271,7 +272,7 @@
       row.dataset.queue = q.name;
       row.append(el("td", q.name), el("td", String(q.counts.ready)), el("td", String(q.counts.leased)),
         el("td", String(q.counts.completed)), el("td", String(q.counts.dead)),
-        el("td", q.oldest_ready_age === null ? "–" : duration(q.oldest_ready_age)), el("td", limits(q)),
+        el("td", q.oldest_ready_age === null ? "–" : duration(seconds(q.oldest_ready_age))), el("td", limits(q)),
         el("td", q.paused ? "paused" : "running"));
       const cell = el("td");
       if (actionsOn) cell.appendChild(actionButton(q.paused ? "resume" : "pause", q.paused ? "resume" : "pause",
