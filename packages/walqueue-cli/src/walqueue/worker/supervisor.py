@@ -41,6 +41,7 @@ nothing is orphaned and no lease is held.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import select
@@ -76,7 +77,7 @@ _LONGEST_WAIT = 1.0  # the loop's select wakes at least this often (a SIGCHLD no
 #: The module a child's command runs (``python -m M``) -> the module whose ``main(argv)`` a forked child calls.
 _ENTRIES = {"walqueue.worker": "walqueue.worker.cli", "walqueue.serve": "walqueue.serve.cli"}
 #: What a worker child imports on its way to its first task: imported once, before the forks.
-_WORKER_PRELOAD = ("walqueue.client", "walqueue.worker.runner")
+_WORKER_PRELOAD = ("walqueue.client", "walqueue.worker.runner", "walqueue.worker.monitor")
 _SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD)
 
 
@@ -277,6 +278,7 @@ class Supervisor:
         """
         self._choose_start_method()
         if self.server is None:
+            self._preload()
             for child in self.children:
                 self._start(child)
         else:
@@ -304,13 +306,21 @@ class Supervisor:
             reason = "no os.fork here" if not forkstart.can_fork() else "threads run: " + ", ".join(threads[:5])
             log.warning("starting the worker processes as fresh interpreters, not by fork (%s)", reason)
             self.start_method = "spawn"
-            return
-        for module in (*_ENTRIES.values(), *_WORKER_PRELOAD):
-            importlib.import_module(module)  # once, here, instead of once per child
+
+    def _preload(self) -> None:
+        """Import what every worker child imports on its way to its first task: once, here, not once per fork.
+
+        The server's modules are not imported here: a forked server imports
+        them itself, at the same time as this process imports the workers'.
+        """
+        if self.start_method == "fork":
+            for module in (_ENTRIES["walqueue.worker"], *_WORKER_PRELOAD):
+                importlib.import_module(module)
 
     def _start_server_and_children(self, ready_read: int) -> bool:
         assert self.server is not None
-        self._start(self.server)  # first: it has the most to do (open the store, listen)
+        self._start(self.server)  # first: it has the most to do (import its modules, open the store, listen)
+        self._preload()
         for child in self.children:
             self._start(child, ready_read)
         for attempt in range(_SERVER_START_TRIES):
@@ -332,10 +342,10 @@ class Supervisor:
         if piped:
             self._close_server_out()
         if self.start_method == "fork":
-            main = importlib.import_module(_ENTRIES[child.command[2]]).main
             close = [fd for fd in self._own_fds() if fd not in keep]
+            entry = functools.partial(_run_entry, _ENTRIES[child.command[2]])
             forked = forkstart.fork(
-                main, child.command[3:] + extra, close=close, handlers=self._handlers, stdout_pipe=piped
+                entry, child.command[3:] + extra, close=close, handlers=self._handlers, stdout_pipe=piped
             )
             child.process, output = forked, forked.stdout_fd
         else:
@@ -442,6 +452,12 @@ class Supervisor:
         self._pipes_closed = True
         for fd in (self._parent_read, self._parent_write, self._summary_read, self._summary_write):
             os.close(fd)
+
+
+def _run_entry(module: str, argv: list[str]) -> int:
+    """In a forked child: ``module.main(argv)`` (imported here if the supervisor has not imported it)."""
+    main: Callable[[list[str]], int] = importlib.import_module(module).main
+    return main(argv)
 
 
 def _read_until_listening(fd: int, give_up: float) -> bool:
