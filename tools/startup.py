@@ -23,8 +23,9 @@ A first round, not counted, compiles every module's bytecode into a cache
 in the run's temporary folder (never into the tree), so each figure is a
 start with its bytecode cached, as an installed package's is. The rounds
 interleave the commands, so each ratio compares figures taken under the
-same load; the JSON keeps the 1-minute load average around the rounds. The markers are polled every millisecond (this tool
-polls; the commands under test do not). Nothing here is a test.
+same load; the JSON keeps the 1-minute load average around the rounds.
+The markers are polled every millisecond (this tool polls; the commands
+under test do not). Nothing here is a test.
 """
 
 from __future__ import annotations
