@@ -53,8 +53,13 @@ def _side(side_log: Path, word: str) -> list[list[str]]:
     return [line.split()[1:] for line in side_log.read_text().splitlines() if line.startswith(word + " ")]
 
 
-def _run_fleet(tmp_path: Path, src_pythonpath: str, extra: list[str], env_extra: dict[str, str]) -> tuple[int, str]:
-    """Run ``--processes 2`` until every task is done, then SIGTERM; (the supervisor's pid, its stderr)."""
+def _run_fleet(
+    tmp_path: Path, src_pythonpath: str, extra: list[str], env_extra: dict[str, str]
+) -> tuple[int, str, set[str]]:
+    """Run ``--processes 2`` until every task is done, then SIGTERM; (the supervisor's pid, its stderr, names).
+
+    The names are the process names (/proc/PID/comm) of the processes that ran the tasks, read before the stop.
+    """
     (tmp_path / "fork_tasks.py").write_text(HANDLERS)
     side_log = tmp_path / "side.log"
     with Queue(tmp_path / "q") as producer:
@@ -77,31 +82,41 @@ def _run_fleet(tmp_path: Path, src_pythonpath: str, extra: list[str], env_extra:
         assert supervisor.poll() is None, supervisor.communicate()
         assert time.monotonic() < give_up, "the fleet made no progress"
         time.sleep(0.05)
+    names = {_name(int(worker)) for _, worker, _ in _side(side_log, "done")}
     supervisor.send_signal(signal.SIGTERM)
     _, stderr = supervisor.communicate(timeout=WAIT)
     assert supervisor.returncode == 0, stderr
     with Queue(tmp_path / "q") as reopened:
         assert reopened.stats()["counts"]["completed"] == TASKS
-    return supervisor.pid, stderr
+    return supervisor.pid, stderr, names
+
+
+def _name(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return "?"  # no /proc here, or it exited (a restart)
 
 
 @pytest.mark.timeout(120)
 def test_forked_children_run_the_tasks_with_the_module_the_supervisor_imported_once(
     tmp_path: Path, src_pythonpath: str
 ) -> None:
-    pid, stderr = _run_fleet(tmp_path, src_pythonpath, ["--start-method", "fork"], {})
+    pid, stderr, names = _run_fleet(tmp_path, src_pythonpath, ["--start-method", "fork"], {})
     assert _side(tmp_path / "side.log", "imported") == [[str(pid)]]  # no child imported it again
     done = _side(tmp_path / "side.log", "done")
     assert {parent for _, _, parent in done} == {str(pid)}  # each ran in a child of the supervisor
     assert str(pid) not in {worker for _, worker, _ in done}
     assert "(fork)" in stderr
+    if Path("/proc/self/comm").exists():  # their command line is the supervisor's; their name says what they are
+        assert names == {"walqueue-worker"}
 
 
 @pytest.mark.timeout(120)
 def test_with_spawn_each_child_is_a_fresh_interpreter_that_imports_the_module_itself(
     tmp_path: Path, src_pythonpath: str
 ) -> None:
-    pid, stderr = _run_fleet(tmp_path, src_pythonpath, ["--start-method", "spawn"], {})
+    pid, stderr, _ = _run_fleet(tmp_path, src_pythonpath, ["--start-method", "spawn"], {})
     imported = [importer for [importer] in _side(tmp_path / "side.log", "imported")]
     assert imported.count(str(pid)) == 1 and len(imported) == 3  # the supervisor, then each of the two children
     assert "(spawn)" in stderr
@@ -111,7 +126,7 @@ def test_with_spawn_each_child_is_a_fresh_interpreter_that_imports_the_module_it
 def test_a_module_that_starts_a_thread_when_imported_gets_fresh_interpreters_not_forks(
     tmp_path: Path, src_pythonpath: str
 ) -> None:
-    _, stderr = _run_fleet(tmp_path, src_pythonpath, [], {"START_A_THREAD": "1"})
+    _, stderr, _ = _run_fleet(tmp_path, src_pythonpath, [], {"START_A_THREAD": "1"})
     assert "not by fork (threads run: app-poller)" in stderr
     assert "(spawn)" in stderr
     assert len(_side(tmp_path / "side.log", "imported")) == 3

@@ -135,8 +135,8 @@ def _finished(unit: Unit) -> bool:
 
 def _kill_one(unit: Unit, supervisor: subprocess.Popen[bytes]) -> None:
     children = _children(supervisor.pid)
-    servers = [pid for pid, command in children if "walqueue.cli.serve" in command]
-    workers = [pid for pid, command in children if "walqueue.worker" in command]
+    servers = [pid for pid, kind in children if kind == "server"]
+    workers = [pid for pid, kind in children if kind == "worker"]
     if servers and unit.rng.random() < 0.3:
         target, what = servers[0], "server kills"
     elif workers:

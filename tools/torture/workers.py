@@ -217,23 +217,34 @@ def _live_processes() -> Iterator[tuple[int, int, int]]:
 
 
 def _children(parent: int) -> list[tuple[int, str]]:
-    """The live child processes of `parent`: (pid, command line)."""
+    """The live child processes of `parent`: (pid, "server" or "worker" or its command line).
+
+    A child forked by the supervisor has the supervisor's command line and
+    says what it is by its process name (/proc/PID/comm, DECISIONS §44); a
+    spawned one by its command line (``-m walqueue.serve`` or ``-m walqueue.worker``).
+    """
     found = []
     for pid, its_parent, _ in _live_processes():
         if its_parent != parent:
             continue
         try:
-            with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
-                found.append((pid, cmdline.read().replace(b"\0", b" ").decode(errors="replace")))
+            with open(f"/proc/{pid}/comm", "rb") as comm, open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+                name, command = comm.read().strip().decode(errors="replace"), cmdline.read().replace(b"\0", b" ")
         except OSError:
             continue
+        if name == "walqueue-serve" or b"walqueue.serve" in command:
+            found.append((pid, "server"))
+        elif name == "walqueue-worker" or b"walqueue.worker" in command:
+            found.append((pid, "worker"))
+        else:
+            found.append((pid, command.decode(errors="replace")))
     return found
 
 
 def _kill_one(unit: Unit, supervisor: subprocess.Popen[bytes]) -> None:
     children = _children(supervisor.pid)
-    servers = [pid for pid, command in children if "walqueue.serve" in command]
-    workers = [pid for pid, command in children if "walqueue.worker" in command]
+    servers = [pid for pid, kind in children if kind == "server"]
+    workers = [pid for pid, kind in children if kind == "worker"]
     number = signal.SIGKILL
     roll = unit.rng.random()
     if servers and roll < 0.3:
@@ -282,7 +293,7 @@ def _run_unit(unit: Unit) -> None:
             time.sleep(unit.rng.uniform(0.1, 0.6))
             if unit.rng.random() < 0.6:
                 _kill_one(unit, supervisor)
-        unit.stopped |= {pid for pid, command in _children(supervisor.pid) if "walqueue.worker" in command}
+        unit.stopped |= {pid for pid, kind in _children(supervisor.pid) if kind == "worker"}
         if unit.rng.random() < SUPERVISOR_KILL_SHARE:
             _kill_supervisor(unit, supervisor)
         else:

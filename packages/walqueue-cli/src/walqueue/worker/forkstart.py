@@ -128,6 +128,7 @@ def fork(
     close: Iterable[int],
     handlers: Handlers,
     stdout_pipe: bool = False,
+    name: str | None = None,
 ) -> Forked:
     """Fork a child that runs ``main(argv)`` and exits with its status; see the module docstring.
 
@@ -135,6 +136,9 @@ def fork(
     `handlers`: the signal handlers to put back in the child.
     `stdout_pipe`: the child's stdout is a new pipe, whose read end the
     returned `Forked` holds (the server's "listening" line).
+    `name`: the child's process name (what ``ps -e``, ``top`` and ``pgrep``
+    show), where Linux lets a process set its own; its command line stays
+    the supervisor's.
     """
     _flush()  # nothing buffered here is written twice, once by each process
     read, write = os.pipe() if stdout_pipe else (None, None)
@@ -143,6 +147,8 @@ def fork(
         status = 70
         try:
             _become_child([*close, *([] if read is None else [read])], write, handlers)
+            if name is not None:
+                _set_name(name)
             status = _run(main, argv)
         finally:
             os._exit(status)
@@ -167,6 +173,15 @@ def _become_child(close: list[int], stdout: int | None, handlers: Handlers) -> N
     if stdout is not None:
         os.dup2(stdout, 1)
         os.close(stdout)
+
+
+def _set_name(name: str) -> None:
+    """Set this process's name (at most 15 bytes) through /proc/self/comm where there is one; else leave it."""
+    try:
+        with open("/proc/self/comm", "w") as comm:
+            comm.write(name[:15])
+    except OSError:
+        pass
 
 
 def _run(main: Callable[[list[str]], int], argv: list[str]) -> int:

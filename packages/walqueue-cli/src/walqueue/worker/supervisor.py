@@ -76,6 +76,8 @@ _ALIVE_SECONDS = 1.0
 _LONGEST_WAIT = 1.0  # the loop's select wakes at least this often (a SIGCHLD normally wakes it at once)
 #: The module a child's command runs (``python -m M``) -> the module whose ``main(argv)`` a forked child calls.
 _ENTRIES = {"walqueue.worker": "walqueue.worker.cli", "walqueue.serve": "walqueue.serve.cli"}
+#: A forked child's process name (its command line is the supervisor's): the command it runs.
+_NAMES = {"walqueue.worker": "walqueue-worker", "walqueue.serve": "walqueue-serve"}
 #: What a worker child imports on its way to its first task: imported once, before the forks.
 _WORKER_PRELOAD = ("walqueue.client", "walqueue.worker.runner", "walqueue.worker.monitor")
 _SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD)
@@ -345,7 +347,12 @@ class Supervisor:
             close = [fd for fd in self._own_fds() if fd not in keep]
             entry = functools.partial(_run_entry, _ENTRIES[child.command[2]])
             forked = forkstart.fork(
-                entry, child.command[3:] + extra, close=close, handlers=self._handlers, stdout_pipe=piped
+                entry,
+                child.command[3:] + extra,
+                close=close,
+                handlers=self._handlers,
+                stdout_pipe=piped,
+                name=_NAMES[child.command[2]],
             )
             child.process, output = forked, forked.stdout_fd
         else:
