@@ -30,7 +30,6 @@ from __future__ import annotations
 import os
 import select
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -85,7 +84,7 @@ class Forked:
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
-        """Wait for its exit (no polling where `os.pidfd_open` exists); `subprocess.TimeoutExpired` after `timeout`."""
+        """Wait for its exit (no polling where `os.pidfd_open` exists); `TimeoutError` after `timeout`."""
         if timeout is None:
             if self.returncode is None:
                 _, status = os.waitpid(self.pid, 0)
@@ -95,7 +94,7 @@ class Forked:
         while self.poll() is None:
             remaining = give_up - time.monotonic()
             if remaining <= 0:
-                raise subprocess.TimeoutExpired(str(self.pid), timeout)
+                raise TimeoutError(f"process {self.pid} still runs after {timeout:g} s")
             _wait_readable(self.pid, remaining)
         assert self.returncode is not None
         return self.returncode
