@@ -3,6 +3,7 @@
 
     python3.12 tools/startup.py                 median of 5 rounds, a table
     python3.12 tools/startup.py --json out.json --rounds 7
+    python3.12 tools/startup.py --markdown before.json after.json    the table of PERFORMANCE §12.4
 
 Each figure is the wall time from `Popen` to:
 
@@ -188,12 +189,49 @@ def _commit(tree: Path) -> str:
     return head.stdout.decode().strip() + ("+" if dirty.stdout.strip() else "")
 
 
+_ROWS = {
+    "bare": ("bare interpreter exit (`python -c pass`)", "", "floor"),
+    "serve": ("walqueue-serve: first answer", "serve_vs_bare", "<= 8x bare"),
+    "walqueue": ("walqueue DIR: one stats line answered, exit", "", ""),
+    "fsck": ("walqueue-fsck DIR: exit", "", ""),
+    "worker_4": ("walqueue-worker --processes 4: first task done", "worker_4_vs_huey_4", "<= 2x huey"),
+    "worker_4_spawn": ("the same, `--start-method spawn`", "worker_4_spawn_vs_huey_4", ""),
+    "huey_4": ("huey_consumer -w 4 -k process: first task done", "", "peer"),
+}
+
+
+def markdown(paths: list[Path]) -> str:
+    """PERFORMANCE §12.4's table from runs' JSON files: a column of medians per run, the last run's ratios."""
+    runs = [json.loads(path.read_text()) for path in paths]
+    heads = [
+        f"{run.get('commit', '?')} (py {run['python']}, load {statistics.median(run.get('load_1min', [0])):.1f})"
+        for run in runs
+    ]
+    lines = [
+        f"| launch to | {' | '.join(heads)} | ratio (last run) | target |",
+        "|---|" + "---:|" * (len(runs) + 1) + "---|",
+    ]
+    for name, (label, ratio, target) in _ROWS.items():
+        cells = [f"{run['median_s'][name] * 1000:.1f} ms" if name in run["median_s"] else "" for run in runs]
+        last = runs[-1]["ratios"].get(ratio)
+        shown = "" if last is None else f"{last:.2f}x" + (" huey" if "huey" in ratio else " bare")
+        lines.append(f"| {label} | {' | '.join(cells)} | {shown} | {target} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--tree", type=Path, default=ROOT, help="measure this tree's packages/ (e.g. a git archive)")
+    parser.add_argument("--commit", help="the commit of --tree when it is not a git checkout (a git archive)")
+    parser.add_argument(
+        "--markdown", type=Path, nargs="+", metavar="JSON", help="print the table of these runs, run nothing"
+    )
     arguments = parser.parse_args(argv)
+    if arguments.markdown:
+        print(markdown(arguments.markdown))
+        return 0
     loads: list[float] = [os.getloadavg()[0]]
     with tempfile.TemporaryDirectory(prefix="walqueue-startup-") as tmp:
         place = Path(tmp)
@@ -222,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
         result = {
             "python": sys.version.split()[0],
             "tree": str(arguments.tree),
-            "commit": _commit(arguments.tree),
+            "commit": arguments.commit or _commit(arguments.tree),
             "load_1min": loads,
             "samples_s": samples,
             "median_s": medians,
