@@ -201,21 +201,21 @@ _ROWS = {
 
 
 def markdown(paths: list[Path]) -> str:
-    """PERFORMANCE §12.4's table from runs' JSON files: a column of medians per run, the last run's ratios."""
+    """PERFORMANCE §12.4's table from runs' JSON files: a column per run, each median with its ratio to its peer."""
     runs = [json.loads(path.read_text()) for path in paths]
     heads = [
-        f"{run.get('commit', '?')} (py {run['python']}, load {statistics.median(run.get('load_1min', [0])):.1f})"
+        f"{run.get('commit', '?')} (Python {run['python']}, load {statistics.median(run.get('load_1min', [0])):.1f})"
         for run in runs
     ]
-    lines = [
-        f"| launch to | {' | '.join(heads)} | ratio (last run) | target |",
-        "|---|" + "---:|" * (len(runs) + 1) + "---|",
-    ]
+    lines = [f"| launch to | {' | '.join(heads)} | target |", "|---|" + "---:|" * len(runs) + "---|"]
     for name, (label, ratio, target) in _ROWS.items():
-        cells = [f"{run['median_s'][name] * 1000:.1f} ms" if name in run["median_s"] else "" for run in runs]
-        last = runs[-1]["ratios"].get(ratio)
-        shown = "" if last is None else f"{last:.2f}x" + (" huey" if "huey" in ratio else " bare")
-        lines.append(f"| {label} | {' | '.join(cells)} | {shown} | {target} |")
+        cells = []
+        for run in runs:
+            median = run["median_s"].get(name)
+            against = run["ratios"].get(ratio)
+            cell = "" if median is None else f"{median * 1000:.1f} ms"
+            cells.append(cell if against is None else f"{cell} ({against:.2f}x)")
+        lines.append(f"| {label} | {' | '.join(cells)} | {target} |")
     return "\n".join(lines)
 
 
