@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -28,19 +28,18 @@ if TYPE_CHECKING:
 
 HANDLERS = """
 import os, threading
+from pathlib import Path
 
-LOG = os.environ["WORKER_SIDE_LOG"]
+def note(*words):
+    with Path(os.environ["FORK_SIDE_LOG"]).open("a") as side:
+        print(*words, file=side)
 
-def note(line):
-    with open(LOG, "a") as log:
-        log.write(line + "\\n")
-
-note(f"imported {os.getpid()}")
+note("imported", os.getpid())
 if os.environ.get("START_A_THREAD"):  # a module that starts a poller when imported
     threading.Thread(target=threading.Event().wait, name="app-poller", daemon=True).start()
 
 def handle(job, context):
-    note(f"done {job.id} {os.getpid()} {os.getppid()}")
+    note("done", job.id, os.getpid(), os.getppid())
 """
 
 TASKS = 12
@@ -64,18 +63,12 @@ def _run_fleet(
     side_log = tmp_path / "side.log"
     with Queue(tmp_path / "q") as producer:
         producer.put_many([{"task_id": f"t{n:02}", "payload": {}} for n in range(TASKS)])
-    env = dict(os.environ, WORKER_SIDE_LOG=str(side_log), **env_extra)
-    if src_pythonpath:
-        env["PYTHONPATH"] = src_pythonpath + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    paths = os.pathsep.join(filter(None, [src_pythonpath, os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "FORK_SIDE_LOG": str(side_log), "PYTHONPATH": paths, **env_extra}
     command = [sys.executable, "-m", "walqueue.worker", str(tmp_path / "q"), "fork_tasks:handle", "--processes", "2"]
+    quiet: dict[str, Any] = {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL}  # stderr: the log lines
     supervisor = subprocess.Popen(
-        [*command, "--grace", "1", *extra],
-        cwd=tmp_path,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
+        [*command, "--grace", "1", *extra], cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True, **quiet
     )
     give_up = time.monotonic() + WAIT
     while len(_side(side_log, "done")) < TASKS:
