@@ -52,20 +52,31 @@ def _side(side_log: Path, word: str) -> list[list[str]]:
     return [line.split()[1:] for line in side_log.read_text().splitlines() if line.startswith(word + " ")]
 
 
+def _env(src_pythonpath: str, tmp_path: Path, env_extra: dict[str, str]) -> dict[str, str]:
+    paths = os.pathsep.join(filter(None, [src_pythonpath, os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "FORK_SIDE_LOG": str(tmp_path / "side.log"), "PYTHONPATH": paths, **env_extra}
+
+
+def _put_tasks(tmp_path: Path) -> None:
+    (tmp_path / "fork_tasks.py").write_text(HANDLERS)
+    with Queue(tmp_path / "q") as producer:
+        producer.put_many([{"task_id": f"t{n:02}", "payload": {}} for n in range(TASKS)])
+
+
 def _run_fleet(
-    tmp_path: Path, src_pythonpath: str, extra: list[str], env_extra: dict[str, str]
+    tmp_path: Path, src_pythonpath: str, extra: list[str], env_extra: dict[str, str], place: list[str] | None = None
 ) -> tuple[int, str, set[str]]:
     """Run ``--processes 2`` until every task is done, then SIGTERM; (the supervisor's pid, its stderr, names).
 
+    `place`: DIR (the default, tmp_path/q, with its tasks put) or ``--socket PATH`` (a server already has them).
     The names are the process names (/proc/PID/comm) of the processes that ran the tasks, read before the stop.
     """
-    (tmp_path / "fork_tasks.py").write_text(HANDLERS)
+    if place is None:
+        _put_tasks(tmp_path)
     side_log = tmp_path / "side.log"
-    with Queue(tmp_path / "q") as producer:
-        producer.put_many([{"task_id": f"t{n:02}", "payload": {}} for n in range(TASKS)])
-    paths = os.pathsep.join(filter(None, [src_pythonpath, os.environ.get("PYTHONPATH")]))
-    env = {**os.environ, "FORK_SIDE_LOG": str(side_log), "PYTHONPATH": paths, **env_extra}
-    command = [sys.executable, "-m", "walqueue.worker", str(tmp_path / "q"), "fork_tasks:handle", "--processes", "2"]
+    env = _env(src_pythonpath, tmp_path, env_extra)
+    where = [str(tmp_path / "q")] if place is None else place
+    command = [sys.executable, "-m", "walqueue.worker", *where, "fork_tasks:handle", "--processes", "2"]
     quiet: dict[str, Any] = {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL}  # stderr: the log lines
     supervisor = subprocess.Popen(
         [*command, "--grace", "1", *extra], cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True, **quiet
@@ -79,8 +90,9 @@ def _run_fleet(
     supervisor.send_signal(signal.SIGTERM)
     _, stderr = supervisor.communicate(timeout=WAIT)
     assert supervisor.returncode == 0, stderr
-    with Queue(tmp_path / "q") as reopened:
-        assert reopened.stats()["counts"]["completed"] == TASKS
+    if place is None:
+        with Queue(tmp_path / "q") as reopened:
+            assert reopened.stats()["counts"]["completed"] == TASKS
     return supervisor.pid, stderr, names
 
 
@@ -103,6 +115,32 @@ def test_forked_children_run_the_tasks_with_the_module_the_supervisor_imported_o
     assert "(fork)" in stderr
     if Path("/proc/self/comm").exists():  # their command line is the supervisor's; their name says what they are
         assert names == {"walqueue-worker"}
+
+
+@pytest.mark.timeout(120)
+def test_forked_children_of_a_supervisor_without_a_server_use_the_socket_they_are_given(
+    tmp_path: Path, src_pythonpath: str
+) -> None:
+    _put_tasks(tmp_path)
+    socket_path = tmp_path / "s.sock"
+    server = subprocess.Popen(
+        [sys.executable, "-m", "walqueue.serve", str(tmp_path / "q"), "--socket", str(socket_path)],
+        env=_env(src_pythonpath, tmp_path, {}),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None and "listening" in server.stdout.readline()
+        pid, stderr, _ = _run_fleet(tmp_path, src_pythonpath, [], {}, place=["--socket", str(socket_path)])
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(WAIT)
+    assert "(fork)" in stderr
+    assert {parent for _, _, parent in _side(tmp_path / "side.log", "done")} == {str(pid)}
+    with Queue(tmp_path / "q") as reopened:
+        assert reopened.stats()["counts"]["completed"] == TASKS
 
 
 @pytest.mark.timeout(120)
