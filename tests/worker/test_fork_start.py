@@ -64,11 +64,17 @@ def _put_tasks(tmp_path: Path) -> None:
 
 
 def _run_fleet(
-    tmp_path: Path, src_pythonpath: str, extra: list[str], env_extra: dict[str, str], place: list[str] | None = None
+    tmp_path: Path,
+    src_pythonpath: str,
+    extra: list[str],
+    env_extra: dict[str, str],
+    place: list[str] | None = None,
+    imports: int = 1,
 ) -> tuple[int, str, set[str]]:
     """Run ``--processes 2`` until every task is done, then SIGTERM; (the supervisor's pid, its stderr, names).
 
     `place`: DIR (the default, tmp_path/q, with its tasks put) or ``--socket PATH`` (a server already has them).
+    `imports`: also wait for that many imports of the module (a spawned child may start after the tasks are done).
     The names are the process names (/proc/PID/comm) of the processes that ran the tasks, read before the stop.
     """
     if place is None:
@@ -82,7 +88,7 @@ def _run_fleet(
         [*command, "--grace", "1", *extra], cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True, **quiet
     )
     give_up = time.monotonic() + WAIT
-    while len(_side(side_log, "done")) < TASKS:
+    while len(_side(side_log, "done")) < TASKS or len(_side(side_log, "imported")) < imports:
         assert supervisor.poll() is None, supervisor.communicate()
         assert time.monotonic() < give_up, "the fleet made no progress"
         time.sleep(0.05)
@@ -147,7 +153,7 @@ def test_forked_children_of_a_supervisor_without_a_server_use_the_socket_they_ar
 def test_with_spawn_each_child_is_a_fresh_interpreter_that_imports_the_module_itself(
     tmp_path: Path, src_pythonpath: str
 ) -> None:
-    pid, stderr, _ = _run_fleet(tmp_path, src_pythonpath, ["--start-method", "spawn"], {})
+    pid, stderr, _ = _run_fleet(tmp_path, src_pythonpath, ["--start-method", "spawn"], {}, imports=3)
     imported = [importer for [importer] in _side(tmp_path / "side.log", "imported")]
     assert imported.count(str(pid)) == 1 and len(imported) == 3  # the supervisor, then each of the two children
     assert "(spawn)" in stderr
@@ -157,7 +163,7 @@ def test_with_spawn_each_child_is_a_fresh_interpreter_that_imports_the_module_it
 def test_a_module_that_starts_a_thread_when_imported_gets_fresh_interpreters_not_forks(
     tmp_path: Path, src_pythonpath: str
 ) -> None:
-    _, stderr, _ = _run_fleet(tmp_path, src_pythonpath, [], {"START_A_THREAD": "1"})
+    _, stderr, _ = _run_fleet(tmp_path, src_pythonpath, [], {"START_A_THREAD": "1"}, imports=3)
     assert "not by fork (threads run: app-poller)" in stderr
     assert "(spawn)" in stderr
     assert len(_side(tmp_path / "side.log", "imported")) == 3
