@@ -102,14 +102,25 @@ def live_processes() -> Iterator[tuple[int, int, int]]:
 
 
 def children(parent: int) -> list[tuple[int, str]]:
-    """The live child processes of `parent`: (pid, command line)."""
+    """The live child processes of `parent`: (pid, "server" or "worker" or its command line).
+
+    A child forked by the supervisor has the supervisor's command line and
+    says what it is by its process name (/proc/PID/comm, DECISIONS §44); a
+    spawned one by its command line (``-m walqueue.serve`` or ``-m walqueue.worker``).
+    """
     found = []
     for pid, its_parent, _ in live_processes():
         if its_parent != parent:
             continue
         try:
-            with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
-                found.append((pid, cmdline.read().replace(b"\0", b" ").decode(errors="replace")))
+            with open(f"/proc/{pid}/comm", "rb") as comm, open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+                name, command = comm.read().strip().decode(errors="replace"), cmdline.read().replace(b"\0", b" ")
         except OSError:
             continue
+        if name == "walqueue-serve" or b"walqueue.serve" in command:
+            found.append((pid, "server"))
+        elif name == "walqueue-worker" or b"walqueue.worker" in command:
+            found.append((pid, "worker"))
+        else:
+            found.append((pid, command.decode(errors="replace")))
     return found

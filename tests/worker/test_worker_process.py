@@ -309,8 +309,9 @@ def _live_processes_naming(text: str) -> list[str]:
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])
 def test_when_the_supervisor_is_sigkilled_its_server_and_workers_stop_on_their_own_holding_no_lease(
-    app: Path, src_pythonpath: str
+    app: Path, src_pythonpath: str, start_method: str
 ) -> None:
     side_log = app / "side.log"
     with Queue(app / "q") as producer:
@@ -319,7 +320,7 @@ def test_when_the_supervisor_is_sigkilled_its_server_and_workers_stop_on_their_o
     with open(app / "supervisor.log", "w") as output:  # a file: nobody is left to read a pipe once it is killed
         supervisor = subprocess.Popen(
             [sys.executable, "-m", "walqueue.worker", str(app / "q"), "side_tasks:handle", "--processes", "2"]
-            + ["--grace", "1"],
+            + ["--grace", "1", "--start-method", start_method],
             cwd=app,
             env=worker_env(src_pythonpath, side_log),
             stdin=subprocess.DEVNULL,

@@ -79,8 +79,8 @@ def ask_server[T](unit: Unit, question: Callable[[Any], T]) -> T | None:
 def kill_one(unit: Unit, process: subprocess.Popen[bytes], stop_share: float = 0.0) -> None:
     """SIGKILL the server or a worker process at random, or (`stop_share` of the time) SIGTERM a worker."""
     found = children(process.pid)
-    servers = [pid for pid, command in found if "walqueue.serve" in command]
-    workers = [pid for pid, command in found if "walqueue.worker" in command]
+    servers = [pid for pid, kind in found if kind == "server"]
+    workers = [pid for pid, kind in found if kind == "worker"]
     number = signal.SIGKILL
     roll = unit.rng.random()
     if servers and roll < SERVER_KILL_SHARE:

@@ -194,7 +194,7 @@ def _run_unit(unit: Unit) -> None:
             stop_share=0.25,
         ):
             return
-        unit.stopped |= {pid for pid, command in children(process.pid) if "walqueue.worker" in command}
+        unit.stopped |= {pid for pid, kind in children(process.pid) if kind == "worker"}
         if unit.rng.random() < SUPERVISOR_KILL_SHARE:
             _kill_supervisor(unit, process)
         else:

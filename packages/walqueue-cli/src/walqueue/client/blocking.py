@@ -41,13 +41,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final, Unpack
 
 from walqueue import Lease, QueueClosed, Task
-from walqueue.client.asynchronous import AsyncClient
 from walqueue.protocol import calltable as calls
 from walqueue.protocol.exchange import ClientSettings, Exchange, Outcome, RetryRule, ServerError
 from walqueue.protocol.putclock import PutClock
 from walqueue.protocol.shaping import CompleteOptions, OutgoingCall, PutOptions, QueueSettings, named, outgoing
 
-__all__ = ["AsyncClient", "Client", "Pipeline", "ServerError"]
+__all__ = ["Client", "Pipeline", "ServerError"]
 
 _RECV_BYTES = 2**16
 

@@ -89,6 +89,12 @@ def _parser() -> UsageParser:
         metavar="P",
         help="P processes sharing the queue through walqueue-serve",
     )
+    parser.add_argument(
+        "--start-method",
+        choices=["fork", "spawn"],
+        help="with --processes: fork the processes from the supervisor (default, but spawn on macOS) "
+        "or start fresh interpreters (spawn)",
+    )
     parser.add_argument("--lease", type=_seconds, default=30.0, metavar="S", help="lease length in seconds (30)")
     parser.add_argument(
         "--grace", type=_seconds_or_zero, default=20.0, metavar="S", help="shutdown grace in seconds (20)"
@@ -296,6 +302,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if len(places) != 2:
             return _usage(parser, "give DIR and MODULE:CALLABLE (or --socket PATH and MODULE:CALLABLE)")
         directory, spec = places
+    if arguments.start_method is not None and arguments.processes is None:
+        return _usage(parser, "--start-method applies to --processes P only")
     try:
         handler = resolve_handler(spec)
     except HandlerImportError as error:
@@ -310,9 +318,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if arguments.processes is not None:
         from walqueue.worker.supervisor import supervise
 
-        return supervise(
-            directory, arguments.socket, spec, arguments, prog=PROG, until_stopped=until_stopped, open_store=open_store
-        )
+        return supervise(directory, arguments.socket, spec, arguments, prog=PROG, open_store=open_store)
     return _run_here(directory, arguments, handler, schedule)
 
 
