@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from collections.abc import Callable
+from typing import Any, BinaryIO
 
 from walqueue import Queue
 from walqueue.backup.restore import execute, make_plan
@@ -59,6 +60,19 @@ class FaultyStore:
             self.lose_answer_next = False
             raise StoreUnavailable("put: read timeout (injected, after the store had the object)")
         return etag
+
+    def put_file(self, key: str, source: BinaryIO, size: int, *, if_none_match: bool = False) -> str:
+        self.attempts += 1
+        self._check("put")
+        if self.fail_puts:
+            self.fail_puts -= 1
+            raise StoreUnavailable("put: connection reset by peer (injected)")
+        self.puts += 1
+        return self.inner.put_file(key, source, size, if_none_match=if_none_match)
+
+    def read_into(self, key: str, sink: Callable[[bytes], object]) -> bool:
+        self._check("get")
+        return self.inner.read_into(key, sink)
 
     def get(self, key: str) -> tuple[bytes, str] | None:
         self._check("get")

@@ -15,6 +15,7 @@ import hashlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import BinaryIO
 
 from walqueue.format.current import read_current
 from walqueue.format.directory import StoreDirectory
@@ -41,12 +42,24 @@ class Cursor:
 
 @dataclass(frozen=True, slots=True)
 class Base:
-    """A published snapshot (or the empty store, seq 0), and the first segment the log goes on in."""
+    """A published snapshot (or the empty store, seq 0), and the first segment the log goes on in.
+
+    `file` is the snapshot opened and checked against CURRENT, at its start: it is streamed to the
+    replica from there, never read whole (a snapshot can be gigabytes). Close it (``with base:``).
+    """
 
     seq: int
-    data: bytes | None
+    file: BinaryIO | None
+    size: int
     sha256: str | None
     wal: int
+
+    def __enter__(self) -> Base:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.file is not None:
+            self.file.close()
 
 
 class LocalLog:
@@ -106,7 +119,7 @@ class LocalLog:
         return b"".join(chunks), count, Cursor(segment, offset, next_seq)
 
     def base(self, hold: Callable[[int], None]) -> Base:
-        """The published snapshot's bytes (checked against CURRENT), with the hold set on its segments.
+        """The published snapshot, open (checked against CURRENT), with the hold set on its segments.
 
         `hold` is called with the first segment to keep before the snapshot
         is read; CURRENT is read again after that, so a compaction that
@@ -120,16 +133,20 @@ class LocalLog:
             if again != current:
                 continue
             if current is None:
-                return Base(0, None, None, 1)
+                return Base(0, None, 0, None, 1)
             try:
                 fd = self.directory.open_regular(current.snapshot, "snapshot")
             except FileNotFoundError:
                 continue
-            with os.fdopen(fd, "rb") as file:
-                data = file.read()
-            if len(data) != current.size or hashlib.sha256(data).hexdigest() != current.sha256:
+            file = os.fdopen(fd, "rb")
+            # A snapshot file is never rewritten (a newer one gets a new name), and the open file stays
+            # readable if compaction deletes it now: checked once here, it is the same bytes when streamed.
+            size = os.fstat(fd).st_size
+            if size != current.size or hashlib.file_digest(file, "sha256").hexdigest() != current.sha256:
+                file.close()
                 continue  # replaced meanwhile; CURRENT will name the new one
-            return Base(current.seq, data, current.sha256, current.wal)
+            file.seek(0)
+            return Base(current.seq, file, current.size, current.sha256, current.wal)
 
     def segment_numbers(self) -> list[int]:
         return list_directory(self.directory).segment_numbers

@@ -31,6 +31,7 @@ from walqueue.backup import layout
 from walqueue.backup.layout import LogObject, SnapshotManifest
 from walqueue.backup.lease import Lease, LeaseHeld, LeaseLost, store_identity
 from walqueue.backup.localread import Base, Cursor, LocalLog, SegmentGone
+from walqueue.backup.objectstore import Tally
 from walqueue.backup.stores import ObjectStore, PreconditionFailed, StoreUnavailable, open_store
 from walqueue.engine.replication import ReplicationSeat
 from walqueue.format.current import read_current
@@ -188,20 +189,11 @@ class Replicator:
 
     def _new_generation(self, generation: int, now: float) -> None:
         """Begin `generation` at the published snapshot (or the empty store), under the hold."""
-        base: Base = self.local.base(self.seat.hold)
-        if base.data is not None:
-            self._put_new(layout.snapshot_key(generation, base.seq), base.data)
+        with self.local.base(self.seat.hold) as base:
+            if base.file is not None:
+                self._put_snapshot(layout.snapshot_key(generation, base.seq), base)
         link = layout.root_digest(generation, base.sha256)
-        manifest = SnapshotManifest(
-            generation,
-            base.seq,
-            0 if base.data is None else len(base.data),
-            base.sha256,
-            base.seq,
-            link,
-            now,
-            self.lease.fence,
-        )
+        manifest = SnapshotManifest(generation, base.seq, base.size, base.sha256, base.seq, link, now, self.lease.fence)
         self._put_new(layout.manifest_key(generation, base.seq), manifest.to_bytes())
         self.generation, self.cursor, self.head, self.digest = (
             generation,
@@ -230,6 +222,20 @@ class Replicator:
                 log.warning("replica %s: %s is damaged (a partial upload); writing it again", self.store.url, key)
                 self.store.delete(key)
                 self.store.put(key, data, if_none_match=True)
+                return
+            raise LeaseLost(f"{self.store.url}: {key} was written by another replicator; this one stops") from None
+
+    def _put_snapshot(self, key: str, base: Base) -> None:
+        """Stream the snapshot up; the same snapshot there already (an earlier attempt got through) is done.
+
+        Compared by digest, read back piece by piece: memory stays one piece, whatever the snapshot's size.
+        """
+        assert base.file is not None
+        try:
+            self.store.put_file(key, base.file, base.size, if_none_match=True)
+        except PreconditionFailed:
+            tally = Tally()
+            if self.store.read_into(key, tally) and tally.matches(base.size, base.sha256):
                 return
             raise LeaseLost(f"{self.store.url}: {key} was written by another replicator; this one stops") from None
 
@@ -274,12 +280,12 @@ class Replicator:
         boundary = max((b for b in self.boundaries if b[0] <= current.seq), default=None)
         if boundary is None:
             return
-        base = self.local.base(lambda segment: None)
-        if base.seq != current.seq or base.data is None:
-            return
-        self._put_new(layout.snapshot_key(self.generation, base.seq), base.data)
+        with self.local.base(lambda segment: None) as base:
+            if base.seq != current.seq or base.file is None:
+                return
+            self._put_snapshot(layout.snapshot_key(self.generation, base.seq), base)
         manifest = SnapshotManifest(
-            self.generation, base.seq, len(base.data), base.sha256, boundary[0], boundary[1], now, self.lease.fence
+            self.generation, base.seq, base.size, base.sha256, boundary[0], boundary[1], now, self.lease.fence
         )
         self._put_new(layout.manifest_key(self.generation, base.seq), manifest.to_bytes())
         self.snapshot_seq, self.snapshot_at = base.seq, now
