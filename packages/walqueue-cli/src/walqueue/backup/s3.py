@@ -133,7 +133,7 @@ class S3Store:
             answer = self._client.complete_multipart_upload(
                 Bucket=self.bucket, Key=self._key(key), UploadId=upload, MultipartUpload={"Parts": parts}, **extra
             )
-        except (self._client_error, self._transport_error) as exc:
+        except (self._client_error, self._transport_error, OSError) as exc:  # OSError: the source fell short
             self._abort(key, upload)
             raise self._fail(f"writing {key}", exc) from exc
         except BaseException:
