@@ -39,6 +39,8 @@ class FaultyStore:
         self.lose_answer_next = False
         self.puts = 0
         self.attempts = 0
+        #: Called after each deletion (a test's way to let something happen in the middle of a pass).
+        self.on_delete: Callable[[str], None] | None = None
 
     def _check(self, what: str) -> None:
         if self.down:
@@ -85,6 +87,14 @@ class FaultyStore:
     def delete(self, key: str) -> None:
         self._check("delete")
         self.inner.delete(key)
+        if self.on_delete is not None:
+            self.on_delete(key)
+
+
+def put_tasks(queue: Queue, first: int, count: int) -> None:
+    """Tasks ``t<first>`` ... one durable put each."""
+    for number in range(first, first + count):
+        queue.put(f"t{number}", {"n": number})
 
 
 def snapshot_of(queue: Queue) -> dict[str, Any]:

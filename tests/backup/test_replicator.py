@@ -368,3 +368,24 @@ def test_a_replica_with_a_gap_is_never_continued(tmp_path: Path) -> None:
         expected = snapshot_of(queue)
         replicator.stop()
     assert restore_to(store, str(tmp_path / "r"))["tasks"] == expected
+
+
+def test_a_restart_after_a_shipped_snapshot_resumes_without_taking_its_own_manifest_for_another_writer(
+    tmp_path: Path,
+) -> None:
+    store = file_store(tmp_path)
+    with Queue(tmp_path / "q") as queue:
+        replicator = Replicator(queue, store, snapshot_interval=0)
+        _put(queue, 0, 5)
+        assert replicator.tick()
+        queue.compact()
+        assert replicator.tick()  # the snapshot at 5 goes up too
+        replicator.stop()
+    with Queue(tmp_path / "q") as queue:
+        replicator = Replicator(queue, store, snapshot_interval=0)
+        _put(queue, 5, 2)
+        assert replicator.tick(), replicator.fatal
+        assert replicator.status()["generation"] == 1
+        expected = snapshot_of(queue)
+        replicator.stop()
+    assert restore_to(store, str(tmp_path / "r"))["tasks"] == expected

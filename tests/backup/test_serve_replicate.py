@@ -115,7 +115,13 @@ def test_sync_replication_answers_after_the_upload_and_metrics_show_it(
 
 @pytest.mark.parametrize(
     "options",
-    [["--replicate", "ftp://x/y"], ["--replicate-sync"], ["--replicate", "file://host/x"]],
+    [
+        ["--replicate", "ftp://x/y"],
+        ["--replicate-sync"],
+        ["--replicate", "file://host/x"],
+        ["--replicate-retain", "7d"],
+        ["--replicate", "file:///tmp/x", "--replicate-retain", "a week"],
+    ],
 )
 def test_bad_replication_options_are_usage_errors_that_create_nothing(
     short: Path, env: dict[str, str], options: list[str]

@@ -32,6 +32,7 @@ from walqueue.backup.layout import LogObject, SnapshotManifest
 from walqueue.backup.lease import Lease, LeaseHeld, LeaseLost, store_identity
 from walqueue.backup.localread import Base, Cursor, LocalLog, SegmentGone
 from walqueue.backup.objectstore import Tally
+from walqueue.backup.restore import prune
 from walqueue.backup.stores import ObjectStore, PreconditionFailed, StoreUnavailable, open_store
 from walqueue.engine.replication import ReplicationSeat
 from walqueue.format.current import read_current
@@ -61,6 +62,7 @@ class Replicator:
         lease_seconds: float = 30.0,
         snapshot_interval: float = 3600.0,
         sync_grace: float = 60.0,
+        retain: float | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.seat: ReplicationSeat = queue.replication
@@ -70,6 +72,10 @@ class Replicator:
         self.clock = clock
         #: Synchronous mode: how long answers wait for a failing store before the backup is declared broken.
         self.sync_grace = sync_grace
+        #: Seconds of snapshots to keep (None: keep everything); applied after each new snapshot (`_retain`).
+        self.retain = retain
+        self._retain_due = False
+        self.objects_deleted = 0
         self._streak = 0
         self._failing_since: float | None = None
         self._lease_wait: float | None = None
@@ -111,6 +117,8 @@ class Replicator:
                 self.lease.renew(now)
             self._ship(now)
             self._maybe_snapshot(now)
+            if self._retain_due:
+                self._retain(now)
         except LeaseHeld as exc:
             self._lease_held(now, str(exc))
             return False
@@ -175,6 +183,11 @@ class Replicator:
             return False
         self.generation, self.cursor, self.head, self.digest = generation, after, header.last, header.digest
         self.boundaries = [(header.last, header.digest)]
+        newest = layout.manifest_key(*manifests[-1])
+        found = self.store.get(newest)
+        if found is not None:  # the generation's newest snapshot is not uploaded again (nor taken for another's)
+            latest = SnapshotManifest.from_bytes(newest, found[0])
+            self.snapshot_seq, self.snapshot_at = latest.seq, latest.uploaded
         self.seat.hold(after.segment)
         log.info("replica %s: resumed generation %d after transaction %d", self.store.url, generation, header.last)
         return True
@@ -203,6 +216,7 @@ class Replicator:
         )
         self.boundaries = [(base.seq, link)]
         self.snapshot_seq, self.snapshot_at = base.seq, now
+        self._retain_due = self.retain is not None
         if self.state == "broken":
             log.warning(
                 "replica %s: the store answers again; generation %d restarts the backup", self.store.url, generation
@@ -289,6 +303,33 @@ class Replicator:
         )
         self._put_new(layout.manifest_key(self.generation, base.seq), manifest.to_bytes())
         self.snapshot_seq, self.snapshot_at = base.seq, now
+        self._retain_due = self.retain is not None
+
+    def _retain(self, now: float) -> None:
+        """Delete what no kept snapshot's chain needs (`prune`), as the lease holder and only as that.
+
+        The lease is renewed first, and again before any deletion once half of it has run out: a
+        replicator whose lease was taken over gets `LeaseLost` and stops before deleting anything, and
+        every deletion happens while this one's lease has at least half its life left, so never while
+        another replicator holds the replica. A failed pass (the store down) is tried again next tick.
+        """
+        assert self.retain is not None
+        self.lease.renew(now)
+
+        def still_ours() -> None:
+            moment = self.clock()
+            if self.lease.due(moment):
+                self.lease.renew(moment)
+
+        deleted = prune(self.store, self.retain, now, before_delete=still_ours)
+        self.objects_deleted += len(deleted)
+        self._retain_due = False
+        if deleted:
+            log.info(
+                "replica %s: retention deleted %d objects older than every kept snapshot's chain",
+                self.store.url,
+                len(deleted),
+            )
 
     # -- outcomes -------------------------------------------------------------------------
 
@@ -439,6 +480,7 @@ class Replicator:
             "bytes_shipped": self.bytes_shipped,
             "objects_shipped": self.objects_shipped,
             "failures": self.failures,
+            "objects_deleted": self.objects_deleted,
             "broken": self.state == "broken",
             "sync": self.sync,
             "last_error": self.last_error,
@@ -455,7 +497,10 @@ def _same_content(key: str, stored: bytes, mine: bytes) -> bool:
             return dataclasses.replace(logs[0], uploaded=0.0) == dataclasses.replace(logs[1], uploaded=0.0)
         if key.endswith(".json"):
             manifests = SnapshotManifest.from_bytes(key, stored), SnapshotManifest.from_bytes(key, mine)
-            return dataclasses.replace(manifests[0], uploaded=0.0) == dataclasses.replace(manifests[1], uploaded=0.0)
+            # The same snapshot and link: also under another fence (a restarted writer's, which took its lease over).
+            return dataclasses.replace(manifests[0], uploaded=0.0, fence=0) == dataclasses.replace(
+                manifests[1], uploaded=0.0, fence=0
+            )
     except layout.ChainError:
         return False
     return False

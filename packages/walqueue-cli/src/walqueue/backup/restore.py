@@ -232,7 +232,14 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def prune(store: ObjectStore, keep_seconds: float, now: float, *, dry_run: bool = False) -> list[str]:
+def prune(
+    store: ObjectStore,
+    keep_seconds: float,
+    now: float,
+    *,
+    dry_run: bool = False,
+    before_delete: Callable[[], None] | None = None,
+) -> list[str]:
     """Delete what no kept snapshot's chain needs; return the deleted (or, dry, deletable) keys.
 
     Kept: every snapshot uploaded within `keep_seconds`, and the newest one
@@ -240,6 +247,9 @@ def prune(store: ObjectStore, keep_seconds: float, now: float, *, dry_run: bool 
     newest generation's newest snapshot always. A kept snapshot needs its
     own file and every log object after its boundary; everything older in
     its generation, and every older generation without a kept snapshot, goes.
+
+    `before_delete` runs before each deletion: the replicator's check that
+    it still holds the lease (it raises, and the rest stays, if not).
     """
     keys = store.list(layout.GENERATIONS)
     every = []
@@ -274,6 +284,8 @@ def prune(store: ObjectStore, keep_seconds: float, now: float, *, dry_run: bool 
     doomed.sort(key=lambda k: (not k.endswith(".json"), k))  # manifests before the files they name
     if not dry_run:
         for key in doomed:
+            if before_delete is not None:
+                before_delete()
             store.delete(key)
     return doomed
 
