@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import threading
+import time
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
@@ -28,6 +30,7 @@ class FaultyStore:
     `partial_next`: the next put writes half the object under its key, then fails.
     `fail_puts`: the next N puts fail before writing.
     `lose_answer_next`: the next log object is written, then its answer is lost (a timeout after success).
+    `stall`: while the event is set, log objects' puts wait (a slow upload that succeeds in the end).
     """
 
     def __init__(self, inner: ObjectStore) -> None:
@@ -39,6 +42,8 @@ class FaultyStore:
         self.lose_answer_next = False
         self.puts = 0
         self.attempts = 0
+        #: While set, every log object's put waits until it is cleared (a slow upload, which then succeeds).
+        self.stall: threading.Event | None = None
         #: Called after each deletion (a test's way to let something happen in the middle of a pass).
         self.on_delete: Callable[[str], None] | None = None
 
@@ -56,6 +61,9 @@ class FaultyStore:
             self.partial_next = False
             self.inner.put(key, data[: len(data) // 2])
             raise StoreUnavailable("put: timed out mid-upload (injected)")
+        if self.stall is not None and key.endswith(".wal"):
+            while self.stall.is_set():
+                time.sleep(0.01)
         self.puts += 1
         etag = self.inner.put(key, data, if_none_match=if_none_match, if_match=if_match)
         if self.lose_answer_next and key.endswith(".wal"):

@@ -389,3 +389,33 @@ def test_a_restart_after_a_shipped_snapshot_resumes_without_taking_its_own_manif
         expected = snapshot_of(queue)
         replicator.stop()
     assert restore_to(store, str(tmp_path / "r"))["tasks"] == expected
+
+
+def test_a_slow_upload_never_holds_up_the_writer_and_the_lag_shows_it(tmp_path: Path) -> None:
+    """Asynchronous mode: the replicator reads and uploads outside the writer's lock; the writer never waits."""
+    import threading
+    import time
+
+    store = FaultyStore(file_store(tmp_path))
+    store.stall = threading.Event()
+    with Queue(tmp_path / "q") as queue:
+        replicator = Replicator(queue, store, interval=0.01).start()
+        _put(queue, 0, 1)
+        while replicator.head < queue.last_seq:
+            time.sleep(0.01)
+        store.stall.set()  # the next upload hangs, as on a saturated link, until the test lets it go
+        attempts = store.attempts
+        _put(queue, 1, 1)
+        while store.attempts == attempts:  # the log object's upload has begun, and hangs
+            time.sleep(0.01)
+        _put(queue, 2, 50)  # 50 durable puts while the upload hangs: none waits for it
+        status = replicator.status()
+        assert status["lag_transactions"] >= 50 and status["state"] in ("ok", "starting")
+        store.stall.clear()
+        deadline = time.monotonic() + 30
+        while replicator.head < queue.last_seq and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert replicator.status()["lag_transactions"] == 0
+        expected = snapshot_of(queue)
+        replicator.stop()
+    assert restore_to(store.inner, str(tmp_path / "r"))["tasks"] == expected
