@@ -105,6 +105,22 @@ def put_tasks(queue: Queue, first: int, count: int) -> None:
         queue.put(f"t{number}", {"n": number})
 
 
+def replicate_once(store: ObjectStore, path: Any, first: int, count: int, **options: Any) -> dict[str, Any]:
+    """One life of a writer and its replicator: open `path`, put `count` tasks, one tick, stop.
+
+    What it leaves: whether the tick shipped everything, the replicator's status, the queue's tasks.
+    """
+    from walqueue.backup import Replicator
+
+    with Queue(path) as queue:
+        replicator = Replicator(queue, store, **options)
+        put_tasks(queue, first, count)
+        shipped = replicator.tick()
+        status, tasks = replicator.status(), snapshot_of(queue)
+        replicator.stop()
+    return {"shipped": shipped, "status": status, "tasks": tasks}
+
+
 def snapshot_of(queue: Queue) -> dict[str, Any]:
     """Every task of a queue, comparable across stores."""
     return {task.task_id: (task.status, task.payload, task.attempts) for task in queue.tasks()}
