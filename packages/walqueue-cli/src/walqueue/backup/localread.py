@@ -12,6 +12,7 @@ frame) simply ends this read.
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -139,14 +140,9 @@ class LocalLog:
             except FileNotFoundError:
                 continue
             file = os.fdopen(fd, "rb")
-            # A snapshot file is never rewritten (a newer one gets a new name), and the open file stays
-            # readable if compaction deletes it now: checked once here, it is the same bytes when streamed.
-            size = os.fstat(fd).st_size
-            if size != current.size or hashlib.file_digest(file, "sha256").hexdigest() != current.sha256:
-                file.close()
-                continue  # replaced meanwhile; CURRENT will name the new one
-            file.seek(0)
-            return Base(current.seq, file, current.size, current.sha256, current.wal)
+            if _same_snapshot(file, current.size, current.sha256):
+                return Base(current.seq, file, current.size, current.sha256, current.wal)
+            file.close()  # replaced meanwhile; CURRENT will name the new one
 
     def segment_numbers(self) -> list[int]:
         return list_directory(self.directory).segment_numbers
@@ -170,3 +166,18 @@ class LocalLog:
                 except CorruptStore:
                     continue
         return None
+
+
+def _same_snapshot(file: io.BufferedReader, size: int, sha256: str) -> bool:
+    """Whether the open snapshot is `size` bytes with `sha256`, read piece by piece; left at its start.
+
+    A snapshot file is never rewritten (a newer one gets a new name), and an open file stays readable
+    if compaction deletes it meanwhile: checked once here, its bytes are the ones streamed later.
+    """
+    try:
+        same = os.fstat(file.fileno()).st_size == size and hashlib.file_digest(file, "sha256").hexdigest() == sha256
+        file.seek(0)
+    except BaseException:
+        file.close()
+        raise
+    return same
