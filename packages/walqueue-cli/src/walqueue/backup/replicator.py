@@ -162,7 +162,7 @@ class Replicator:
         manifest = SnapshotManifest.from_bytes(layout.manifest_key(*manifests[0]), found[0])
         chain = layout.resolve_chain(manifest.boundary, manifest.link, _log_entries(keys), self._chained)
         if not chain:
-            return False
+            return len(manifests) == 1 and self._resume_at_snapshot(generation, manifest)
         got = self.store.get(chain[-1])
         if got is None:
             return False
@@ -190,6 +190,25 @@ class Replicator:
             self.snapshot_seq, self.snapshot_at = latest.seq, latest.uploaded
         self.seat.hold(after.segment)
         log.info("replica %s: resumed generation %d after transaction %d", self.store.url, generation, header.last)
+        return True
+
+    def _resume_at_snapshot(self, generation: int, manifest: SnapshotManifest) -> bool:
+        """Continue a generation that holds its snapshot alone if that is this store's published snapshot.
+
+        Same sequence and SHA-256 as CURRENT (or both the empty store): the log goes on from there, and the
+        snapshot, which may be large, is not uploaded again after every restart of an idle writer.
+        """
+        current = read_current(self.local.directory)
+        mine = (0, None, 1) if current is None else (current.seq, current.sha256, current.wal)
+        if (mine[0], mine[1]) != (manifest.seq, manifest.sha256) or manifest.boundary != manifest.seq:
+            return False
+        self.seat.hold(mine[2])
+        if read_current(self.local.directory) != current:  # a compaction published meanwhile
+            return False
+        self.generation, self.cursor = generation, Cursor(mine[2], 0, manifest.seq + 1)
+        self.head, self.digest, self.boundaries = manifest.seq, manifest.link, [(manifest.seq, manifest.link)]
+        self.snapshot_seq, self.snapshot_at = manifest.seq, manifest.uploaded
+        log.info("replica %s: resumed generation %d at its snapshot %d", self.store.url, generation, manifest.seq)
         return True
 
     def _chained(self, key: str, link: str) -> str | None:
