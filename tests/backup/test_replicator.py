@@ -227,11 +227,7 @@ def test_the_thread_ships_within_the_interval(tmp_path: Path) -> None:
 
 def test_a_restore_refuses_a_gap_by_name(tmp_path: Path) -> None:
     store = file_store(tmp_path)
-    with Queue(tmp_path / "q") as queue:
-        replicator = Replicator(queue, store, object_bytes=1)
-        _put(queue, 0, 5)
-        replicator.tick()
-        replicator.stop()
+    replicate_once(store, tmp_path / "q", 0, 5, object_bytes=1)  # one log object per transaction
     doomed = [key for key in store.list("generations/") if "-00000000000000000003-" in key]
     store.delete(doomed[0])
     with pytest.raises(ChainError, match=r"transactions 3\.\.3 are in no log object"):
@@ -323,11 +319,7 @@ def test_a_stop_while_the_store_fails_does_not_wait_for_it(tmp_path: Path) -> No
 
 def test_a_replica_with_a_gap_is_never_continued(tmp_path: Path) -> None:
     store = file_store(tmp_path)
-    with Queue(tmp_path / "q") as queue:
-        replicator = Replicator(queue, store, object_bytes=1)
-        _put(queue, 0, 4)
-        replicator.tick()
-        replicator.stop()
+    replicate_once(store, tmp_path / "q", 0, 4, object_bytes=1)
     store.delete(next(key for key in store.list("generations/") if "-00000000000000000002-" in key))
     with Queue(tmp_path / "q") as queue:
         replicator = Replicator(queue, store)
