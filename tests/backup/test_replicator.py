@@ -299,6 +299,7 @@ def test_sync_answers_stop_waiting_once_a_failing_store_outlasts_the_grace(
         # Nothing was compacted away meanwhile: the local log still holds all after the generation's end,
         # so it goes on (a compaction in between would begin generation 2 from a fresh snapshot).
         assert replicator.tick() and replicator.status()["generation"] == 1
+        assert "the store answers again; generation 1 goes on" in caplog.text
         expected = snapshot_of(queue)
         replicator.stop()
     assert restore_to(store.inner, str(tmp_path / "r"))["tasks"] == expected

@@ -145,6 +145,12 @@ class Replicator:
         if generations:
             try:
                 if self._resume(generations[-1]):
+                    if self.state == "broken":
+                        log.warning(
+                            "replica %s: the store answers again; generation %d goes on",
+                            self.store.url,
+                            generations[-1],
+                        )
                     return
             except layout.ChainError as exc:  # a damaged or gapped replica is never continued
                 log.warning("replica %s: generation %d cannot be continued: %s", self.store.url, generations[-1], exc)
