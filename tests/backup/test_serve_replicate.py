@@ -57,6 +57,18 @@ def _stop(process: subprocess.Popen[bytes]) -> tuple[int, str]:
     return process.returncode, err.decode()
 
 
+def _backup_status(socket: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``walqueue --socket S backup status``, run as an operator would."""
+    return subprocess.run(
+        [sys.executable, "-m", "walqueue.cli", "--socket", str(socket), "backup", "status"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=TIMEOUT,
+        check=False,
+    )
+
+
 def test_served_puts_reach_the_replica_and_the_shell_reports_it(
     short: Path, env: dict[str, str], tmp_path: Path
 ) -> None:
@@ -68,14 +80,7 @@ def test_served_puts_reach_the_replica_and_the_shell_reports_it(
                 client.put(f"t{number}", {"n": number})
         deadline = time.monotonic() + TIMEOUT
         while True:
-            shell = subprocess.run(
-                [sys.executable, "-m", "walqueue.cli", "--socket", str(short / "s"), "backup", "status"],
-                capture_output=True,
-                text=True,
-                env=env,
-                timeout=TIMEOUT,
-                check=False,
-            )
+            shell = _backup_status(short / "s", env)
             assert shell.returncode == 0, shell.stderr
             status = json.loads(shell.stdout)
             if status["lag_transactions"] == 0 and status["shipped_seq"] == 5 or time.monotonic() > deadline:
@@ -115,7 +120,13 @@ def test_sync_replication_answers_after_the_upload_and_metrics_show_it(
 
 @pytest.mark.parametrize(
     "options",
-    [["--replicate", "ftp://x/y"], ["--replicate-sync"], ["--replicate", "file://host/x"]],
+    [
+        ["--replicate", "ftp://x/y"],
+        ["--replicate-sync"],
+        ["--replicate", "file://host/x"],
+        ["--replicate-retain", "7d"],
+        ["--replicate", "file:///tmp/x", "--replicate-retain", "a week"],
+    ],
 )
 def test_bad_replication_options_are_usage_errors_that_create_nothing(
     short: Path, env: dict[str, str], options: list[str]
@@ -135,14 +146,7 @@ def test_bad_replication_options_are_usage_errors_that_create_nothing(
 def test_backup_status_without_a_replica_says_so(short: Path, env: dict[str, str]) -> None:
     process = _serve(env, short / "q", short / "s")
     try:
-        shell = subprocess.run(
-            [sys.executable, "-m", "walqueue.cli", "--socket", str(short / "s"), "backup", "status"],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=TIMEOUT,
-            check=False,
-        )
+        shell = _backup_status(short / "s", env)
         assert shell.returncode == 4 and "replicates nowhere" in shell.stderr
     finally:
         _stop(process)

@@ -70,9 +70,15 @@ class Faulty:
             self.inner.put(key, data[: len(data) // 2])
             raise StoreUnavailable("put: injected partial upload")
         return self.inner.put(key, data, if_none_match=if_none_match, if_match=if_match)
+    def put_file(self, key, source, size, *, if_none_match=False):
+        self._maybe_fail("put")
+        return self.inner.put_file(key, source, size, if_none_match=if_none_match)
     def get(self, key):
         self._maybe_fail("get")
         return self.inner.get(key)
+    def read_into(self, key, sink):
+        self._maybe_fail("get")
+        return self.inner.read_into(key, sink)
     def list(self, prefix):
         self._maybe_fail("list")
         return self.inner.list(prefix)

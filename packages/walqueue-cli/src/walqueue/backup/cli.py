@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import re
 import sys
@@ -13,7 +14,7 @@ from walqueue.backup.restore import TargetExists, execute, make_plan, prune
 from walqueue.backup.stores import StoreUnavailable, UsageError, open_store
 from walqueue.format.cmdline import EX_USAGE, EXIT_INTERRUPTED, UsageParser, interrupted, version_line
 
-__all__ = ["main"]
+__all__ = ["duration", "main"]
 
 PROG = "walqueue-restore"
 EXIT_OK = 0
@@ -60,7 +61,7 @@ def _parser() -> UsageParser:
     target.add_argument("--to-time", type=_time, metavar="T", help="restore what was uploaded at or before T")
     parser.add_argument("--dry-run", action="store_true", help="print the plan, write nothing")
     parser.add_argument("--verify", action="store_true", help="restore into a temporary directory, fsck it, compare")
-    parser.add_argument("--retain", type=_duration, metavar="AGE", help="delete what no snapshot newer than AGE needs")
+    parser.add_argument("--retain", type=duration, metavar="AGE", help="delete what no snapshot newer than AGE needs")
     parser.add_argument("--endpoint", help="the S3 endpoint (default: AWS_ENDPOINT_URL)")
     parser.add_argument("--region", help="the S3 region (default: AWS_REGION)")
     parser.add_argument("--version", action="version", version=version_line(PROG))
@@ -82,11 +83,21 @@ def _time(text: str) -> float:
     return moment.timestamp()
 
 
-def _duration(text: str) -> float:
+def duration(text: str) -> float:
+    """An age as the retention options take it: a whole number of s, m, h or d (``7d``); in seconds."""
     match = re.fullmatch(r"([0-9]+)([smhd])", text)
     if match is None:
         raise ValueError(text)
     return int(match[1]) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[match[2]]
+
+
+#: What each failure prints (after the program's name) and the status it exits with, in the order tried.
+_FAILURES: tuple[tuple[type[Exception], int, str], ...] = (
+    (ChainError, EXIT_CHAIN, "{exc}"),
+    (StoreUnavailable, EXIT_UNAVAILABLE, "the object store did not answer: {exc}; try again"),
+    (TargetExists, EXIT_TARGET_EXISTS, "{exc}"),
+    (OSError, EXIT_CANNOT_WRITE, "cannot write the new store: {exc}; nothing was left at the target"),
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,38 +107,34 @@ def main(argv: list[str] | None = None) -> int:
     if modes != 1:
         parser.error("give exactly one of: a DIRECTORY to restore into, --verify, --retain AGE")
     try:
-        store = open_store(args.url, endpoint=args.endpoint, region=args.region, create=False)
-        if args.retain is not None:
-            deleted = prune(store, args.retain, time.time(), dry_run=args.dry_run)
-            for key in deleted:
-                print(("would delete " if args.dry_run else "deleted ") + key)
-            return EXIT_OK
-        plan = make_plan(store, to_seq=args.to_seq, to_time=args.to_time)
-        if args.dry_run or args.verify:
-            for line in plan.describe():
-                print(line)
-        if args.verify:
-            return _verify(store, plan)
-        if not args.dry_run:
-            execute(store, plan, args.directory)
-            print(f"restored {args.url} through transaction {plan.target} into {args.directory}")
-        return EXIT_OK
+        return _run(args)
     except UsageError as exc:
         parser.error(str(exc))
-    except ChainError as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        return EXIT_CHAIN
-    except StoreUnavailable as exc:
-        print(f"{PROG}: the object store did not answer: {exc}; try again", file=sys.stderr)
-        return EXIT_UNAVAILABLE
-    except TargetExists as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        return EXIT_TARGET_EXISTS
-    except OSError as exc:
-        print(f"{PROG}: cannot write the new store: {exc}; nothing was left at the target", file=sys.stderr)
-        return EXIT_CANNOT_WRITE
     except KeyboardInterrupt:
         return interrupted(PROG)
+    except tuple(kind for kind, _, _ in _FAILURES) as exc:
+        status, message = next((status, message) for kind, status, message in _FAILURES if isinstance(exc, kind))
+        print(f"{PROG}: {message.format(exc=exc)}", file=sys.stderr)
+        return status
+
+
+def _run(args: argparse.Namespace) -> int:
+    store = open_store(args.url, endpoint=args.endpoint, region=args.region, create=False)
+    if args.retain is not None:
+        deleted = prune(store, args.retain, time.time(), dry_run=args.dry_run)
+        for key in deleted:
+            print(("would delete " if args.dry_run else "deleted ") + key)
+        return EXIT_OK
+    plan = make_plan(store, to_seq=args.to_seq, to_time=args.to_time)
+    if args.dry_run or args.verify:
+        for line in plan.describe():
+            print(line)
+    if args.verify:
+        return _verify(store, plan)
+    if not args.dry_run:
+        execute(store, plan, args.directory)
+        print(f"restored {args.url} through transaction {plan.target} into {args.directory}")
+    return EXIT_OK
 
 
 def _verify(store: object, plan: object) -> int:

@@ -12,9 +12,11 @@ frame) simply ends this read.
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import BinaryIO
 
 from walqueue.format.current import read_current
 from walqueue.format.directory import StoreDirectory
@@ -41,12 +43,24 @@ class Cursor:
 
 @dataclass(frozen=True, slots=True)
 class Base:
-    """A published snapshot (or the empty store, seq 0), and the first segment the log goes on in."""
+    """A published snapshot (or the empty store, seq 0), and the first segment the log goes on in.
+
+    `file` is the snapshot opened and checked against CURRENT, at its start: it is streamed to the
+    replica from there, never read whole (a snapshot can be gigabytes). Close it (``with base:``).
+    """
 
     seq: int
-    data: bytes | None
+    file: BinaryIO | None
+    size: int
     sha256: str | None
     wal: int
+
+    def __enter__(self) -> Base:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.file is not None:
+            self.file.close()
 
 
 class LocalLog:
@@ -106,7 +120,7 @@ class LocalLog:
         return b"".join(chunks), count, Cursor(segment, offset, next_seq)
 
     def base(self, hold: Callable[[int], None]) -> Base:
-        """The published snapshot's bytes (checked against CURRENT), with the hold set on its segments.
+        """The published snapshot, open (checked against CURRENT), with the hold set on its segments.
 
         `hold` is called with the first segment to keep before the snapshot
         is read; CURRENT is read again after that, so a compaction that
@@ -120,16 +134,15 @@ class LocalLog:
             if again != current:
                 continue
             if current is None:
-                return Base(0, None, None, 1)
+                return Base(0, None, 0, None, 1)
             try:
                 fd = self.directory.open_regular(current.snapshot, "snapshot")
             except FileNotFoundError:
                 continue
-            with os.fdopen(fd, "rb") as file:
-                data = file.read()
-            if len(data) != current.size or hashlib.sha256(data).hexdigest() != current.sha256:
-                continue  # replaced meanwhile; CURRENT will name the new one
-            return Base(current.seq, data, current.sha256, current.wal)
+            file = os.fdopen(fd, "rb")
+            if _same_snapshot(file, current.size, current.sha256):
+                return Base(current.seq, file, current.size, current.sha256, current.wal)
+            file.close()  # replaced meanwhile; CURRENT will name the new one
 
     def segment_numbers(self) -> list[int]:
         return list_directory(self.directory).segment_numbers
@@ -153,3 +166,18 @@ class LocalLog:
                 except CorruptStore:
                     continue
         return None
+
+
+def _same_snapshot(file: io.BufferedReader, size: int, sha256: str) -> bool:
+    """Whether the open snapshot is `size` bytes with `sha256`, read piece by piece; left at its start.
+
+    A snapshot file is never rewritten (a newer one gets a new name), and an open file stays readable
+    if compaction deletes it meanwhile: checked once here, its bytes are the ones streamed later.
+    """
+    try:
+        same = os.fstat(file.fileno()).st_size == size and hashlib.file_digest(file, "sha256").hexdigest() == sha256
+        file.seek(0)
+    except BaseException:
+        file.close()
+        raise
+    return same

@@ -7,12 +7,26 @@ and the opener imports the stores, with no circle between them.
 
 from __future__ import annotations
 
+import hashlib
 import re
-from typing import Protocol
+from collections.abc import Callable, Iterator
+from typing import BinaryIO, Protocol
 
 from walqueue.format.errors import WalQueueError
 
-__all__ = ["ObjectStore", "PreconditionFailed", "StoreUnavailable", "UsageError", "check_key"]
+__all__ = [
+    "CHUNK_BYTES",
+    "ObjectStore",
+    "PreconditionFailed",
+    "StoreUnavailable",
+    "Tally",
+    "UsageError",
+    "check_key",
+    "chunks",
+]
+
+#: The piece a snapshot is copied in, up and down: what a stream holds in memory at once (1 MiB).
+CHUNK_BYTES = 2**20
 
 _KEY = re.compile(r"[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*")
 
@@ -49,6 +63,44 @@ class ObjectStore(Protocol):
     def delete(self, key: str) -> None:
         """Remove `key` (nothing if it is gone already)."""
         ...
+
+    def put_file(self, key: str, source: BinaryIO, size: int, *, if_none_match: bool = False) -> str:
+        """Store the `size` bytes `source` holds from its position, read in pieces (a snapshot); its etag."""
+        ...
+
+    def read_into(self, key: str, sink: Callable[[bytes], object]) -> bool:
+        """Hand the object's bytes to `sink` piece by piece (a snapshot); False if there is none."""
+        ...
+
+
+class Tally:
+    """A sink that hashes and counts the pieces it is handed, then passes them on: a streamed object's check."""
+
+    def __init__(self, then: Callable[[bytes], object] | None = None) -> None:
+        self.digest = hashlib.sha256()
+        self.size = 0
+        self.then = then
+
+    def __call__(self, piece: bytes) -> None:
+        self.digest.update(piece)
+        self.size += len(piece)
+        if self.then is not None:
+            self.then(piece)
+
+    def matches(self, size: int, sha256: str | None) -> bool:
+        """Whether what passed is `size` bytes with SHA-256 `sha256`."""
+        return self.size == size and self.digest.hexdigest() == sha256
+
+
+def chunks(source: BinaryIO, size: int, piece: int = CHUNK_BYTES) -> Iterator[bytes]:
+    """`size` bytes of `source` in pieces of at most `piece`; an `OSError` if it ends sooner."""
+    left = size
+    while left > 0:
+        data = source.read(min(piece, left))
+        if not data:
+            raise OSError(f"the file ended {left} bytes short of the {size} it was to hold")
+        left -= len(data)
+        yield data
 
 
 def check_key(key: str) -> str:

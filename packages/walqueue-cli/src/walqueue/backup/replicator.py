@@ -31,6 +31,8 @@ from walqueue.backup import layout
 from walqueue.backup.layout import LogObject, SnapshotManifest
 from walqueue.backup.lease import Lease, LeaseHeld, LeaseLost, store_identity
 from walqueue.backup.localread import Base, Cursor, LocalLog, SegmentGone
+from walqueue.backup.objectstore import Tally
+from walqueue.backup.restore import prune
 from walqueue.backup.stores import ObjectStore, PreconditionFailed, StoreUnavailable, open_store
 from walqueue.engine.replication import ReplicationSeat
 from walqueue.format.current import read_current
@@ -60,6 +62,7 @@ class Replicator:
         lease_seconds: float = 30.0,
         snapshot_interval: float = 3600.0,
         sync_grace: float = 60.0,
+        retain: float | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.seat: ReplicationSeat = queue.replication
@@ -69,6 +72,10 @@ class Replicator:
         self.clock = clock
         #: Synchronous mode: how long answers wait for a failing store before the backup is declared broken.
         self.sync_grace = sync_grace
+        #: Seconds of snapshots to keep (None: keep everything); applied after each new snapshot (`_retain`).
+        self.retain = retain
+        self._retain_due = False
+        self.objects_deleted = 0
         self._streak = 0
         self._failing_since: float | None = None
         self._lease_wait: float | None = None
@@ -110,6 +117,8 @@ class Replicator:
                 self.lease.renew(now)
             self._ship(now)
             self._maybe_snapshot(now)
+            if self._retain_due:
+                self._retain(now)
         except LeaseHeld as exc:
             self._lease_held(now, str(exc))
             return False
@@ -136,6 +145,12 @@ class Replicator:
         if generations:
             try:
                 if self._resume(generations[-1]):
+                    if self.state == "broken":
+                        log.warning(
+                            "replica %s: the store answers again; generation %d goes on",
+                            self.store.url,
+                            generations[-1],
+                        )
                     return
             except layout.ChainError as exc:  # a damaged or gapped replica is never continued
                 log.warning("replica %s: generation %d cannot be continued: %s", self.store.url, generations[-1], exc)
@@ -153,7 +168,7 @@ class Replicator:
         manifest = SnapshotManifest.from_bytes(layout.manifest_key(*manifests[0]), found[0])
         chain = layout.resolve_chain(manifest.boundary, manifest.link, _log_entries(keys), self._chained)
         if not chain:
-            return False
+            return len(manifests) == 1 and self._resume_at_snapshot(generation, manifest)
         got = self.store.get(chain[-1])
         if got is None:
             return False
@@ -174,8 +189,32 @@ class Replicator:
             return False
         self.generation, self.cursor, self.head, self.digest = generation, after, header.last, header.digest
         self.boundaries = [(header.last, header.digest)]
+        newest = layout.manifest_key(*manifests[-1])
+        found = self.store.get(newest)
+        if found is not None:  # the generation's newest snapshot is not uploaded again (nor taken for another's)
+            latest = SnapshotManifest.from_bytes(newest, found[0])
+            self.snapshot_seq, self.snapshot_at = latest.seq, latest.uploaded
         self.seat.hold(after.segment)
         log.info("replica %s: resumed generation %d after transaction %d", self.store.url, generation, header.last)
+        return True
+
+    def _resume_at_snapshot(self, generation: int, manifest: SnapshotManifest) -> bool:
+        """Continue a generation that holds its snapshot alone if that is this store's published snapshot.
+
+        Same sequence and SHA-256 as CURRENT (or both the empty store): the log goes on from there, and the
+        snapshot, which may be large, is not uploaded again after every restart of an idle writer.
+        """
+        current = read_current(self.local.directory)
+        mine = (0, None, 1) if current is None else (current.seq, current.sha256, current.wal)
+        if (mine[0], mine[1]) != (manifest.seq, manifest.sha256) or manifest.boundary != manifest.seq:
+            return False
+        self.seat.hold(mine[2])
+        if read_current(self.local.directory) != current:  # a compaction published meanwhile
+            return False
+        self.generation, self.cursor = generation, Cursor(mine[2], 0, manifest.seq + 1)
+        self.head, self.digest, self.boundaries = manifest.seq, manifest.link, [(manifest.seq, manifest.link)]
+        self.snapshot_seq, self.snapshot_at = manifest.seq, manifest.uploaded
+        log.info("replica %s: resumed generation %d at its snapshot %d", self.store.url, generation, manifest.seq)
         return True
 
     def _chained(self, key: str, link: str) -> str | None:
@@ -188,20 +227,11 @@ class Replicator:
 
     def _new_generation(self, generation: int, now: float) -> None:
         """Begin `generation` at the published snapshot (or the empty store), under the hold."""
-        base: Base = self.local.base(self.seat.hold)
-        if base.data is not None:
-            self._put_new(layout.snapshot_key(generation, base.seq), base.data)
+        with self.local.base(self.seat.hold) as base:
+            if base.file is not None:
+                self._put_snapshot(layout.snapshot_key(generation, base.seq), base)
         link = layout.root_digest(generation, base.sha256)
-        manifest = SnapshotManifest(
-            generation,
-            base.seq,
-            0 if base.data is None else len(base.data),
-            base.sha256,
-            base.seq,
-            link,
-            now,
-            self.lease.fence,
-        )
+        manifest = SnapshotManifest(generation, base.seq, base.size, base.sha256, base.seq, link, now, self.lease.fence)
         self._put_new(layout.manifest_key(generation, base.seq), manifest.to_bytes())
         self.generation, self.cursor, self.head, self.digest = (
             generation,
@@ -211,6 +241,7 @@ class Replicator:
         )
         self.boundaries = [(base.seq, link)]
         self.snapshot_seq, self.snapshot_at = base.seq, now
+        self._retain_due = self.retain is not None
         if self.state == "broken":
             log.warning(
                 "replica %s: the store answers again; generation %d restarts the backup", self.store.url, generation
@@ -230,6 +261,20 @@ class Replicator:
                 log.warning("replica %s: %s is damaged (a partial upload); writing it again", self.store.url, key)
                 self.store.delete(key)
                 self.store.put(key, data, if_none_match=True)
+                return
+            raise LeaseLost(f"{self.store.url}: {key} was written by another replicator; this one stops") from None
+
+    def _put_snapshot(self, key: str, base: Base) -> None:
+        """Stream the snapshot up; the same snapshot there already (an earlier attempt got through) is done.
+
+        Compared by digest, read back piece by piece: memory stays one piece, whatever the snapshot's size.
+        """
+        assert base.file is not None
+        try:
+            self.store.put_file(key, base.file, base.size, if_none_match=True)
+        except PreconditionFailed:
+            tally = Tally()
+            if self.store.read_into(key, tally) and tally.matches(base.size, base.sha256):
                 return
             raise LeaseLost(f"{self.store.url}: {key} was written by another replicator; this one stops") from None
 
@@ -274,15 +319,42 @@ class Replicator:
         boundary = max((b for b in self.boundaries if b[0] <= current.seq), default=None)
         if boundary is None:
             return
-        base = self.local.base(lambda segment: None)
-        if base.seq != current.seq or base.data is None:
-            return
-        self._put_new(layout.snapshot_key(self.generation, base.seq), base.data)
+        with self.local.base(lambda segment: None) as base:
+            if base.seq != current.seq or base.file is None:
+                return
+            self._put_snapshot(layout.snapshot_key(self.generation, base.seq), base)
         manifest = SnapshotManifest(
-            self.generation, base.seq, len(base.data), base.sha256, boundary[0], boundary[1], now, self.lease.fence
+            self.generation, base.seq, base.size, base.sha256, boundary[0], boundary[1], now, self.lease.fence
         )
         self._put_new(layout.manifest_key(self.generation, base.seq), manifest.to_bytes())
         self.snapshot_seq, self.snapshot_at = base.seq, now
+        self._retain_due = self.retain is not None
+
+    def _retain(self, now: float) -> None:
+        """Delete what no kept snapshot's chain needs (`prune`), as the lease holder and only as that.
+
+        The lease is renewed first, and again before any deletion once half of it has run out: a
+        replicator whose lease was taken over gets `LeaseLost` and stops before deleting anything, and
+        every deletion happens while this one's lease has at least half its life left, so never while
+        another replicator holds the replica. A failed pass (the store down) is tried again next tick.
+        """
+        assert self.retain is not None
+        self.lease.renew(now)
+
+        def still_ours() -> None:
+            moment = self.clock()
+            if self.lease.due(moment):
+                self.lease.renew(moment)
+
+        deleted = prune(self.store, self.retain, now, before_delete=still_ours)
+        self.objects_deleted += len(deleted)
+        self._retain_due = False
+        if deleted:
+            log.info(
+                "replica %s: retention deleted %d objects older than every kept snapshot's chain",
+                self.store.url,
+                len(deleted),
+            )
 
     # -- outcomes -------------------------------------------------------------------------
 
@@ -433,6 +505,7 @@ class Replicator:
             "bytes_shipped": self.bytes_shipped,
             "objects_shipped": self.objects_shipped,
             "failures": self.failures,
+            "objects_deleted": self.objects_deleted,
             "broken": self.state == "broken",
             "sync": self.sync,
             "last_error": self.last_error,
@@ -449,7 +522,10 @@ def _same_content(key: str, stored: bytes, mine: bytes) -> bool:
             return dataclasses.replace(logs[0], uploaded=0.0) == dataclasses.replace(logs[1], uploaded=0.0)
         if key.endswith(".json"):
             manifests = SnapshotManifest.from_bytes(key, stored), SnapshotManifest.from_bytes(key, mine)
-            return dataclasses.replace(manifests[0], uploaded=0.0) == dataclasses.replace(manifests[1], uploaded=0.0)
+            # The same snapshot and link: also under another fence (a restarted writer's, which took its lease over).
+            return dataclasses.replace(manifests[0], uploaded=0.0, fence=0) == dataclasses.replace(
+                manifests[1], uploaded=0.0, fence=0
+            )
     except layout.ChainError:
         return False
     return False

@@ -14,7 +14,6 @@ and an existing store (any non-empty directory) is never overwritten.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 from collections.abc import Callable
@@ -22,6 +21,7 @@ from dataclasses import dataclass, field
 
 from walqueue.backup import layout
 from walqueue.backup.layout import ChainError, LogObject, SnapshotManifest
+from walqueue.backup.objectstore import Tally
 from walqueue.backup.stores import ObjectStore
 from walqueue.format.current import Current, publish_current, write_current_tmp
 from walqueue.format.directory import StoreDirectory
@@ -166,12 +166,7 @@ def _write_store(store: ObjectStore, plan: Plan, path: str) -> None:
     try:
         snap = plan.snapshot
         if snap.sha256 is not None:
-            got = store.get(layout.snapshot_key(plan.generation, snap.seq))
-            if got is None or len(got[0]) != snap.size or hashlib.sha256(got[0]).hexdigest() != snap.sha256:
-                raise ChainError(
-                    f"the snapshot at transaction {snap.seq} of generation {plan.generation} is missing or damaged"
-                )
-            _write_file(directory, snapshot_name(snap.seq), got[0])
+            _stream_snapshot(store, plan, directory)
         fd = directory.create(wal_name(1))
         try:
             link = snap.link
@@ -203,10 +198,21 @@ def _cut(frames: bytes, target: int) -> bytes:
     return frames[:end]
 
 
-def _write_file(directory: StoreDirectory, name: str, data: bytes) -> None:
-    fd = directory.create(name)
+def _stream_snapshot(store: ObjectStore, plan: Plan, directory: StoreDirectory) -> None:
+    """Copy the plan's snapshot into the new store piece by piece, its size and digest checked as it goes.
+
+    Memory stays one piece whatever the snapshot's size; a snapshot that is missing or does not match its
+    manifest is `ChainError` (and the half-built store, a temporary directory, is removed by `execute`).
+    """
+    snap = plan.snapshot
+    fd = directory.create(snapshot_name(snap.seq))
     try:
-        _write_all(fd, data)
+        tally = Tally(lambda piece: _write_all(fd, piece))
+        found = store.read_into(layout.snapshot_key(plan.generation, snap.seq), tally)
+        if not found or not tally.matches(snap.size, snap.sha256):
+            raise ChainError(
+                f"the snapshot at transaction {snap.seq} of generation {plan.generation} is missing or damaged"
+            )
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -226,7 +232,14 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def prune(store: ObjectStore, keep_seconds: float, now: float, *, dry_run: bool = False) -> list[str]:
+def prune(
+    store: ObjectStore,
+    keep_seconds: float,
+    now: float,
+    *,
+    dry_run: bool = False,
+    before_delete: Callable[[], None] | None = None,
+) -> list[str]:
     """Delete what no kept snapshot's chain needs; return the deleted (or, dry, deletable) keys.
 
     Kept: every snapshot uploaded within `keep_seconds`, and the newest one
@@ -234,6 +247,9 @@ def prune(store: ObjectStore, keep_seconds: float, now: float, *, dry_run: bool 
     newest generation's newest snapshot always. A kept snapshot needs its
     own file and every log object after its boundary; everything older in
     its generation, and every older generation without a kept snapshot, goes.
+
+    `before_delete` runs before each deletion: the replicator's check that
+    it still holds the lease (it raises, and the rest stays, if not).
     """
     keys = store.list(layout.GENERATIONS)
     every = []
@@ -268,6 +284,8 @@ def prune(store: ObjectStore, keep_seconds: float, now: float, *, dry_run: bool 
     doomed.sort(key=lambda k: (not k.endswith(".json"), k))  # manifests before the files they name
     if not dry_run:
         for key in doomed:
+            if before_delete is not None:
+                before_delete()
             store.delete(key)
     return doomed
 

@@ -12,9 +12,10 @@ with `endpoint` and `region` (walqueue-serve's ``--replica-endpoint``,
 from __future__ import annotations
 
 import os
-from typing import Any
+from collections.abc import Callable
+from typing import Any, BinaryIO
 
-from walqueue.backup.objectstore import PreconditionFailed, StoreUnavailable, UsageError, check_key
+from walqueue.backup.objectstore import CHUNK_BYTES, PreconditionFailed, StoreUnavailable, UsageError, check_key, chunks
 
 __all__ = ["S3Store"]
 
@@ -34,6 +35,7 @@ class S3Store:
         region: str | None = None,
         timeout: float = 30.0,
         attempts: int = 3,
+        part_bytes: int = 8 * 2**20,
     ) -> None:
         try:
             import boto3  # type: ignore[import-untyped]
@@ -44,6 +46,8 @@ class S3Store:
             ) from None
         self.url = f"s3://{bucket}/{prefix}" if prefix else f"s3://{bucket}"
         self.bucket = bucket
+        #: A snapshot larger than this goes up as a multipart upload in parts of this size (S3's floor: 5 MiB).
+        self.part_bytes = part_bytes
         self.prefix = f"{prefix}/" if prefix else ""
         config = Config(
             retries={"max_attempts": attempts, "mode": "standard"},
@@ -84,18 +88,80 @@ class S3Store:
             raise self._fail(f"writing {key}", exc) from exc
         return str(answer["ETag"])
 
-    def get(self, key: str) -> tuple[bytes, str] | None:
+    def _get_object(self, key: str) -> Any:
+        """GetObject's answer (its body not read yet), or None if there is no such object."""
         try:
-            answer = self._client.get_object(Bucket=self.bucket, Key=self._key(key))
-            data = answer["Body"].read()
+            return self._client.get_object(Bucket=self.bucket, Key=self._key(key))
         except self._client_error as exc:
-            code = str(getattr(exc, "response", {}).get("Error", {}).get("Code", ""))
-            if code in _MISSING_CODES:
+            if str(getattr(exc, "response", {}).get("Error", {}).get("Code", "")) in _MISSING_CODES:
                 return None
             raise self._fail(f"reading {key}", exc) from exc
         except self._transport_error as exc:
             raise self._fail(f"reading {key}", exc) from exc
+
+    def get(self, key: str) -> tuple[bytes, str] | None:
+        answer = self._get_object(key)
+        if answer is None:
+            return None
+        try:
+            data = answer["Body"].read()
+        except (self._client_error, self._transport_error, OSError) as exc:
+            raise self._fail(f"reading {key}", exc) from exc
         return bytes(data), str(answer["ETag"])
+
+    def put_file(self, key: str, source: BinaryIO, size: int, *, if_none_match: bool = False) -> str:
+        """One PutObject up to `part_bytes`; above, a multipart upload, one part in memory at a time.
+
+        The object appears only at CompleteMultipartUpload (conditional like a put), so a failed or
+        abandoned upload leaves no partial object under `key`; its parts are aborted.
+        """
+        if size <= self.part_bytes:
+            return self.put(key, b"".join(chunks(source, size)), if_none_match=if_none_match)
+        try:
+            upload = self._client.create_multipart_upload(Bucket=self.bucket, Key=self._key(key))["UploadId"]
+        except (self._client_error, self._transport_error) as exc:
+            raise self._fail(f"writing {key}", exc) from exc
+        try:
+            parts = []
+            for number, piece in enumerate(chunks(source, size, self.part_bytes), start=1):
+                answer = self._client.upload_part(
+                    Bucket=self.bucket, Key=self._key(key), UploadId=upload, PartNumber=number, Body=piece
+                )
+                parts.append({"PartNumber": number, "ETag": answer["ETag"]})
+                del piece, answer
+            extra = {"IfNoneMatch": "*"} if if_none_match else {}
+            answer = self._client.complete_multipart_upload(
+                Bucket=self.bucket, Key=self._key(key), UploadId=upload, MultipartUpload={"Parts": parts}, **extra
+            )
+        except (self._client_error, self._transport_error, OSError) as exc:  # OSError: the source fell short
+            self._abort(key, upload)
+            raise self._fail(f"writing {key}", exc) from exc
+        except BaseException:
+            self._abort(key, upload)
+            raise
+        return str(answer["ETag"])
+
+    def _abort(self, key: str, upload: str) -> None:
+        """Drop an unfinished upload's parts (best effort: a bucket lifecycle rule takes what this misses)."""
+        try:
+            self._client.abort_multipart_upload(Bucket=self.bucket, Key=self._key(key), UploadId=upload)
+        except (self._client_error, self._transport_error):
+            pass
+
+    def read_into(self, key: str, sink: Callable[[bytes], object]) -> bool:
+        """GetObject's body read piece by piece into `sink` (whose own failure is not the store's)."""
+        answer = self._get_object(key)
+        if answer is None:
+            return False
+        with answer["Body"] as body:
+            while True:
+                try:
+                    piece = body.read(CHUNK_BYTES)
+                except (self._client_error, self._transport_error, OSError) as exc:
+                    raise self._fail(f"reading {key}", exc) from exc
+                if not piece:
+                    return True
+                sink(piece)
 
     def list(self, prefix: str) -> list[str]:
         keys: list[str] = []

@@ -14,43 +14,71 @@ import math
 from typing import Any
 from urllib.parse import urlsplit
 
+from walqueue.backup.cli import duration
 from walqueue.backup.replicator import DEFAULT_MAX_HOLD_BYTES, Replicator
 from walqueue.backup.stores import open_store
 
 __all__ = ["add_replicate_arguments", "check_replicate_arguments", "start_replicator"]
 
 
+#: The options, declared once: flag -> argparse's keywords (added to one group by `add_replicate_arguments`).
+_OPTIONS: tuple[tuple[str, dict[str, Any]], ...] = (
+    (
+        "--replicate",
+        {
+            "metavar": "URL",
+            "help": "ship every durable transaction to file:///path or s3://bucket/prefix (s3 needs walqueue-cli[s3])",
+        },
+    ),
+    (
+        "--replicate-sync",
+        {
+            "action": "store_true",
+            "help": "answer only after the replica holds the transaction (acknowledged means off the box)",
+        },
+    ),
+    (
+        "--replicate-interval",
+        {"type": float, "default": 1.0, "metavar": "SECONDS", "help": "upload every SECONDS (default 1)"},
+    ),
+    (
+        "--replicate-max-hold",
+        {
+            "type": int,
+            "default": DEFAULT_MAX_HOLD_BYTES,
+            "metavar": "BYTES",
+            "help": "unshipped log kept while the replica is unreachable before the backup is declared broken "
+            "(default 1 GiB)",
+        },
+    ),
+    (
+        "--replicate-retain",
+        {
+            "type": duration,
+            "metavar": "AGE",
+            "help": "after each new snapshot, delete what no snapshot of the last AGE (7d, 12h, ...) needs; "
+            "by the lease holder only (default: keep everything)",
+        },
+    ),
+    ("--replica-endpoint", {"metavar": "URL", "help": "the S3 endpoint (default: AWS_ENDPOINT_URL)"}),
+    ("--replica-region", {"metavar": "REGION", "help": "the S3 region (default: AWS_REGION)"}),
+)
+
+
 def add_replicate_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("continuous backup (docs/guide/backup.md)")
-    group.add_argument(
-        "--replicate",
-        metavar="URL",
-        help="ship every durable transaction to file:///path or s3://bucket/prefix (s3 needs walqueue-cli[s3])",
-    )
-    group.add_argument(
-        "--replicate-sync",
-        action="store_true",
-        help="answer only after the replica holds the transaction (acknowledged means off the box)",
-    )
-    group.add_argument(
-        "--replicate-interval", type=float, default=1.0, metavar="SECONDS", help="upload every SECONDS (default 1)"
-    )
-    group.add_argument(
-        "--replicate-max-hold",
-        type=int,
-        default=DEFAULT_MAX_HOLD_BYTES,
-        metavar="BYTES",
-        help="unshipped log kept while the replica is unreachable before the backup is declared broken (default 1 GiB)",
-    )
-    group.add_argument("--replica-endpoint", metavar="URL", help="the S3 endpoint (default: AWS_ENDPOINT_URL)")
-    group.add_argument("--replica-region", metavar="REGION", help="the S3 region (default: AWS_REGION)")
+    for flag, keywords in _OPTIONS:
+        group.add_argument(flag, **keywords)
 
 
 def check_replicate_arguments(arguments: argparse.Namespace) -> str | None:
     """Why the replication options cannot work (a usage error's message), or None."""
     url = arguments.replicate
     if url is None:
-        return "--replicate-sync needs --replicate URL" if arguments.replicate_sync else None
+        companion = "--replicate-sync" if arguments.replicate_sync else None
+        if arguments.replicate_retain is not None:
+            companion = "--replicate-retain"
+        return None if companion is None else f"{companion} needs --replicate URL"
     parts = urlsplit(url)
     if parts.scheme == "file":
         if parts.netloc not in ("", "localhost") or not parts.path.startswith("/"):
@@ -80,4 +108,5 @@ def start_replicator(queue: Any, arguments: argparse.Namespace) -> Replicator | 
         interval=arguments.replicate_interval,
         sync=arguments.replicate_sync,
         max_hold_bytes=arguments.replicate_max_hold,
+        retain=arguments.replicate_retain,
     ).start()

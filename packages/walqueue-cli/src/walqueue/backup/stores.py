@@ -8,7 +8,7 @@ is `PreconditionFailed`; anything that may pass on a retry (a 500, a
 timeout, a reset connection, an unreachable endpoint) is `StoreUnavailable`.
 
 `file://` keeps objects as files under its root: every write goes to a
-temporary file in the root, is fsynced, then linked (``if_none_match``:
+temporary file in the root (a snapshot copied in pieces), is fsynced, then linked (``if_none_match``:
 `os.link` refuses an existing name) or renamed into place, and the
 directory is fsynced. Conditional replacement holds an `fcntl.flock` on the
 root's ``.lock`` while it compares the etag, so two replicators on one
@@ -22,9 +22,19 @@ import fcntl
 import hashlib
 import os
 import uuid
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, BinaryIO
 from urllib.parse import unquote, urlsplit
 
-from walqueue.backup.objectstore import ObjectStore, PreconditionFailed, StoreUnavailable, UsageError, check_key
+from walqueue.backup.objectstore import (
+    CHUNK_BYTES,
+    ObjectStore,
+    PreconditionFailed,
+    StoreUnavailable,
+    UsageError,
+    check_key,
+    chunks,
+)
 
 __all__ = ["FileStore", "ObjectStore", "PreconditionFailed", "StoreUnavailable", "UsageError", "open_store"]
 
@@ -45,24 +55,38 @@ class FileStore:
     def _path(self, key: str) -> str:
         return os.path.join(self.root, *check_key(key).split("/"))
 
-    def _write_temp(self, data: bytes) -> str:
+    def _write_temp(self, pieces: Iterable[bytes]) -> str:
         temp = os.path.join(self.root, f".tmp-{uuid.uuid4().hex}")
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+            for piece in pieces:
+                view = memoryview(piece)
+                while view:
+                    view = view[os.write(fd, view) :]
             os.fsync(fd)
-        finally:
+        except BaseException:
             os.close(fd)
+            _unlink_quietly(temp)
+            raise
+        os.close(fd)
         return temp
 
     def put(self, key: str, data: bytes, *, if_none_match: bool = False, if_match: str | None = None) -> str:
+        self._store(key, (data,), if_none_match=if_none_match, if_match=if_match)
+        return _etag(data)
+
+    def put_file(self, key: str, source: BinaryIO, size: int, *, if_none_match: bool = False) -> str:
+        """Copy `source` into the temporary file piece by piece (memory: one piece), then link it as `put` does."""
+        digest = hashlib.sha256()
+        self._store(key, _hashed(chunks(source, size), digest), if_none_match=if_none_match, if_match=None)
+        return digest.hexdigest()
+
+    def _store(self, key: str, pieces: Iterable[bytes], *, if_none_match: bool, if_match: str | None) -> None:
         path = self._path(key)
         parent = os.path.dirname(path)
         try:
             os.makedirs(parent, exist_ok=True)
-            temp = self._write_temp(data)
+            temp = self._write_temp(pieces)
             try:
                 if if_none_match:
                     try:
@@ -82,7 +106,6 @@ class FileStore:
             _fsync_directory(parent)
         except OSError as exc:
             raise StoreUnavailable(f"{self.url}: writing {key}: {exc}") from exc
-        return _etag(data)
 
     def _locked(self) -> _FileLock:
         return _FileLock(os.path.join(self.root, ".lock"))
@@ -101,6 +124,24 @@ class FileStore:
         except OSError as exc:
             raise StoreUnavailable(f"{self.url}: reading {key}: {exc}") from exc
         return None if data is None else (data, _etag(data))
+
+    def read_into(self, key: str, sink: Callable[[bytes], object]) -> bool:
+        """Read the file piece by piece into `sink` (a failing `sink` is its own error, not the store's)."""
+        try:
+            file = open(self._path(key), "rb")  # noqa: SIM115 - closed below, around the sink's calls
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            raise StoreUnavailable(f"{self.url}: reading {key}: {exc}") from exc
+        with file:
+            while True:
+                try:
+                    piece = file.read(CHUNK_BYTES)
+                except OSError as exc:
+                    raise StoreUnavailable(f"{self.url}: reading {key}: {exc}") from exc
+                if not piece:
+                    return True
+                sink(piece)
 
     def list(self, prefix: str) -> list[str]:
         keys: list[str] = []
@@ -137,6 +178,12 @@ class _FileLock:
 
     def __exit__(self, *exc: object) -> None:
         os.close(self.fd)  # closing releases the lock
+
+
+def _hashed(pieces: Iterable[bytes], digest: Any) -> Iterator[bytes]:
+    for piece in pieces:
+        digest.update(piece)
+        yield piece
 
 
 def _unlink_quietly(path: str) -> None:

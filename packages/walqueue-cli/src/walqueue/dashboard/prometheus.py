@@ -188,6 +188,11 @@ _REPLICA: dict[str, tuple[str, str, str]] = {
     "last_success": ("walqueue_replica_last_success_timestamp_seconds", "gauge", "When the replica last answered."),
     "bytes_shipped": ("walqueue_replica_shipped_bytes_total", "counter", "Log bytes uploaded to the replica."),
     "failures": ("walqueue_replica_failures_total", "counter", "Failed attempts to reach the replica."),
+    "objects_deleted": (
+        "walqueue_replica_retention_deleted_objects_total",
+        "counter",
+        "Replica objects retention deleted (--replicate-retain).",
+    ),
     "broken": ("walqueue_replica_broken", "gauge", "1 while the backup is broken (the hold was released)."),
 }
 
