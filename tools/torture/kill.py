@@ -60,6 +60,8 @@ class ChildLife:
     #: Threaded lives: each thread's acknowledged calls (index -> digest), and the log's frames (seq, thread).
     thread_done: dict[str, dict[int, str]] = field(default_factory=dict)
     frames: list[tuple[int, str]] = field(default_factory=list)
+    #: Threaded lives: the index of the call (of the frame's thread) that wrote each reported frame (seq -> index).
+    frame_calls: dict[int, int] = field(default_factory=dict)
     pid: int | None = None
     returncode: int | None = None
 
@@ -120,7 +122,9 @@ class Zygote:
         elif word == "done":
             life.done[int(first)] = rest
         elif word == "frame":
-            life.frames.append((int(first), rest))
+            thread, call = rest.split()
+            life.frames.append((int(first), thread))
+            life.frame_calls[int(first)] = int(call)
         else:
             raise Abort(f"the victim wrote {line!r}")
 
@@ -262,9 +266,11 @@ def _count_unpublished_snapshot(directory: Path, report: Report) -> None:
 class _ThreadReplay:
     """The parent's copy of one thread of a threaded life: its calls, rebuilt from the model's answers."""
 
-    def __init__(self, ops: ThreadOps, done: dict[int, str]) -> None:
+    def __init__(self, ops: ThreadOps, done: dict[int, str], wrote: set[int]) -> None:
         self.ops = ops
         self.done = done
+        #: The calls the log names as the writers of frames (replayed there, never placed as writing nothing).
+        self.wrote = wrote
         self.index = 0
         self._head: Op | None = None
 
@@ -288,6 +294,10 @@ def _place_without_writing(replay: _ThreadReplay, model: Model) -> int:
     """Place the thread's next acknowledged calls that write nothing and answer as reported at `model`'s state."""
     placed = 0
     while replay.acknowledged:
+        if replay.index in replay.wrote:
+            # Its frames are in the log. Its answer may fit an earlier state where it writes nothing:
+            # an empty reserve that reaped when it ran reaps nothing before a shorter lease or a new one.
+            return placed
         op = replay.head()
         assert op is not None
         digest = replay.done[replay.index]
@@ -329,14 +339,14 @@ def _check_threaded_life(
 ) -> Model:
     """Replay a threaded life in the model in log order; every acknowledged call must be there, answered alike.
 
-    The frames' lines give the log order and each frame's thread. A call
-    that wrote is replayed where its frames are, on the model itself, and
-    must write exactly that many frames; an acknowledged call that wrote
+    The frames' lines give the log order and each frame's thread and call. A
+    call that wrote is replayed where its frames are, on the model itself,
+    and must write exactly those frames; an acknowledged call that wrote
     nothing (a read, a retry, a stale token, an empty reserve) is placed at
     the earliest state, between its thread's neighbours, where the model
-    gives its answer. At the end every acknowledged call must be placed and
-    the reopened store must equal the model: nothing lost, nothing applied
-    twice, and the order one that the model can reach.
+    gives its answer without writing. At the end every acknowledged call
+    must be placed and the reopened store must equal the model: nothing
+    lost, nothing applied twice, and the order one that the model can reach.
     """
     if not directory.exists():
         if life.ready or life.frames or life.thread_done or model.last_seq:
@@ -346,10 +356,10 @@ def _check_threaded_life(
     got = reopened_view(directory, report, where, sync=True, compact_bytes=KILL_COMPACT_BYTES)
     start = model.last_seq
     log = _log_owners(life, start, got["last_seq"], where)
-    replays = {
-        f"T{n}": _ThreadReplay(ThreadOps(seed, unit, epoch, f"T{n}"), life.thread_done.get(f"T{n}", {}))
-        for n in range(threads)
-    }
+    replays = {}
+    for name in (f"T{n}" for n in range(threads)):
+        writers = {owner[1] for owner in log if owner is not None and owner[0] == name}
+        replays[name] = _ThreadReplay(ThreadOps(seed, unit, epoch, name), life.thread_done.get(name, {}), writers)
     position = 0
     while position < len(log):
         for replay in replays.values():
@@ -357,10 +367,10 @@ def _check_threaded_life(
         owner = log[position]
         if owner is None:
             break  # the last frames, written just before the kill, without their lines
-        current = replays.get(owner)
+        current = replays.get(owner[0])
         if current is None or current.head() is None:
             raise Abort(f"{where}: frame {start + position + 1} is from {owner}, which has no call left")
-        model, wrote = _replay_logged_call(current, owner, log, position, start, model, report, where)
+        model, wrote = _replay_logged_call(current, owner[0], log, position, start, model, report, where)
         position += wrote
     if position < len(log):  # frames without lines: the call in flight of one of the threads
         model = _resolve_unreported_tail(replays, model, got, report, where)
@@ -378,9 +388,9 @@ def _check_threaded_life(
     return model
 
 
-def _log_owners(life: ChildLife, start: int, end: int, where: str) -> list[str | None]:
-    """The thread that wrote each frame after `start`, up to the reopened store's `end` (None: no line said)."""
-    owners = dict(life.frames)
+def _log_owners(life: ChildLife, start: int, end: int, where: str) -> list[tuple[str, int] | None]:
+    """The (thread, call) that wrote each frame after `start`, up to the reopened store's `end` (None: no line)."""
+    owners = {seq: (thread, life.frame_calls[seq]) for seq, thread in life.frames}
     if sorted(owners) != list(range(start + 1, start + 1 + len(owners))):
         raise Abort(f"{where}: the frames reported are not consecutive from {start + 1}")
     if owners and max(owners) > end:
@@ -391,7 +401,7 @@ def _log_owners(life: ChildLife, start: int, end: int, where: str) -> list[str |
 def _replay_logged_call(
     replay: _ThreadReplay,
     owner: str,
-    log: list[str | None],
+    log: list[tuple[str, int] | None],
     position: int,
     start: int,
     model: Model,
@@ -402,14 +412,16 @@ def _replay_logged_call(
     op = replay.head()
     assert op is not None
     label = f"{where} {owner} call {replay.index} ({op.describe()}) at frame {start + position + 1}"
+    if log[position] != (owner, replay.index):
+        raise Abort(f"{label}: the log says {log[position]} wrote it; no state before gives this call's answer")
     before = model.clone() if not replay.acknowledged else None
     text, value = answer_of(op, model)
     wrote = model.last_seq - (start + position)
     span = log[position : position + wrote]
     if wrote == 0:
         raise Abort(f"{label}: the model writes nothing here")
-    if any(who not in (owner, None) for who in span) or (replay.acknowledged and None in span):
-        raise Abort(f"{label}: the model writes {wrote} frames, the log has {span}")
+    if any(who not in ((owner, replay.index), None) for who in span) or (replay.acknowledged and None in span):
+        raise Abort(f"{label}: the model writes {wrote} frames, the log has (thread, call) {span}")
     if replay.acknowledged:
         if text_digest(text) != replay.done[replay.index]:
             raise Abort(f"{label}: answered differently from the model")

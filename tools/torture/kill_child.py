@@ -169,11 +169,14 @@ class ThreadOps:
             self.held[self.held.index(op.args["lease"])] = value
 
 
-def _forward_wal_frames(out: int) -> None:
-    """In a threaded victim: after each frame the engine writes to a WAL segment, report ``frame SEQ THREAD``.
+def _forward_wal_frames(out: int, calls: dict[str, int]) -> None:
+    """In a threaded victim: after each frame the engine writes to a WAL segment, report ``frame SEQ THREAD CALL``.
 
     The frame is written under the queue's lock, so the lines come in log
-    order, each naming the thread whose call wrote it; a frame written just
+    order, each naming the thread and the index of its call that wrote it
+    (`calls`: each thread's call under way). The index is what makes the
+    replay exact: an empty reserve writes a reap or nothing depending on
+    when it ran, and its answer alone cannot tell. A frame written just
     before the kill may lack its line (the parent then tries the threads
     whose call was in flight). `os.write` is wrapped, the engine untouched.
     """
@@ -198,7 +201,8 @@ def _forward_wal_frames(out: int) -> None:
                 break
             seq = json.loads(bytes(buffer[4 : 4 + length]))["seq"]
             del buffer[: 4 + length + 32]
-            original(out, f"frame {seq} {threading.current_thread().name}\n".encode())
+            thread = threading.current_thread().name
+            original(out, f"frame {seq} {thread} {calls.get(thread, -1)}\n".encode())
         return count
 
     os.write = write
@@ -210,7 +214,8 @@ def kill_threads_child(
     """The threaded victim: `threads` threads share one Queue (group commit); each reports its acknowledged calls."""
     out = sys.stdout.fileno()
     write = os.write
-    _forward_wal_frames(out)
+    calls: dict[str, int] = {}
+    _forward_wal_frames(out, calls)
     queue = Queue(directory, sync=True, compact_bytes=compact_bytes)
     write(out, b"ready\n")
     failures: list[str] = []
@@ -220,6 +225,7 @@ def kill_threads_child(
             ops = ThreadOps(seed, unit, epoch, name)
             for index in range(KILL_THREAD_STEPS):
                 op = ops.next_op()
+                calls[name] = index
                 text, value = answer_of(op, queue)
                 write(out, f"done {name} {index} {text_digest(text)}\n".encode())
                 ops.feed(op, value)
