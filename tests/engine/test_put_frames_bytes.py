@@ -1,0 +1,29 @@
+"""The put path writes exactly the bytes it wrote before its CPU was cut: same frames, same identity digests.
+
+`frames_e8a61b1/put_frames.bin` is what e8a61b1 wrote for the calls of
+`put_frames_calls.run` (puts and put_manys, with and without keys, times,
+attempts and lanes fields, retries that write nothing): the WAL's frames,
+then the snapshot of the result. Regenerate it only from a tree whose bytes
+are the reference (``python3.12 tests/engine/put_frames_calls.py OUT STORE``
+with that tree's packages on PYTHONPATH), never from the tree under test.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from put_frames_calls import make
+
+GOLDEN = Path(__file__).parent / "frames_e8a61b1" / "put_frames.bin"
+
+
+def test_puts_and_put_manys_write_the_frames_and_snapshot_of_e8a61b1(tmp_path: Path) -> None:
+    written = make(tmp_path / "store")
+    golden = GOLDEN.read_bytes()
+    if written != golden:
+        first = next((i for i, (a, b) in enumerate(zip(written, golden, strict=False)) if a != b), None)
+        at = min(len(written), len(golden)) if first is None else first
+        raise AssertionError(
+            f"the put path wrote other bytes than e8a61b1 from offset {at} "
+            f"(now {written[at : at + 80]!r}, then {golden[at : at + 80]!r}; sizes {len(written)}, {len(golden)})"
+        )
