@@ -20,6 +20,7 @@ so that tests can split with small bounds; the storage layer uses the default, `
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from hashlib import sha256 as _sha256
 from collections.abc import Set as AbstractSet
 
 from walqueue.engine.laneplans import lane_fields, stamp_lease_times
@@ -47,6 +48,7 @@ from walqueue.engine.validate import (
     cut_text,
 )
 from walqueue.format.canonical import canonical_str
+from walqueue.format.canonical import encode_str as _encode_str
 
 __all__ = [
     "Op",
@@ -169,18 +171,19 @@ def put_op(
         "max_attempts": max_attempts,
     }
     _PUT.check_fields(op)  # key, available_at and max_attempts, as the table declares them
-    lane_fields(op, queue, priority)  # each written only when it differs from its default
+    lanes = queue is not DEFAULT_QUEUE or priority != 0 or type(priority) is not int  # False: the default lane
+    if lanes:
+        lane_fields(op, queue, priority)  # each written only when it differs from its default
     payload_json = check_payload(payload)
-    task_json = canonical_str(task_id)
+    task_json = _encode_str(task_id).encode()  # canonical_str, inlined: a checked name always encodes
     key_json = task_json if key is None or key == task_id else canonical_str(op["key"])
     if len(payload_json) > FITTING_PAYLOAD_BYTES:
         check_record_fits(payload_json, task_json, key_json)
     if not build:
         return op
-    op["payload"] = _EncodedPayload(
-        payload_json,
-        identity_digest(task_json, payload_json, available_at, max_attempts, queue, priority),  # type: ignore[arg-type]
-        _PUT.splice(
+    if lanes:
+        digest = identity_digest(task_json, payload_json, available_at, max_attempts, queue, priority)  # type: ignore[arg-type]
+        op_json = _PUT.splice(
             available_at=available_at,
             key=key_json,
             max_attempts=max_attempts,
@@ -188,9 +191,18 @@ def put_op(
             task=task_json,
             queue=canonical_str(op["queue"]) if "queue" in op else None,
             priority=op.get("priority"),
-        ),
-    )
+        )
+    else:  # the same two splices, with the lane members at their defaults (omitted): no call but sha256's
+        digest = _sha256(_DEFAULT_LANE_IDENTITY % (available_at, max_attempts, payload_json, task_json)).digest()
+        op_json = _PUT.splice(
+            available_at=available_at, key=key_json, max_attempts=max_attempts, payload=payload_json, task=task_json
+        )
+    op["payload"] = _EncodedPayload(payload_json, digest, op_json)
     return op
+
+
+#: `records.identity_digest`'s object in the default lane (no lane members): the tests prove the two equal.
+_DEFAULT_LANE_IDENTITY = b'{"available_at":%d,"max_attempts":%d,"payload":%b,"task":%b}'
 
 
 _PUT_ARGUMENTS = frozenset({"task_id", "payload", "key", "available_at", "max_attempts", "queue", "priority"})
@@ -202,11 +214,11 @@ def put_op_from_mapping(item: object, build: bool = True) -> Op:
     A missing `task_id` or `payload`, or any other key, is a `TypeError`,
     as the same mistake in a call to `put` would be.
     """
-    if not isinstance(item, Mapping):
-        raise TypeError(f"each put_many item must be a mapping, not {type(item).__name__}")
     # The usual item (a dict with no unknown key and both required ones) is
     # recognized at C speed; anything else is examined to name its flaw.
     if not (type(item) is dict and item.keys() <= _PUT_ARGUMENTS and "task_id" in item and "payload" in item):
+        if not isinstance(item, Mapping):
+            raise TypeError(f"each put_many item must be a mapping, not {type(item).__name__}")
         unknown = [name for name in item if name not in _PUT_ARGUMENTS]
         if unknown:
             raise TypeError(f"unexpected put argument(s) {sorted(map(repr, unknown))}")
