@@ -17,7 +17,7 @@ from walqueue import Queue
 _PAYLOADS: list[dict[str, Any]] = [
     {},
     {"n": 1},
-    {"to": "ada@example.org", "body": "héllo \u2603 \"quoted\" \\ back", "tags": ["a", "b"], "n": -3},
+    {"to": "ada@example.org", "body": 'héllo \u2603 "quoted" \\ back', "tags": ["a", "b"], "n": -3},
     {"nested": {"z": [1, 2.5, None, True, False], "a": {"deep": {"er": "x"}}}, "f": 1e-7, "big": 2**62},
     {"ctrl": "\x00\x1f\n\t", "emoji": "\U0001f600", "ok": None},
 ]

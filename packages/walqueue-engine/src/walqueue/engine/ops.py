@@ -20,8 +20,8 @@ so that tests can split with small bounds; the storage layer uses the default, `
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from hashlib import sha256 as _sha256
 from collections.abc import Set as AbstractSet
+from hashlib import sha256 as _sha256
 
 from walqueue.engine.laneplans import lane_fields, stamp_lease_times
 from walqueue.engine.optable import Op, OpKind
