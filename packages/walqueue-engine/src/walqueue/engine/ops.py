@@ -171,8 +171,7 @@ def put_op(
         "max_attempts": max_attempts,
     }
     _PUT.check_fields(op)  # key, available_at and max_attempts, as the table declares them
-    lanes = queue is not DEFAULT_QUEUE or priority != 0 or type(priority) is not int  # False: the default lane
-    if lanes:
+    if lanes := (queue is not DEFAULT_QUEUE or priority != 0 or type(priority) is not int):  # False: the default lane
         lane_fields(op, queue, priority)  # each written only when it differs from its default
     payload_json = check_payload(payload)
     task_json = _encode_str(task_id).encode()  # canonical_str, inlined: a checked name always encodes
@@ -183,28 +182,24 @@ def put_op(
         return op
     if lanes:
         digest = identity_digest(task_json, payload_json, available_at, max_attempts, queue, priority)  # type: ignore[arg-type]
-        op_json = _PUT.splice(
-            available_at=available_at,
-            key=key_json,
-            max_attempts=max_attempts,
-            payload=payload_json,
-            task=task_json,
-            queue=canonical_str(op["queue"]) if "queue" in op else None,
-            priority=op.get("priority"),
-        )
-    else:  # the same two splices, with the lane members at their defaults (omitted): no call but sha256's
-        digest = _sha256(_DEFAULT_LANE_IDENTITY % (available_at, max_attempts, payload_json, task_json)).digest()
-        op_json = _PUT.splice(
-            available_at=available_at, key=key_json, max_attempts=max_attempts, payload=payload_json, task=task_json
-        )
+        queue_json, priority = canonical_str(op["queue"]) if "queue" in op else None, op.get("priority")
+    else:  # `identity_digest` spliced here, its lane members at their defaults (omitted): no call but sha256's
+        digest = _sha256(_IDENTITY % (available_at, max_attempts, payload_json, task_json)).digest()
+        queue_json = priority = None
+    op_json = _PUT.splice(
+        available_at=available_at,
+        key=key_json,
+        max_attempts=max_attempts,
+        payload=payload_json,
+        task=task_json,
+        queue=queue_json,
+        priority=priority,
+    )
     op["payload"] = _EncodedPayload(payload_json, digest, op_json)
     return op
 
 
-#: `records.identity_digest`'s object in the default lane (no lane members): the tests prove the two equal.
-_DEFAULT_LANE_IDENTITY = b'{"available_at":%d,"max_attempts":%d,"payload":%b,"task":%b}'
-
-
+_IDENTITY = b'{"available_at":%d,"max_attempts":%d,"payload":%b,"task":%b}'  # the default lane's (tests: equal)
 _PUT_ARGUMENTS = frozenset({"task_id", "payload", "key", "available_at", "max_attempts", "queue", "priority"})
 
 
@@ -247,30 +242,33 @@ def plan_puts(state: State, put_ops: Iterable[Op]) -> tuple[Plan, list[str]]:
     a `KeyConflict` that fails the whole list. A plan without ops writes nothing.
     """
     new: list[Op] = []
+    op_json: list[bytes] = []
     task_ids: list[str] = []
     planned_keys: dict[str, bytes] = {}  # key -> identity, for the new tasks of this list
     planned_ids: set[str] = set()
+    tasks, lookup_key = state.tasks, state.lookup_key
     for index, op in enumerate(put_ops):
         encoded = _encoded_payload(op, "plan_puts")
-        if _is_new(state, op, encoded.identity, planned_keys, planned_ids, index):
-            planned_keys[op["key"]] = encoded.identity
-            planned_ids.add(op["task"])
+        key, task_id = op["key"], op["task"]
+        task_ids.append(task_id)
+        # The usual put names an unknown key and an unknown task: new, without `_is_new`'s call.
+        known = key in planned_keys or task_id in tasks or task_id in planned_ids or lookup_key(key) is not None
+        if not known or _is_new(state, op, encoded.identity, planned_keys, planned_ids, index):
+            planned_keys[key] = encoded.identity
+            planned_ids.add(task_id)
             new.append(op)
-        task_ids.append(op["task"])
-    return Plan(new, [op["payload"].op_json for op in new]), task_ids
+            op_json.append(encoded.op_json)
+    return Plan(new, op_json), task_ids
 
 
 def plan_put(state: State, op: Op) -> Plan | None:
     """`plan_puts` of a single put (`Queue.put`): the put's plan, or ``None`` for an identical retry."""
     encoded = _encoded_payload(op, "plan_put")
     if (state.lookup_key(op["key"]) is None and op["task"] not in state.tasks) or _is_new(
-        state, op, encoded.identity, {}, _NO_IDS, 0
+        state, op, encoded.identity, {}, frozenset(), 0
     ):
         return Plan([op], [encoded.op_json])
     return None
-
-
-_NO_IDS: frozenset[str] = frozenset()
 
 
 def _encoded_payload(op: object, planner: str) -> _EncodedPayload:

@@ -50,7 +50,7 @@ from walqueue.engine.records import (
 from walqueue.engine.snapshot_load import Loaded, check_snapshot_seq, load_records
 from walqueue.engine.transitions import NOTHING_STAGED, OpError, Staging, Transition
 from walqueue.engine.types import Lease, Task, new_lease
-from walqueue.engine.validate import MAX_INT, check_int, check_name, check_queue_name
+from walqueue.engine.validate import DEFAULT_QUEUE, MAX_INT, check_int, check_name, check_queue_name
 
 __all__ = [
     "COMPLETED",
@@ -352,6 +352,8 @@ class State:
         dead = self._dead
         created: list[str] | None = None
         lanes = self._lanes
+        # New ready tasks of the default lane go into its heap together, after the loop (Lanes.added).
+        added: list[HeapEntry] | None = [] if lanes.bulk_default() else None
         for task_id, record in staged:
             old = tasks.get(task_id)
             status = record.status
@@ -372,12 +374,17 @@ class State:
             tasks[task_id] = record
             if status == READY:
                 assert type(record) is TaskRecord
-                record.entry = (record.available_at, task_id)
+                record.entry = entry = (record.available_at, task_id)
+                if old is None and added is not None and record.queue is DEFAULT_QUEUE and record.priority == 0:
+                    added.append(entry)
+                    continue
             lanes.moved(old, record, tasks)
             if status == LEASED:
                 assert type(record) is TaskRecord and record.deadline is not None
                 record.entry = entry = (record.deadline, task_id)
                 heapq.heappush(self._leases, entry)
+        if added:
+            lanes.added(added, tasks)
         self.last_seq = seq
         # WARNING: these two tests restate `pruned`'s bound, so that the usual
         # commit, which rebuilds nothing, makes no call for it (this runs for

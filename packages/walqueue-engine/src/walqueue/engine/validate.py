@@ -236,10 +236,8 @@ def check_payload(payload: object, decoded: bool = False) -> bytes:
     `_SHORT_PAYLOAD_BYTES`). Never pass `decoded=True` for a value built in
     Python.
 
-    A flat payload built in Python (exact `str` keys, every value an exact
-    `str`, `int`, `float`, `bool` or ``None``: most payloads) has exactly the
-    types the decoder would have built, which two C-speed set tests establish;
-    it then takes the same path, without the walk (`_FLAT_TYPES`).
+    A flat payload built in Python (most are) has the decoder's types, which two C-speed
+    set tests establish (`_FLAT_TYPES`): it takes the same path, without the walk.
     """
     if type(payload) is dict and (
         decoded or (_KEY_TYPES.issuperset(map(type, payload)) and _FLAT_TYPES.issuperset(map(type, payload.values())))
