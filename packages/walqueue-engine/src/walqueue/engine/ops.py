@@ -209,8 +209,7 @@ def put_op_from_mapping(item: object, build: bool = True) -> Op:
     A missing `task_id` or `payload`, or any other key, is a `TypeError`,
     as the same mistake in a call to `put` would be.
     """
-    # The usual item (a dict with no unknown key and both required ones) is
-    # recognized at C speed; anything else is examined to name its flaw.
+    # The usual item (a dict of put's names, both required ones in it) is recognized at C speed.
     if not (type(item) is dict and item.keys() <= _PUT_ARGUMENTS and "task_id" in item and "payload" in item):
         if not isinstance(item, Mapping):
             raise TypeError(f"each put_many item must be a mapping, not {type(item).__name__}")
@@ -220,6 +219,8 @@ def put_op_from_mapping(item: object, build: bool = True) -> Op:
         missing = [name for name in ("task_id", "payload") if name not in item]
         if missing:
             raise TypeError(f"put_many item lacks {', '.join(missing)}")
+    if len(item) == 2:  # the two required names alone: every other argument at its default, passed by put_op
+        return put_op(item["task_id"], item["payload"], build=build)
     return put_op(
         item["task_id"],
         item["payload"],
@@ -251,7 +252,6 @@ def plan_puts(state: State, put_ops: Iterable[Op]) -> tuple[Plan, list[str]]:
         encoded = _encoded_payload(op, "plan_puts")
         key, task_id = op["key"], op["task"]
         task_ids.append(task_id)
-        # The usual put names an unknown key and an unknown task: new, without `_is_new`'s call.
         known = key in planned_keys or task_id in tasks or task_id in planned_ids or lookup_key(key) is not None
         if not known or _is_new(state, op, encoded.identity, planned_keys, planned_ids, index):
             planned_keys[key] = encoded.identity
