@@ -154,11 +154,10 @@ def put_op(
     """Validate the arguments of `Queue.put` (`TypeError`/`ValueError`) and build the put's op.
 
     `build=False` checks only (a client's check): no payload digest, no op JSON. A validated
-    put is its op, as every planner's output is. Its payload is
-    an `_EncodedPayload`: the payload's canonical JSON (bytes, so the caller
-    mutating its own dict afterwards changes nothing), the 32-byte identity
-    digest that decides whether a retry is identical, and the op's JSON. No
-    request object stands between validation and the op: on a durable put
+    put is its op, as every planner's output is. Its payload is an `_EncodedPayload`: the
+    payload's canonical JSON (bytes, so the caller mutating its own dict afterwards changes
+    nothing), the 32-byte identity digest that decides whether a retry is identical, and the
+    op's JSON. No request object stands between validation and the op: on a durable put
     every object and call layer costs more than its work (docs/PERFORMANCE.md).
     """
     task_id = check_name(task_id, "task_id")
@@ -182,20 +181,21 @@ def put_op(
         return op
     if lanes:
         digest = identity_digest(task_json, payload_json, available_at, max_attempts, queue, priority)  # type: ignore[arg-type]
-        queue_json, priority = canonical_str(op["queue"]) if "queue" in op else None, op.get("priority")
     else:  # `identity_digest` spliced here, its lane members at their defaults (omitted): no call but sha256's
         digest = _sha256(_IDENTITY % (available_at, max_attempts, payload_json, task_json)).digest()
-        queue_json = priority = None
-    op_json = _PUT.splice(
-        available_at=available_at,
-        key=key_json,
-        max_attempts=max_attempts,
-        payload=payload_json,
-        task=task_json,
-        queue=queue_json,
-        priority=priority,
+    op["payload"] = _EncodedPayload(
+        payload_json,
+        digest,
+        _PUT.splice(
+            available_at=available_at,
+            key=key_json,
+            max_attempts=max_attempts,
+            payload=payload_json,
+            task=task_json,
+            queue=canonical_str(op["queue"]) if "queue" in op else None,
+            priority=op.get("priority"),
+        ),
     )
-    op["payload"] = _EncodedPayload(payload_json, digest, op_json)
     return op
 
 
