@@ -352,8 +352,10 @@ class State:
         dead = self._dead
         created: list[str] | None = None
         lanes = self._lanes
-        # New ready tasks of the default lane go into its heap together, after the loop (Lanes.added).
-        added: list[HeapEntry] | None = [] if lanes.bulk_default() else None
+        # New ready tasks of the default lane go into its heap together, after the loop (Lanes.added),
+        # if the first one finds `bulk_default` (asked once: a lease or an ack commit never asks).
+        added: list[HeapEntry] | None = None
+        bulk = False
         for task_id, record in staged:
             old = tasks.get(task_id)
             status = record.status
@@ -375,9 +377,12 @@ class State:
             if status == READY:
                 assert type(record) is TaskRecord
                 record.entry = entry = (record.available_at, task_id)
-                if old is None and added is not None and record.queue is DEFAULT_QUEUE and record.priority == 0:
-                    added.append(entry)
-                    continue
+                if old is None and record.queue is DEFAULT_QUEUE and record.priority == 0:
+                    if added is None:
+                        added, bulk = [], lanes.bulk_default()
+                    if bulk:
+                        added.append(entry)
+                        continue
             lanes.moved(old, record, tasks)
             if status == LEASED:
                 assert type(record) is TaskRecord and record.deadline is not None
