@@ -24,7 +24,7 @@ budget).
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from walqueue.engine.heaps import HEAP_SLACK, due, first_time, live_ids, pruned
@@ -341,7 +341,7 @@ class State:
 
     # -- commit (apply's second half) -----------------------------------------
 
-    def _commit(self, staged: Iterable[tuple[str, Record]], seq: int) -> Sequence[str]:
+    def _commit(self, staged: Collection[tuple[str, Record]], seq: int) -> Sequence[str]:
         """Install the staged (task id, record) pairs, each replacing the task's record, and advance to `seq`.
 
         Returns the ids of the tasks this created, in op order (the snapshot
@@ -352,10 +352,10 @@ class State:
         dead = self._dead
         created: list[str] | None = None
         lanes = self._lanes
-        # New ready tasks of the default lane go into its heap together, after the loop (Lanes.added),
-        # if the first one finds `bulk_default` (asked once: a lease or an ack commit never asks).
+        # New ready tasks of the default lane go into its heap together, after the loop (Lanes.added), if
+        # the first one finds `bulk_default`. A lone record (a put, a lease, an ack) takes `moved`: no list.
         added: list[HeapEntry] | None = None
-        bulk = False
+        bulk = len(staged) > 1
         for task_id, record in staged:
             old = tasks.get(task_id)
             status = record.status
@@ -377,7 +377,7 @@ class State:
             if status == READY:
                 assert type(record) is TaskRecord
                 record.entry = entry = (record.available_at, task_id)
-                if old is None and record.queue is DEFAULT_QUEUE and record.priority == 0:
+                if bulk and old is None and record.queue is DEFAULT_QUEUE and record.priority == 0:
                     if added is None:
                         added, bulk = [], lanes.bulk_default()
                     if bulk:
