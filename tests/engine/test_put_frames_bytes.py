@@ -1,4 +1,4 @@
-"""The put path writes exactly the bytes it wrote before its CPU was cut: same frames, same identity digests.
+"""The put path after its CPU was cut (DECISIONS §43): the same bytes as before, and the same ready order.
 
 `frames_e8a61b1/put_frames.bin` is what e8a61b1 wrote for the calls of
 `put_frames_calls.run` (puts and put_manys, with and without keys, times,
