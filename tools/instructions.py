@@ -77,7 +77,23 @@ def put_many_batches():
         for batch in range(10):
             queue.put_many([{"task_id": f"task-{batch}-{n:04d}", "payload": {"n": n}} for n in range(1_000)])
 
+def order(n):  # the bench's payload (tools/bench/harness.py `payload`): about 110 bytes, four fields
+    to = f"customer{n:08d}@example.com"
+    return {"body": f"Your order #{n:08d} has shipped.", "kind": "email", "priority": n % 3, "to": to}
+
+def puts_orders():
+    with Queue(directory, sync=False, compact_bytes=None) as queue:
+        for n in range(5_000):
+            queue.put(f"task-{n:05d}", order(n))
+
+def put_many_orders():
+    with Queue(directory, sync=False, compact_bytes=None) as queue:
+        for batch in range(10):
+            queue.put_many([{"task_id": f"task-{batch}-{n:04d}", "payload": order(n)} for n in range(1_000)])
+
 WORK = {
+    "puts_orders": puts_orders,
+    "put_many_orders": put_many_orders,
     "replay_20k": open_only,
     "replay_100k": open_only,
     "snapshot_40k": open_only,
@@ -105,6 +121,8 @@ WORKLOADS = (
     Workload("snapshot_40k", "open: load a 40,000-task snapshot", True),
     Workload("put_reserve_ack", "5,000 puts, then 5,000 reserve+ack (sync=False)", False),
     Workload("put_many_batches", "10 put_many of 1,000 tasks (sync=False)", False),
+    Workload("puts_orders", "5,000 puts of the bench's payload (sync=False)", False),
+    Workload("put_many_orders", "10 put_many of 1,000 tasks of the bench's payload (sync=False)", False),
 )
 
 _COLLECTED = re.compile(rb"Collected\s*:\s*(\d+)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import json
 import math
+import re
 import time
 from collections import OrderedDict
 from typing import Any
@@ -381,6 +382,45 @@ def test_the_decoded_check_takes_the_full_walk_for_an_int_too_large() -> None:
     assert check_decoded_payload({"n": 2**MAX_PAYLOAD_INT_BITS - 1}) == check_payload(
         {"n": 2**MAX_PAYLOAD_INT_BITS - 1}
     )
+
+
+class _Str(str):
+    pass
+
+
+class _Int(int):
+    pass
+
+
+class _Float(float):
+    pass
+
+
+# Values and keys of a flat payload built in Python, including every kind the walk refuses.
+flat_values = (
+    json_scalars
+    | edge_texts.map(json.loads).filter(lambda value: not isinstance(value, (list, dict)))
+    | st.sampled_from(
+        [_Str("s"), _Int(1), _Float(0.5), enum.IntEnum("E", "A").A, math.nan, math.inf, (), b"x", "\ud800", 2**14001]
+    )
+)
+flat_keys = st.text(max_size=4) | st.sampled_from([_Str("k"), 1, None, True, 1.5, "\udc00"])
+
+
+@SETTINGS
+@given(st.dictionaries(flat_keys, flat_values, max_size=4))
+def test_a_flat_payload_gets_the_walks_verdict_and_bytes(payload: dict[Any, Any]) -> None:
+    """The flat shortcut (exact scalar types, bytes settle the bounds) answers as the walk does, error and message."""
+    walked: Any
+    try:  # nested one level down, the payload takes the walk
+        walked = check_payload({"w": payload})[len(b'{"w":') : -1]
+    except (TypeError, ValueError) as exc:
+        walked = (type(exc), re.sub(r"position \d+", "", str(exc)))  # the wrapper moves the offset
+    try:
+        shortcut: Any = check_payload(payload)
+    except (TypeError, ValueError) as exc:
+        shortcut = (type(exc), re.sub(r"position \d+", "", str(exc)))
+    assert shortcut == walked
 
 
 @SETTINGS

@@ -65,6 +65,7 @@ class Durability:
         "_later",
         "_target",
         "_syncing",
+        "_sleeping",
         "_failure",
         "metrics",
         "replica_wait",
@@ -78,6 +79,8 @@ class Durability:
         self._new_conditions()
         self._target = seq
         self._syncing = False
+        #: Threads asleep on either condition (changed under the lock): an fsync with none to wake notifies nobody.
+        self._sleeping = 0
         self._failure: OSError | QueueClosed | None = None
         #: Told of each successful fsync, holding the lock: its seconds and the transactions it made durable.
         self.metrics: Metrics | None = None
@@ -111,10 +114,12 @@ class Durability:
                         raise _echo(self._failure)
                     if not self._syncing:
                         self._lead()
-                    elif needed <= self._target:
-                        self._covered.wait()
                     else:
-                        self._later.wait()
+                        self._sleeping += 1
+                        try:
+                            (self._covered if needed <= self._target else self._later).wait()
+                        finally:
+                            self._sleeping -= 1
             except BaseException:
                 # This thread may have been the one woken to lead next (a signal
                 # handler raised in its wait): pass that on, or the others sleep on.
@@ -128,7 +133,11 @@ class Durability:
             return
         with self._lock:
             while self._syncing:
-                self._covered.wait()
+                self._sleeping += 1
+                try:
+                    self._covered.wait()
+                finally:
+                    self._sleeping -= 1
             if self._failure is not None:
                 raise _echo(self._failure)
             if self.durable < self.written:
@@ -146,6 +155,7 @@ class Durability:
         """In a forked child: a fresh condition, since another thread may have held this one at the fork."""
         self._new_conditions()
         self._syncing = False
+        self._sleeping = 0
         self._failure = QueueClosed("a forked child's copy of the queue")
 
     @property
@@ -186,11 +196,12 @@ class Durability:
         finally:
             self._syncing = False
             covered, later = self._covered, self._later
-            covered.notify_all()
-            if self._failure is not None:
-                later.notify_all()
-            else:
-                later.notify()  # the next leader; its fsync will cover every later waiter
+            if self._sleeping:  # nobody asleep (a lone caller's usual fsync): no condition to wake
+                covered.notify_all()
+                if self._failure is not None:
+                    later.notify_all()
+                else:
+                    later.notify()  # the next leader; its fsync will cover every later waiter
             self._covered, self._later = later, covered
         if self._failure is None and target > self.durable:
             if self.metrics is not None:

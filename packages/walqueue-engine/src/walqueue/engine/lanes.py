@@ -232,6 +232,36 @@ class Lanes:
         if q.rate_until is not None and (new.status == READY or (old is not None and old.status == LEASED)):
             heapq.heappush(self.rate_wait, (q.rate_until, name))  # a reserve past the window looks again
 
+    def bulk_default(self) -> bool:
+        """Whether new ready tasks of the default lane may go in through `added`: its queue has no setting or block."""
+        q = self.default
+        return not (q.paused or q.concurrency is not None or q.rate is not None or q.rate_until is not None)
+
+    def added(self, entries: list[HeapEntry], tasks: Mapping[str, Record]) -> None:
+        """`moved(None, record)` for new ready tasks of the default lane at once, given their entries (in `tasks`).
+
+        Only while `bulk_default()`: then nothing depends on the order they
+        came in, so the heap takes them in one step (extended and heapified
+        once they outnumber it) and the lane is seated once, by the smallest.
+        """
+        lane = self.default_lane
+        heap = lane.heap
+        if len(entries) > len(heap):
+            heap.extend(entries)
+            heapq.heapify(heap)
+        else:
+            for entry in entries:
+                heapq.heappush(heap, entry)
+        lane.live += len(entries)
+        self.default.counts[READY] += len(entries)
+        if len(heap) > 2 * lane.live + HEAP_SLACK:
+            lane.heap = [e for e in heap if tasks[e[1]].entry is e]
+            heapq.heapify(lane.heap)
+        first = min(entries)
+        seat = lane.entry
+        if seat is None or first < (seat[-3], seat[-2]):
+            self.place(lane, first[0], first[1])
+
     def leased_at(self, name: str, at: int) -> None:
         """A lease of queue `name` at `at` (its op's ``at``): the rate limiter keeps it; the window may close."""
         q = self.queues[name]

@@ -1,26 +1,24 @@
 """Building transactions from validated requests: pure planning, no I/O.
 
-Like h2's "data to send", an operation here only *produces* a transaction:
-a `Plan`, its ops together with each op's canonical JSON. The storage layer
-alone frames (`Plan.body`), writes and syncs it, and then hands the very
-same ops to `state.apply`. A planner reads the state and never changes it,
-so a call refused here (bad arguments, `KeyConflict`, `StaleLease`) has
-written nothing and changed nothing.
+Like h2's "data to send", an operation here only *produces* a transaction: a `Plan`, its ops together with each op's
+canonical JSON. The storage layer alone frames (`Plan.body`), writes and syncs it, and then hands the very same ops
+to `state.apply`. A planner reads the state and never changes it, so a call refused here (bad arguments,
+`KeyConflict`, `StaleLease`) has written nothing and changed nothing.
 
-Every op's JSON comes from its kind's template (`OpKind.encode`, derived
-from `state.OP_KINDS`), so `Queue` never chooses an encoder and no kind can
-lack one. A put's payload travels in the op as `_EncodedPayload`, this
-module's private carrier: its canonical JSON and identity digest, computed
-once here; `apply` reads it only for a `Plan`'s ops (its `_planned` flag).
+Every op's JSON comes from its kind's template (`OpKind.encode`, derived from `state.OP_KINDS`), so `Queue` never
+chooses an encoder and no kind can lack one. A put's payload travels in the op as `_EncodedPayload`, this module's
+private carrier: its canonical JSON and identity digest, computed once here; `apply` reads it only for a `Plan`'s
+ops (its `_planned` flag).
 
-Every planner that may split or cut a transaction takes the frame bound as a keyword (`max_frame_bytes`),
-so that tests can split with small bounds; the storage layer uses the default, `MAX_FRAME_BYTES`.
+Every planner that may split or cut a transaction takes the frame bound as a keyword (`max_frame_bytes`), so that
+tests can split with small bounds; the storage layer uses the default, `MAX_FRAME_BYTES`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from collections.abc import Set as AbstractSet
+from hashlib import sha256 as _sha256
 
 from walqueue.engine.laneplans import lane_fields, stamp_lease_times
 from walqueue.engine.optable import Op, OpKind
@@ -47,6 +45,7 @@ from walqueue.engine.validate import (
     cut_text,
 )
 from walqueue.format.canonical import canonical_str
+from walqueue.format.canonical import encode_str as _encode_str
 
 __all__ = [
     "Op",
@@ -113,11 +112,10 @@ class Plan:
 class _EncodedPayload:
     """A put's payload as `put_op` validated it: its canonical JSON, the put's identity digest, and the op's JSON.
 
-    Made only here, from the very task id, key, available_at and max_attempts of the same op, so that
-    `apply` and the frame reuse the bytes and the digest instead of walking, encoding and hashing the
-    payload again, and the plan frames `op_json` (spliced by the put kind while the names' bytes are at
-    hand) as it is. Deliberately not a dict, so that nothing can encode it as JSON by mistake; `apply`
-    accepts it only in a `Plan`'s ops.
+    Made only here, from the very task id, key, available_at and max_attempts of the same op, so that `apply` and
+    the frame reuse the bytes and the digest instead of walking, encoding and hashing the payload again, and the
+    plan frames `op_json` (spliced by the put kind while the names' bytes are at hand) as it is. Deliberately not a
+    dict, so that nothing can encode it as JSON by mistake; `apply` accepts it only in a `Plan`'s ops.
     """
 
     __slots__ = ("canonical", "identity", "op_json")
@@ -152,13 +150,11 @@ def put_op(
 ) -> Op:
     """Validate the arguments of `Queue.put` (`TypeError`/`ValueError`) and build the put's op.
 
-    `build=False` checks only (a client's check): no payload digest, no op JSON. A validated
-    put is its op, as every planner's output is. Its payload is
-    an `_EncodedPayload`: the payload's canonical JSON (bytes, so the caller
-    mutating its own dict afterwards changes nothing), the 32-byte identity
-    digest that decides whether a retry is identical, and the op's JSON. No
-    request object stands between validation and the op: on a durable put
-    every object and call layer costs more than its work (docs/PERFORMANCE.md).
+    `build=False` checks only (a client's check): no payload digest, no op JSON. A validated put is its op, as every
+    planner's output is. Its payload is an `_EncodedPayload`: the payload's canonical JSON (bytes, so the caller
+    mutating its own dict afterwards changes nothing), the 32-byte identity digest that decides whether a retry is
+    identical, and the op's JSON. No request object stands between validation and the op: on a durable put every
+    object and call layer costs more than its work (docs/PERFORMANCE.md).
     """
     task_id = check_name(task_id, "task_id")
     op: Op = {
@@ -170,19 +166,24 @@ def put_op(
         "max_attempts": max_attempts,
     }
     _PUT.check_fields(op)  # key, available_at and max_attempts, as the table declares them
-    lane_fields(op, queue, priority)  # each written only when it differs from its default
+    if lanes := (queue is not DEFAULT_QUEUE or priority != 0 or type(priority) is not int):  # False: the default lane
+        lane_fields(op, queue, priority)  # each written only when it differs from its default
     if put_at != 0 or type(put_at) is not int:  # the producer's time: written only when given, never in the identity
         op["put_at"] = check_int(put_at, "put_at")
     payload_json = check_payload(payload)
-    task_json = canonical_str(task_id)
+    task_json = _encode_str(task_id).encode()  # canonical_str, inlined: a checked name always encodes
     key_json = task_json if key is None or key == task_id else canonical_str(op["key"])
     if len(payload_json) > FITTING_PAYLOAD_BYTES:
         check_record_fits(payload_json, task_json, key_json)
     if not build:
         return op
+    if lanes:
+        digest = identity_digest(task_json, payload_json, available_at, max_attempts, queue, priority)  # type: ignore[arg-type]
+    else:  # `identity_digest` spliced here, its lane members at their defaults (omitted): no call but sha256's
+        digest = _sha256(_IDENTITY % (available_at, max_attempts, payload_json, task_json)).digest()
     op["payload"] = _EncodedPayload(
         payload_json,
-        identity_digest(task_json, payload_json, available_at, max_attempts, queue, priority),  # type: ignore[arg-type]
+        digest,
         _PUT.splice(
             available_at=available_at,
             key=key_json,
@@ -197,6 +198,7 @@ def put_op(
     return op
 
 
+_IDENTITY = b'{"available_at":%d,"max_attempts":%d,"payload":%b,"task":%b}'  # the default lane's (tests: equal)
 _PUT_ARGUMENTS = frozenset({"task_id", "payload", "key", "available_at", "max_attempts", "queue", "priority", "put_at"})
 
 
@@ -206,17 +208,18 @@ def put_op_from_mapping(item: object, build: bool = True) -> Op:
     A missing `task_id` or `payload`, or any other key, is a `TypeError`,
     as the same mistake in a call to `put` would be.
     """
-    if not isinstance(item, Mapping):
-        raise TypeError(f"each put_many item must be a mapping, not {type(item).__name__}")
-    # The usual item (a dict with no unknown key and both required ones) is
-    # recognized at C speed; anything else is examined to name its flaw.
+    # The usual item (a dict of put's names, both required ones in it) is recognized at C speed.
     if not (type(item) is dict and item.keys() <= _PUT_ARGUMENTS and "task_id" in item and "payload" in item):
+        if not isinstance(item, Mapping):
+            raise TypeError(f"each put_many item must be a mapping, not {type(item).__name__}")
         unknown = [name for name in item if name not in _PUT_ARGUMENTS]
         if unknown:
             raise TypeError(f"unexpected put argument(s) {sorted(map(repr, unknown))}")
         missing = [name for name in ("task_id", "payload") if name not in item]
         if missing:
             raise TypeError(f"put_many item lacks {', '.join(missing)}")
+    if len(item) == 2:  # the two required names alone: every other argument at its default, passed by put_op
+        return put_op(item["task_id"], item["payload"], build=build)
     return put_op(
         item["task_id"],
         item["payload"],
@@ -240,30 +243,32 @@ def plan_puts(state: State, put_ops: Iterable[Op]) -> tuple[Plan, list[str]]:
     a `KeyConflict` that fails the whole list. A plan without ops writes nothing.
     """
     new: list[Op] = []
+    op_json: list[bytes] = []
     task_ids: list[str] = []
     planned_keys: dict[str, bytes] = {}  # key -> identity, for the new tasks of this list
     planned_ids: set[str] = set()
+    tasks, lookup_key = state.tasks, state.lookup_key
     for index, op in enumerate(put_ops):
         encoded = _encoded_payload(op, "plan_puts")
-        if _is_new(state, op, encoded.identity, planned_keys, planned_ids, index):
-            planned_keys[op["key"]] = encoded.identity
-            planned_ids.add(op["task"])
+        key, task_id = op["key"], op["task"]
+        task_ids.append(task_id)
+        known = key in planned_keys or task_id in tasks or task_id in planned_ids or lookup_key(key) is not None
+        if not known or _is_new(state, op, encoded.identity, planned_keys, planned_ids, index):
+            planned_keys[key] = encoded.identity
+            planned_ids.add(task_id)
             new.append(op)
-        task_ids.append(op["task"])
-    return Plan(new, [op["payload"].op_json for op in new]), task_ids
+            op_json.append(encoded.op_json)
+    return Plan(new, op_json), task_ids
 
 
 def plan_put(state: State, op: Op) -> Plan | None:
     """`plan_puts` of a single put (`Queue.put`): the put's plan, or ``None`` for an identical retry."""
     encoded = _encoded_payload(op, "plan_put")
     if (state.lookup_key(op["key"]) is None and op["task"] not in state.tasks) or _is_new(
-        state, op, encoded.identity, {}, _NO_IDS, 0
+        state, op, encoded.identity, {}, frozenset(), 0
     ):
         return Plan([op], [encoded.op_json])
     return None
-
-
-_NO_IDS: frozenset[str] = frozenset()
 
 
 def _encoded_payload(op: object, planner: str) -> _EncodedPayload:

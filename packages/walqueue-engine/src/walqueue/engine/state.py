@@ -24,7 +24,7 @@ budget).
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from walqueue.engine.heaps import HEAP_SLACK, due, first_time, live_ids, pruned
@@ -50,7 +50,7 @@ from walqueue.engine.records import (
 from walqueue.engine.snapshot_load import Loaded, check_snapshot_seq, load_records
 from walqueue.engine.transitions import NOTHING_STAGED, OpError, Staging, Transition
 from walqueue.engine.types import Lease, Task, new_lease
-from walqueue.engine.validate import MAX_INT, check_int, check_name, check_queue_name
+from walqueue.engine.validate import DEFAULT_QUEUE, MAX_INT, check_int, check_name, check_queue_name
 
 __all__ = [
     "COMPLETED",
@@ -345,7 +345,7 @@ class State:
 
     # -- commit (apply's second half) -----------------------------------------
 
-    def _commit(self, staged: Iterable[tuple[str, Record]], seq: int) -> Sequence[str]:
+    def _commit(self, staged: Collection[tuple[str, Record]], seq: int) -> Sequence[str]:
         """Install the staged (task id, record) pairs, each replacing the task's record, and advance to `seq`.
 
         Returns the ids of the tasks this created, in op order (the snapshot
@@ -356,6 +356,10 @@ class State:
         dead = self._dead
         created: list[str] | None = None
         lanes = self._lanes
+        # New ready tasks of the default lane go into its heap together, after the loop (Lanes.added), if
+        # the first one finds `bulk_default`. A lone record (a put, a lease, an ack) takes `moved`: no list.
+        added: list[HeapEntry] | None = None
+        bulk = len(staged) > 1
         for task_id, record in staged:
             old = tasks.get(task_id)
             status = record.status
@@ -376,12 +380,20 @@ class State:
             tasks[task_id] = record
             if status == READY:
                 assert type(record) is TaskRecord
-                record.entry = (record.available_at, task_id)
+                record.entry = entry = (record.available_at, task_id)
+                if bulk and old is None and record.queue is DEFAULT_QUEUE and record.priority == 0:
+                    if added is None:
+                        added, bulk = [], lanes.bulk_default()
+                    if bulk:
+                        added.append(entry)
+                        continue
             lanes.moved(old, record, tasks)
             if status == LEASED:
                 assert type(record) is TaskRecord and record.deadline is not None
                 record.entry = entry = (record.deadline, task_id)
                 heapq.heappush(self._leases, entry)
+        if added:
+            lanes.added(added, tasks)
         self.last_seq = seq
         # WARNING: these two tests restate `pruned`'s bound, so that the usual
         # commit, which rebuilds nothing, makes no call for it (this runs for

@@ -17,6 +17,7 @@ try:  # CPython's C encoder, built once: JSONEncoder.encode builds a new one per
     from _json import make_encoder as _c_make_encoder
 except ImportError:  # pragma: no cover - other interpreters use the pure-Python encoder
     _C_ENCODE = None
+    from json.encoder import py_encode_basestring as _c_encode_str
 else:
     # The same arguments JSONEncoder passes, without circular-reference
     # tracking: a cycle then ends in RecursionError, turned into ValueError
@@ -53,6 +54,11 @@ def canonical_str(value: str) -> bytes:
     if _C_ENCODE is None:  # pragma: no cover
         return canonical_json(value)
     return _c_encode_str(value).encode("utf-8")
+
+
+#: The str form of `canonical_str` (``canonical_str(v) == encode_str(v).encode()``): for a caller
+#: that has just checked `v` is a storable name and calls it on every operation, without the wrapper.
+encode_str: Callable[[str], str] = _c_encode_str
 
 
 def _reject_constant(name: str) -> Any:
