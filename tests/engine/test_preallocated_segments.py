@@ -218,3 +218,22 @@ def test_a_length_flipped_to_run_over_later_frames_into_the_zeros_is_corrupt_and
     assert report.exit_code == EXIT_CORRUPT and any(finding.offset == 0 for finding in report.findings)
     [surveyed] = read_survey(crashed).segments
     assert surveyed.torn is None and [(run.first_seq, run.last_seq) for run in surveyed.runs] == [(2, 3)]
+
+
+def test_the_flipped_length_example_of_format_md(tmp_path: Path) -> None:
+    """docs/FORMAT.md §7, "A cut write holds no zero byte before the zeros": length 0x69 read as 0x169."""
+    source, crashed = tmp_path / "q", tmp_path / "crashed"
+    with Queue(source, sync=False) as queue:
+        queue.put("t1", {"n": 1})
+        queue.reserve("w1", now=100, lease_seconds=30)
+        shutil.copytree(source, crashed)
+    segment = crashed / wal_name(1)
+    data = bytearray(segment.read_bytes())
+    assert data[:4] == b"\x00\x00\x00\x69" and data[0x8D:0x91] == b"\x00\x00\x00\x58"
+    assert _frames_end(segment) == 0x109 and data[0x109:].count(0) == len(data) - 0x109
+    data[2] ^= 0x01
+    segment.write_bytes(bytes(data))
+    with pytest.raises(CorruptStore) as info:
+        Queue(crashed, sync=False)
+    assert info.value.offset == 0 and "frame digest mismatch" in str(info.value)
+    assert check(crashed, replay=True).exit_code == EXIT_CORRUPT
