@@ -18,6 +18,7 @@ from walqueue import CorruptStore, Queue
 from walqueue.format.frame import encode_frame
 from walqueue.format.fsck import EXIT_CORRUPT, EXIT_HEALTHY, EXIT_TORN, check
 from walqueue.format.names import wal_name
+from walqueue.format.survey import read_survey
 
 STORES = Path(__file__).parent / "stores_7ef88fe"
 
@@ -193,3 +194,46 @@ def test_the_zero_tail_example_of_format_md(tmp_path: Path) -> None:
         [lease] = queue.reserve("w1", now=100, lease_seconds=30)
         assert len(read_frames(tmp_path / "q" / wal_name(1))) == 2
         assert _frames_end(tmp_path / "q" / wal_name(1)) - 0x8D == 124
+
+
+def test_a_length_flipped_to_run_over_later_frames_into_the_zeros_is_corrupt_and_salvageable(tmp_path: Path) -> None:
+    """A flip that makes the first frame's body reach the zero tail is damage, never a torn write that cuts t1, t2.
+
+    Opening, fsck and salvage's survey read it alike: corrupt at byte 0, the
+    later frames intact (salvage keeps them).
+    """
+    crashed, end = _crash_copy(tmp_path)
+    segment = crashed / wal_name(1)
+    data = bytearray(segment.read_bytes())
+    length = int.from_bytes(data[:4], "big")
+    bit = next(b for b in range(8, 16) if not length >> b & 1 and 4 + (length | 1 << b) >= end)
+    data[3 - bit // 8] ^= 1 << bit % 8  # the length's third byte: the body now ends inside the zeros
+    segment.write_bytes(bytes(data))
+    before = directory_digest(crashed)
+    with pytest.raises(CorruptStore) as info:
+        Queue(crashed, sync=False)
+    assert info.value.offset == 0 and "digest" in str(info.value)
+    assert directory_digest(crashed) == before
+    report = check(crashed, replay=True)
+    assert report.exit_code == EXIT_CORRUPT and any(finding.offset == 0 for finding in report.findings)
+    [surveyed] = read_survey(crashed).segments
+    assert surveyed.torn is None and [(run.first_seq, run.last_seq) for run in surveyed.runs] == [(2, 3)]
+
+
+def test_the_flipped_length_example_of_format_md(tmp_path: Path) -> None:
+    """docs/FORMAT.md §7, "A cut write holds no zero byte before the zeros": length 0x69 read as 0x169."""
+    source, crashed = tmp_path / "q", tmp_path / "crashed"
+    with Queue(source, sync=False) as queue:
+        queue.put("t1", {"n": 1})
+        queue.reserve("w1", now=100, lease_seconds=30)
+        shutil.copytree(source, crashed)
+    segment = crashed / wal_name(1)
+    data = bytearray(segment.read_bytes())
+    assert data[:4] == b"\x00\x00\x00\x69" and data[0x8D:0x91] == b"\x00\x00\x00\x58"
+    assert _frames_end(segment) == 0x109 and data[0x109:].count(0) == len(data) - 0x109
+    data[2] ^= 0x01
+    segment.write_bytes(bytes(data))
+    with pytest.raises(CorruptStore) as info:
+        Queue(crashed, sync=False)
+    assert info.value.offset == 0 and "frame digest mismatch" in str(info.value)
+    assert check(crashed, replay=True).exit_code == EXIT_CORRUPT

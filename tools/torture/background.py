@@ -51,7 +51,7 @@ def campaign_background(seed: int, budget: float, report: Report) -> None:
     reopened store holds every acknowledged call.
     """
     clock = Budget(budget, report)
-    report.counts.update({"steps": 0, "crash copies": 0, "faults": 0})
+    report.counts.update({"steps": 0, "crash copies": 0, "faults": 0, "final reopens": 0})
     crashed_before: set[str] = set()
     with scratch("walqueue-background-", tmpfs()) as tmp, injected(FaultInjector()) as injector:
         for unit in units(clock.over, least=2):
@@ -137,6 +137,7 @@ def _background_unit(
         queue.close()
         _judge_crash_copies(copies, states, model.last_seq, report, crashed, base)
         final = open_checked_by_fsck(main, report, f"{base}: final reopen", sync=False, compact_bytes=None)
+        report.count("final reopens")
         try:
             compare_views(final, model, report, f"{base}: final reopen")
         finally:

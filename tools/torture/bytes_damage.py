@@ -225,10 +225,15 @@ def allowed_after_truncation(store: Store, name: str, size: int) -> Allowed:
     return Allowed(corrupt=True)
 
 
-def allowed_after_flip(store: Store, name: str, offset: int) -> Allowed:
+def allowed_after_flip(store: Store, name: str, offset: int, damaged: bytes | None = None) -> Allowed:
+    """What opening may do after one bit of byte `offset` of `name` flipped (`damaged`: the file after it)."""
     if name not in store.live:
         return _allowed_outside_the_log(store, name)
     frames = store.frames[name]
+    if damaged is not None and _cleared_into_the_zero_tail(store, name, damaged):
+        # The flip cleared the last non-zero byte(s) of the last frame's digest: byte for byte the write
+        # of that frame cut short by the zeros, so it is a torn tail (docs/FORMAT.md §7, the limits).
+        return Allowed(corrupt=False, seq=_seq_before(store, name, frames[-1].start), torn=True)
     if name == store.newest and frames and frames[-1].start <= offset < frames[-1].start + 4:
         # A damaged length in the very last frame looks exactly like a torn write (CONTRACT §4 rule 5).
         return Allowed(corrupt=True, seq=_seq_before(store, name, frames[-1].start), torn=True)
@@ -238,6 +243,17 @@ def allowed_after_flip(store: Store, name: str, offset: int) -> Allowed:
         # out of bounds (corrupt); never a lost transaction.
         return Allowed(corrupt=True, seq=store.final_seq, torn=True)
     return Allowed(corrupt=True)
+
+
+def _cleared_into_the_zero_tail(store: Store, name: str, damaged: bytes) -> bool:
+    """Whether the zeros that end the newest segment's `damaged` copy now start earlier, inside its last frame."""
+    frames = store.frames[name]
+    if name != store.newest or not store.zero_tail or not frames:
+        return False
+    last = frames[-1]
+    zeros_after = damaged[last.end :].count(0) == len(damaged) - last.end
+    written = len(store.files[name][: last.end].rstrip(b"\x00"))  # a digest may end in zero bytes itself
+    return zeros_after and len(damaged[: last.end].rstrip(b"\x00")) < written
 
 
 def campaign_bytes(seed: int, budget: float, report: Report) -> None:
@@ -295,23 +311,31 @@ def _damage_store(
             damaged = bytearray(store.files[name])
             damaged[offset] ^= 1 << bit
             where = f"--seed {seed} bytes unit {unit}: {name} bit {bit} of byte {offset} flipped"
-            _variant(store, name, bytes(damaged), allowed_after_flip(store, name, offset), check, report, where)
+            allowed = allowed_after_flip(store, name, offset, bytes(damaged))
+            _variant(store, name, bytes(damaged), allowed, check, report, where)
             report.count("bit flips")
 
 
 def _damage_zero_tail(store: Store, seed: int, unit: int, check: Callable[..., Any], report: Report) -> None:
-    """Every bit of the last frame before the zero tail and of the tail's first bytes, one at a time."""
+    """Every bit of the last frame before the zero tail, of the tail's first bytes and of every earlier length.
+
+    A flipped earlier length can make a frame's body run over the later
+    frames into the zeros: that must be damage, never a torn tail that
+    cuts acknowledged frames.
+    """
     name = store.newest
     data = store.files[name]
     frames = store.frames[name]
     start = frames[-1].start if frames else 0
     stop = (frames[-1].end if frames else 0) + ZERO_TAIL_FLIPPED
-    for offset in range(start, stop):
+    lengths = [frame.start + n for frame in frames[:-1] for n in range(4)]
+    for offset in [*lengths, *range(start, stop)]:
         for bit in range(8):
             damaged = bytearray(data)
             damaged[offset] ^= 1 << bit
             where = f"--seed {seed} bytes unit {unit}: {name} (zero tail) bit {bit} of byte {offset} flipped"
-            _variant(store, name, bytes(damaged), allowed_after_flip(store, name, offset), check, report, where)
+            allowed = allowed_after_flip(store, name, offset, bytes(damaged))
+            _variant(store, name, bytes(damaged), allowed, check, report, where)
             report.count("zero-tail flips")
 
 

@@ -359,8 +359,9 @@ def _half_written(at: _At, body_end: int) -> bool:
     (docs/FORMAT.md §7): the frame's first bytes, then the zeros that were
     there, running past the frame's end (the writer always keeps room
     after a frame). A frame whose every byte is present, one with no zero
-    after its end, or one whose written digest bytes disagree with its
-    body, is damage, not a torn write.
+    after its end, one whose written body holds a zero byte (it would run
+    over a later frame's length field), or one whose written digest bytes
+    disagree with its body, is damage, not a torn write.
     """
     data, base = at.data, at.base
     frame_end = body_end + DIGEST_BYTES
@@ -369,8 +370,12 @@ def _half_written(at: _At, body_end: int) -> bool:
     zeros = zeros_from(at.fd, base + at.pos, at.size) - base
     if zeros >= frame_end:
         return False  # the whole frame is there (and wrong): damage
+    if data.find(b"\x00", at.pos + LENGTH_BYTES, min(zeros, body_end)) != -1:
+        # A written body is canonical JSON, which holds no zero byte; every length field holds one. A
+        # damaged length whose body would run over later (acknowledged) frames into the zeros is damage.
+        return False
     if zeros <= body_end:
-        return True  # cut inside the body (canonical JSON holds no zero byte)
+        return True  # cut inside the body
     written = zeros - body_end
     return hashlib.sha256(data[at.pos + LENGTH_BYTES : body_end]).digest()[:written] == data[body_end:zeros]
 
