@@ -8,6 +8,7 @@ writes nothing.
 from __future__ import annotations
 
 import dataclasses
+import time
 from pathlib import Path
 
 import pytest
@@ -256,8 +257,12 @@ def test_automatic_compaction_happens_with_a_small_compact_bytes(qdir: Path) -> 
         for now in range(300):
             [lease] = q.reserve("w", now=now, lease_seconds=1)
             q.release(lease, now=now)
-        stats = q.stats()
-        assert stats["snapshot_seq"] > 0
+        # The snapshot is written by a background thread that yields to active calls (autocompact.py), so
+        # on a busy machine it may still be running when the loop ends: it must then publish on its own.
+        deadline = time.monotonic() + 60
+        while q.stats()["snapshot_seq"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert q.stats()["snapshot_seq"] > 0
         before = view(q)
     with Queue(qdir, sync=False) as q:
         assert view(q) == before
