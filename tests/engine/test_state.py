@@ -24,7 +24,7 @@ from walqueue.engine.state import (
     TaskRecord,
     Tombstone,
     apply,
-    request_identity,
+    identity_digest,
 )
 from walqueue.engine.types import LastError, Lease, Task, new_lease
 from walqueue.engine.validate import MAX_FRAME_BYTES, MAX_INT, MAX_NAME_BYTES, RECORD_WORST_CASE_EXTRA
@@ -208,11 +208,11 @@ def test_identity_is_the_sha256_of_the_original_put_request() -> None:
 
 @SETTINGS
 @given(task_id=names, payload=payloads, available_at=times, max_attempts=st.integers(1, MAX_INT))
-def test_request_identity_equals_the_digest_of_canonical_json(
+def test_the_identity_digest_equals_the_digest_of_canonical_json(
     task_id: str, payload: dict[str, Any], available_at: int, max_attempts: int
 ) -> None:
     document = {"available_at": available_at, "max_attempts": max_attempts, "payload": payload, "task": task_id}
-    digest = request_identity(task_id, canonical_json(payload), available_at, max_attempts)
+    digest = identity_digest(canonical_json(task_id), canonical_json(payload), available_at, max_attempts)
     assert digest == hashlib.sha256(canonical_json(document)).digest()
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,24 +34,23 @@ def _history(backend: Any, n_tx: int) -> str:
     return task_id("e", n_puts - 1)
 
 
+def _timed_reopen(open_queue: Callable[[], Any], probe: str) -> Clock:
+    """Open a queue, read one task (so the open is complete), close it: the time of open and read."""
+    start = clock()
+    queue = open_queue()
+    found = queue.get(probe)
+    elapsed = since(start)
+    queue.close()
+    assert found is not None
+    return elapsed
+
+
 def _reopen_chunks(wq_dir: Path, sq_dir: Path, floor_files: list[str], probe: str) -> dict[str, Chunk]:
     def walqueue(rep: int) -> Clock:
-        start = clock()
-        queue = Queue(wq_dir)
-        found = queue.get(probe)
-        elapsed = since(start)
-        queue.close()
-        assert found is not None
-        return elapsed
+        return _timed_reopen(lambda: Queue(wq_dir), probe)
 
     def sqlite(rep: int) -> Clock:
-        start = clock()
-        queue = SqliteQueue(sq_dir / "queue.sqlite", durable=True)
-        found = queue.get(probe)
-        elapsed = since(start)
-        queue.close()
-        assert found is not None
-        return elapsed
+        return _timed_reopen(lambda: SqliteQueue(sq_dir / "queue.sqlite", durable=True), probe)
 
     def floor(rep: int) -> Clock:
         start = clock()

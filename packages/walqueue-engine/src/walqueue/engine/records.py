@@ -24,7 +24,7 @@ from typing import Any
 
 from walqueue.engine.types import LastError, Task, WalQueueError
 from walqueue.engine.validate import DEFAULT_QUEUE, LAST_ERROR_ROOM, check_last_error_fits, cut_text
-from walqueue.format.canonical import canonical_json, canonical_str, parse_json
+from walqueue.format.canonical import canonical_str, parse_json
 
 __all__ = [
     "COMPLETED",
@@ -46,7 +46,6 @@ __all__ = [
     "identity_digest",
     "last_error_json",
     "last_error_member_size",
-    "request_identity",
 ]
 
 READY = "ready"
@@ -81,24 +80,6 @@ class InvalidTransaction(WalQueueError, ValueError):
     """
 
 
-def request_identity(
-    task_id: str,
-    payload_json: bytes,
-    available_at: int,
-    max_attempts: int,
-    queue: str = DEFAULT_QUEUE,
-    priority: int = 0,
-) -> bytes:
-    """SHA-256 of the canonical JSON of a put's identity (CONTRACT §2).
-
-    The identity object is ``{"available_at":A,"max_attempts":M,"payload":P,
-    "task":T}``, with ``"priority"`` and ``"queue"`` only when they differ
-    from 0 and ``"default"`` (so a put without lanes has today's identity);
-    two puts are identical iff these bytes are.
-    """
-    return identity_digest(canonical_json(task_id), payload_json, available_at, max_attempts, queue, priority)
-
-
 def identity_digest(
     task_json: bytes,
     payload_json: bytes,
@@ -107,9 +88,12 @@ def identity_digest(
     queue: str = DEFAULT_QUEUE,
     priority: int = 0,
 ) -> bytes:
-    """`request_identity` from the already-canonical task id and payload bytes.
+    """SHA-256 of the canonical JSON of a put's identity (CONTRACT §2), from its canonical task id and payload.
 
-    Splices them into the identity object (keys in sorted order) instead of
+    The identity object is ``{"available_at":A,"max_attempts":M,"payload":P,
+    "task":T}``, with ``"priority"`` and ``"queue"`` only when they differ
+    from 0 and ``"default"`` (so a put without lanes has today's identity);
+    two puts are identical iff these bytes are. Splices them into the identity object (keys in sorted order) instead of
     encoding the payload a second time; the tests prove it byte-equal to
     `canonical_json` of that object.
     """

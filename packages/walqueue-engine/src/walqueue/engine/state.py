@@ -45,7 +45,6 @@ from walqueue.engine.records import (
     check_status_filter,
     decode_payload,
     identity_digest,
-    request_identity,
 )
 from walqueue.engine.snapshot_load import Loaded, check_snapshot_seq, load_records
 from walqueue.engine.transitions import NOTHING_STAGED, OpError, Staging, Transition
@@ -67,7 +66,6 @@ __all__ = [
     "Tombstone",
     "apply",
     "identity_digest",
-    "request_identity",
 ]
 
 
