@@ -28,6 +28,7 @@ ALLOWED: dict[tuple[str, str, str], str] = {
         "target",
     ): "the handler's dotted path (module:attribute) on the command line",
     ("worker/complete.py", "getattr", "error"): "an exception's own retry delay, set by an App task's retry policy",
+    ("worker/forkstart.py", "hasattr", "os"): "whether the platform has os.fork (the supervisor's start method)",
     ("worker/retry.py", "getattr", "self"): "the policy's own fields, checked by name",
     ("worker/sync_only.py", "getattr", "handler"): "the handler's own __call__, to refuse an async one",
     ("dashboard/__init__.py", "getattr", "http"): "the package's lazy import of its own module (PEP 562)",

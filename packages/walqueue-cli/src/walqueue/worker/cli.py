@@ -36,7 +36,7 @@ from walqueue.worker.schedule import Periodic, load_schedule
 from walqueue.worker.summaries import add_summary_fd_argument, send_summary
 from walqueue.worker.sync_only import AsyncHandler, refuse_async
 
-__all__ = ["EXIT_SERVER", "main", "open_store", "resolve_handler", "until_stopped"]
+__all__ = ["EXIT_SERVER", "StopSignals", "main", "open_store", "resolve_handler", "until_stopped"]
 
 PROG = "walqueue-worker"
 #: The server could not be started (the other exit statuses are walqueue.format.cmdline's).
@@ -225,62 +225,79 @@ def configure_logging(level: str, json_lines: bool) -> None:
     logger.setLevel(level)
 
 
-def until_stopped(target: Any, start: Callable[[], Any], parent_pipe: int | None = None) -> bool:
-    """Call `start`, then block until `target` is done; SIGTERM/SIGINT stop it, a second one with ``now=True``.
+class StopSignals:
+    """SIGTERM/SIGINT caught from the moment this is entered, and acted on by `run` once the target has started.
 
-    With `parent_pipe` (``--parent-pipe``: a supervisor's child), the end of
-    that pipe (the supervisor is gone) acts as a SIGTERM this process sends
-    itself, so the same stop runs: grace, then release.
-
-    The signal handlers are installed before `start` runs, so a signal
-    during start-up is acted on once it has started. The handlers only
-    count; the main thread acts, woken by `signal.set_wakeup_fd`, so no lock
-    is ever taken inside a signal handler. Returns False (at once) if
-    `start` returns False.
+    Entered before the store is opened, so a signal that arrives while the
+    worker opens its store or starts is never the default action (death by
+    the signal, no clean stop): it is counted and acted on once it has
+    started. The handlers only count; the main thread acts, woken by
+    `signal.set_wakeup_fd`, so no lock is ever taken inside a signal
+    handler. Leaving puts back the handlers found.
     """
-    wake_read, wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-    received: list[int] = []
 
-    def on_signal(number: int, frame: FrameType | None) -> None:
-        received.append(number)
+    def __enter__(self) -> StopSignals:
+        self.wake_read, self.wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.received: list[int] = []
+        self.previous = {number: signal.signal(number, self._on_signal) for number in (signal.SIGTERM, signal.SIGINT)}
+        self.previous_fd = signal.set_wakeup_fd(self.wake_write, warn_on_full_buffer=False)
+        return self
 
-    def notify_done() -> None:
-        target.wait(None)
-        try:
-            os.write(wake_write, b"d")
-        except OSError:
-            pass
+    def __exit__(self, *exc: object) -> None:
+        signal.set_wakeup_fd(self.previous_fd)
+        for number, handler in self.previous.items():
+            signal.signal(number, handler)
+        os.close(self.wake_read)
+        # wake_write stays open: the done-notifier may still write to it (it is close-on-exec).
 
-    previous = {number: signal.signal(number, on_signal) for number in (signal.SIGTERM, signal.SIGINT)}
-    previous_fd = signal.set_wakeup_fd(wake_write, warn_on_full_buffer=False)
-    if parent_pipe is not None:
-        watch_parent(parent_pipe, lambda: os.kill(os.getpid(), signal.SIGTERM))
-    acted = 0
-    try:
+    def _on_signal(self, number: int, frame: FrameType | None) -> None:
+        self.received.append(number)
+
+    def run(self, target: Any, start: Callable[[], Any], parent_pipe: int | None = None) -> bool:
+        """Call `start`, then block until `target` is done; a first signal stops it, a second with ``now=True``.
+
+        With `parent_pipe` (``--parent-pipe``: a supervisor's child), the end of
+        that pipe (the supervisor is gone) acts as a SIGTERM this process sends
+        itself, so the same stop runs: grace, then release. Returns False (at
+        once) if `start` returns False.
+        """
+
+        def notify_done() -> None:
+            target.wait(None)
+            try:
+                os.write(self.wake_write, b"d")
+            except OSError:
+                pass
+
+        if parent_pipe is not None:
+            watch_parent(parent_pipe, lambda: os.kill(os.getpid(), signal.SIGTERM))
         if start() is False:
             return False
         threading.Thread(target=notify_done, name="walqueue-worker done", daemon=True).start()
+        acted = 0
         while not target.wait(0):
-            select.select([wake_read], [], [])
-            try:
-                os.read(wake_read, 512)
-            except BlockingIOError:
-                pass
-            while acted < min(len(received), 2):
+            while acted < min(len(self.received), 2):  # a signal of the start (before `run`) is acted on first
                 acted += 1
                 logging.getLogger("walqueue.worker").info(
                     "%s received: %s",
-                    signal.Signals(received[acted - 1]).name,
+                    signal.Signals(self.received[acted - 1]).name,
                     "stopping (a second signal releases at once)" if acted == 1 else "releasing at once",
                 )
                 target.stop(now=acted == 2)
-    finally:
-        signal.set_wakeup_fd(previous_fd)
-        for number, handler in previous.items():
-            signal.signal(number, handler)
-        os.close(wake_read)
-        # wake_write stays open: the done-notifier may still write to it (it is close-on-exec).
-    return True
+            if target.wait(0):
+                break
+            select.select([self.wake_read], [], [])
+            try:
+                os.read(self.wake_read, 512)
+            except BlockingIOError:
+                pass
+        return True
+
+
+def until_stopped(target: Any, start: Callable[[], Any], parent_pipe: int | None = None) -> bool:
+    """`StopSignals().run(...)` for a target that already exists: signals are caught from this call on."""
+    with StopSignals() as signals:
+        return signals.run(target, start, parent_pipe)
 
 
 def _usage(parser: UsageParser, message: str) -> int:
@@ -339,6 +356,13 @@ def open_store(directory: str) -> Any:
 
 
 def _run_here(directory: str | None, arguments: Any, handler: Callable[..., Any], schedule: list[Periodic]) -> int:
+    with StopSignals() as signals:  # before the store is opened: a SIGTERM during the start is a clean stop
+        return _open_and_run(signals, directory, arguments, handler, schedule)
+
+
+def _open_and_run(
+    signals: StopSignals, directory: str | None, arguments: Any, handler: Callable[..., Any], schedule: list[Periodic]
+) -> int:
     from walqueue.worker.clock import ClockMismatch
     from walqueue.worker.runner import Worker
 
@@ -369,7 +393,7 @@ def _run_here(directory: str | None, arguments: Any, handler: Callable[..., Any]
         )
         if arguments.summary_fd is not None:
             worker.report.sink = functools.partial(send_summary, arguments.summary_fd)
-        until_stopped(worker, worker.start, parent_pipe=arguments.parent_pipe)
+        signals.run(worker, worker.start, parent_pipe=arguments.parent_pipe)
     except ClockMismatch as error:
         print(f"{PROG}: cannot work on {directory or arguments.socket}: {error}", file=sys.stderr)
         return EXIT_CANNOT_OPEN
