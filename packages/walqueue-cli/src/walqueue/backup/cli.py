@@ -11,6 +11,7 @@ import time
 
 from walqueue.backup.layout import ChainError
 from walqueue.backup.restore import TargetExists, execute, make_plan, prune
+from walqueue.backup.settings import duration
 from walqueue.backup.stores import StoreUnavailable, UsageError, open_store
 from walqueue.format.cmdline import EX_USAGE, EXIT_INTERRUPTED, UsageParser, interrupted, version_line
 
@@ -81,14 +82,6 @@ def _time(text: str) -> float:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=datetime.UTC)
     return moment.timestamp()
-
-
-def duration(text: str) -> float:
-    """An age as the retention options take it: a whole number of s, m, h or d (``7d``); in seconds."""
-    match = re.fullmatch(r"([0-9]+)([smhd])", text)
-    if match is None:
-        raise ValueError(text)
-    return int(match[1]) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[match[2]]
 
 
 #: What each failure prints (after the program's name) and the status it exits with, in the order tried.

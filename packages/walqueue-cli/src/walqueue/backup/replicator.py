@@ -33,6 +33,7 @@ from walqueue.backup.lease import Lease, LeaseHeld, LeaseLost, store_identity
 from walqueue.backup.localread import Base, Cursor, LocalLog, SegmentGone
 from walqueue.backup.objectstore import Tally
 from walqueue.backup.restore import prune
+from walqueue.backup.settings import DEFAULT_MAX_HOLD_BYTES
 from walqueue.backup.stores import ObjectStore, PreconditionFailed, StoreUnavailable, open_store
 from walqueue.engine.replication import ReplicationSeat
 from walqueue.format.current import read_current
@@ -41,9 +42,6 @@ from walqueue.format.errors import CorruptStore
 __all__ = ["Replicator"]
 
 log = logging.getLogger("walqueue.backup")
-
-#: The most an unreachable store may keep on disk before the backup is declared broken (1 GiB).
-DEFAULT_MAX_HOLD_BYTES = 2**30
 
 
 class Replicator:

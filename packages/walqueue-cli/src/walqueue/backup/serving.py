@@ -11,12 +11,13 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from walqueue.backup.cli import duration
-from walqueue.backup.replicator import DEFAULT_MAX_HOLD_BYTES, Replicator
-from walqueue.backup.stores import open_store
+from walqueue.backup.settings import DEFAULT_MAX_HOLD_BYTES, duration
+
+if TYPE_CHECKING:
+    from walqueue.backup.replicator import Replicator
 
 __all__ = ["add_replicate_arguments", "check_replicate_arguments", "start_replicator"]
 
@@ -101,6 +102,9 @@ def start_replicator(queue: Any, arguments: argparse.Namespace) -> Replicator | 
     """Start the replicator beside the served queue (None without --replicate)."""
     if arguments.replicate is None:
         return None
+    from walqueue.backup.replicator import Replicator  # here: without --replicate, serve never loads it
+    from walqueue.backup.stores import open_store
+
     store = open_store(arguments.replicate, endpoint=arguments.replica_endpoint, region=arguments.replica_region)
     return Replicator(
         queue,

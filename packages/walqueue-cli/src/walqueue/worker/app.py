@@ -25,13 +25,12 @@ import inspect
 import math
 import os
 import threading
-import uuid
 from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, ParamSpec, TypedDict, TypeVar, Unpack, overload
 
 from walqueue import KeyConflict, Queue
-from walqueue.worker.chains import Signature, next_step
+from walqueue.worker.chains import Signature, new_task_id, next_step
 from walqueue.worker.clock import MILLISECONDS, Clock, milliseconds
 from walqueue.worker.completion import DEFAULT_MAX_RESULT_BYTES, Completion, check_json_value
 from walqueue.worker.context import Context, Job
@@ -387,7 +386,7 @@ class TaskCall:
             available_at = app.now() + app.units(self.delay)
         elif self.at is not None:
             available_at = app.units(self.at)
-        task_id = self.key if self.key is not None else uuid.uuid4().hex
+        task_id = self.key if self.key is not None else new_task_id()
         return self.task.put_item(
             task_id, args, kwargs, available_at=available_at, queue=self.queue, priority=self.priority, put_at=app.now()
         )

@@ -11,7 +11,6 @@ there; redriving it resumes the chain from it.
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 from walqueue.worker.completion import check_json_value
@@ -20,6 +19,14 @@ from walqueue.worker.handles import TaskHandle
 from walqueue.worker.taskspec import TaskSpec
 
 __all__ = ["THEN", "Chain", "Signature", "chain", "next_step"]
+
+
+def new_task_id() -> str:
+    """A new task id: a random UUID's 32 hex digits (`uuid` imported here, off the worker's start-up path)."""
+    import uuid
+
+    return uuid.uuid4().hex
+
 
 #: The payload key of the steps still to come, and the suffix of the next step's id.
 THEN = "then"
@@ -56,7 +63,7 @@ class Chain:
 
     def _item(self) -> tuple[str, dict[str, Any], int]:
         first, rest = self.signatures[0], [s.step() for s in self.signatures[1:]]
-        task_id = uuid.uuid4().hex
+        task_id = new_task_id()
         item = first.task.put_item(task_id, first.args, first.kwargs, put_at=first.task.app.now())
         if rest:
             item["payload"][THEN] = rest

@@ -19,13 +19,15 @@ whole seconds since the epoch; `schedule.py` converts clock units.
 
 from __future__ import annotations
 
-import calendar
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 __all__ = ["Cron"]
 
-_MONTHS = {name: number for number, name in enumerate(calendar.month_abbr) if name}
+#: English month names, fixed: `calendar.month_abbr` follows the process's locale (a handler's module may set it).
+_MONTHS = {name: number for number, name in enumerate("jan feb mar apr may jun jul aug sep oct nov dec".split(), 1)}
+#: The days of each month in a leap year, the longest each can be.
+_LONGEST_MONTHS = (31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
 _WEEKDAYS = {"sun": 0, "mon": 1, "tue": 2, "wed": 3, "thu": 4, "fri": 5, "sat": 6}
 _SHORTHANDS = {
     "@yearly": "0 0 1 1 *",
@@ -41,7 +43,7 @@ _FIELDS: tuple[tuple[str, int, int, dict[str, int]], ...] = (
     ("minute", 0, 59, {}),
     ("hour", 0, 23, {}),
     ("day of month", 1, 31, {}),
-    ("month", 1, 12, {name.lower(): number for name, number in _MONTHS.items()}),
+    ("month", 1, 12, _MONTHS),
     ("day of week", 0, 7, _WEEKDAYS),
 )
 #: How far a search goes before it gives up: a 29 February on a given weekday recurs within 28 years.
@@ -104,7 +106,7 @@ class Cron:
         object.__setattr__(self, "_weekdays", weekdays)
         object.__setattr__(self, "_any_day", parts[2].startswith("*"))
         object.__setattr__(self, "_any_weekday", parts[4].startswith("*"))
-        longest = max(calendar.monthrange(2000, month)[1] for month in parsed[3])  # 2000: a leap year
+        longest = max(_LONGEST_MONTHS[month - 1] for month in parsed[3])
         if self._any_weekday and min(parsed[2]) > longest:
             raise ValueError(f"cron expression {self.expression!r} never fires (no such day in those months)")
 
