@@ -115,6 +115,27 @@ def test_a_frame_cut_short_by_the_zeros_is_a_torn_tail(tmp_path: Path, keep: int
     assert segment.stat().st_size == end or keep == 1
 
 
+def test_a_large_write_cut_with_a_hole_of_zeros_in_its_body_is_a_torn_tail(tmp_path: Path) -> None:
+    """A power cut while one large frame's pages were written back can keep a later page and lose an earlier.
+
+    The frame was never acknowledged: its written body holds zeros (the
+    preallocated ones left in the hole) but no whole, valid frame, so it is
+    a torn tail, cut, and the store opens with every frame before it.
+    """
+    crashed, end = _crash_copy(tmp_path)
+    segment = crashed / wal_name(1)
+    frame = bytearray(
+        encode_frame({"seq": 4, "ops": [{"op": "put", "task": "lost", "key": "lost", "payload": {"pad": "x" * 20000}}]})
+    )
+    frame[4096:8192] = bytes(4096)  # the second page never reached the disk
+    with segment.open("r+b") as file:
+        file.seek(end)
+        file.write(bytes(frame[:12288]))  # the third did; the rest of the frame is still the preallocated zeros
+    assert check(crashed, replay=True).exit_code == EXIT_TORN
+    with Queue(crashed, sync=False) as queue:
+        assert queue.get("lost") is None and queue.get("t2") is not None
+
+
 def test_a_written_digest_that_disagrees_with_its_body_before_the_zeros_is_corrupt(tmp_path: Path) -> None:
     crashed, end = _crash_copy(tmp_path)
     segment = crashed / wal_name(1)
@@ -221,7 +242,7 @@ def test_a_length_flipped_to_run_over_later_frames_into_the_zeros_is_corrupt_and
 
 
 def test_the_flipped_length_example_of_format_md(tmp_path: Path) -> None:
-    """docs/FORMAT.md §7, "A cut write holds no zero byte before the zeros": length 0x69 read as 0x169."""
+    """docs/FORMAT.md §7, "A cut write holds no later frame": length 0x69 read as 0x169."""
     source, crashed = tmp_path / "q", tmp_path / "crashed"
     with Queue(source, sync=False) as queue:
         queue.put("t1", {"n": 1})

@@ -3,9 +3,9 @@
 The danger a zero tail adds is silent loss: damage that makes a frame
 *before* other acknowledged frames read as a write cut short by the
 zeros, so that opening cuts it and everything after it as a torn tail.
-A real cut write leaves a prefix of one frame, whose written body is
-canonical JSON and holds no zero byte, while every length field holds
-one: so a frame that would swallow a later frame is damage.
+A real cut write leaves (part of) one frame and zeros, never a whole,
+valid later frame inside it: so a frame that would swallow a later frame
+is damage.
 """
 
 from __future__ import annotations

@@ -359,9 +359,12 @@ def _half_written(at: _At, body_end: int) -> bool:
     (docs/FORMAT.md §7): the frame's first bytes, then the zeros that were
     there, running past the frame's end (the writer always keeps room
     after a frame). A frame whose every byte is present, one with no zero
-    after its end, one whose written body holds a zero byte (it would run
-    over a later frame's length field), or one whose written digest bytes
-    disagree with its body, is damage, not a torn write.
+    after its end, one whose written body holds a whole, valid later frame
+    (a damaged length running over acknowledged frames into the zeros), or
+    one whose written digest bytes disagree with its body, is damage, not
+    a torn write. A hole of zeros inside the written body (pages of one
+    large write persisted out of order before a power cut) is still a
+    torn write: that frame was never acknowledged.
     """
     data, base = at.data, at.base
     frame_end = body_end + DIGEST_BYTES
@@ -370,14 +373,45 @@ def _half_written(at: _At, body_end: int) -> bool:
     zeros = zeros_from(at.fd, base + at.pos, at.size) - base
     if zeros >= frame_end:
         return False  # the whole frame is there (and wrong): damage
-    if data.find(b"\x00", at.pos + LENGTH_BYTES, min(zeros, body_end)) != -1:
-        # A written body is canonical JSON, which holds no zero byte; every length field holds one. A
-        # damaged length whose body would run over later (acknowledged) frames into the zeros is damage.
-        return False
+    if _holds_a_frame(data, at.pos + LENGTH_BYTES, min(zeros, body_end)):
+        return False  # a damaged length whose body would run over later (acknowledged) frames: damage
     if zeros <= body_end:
         return True  # cut inside the body
     written = zeros - body_end
     return hashlib.sha256(data[at.pos + LENGTH_BYTES : body_end]).digest()[:written] == data[body_end:zeros]
+
+
+#: A run of zero bytes: a frame's length field holds one (docs/FORMAT.md §7), a canonical JSON body none.
+_ZERO_RUNS = re.compile(rb"\x00+")
+#: The one length field with no leading zero byte: MAX_FRAME_BYTES itself.
+_LARGEST_LENGTH = MAX_FRAME_BYTES.to_bytes(LENGTH_BYTES, "big")
+
+
+def _holds_a_frame(data: bytes, start: int, stop: int) -> bool:
+    """Whether a whole, valid frame starts in ``data[start:stop]`` (its digest checked).
+
+    A frame's length (1..MAX_FRAME_BYTES, big-endian) starts with a zero
+    byte, but for MAX_FRAME_BYTES itself, and is not four zeros: so in a
+    run of zeros only its last three offsets can start one. The scan is
+    run only at a frame that failed its digest; a digest match by chance
+    is SHA-256's 2**-256.
+    """
+    starts = [
+        p for run in _ZERO_RUNS.finditer(data, start, stop) for p in range(max(run.start(), run.end() - 3), run.end())
+    ]
+    p = data.find(_LARGEST_LENGTH, start, stop)
+    while p != -1:
+        starts.append(p)
+        p = data.find(_LARGEST_LENGTH, p + 1, stop)
+    for p in starts:
+        if p + FRAME_OVERHEAD > len(data):
+            continue
+        (length,) = _UNPACK_LENGTH(data, p)
+        end = p + LENGTH_BYTES + length
+        if 0 < length <= MAX_FRAME_BYTES and end + DIGEST_BYTES <= len(data):
+            if hashlib.sha256(data[p + LENGTH_BYTES : end]).digest() == data[end : end + DIGEST_BYTES]:
+                return True
+    return False
 
 
 class ScanOptions(TypedDict, total=False):
