@@ -46,6 +46,7 @@ STORE_WEIGHTS = {
 #: The forced lifecycle of every store (`build_store`): its steps, its worker (none of the workload's) and errors.
 LIFECYCLE_STEPS = 7
 LIFECYCLE_WORKER = "w-lifecycle"
+LIFECYCLE_QUEUE = "lifecycle"  # no configure op of the workload names it (workload.LANE_QUEUES)
 LIFECYCLE_ERRORS = ({"type": "Cancelled", "message": "by the operator"}, {"type": "KeyError", "message": "no 'resize'"})
 #: The zero tail a crash leaves after the newest segment's frames (every other store), and how much of it is flipped.
 ZERO_TAIL_BYTES = 512
@@ -97,12 +98,16 @@ def build_store(seed: int, unit: int, directory: Path, report: Report) -> Store:
     def lifecycle(index: int) -> Op:
         """A task leased, extended, cancelled with a reason and redriven, then one failed: every lifecycle op."""
         now = workload.now
-        if index == 0:
-            return Op("put", {"spec": {**workload.new_spec(), "available_at": 0}})
+        if index == 0:  # in a queue of its own: the workload's configure ops may pause or limit its lanes
+            spec = {**workload.new_spec(), "available_at": 0, "queue": LIFECYCLE_QUEUE, "priority": 0}
+            spec.pop("put_at", None)
+            return Op("put", {"spec": spec})
         if index in (1, 5):
-            return Op("reserve", {"worker": LIFECYCLE_WORKER, "now": now, "lease_seconds": 10, "limit": 1})
+            lease = {"worker": LIFECYCLE_WORKER, "now": now, "lease_seconds": 10, "limit": 1}
+            return Op("reserve", {**lease, "queues": [LIFECYCLE_QUEUE]})
         if index == 4:
-            return Op("redrive", {"task_id": model.tasks("dead")[0].task_id, "available_at": now, "extra_attempts": 1})
+            [dead] = [t for t in model.tasks("dead") if t.queue == LIFECYCLE_QUEUE]  # the one cancelled at 3
+            return Op("redrive", {"task_id": dead.task_id, "available_at": now, "extra_attempts": 1})
         # The lease just granted: this worker's only one (its earlier one was cancelled).
         [task] = [t for t in model.tasks("leased") if t.worker == LIFECYCLE_WORKER]
         if index == 2:
