@@ -9,18 +9,15 @@ call is tried once.
 
 from __future__ import annotations
 
-import os
-import shutil
 import signal
 import subprocess
-import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from served_store import walqueue_serve
 
 from walqueue.client import Client
 from walqueue.protocol.exchange import DEFAULT_RECONNECT_SECONDS
@@ -29,24 +26,8 @@ from walqueue.worker import Context, Job, Worker
 
 @pytest.fixture
 def served(src_pythonpath: str) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
-    place = Path(tempfile.mkdtemp(prefix="wq-", dir="/tmp"))
-    env = dict(os.environ, PYTHONPATH=src_pythonpath)
-    server = subprocess.Popen(
-        [sys.executable, "-m", "walqueue.serve", str(place / "q"), "--socket", str(place / "s")],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env=env,
-    )
-    try:
-        give_up = time.monotonic() + 30
-        while not (place / "s").exists():
-            assert server.poll() is None and time.monotonic() < give_up
-            time.sleep(0.01)
-        yield server, place / "s"
-    finally:
-        server.kill()
-        server.wait(30)
-        shutil.rmtree(place, ignore_errors=True)
+    with walqueue_serve(src_pythonpath) as serving:
+        yield serving.server, serving.socket
 
 
 @pytest.mark.timeout(120)

@@ -9,17 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import functions_app as tasks
 import pytest
+from served_store import walqueue_serve
 
 from walqueue import Queue
 from walqueue.client import AsyncClient, Client
@@ -28,13 +27,6 @@ from walqueue.worker import TaskFailed
 pytestmark = pytest.mark.timeout(120)
 WAIT = 30.0
 HERE = Path(__file__).parent
-
-
-def _wait_for(path: Path, process: subprocess.Popen[bytes]) -> None:
-    give_up = time.monotonic() + WAIT
-    while not path.exists():
-        assert process.poll() is None and time.monotonic() < give_up, "the process did not start"
-        time.sleep(0.01)
 
 
 def _worker(env: dict[str, str], *place: str) -> subprocess.Popen[bytes]:
@@ -50,25 +42,12 @@ def _stop(process: subprocess.Popen[bytes]) -> int:
 @pytest.fixture
 def served(src_pythonpath: str) -> Iterator[tuple[str, dict[str, str]]]:
     """walqueue-serve on a fresh queue, and a walqueue-worker running functions_app:app through it."""
-    place = Path(tempfile.mkdtemp(prefix="wq-", dir="/tmp"))
-    env = dict(os.environ, PYTHONPATH=src_pythonpath)
-    server = subprocess.Popen(
-        [sys.executable, "-m", "walqueue.serve", str(place / "q"), "--socket", str(place / "s")],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env=env,
-    )
-    try:
-        _wait_for(place / "s", server)
-        worker = _worker(env, "--socket", str(place / "s"))
+    with walqueue_serve(src_pythonpath, start_seconds=WAIT) as serving:
+        worker = _worker(serving.env, "--socket", str(serving.socket))
         try:
-            yield str(place / "s"), env
+            yield str(serving.socket), serving.env
         finally:
             assert _stop(worker) == 0
-    finally:
-        server.kill()
-        server.wait(WAIT)
-        shutil.rmtree(place, ignore_errors=True)
 
 
 def test_a_web_process_enqueues_through_a_client_and_reads_results_and_chains(

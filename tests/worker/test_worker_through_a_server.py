@@ -11,18 +11,13 @@ server's own (its `metrics()`), never timings.
 from __future__ import annotations
 
 import collections
-import os
-import shutil
-import subprocess
-import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
+from served_store import walqueue_serve
 
 from walqueue.client import Client
 from walqueue.worker import Context, Job, Worker
@@ -42,23 +37,8 @@ def wait_until(predicate: Any, seconds: float = WAIT) -> None:
 @pytest.fixture
 def client(src_pythonpath: str) -> Iterator[Client]:
     """A walqueue-serve process on a fresh queue (a short socket path, for AF_UNIX), and a client of it."""
-    place = Path(tempfile.mkdtemp(prefix="wq-", dir="/tmp"))
-    env = dict(os.environ, PYTHONPATH=src_pythonpath)
-    server = subprocess.Popen(
-        [sys.executable, "-m", "walqueue.serve", str(place / "q"), "--socket", str(place / "s")],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env=env,
-    )
-    try:
-        wait_until(lambda: (place / "s").exists() or server.poll() is not None)
-        assert server.poll() is None, "walqueue-serve exited"
-        with Client(str(place / "s"), timeout=30) as opened:
-            yield opened
-    finally:
-        server.kill()
-        server.wait(30)
-        shutil.rmtree(place, ignore_errors=True)
+    with walqueue_serve(src_pythonpath) as serving, Client(str(serving.socket), timeout=30) as opened:
+        yield opened
 
 
 class CountingClient:
