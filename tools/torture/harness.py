@@ -68,8 +68,16 @@ class Report:
     def passed(self) -> bool:
         return self.divergence_count == 0 and not self.gaps
 
+    def shortfalls(self) -> list[str]:
+        """The targets not reached yet: ``"what: count < least"`` for each."""
+        return [
+            f"{what}: {self.counts.get(what, 0)} < {least}"
+            for what, least in self.targets.items()
+            if self.counts.get(what, 0) < least
+        ]
+
     def short_of_targets(self) -> bool:
-        return any(self.counts.get(what, 0) < least for what, least in self.targets.items())
+        return bool(self.shortfalls())
 
     def line(self) -> str:
         counts = ", ".join(f"{value} {what}" for what, value in self.counts.items())
