@@ -10,7 +10,6 @@ directories in no-install mode, site-packages when installed).
 from __future__ import annotations
 
 import json
-import os
 import queue
 import resource
 import signal
@@ -22,31 +21,10 @@ from typing import IO, Any
 
 import pytest
 
-import walqueue
-import walqueue.cli
-import walqueue.format
+from support.children import child_environment
 from walqueue import Queue
 
 ANSWER_TIMEOUT = 30.0
-
-
-def _import_roots() -> list[str]:
-    """The sys.path entries that hold the walqueue packages imported here."""
-    roots = [Path(walqueue.__file__).parents[1]]  # <root>/walqueue/__init__.py
-    for package in (walqueue.format, walqueue.cli):
-        roots.extend(Path(entry).parents[1] for entry in package.__path__)  # <root>/walqueue/<name>
-    unique: list[str] = []
-    for root in roots:
-        if str(root) not in unique:
-            unique.append(str(root))
-    return unique
-
-
-def child_environment() -> dict[str, str]:
-    env = dict(os.environ)
-    inherited = [env["PYTHONPATH"]] if env.get("PYTHONPATH") else []
-    env["PYTHONPATH"] = os.pathsep.join(_import_roots() + inherited)
-    return env
 
 
 class Consumer:

@@ -20,10 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from servers import ANSWER_TIMEOUT, FlakyServer, RawConnection, ServerProcess, child_environment
 from test_cli_process import Consumer, answers_bad_requests, put
 
 from model import render
+from support.children import child_environment
+from support.servers import ANSWER_TIMEOUT, FlakyServer, RawConnection, ServerProcess
 from walqueue import KeyConflict, Lease, Queue, StaleLease, WrongStatus
 from walqueue.client import AsyncClient, Client
 from walqueue.protocol.requests import OPS

@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from servers import RawConnection, ServerProcess, child_environment, running_server, serve_command
 from test_cli_process import BAD_LINES
 
+from support.children import child_environment
+from support.servers import RawConnection, ServerProcess, running_server, serve_command
 from walqueue import Queue
 from walqueue.protocol.requests import MAX_LINE_BYTES, respond
 

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from servers import RawConnection, ServerProcess, running_server
+
+from support.servers import RawConnection, ServerProcess, running_server
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -197,7 +198,7 @@ def test_a_failed_fsync_makes_every_answer_of_its_turn_fatal_and_the_server_exit
     import subprocess
     import sys
 
-    from servers import child_environment
+    from support.children import child_environment
 
     flag = place / "fail"
     process = subprocess.Popen(

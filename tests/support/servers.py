@@ -21,8 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from test_cli_process import child_environment
-
+from support.children import child_environment
 from walqueue import Queue
 from walqueue.protocol.requests import LineReader, encode_answer, respond
 
@@ -90,6 +89,13 @@ def running_server(directory: Path | str, socket_path: Path | str, *options: str
         server.kill()
 
 
+@contextmanager
+def served_store(*options: str) -> Iterator[ServerProcess]:
+    """A walqueue-serve on a fresh store (``q``) in a short directory (its socket ``s``), ready; killed after."""
+    with short_directory() as place, running_server(place / "q", place / "s", *options) as server:
+        yield server
+
+
 class RawConnection:
     """A socket speaking the protocol by hand: lines out, answers in, with timeouts."""
 
@@ -146,9 +152,9 @@ __all__ = [
     "FlakyServer",
     "RawConnection",
     "ServerProcess",
-    "child_environment",
     "running_server",
     "serve_command",
+    "served_store",
     "short_directory",
     "wait_until",
 ]
