@@ -15,7 +15,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -135,14 +134,6 @@ class RawConnection:
         self.sock.close()
 
 
-def wait_until(predicate: Any, timeout: float = 10.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
-
-
 def serve_command(directory: Path | str, socket_path: Path | str, *options: str) -> Sequence[str]:
     return [sys.executable, "-m", "walqueue.serve", str(directory), "--socket", str(socket_path), *options]
 
@@ -156,7 +147,6 @@ __all__ = [
     "serve_command",
     "served_store",
     "short_directory",
-    "wait_until",
 ]
 
 

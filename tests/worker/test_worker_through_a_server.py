@@ -19,19 +19,13 @@ from typing import Any
 import pytest
 
 from support.servers import served_store
+from support.waiting import wait_until
 from walqueue.client import Client
 from walqueue.worker import Context, Job, Worker
 
 pytestmark = pytest.mark.timeout(120)
 
 WAIT = 30.0  # seconds: only a broken worker takes this long
-
-
-def wait_until(predicate: Any, seconds: float = WAIT) -> None:
-    give_up = time.monotonic() + seconds
-    while not predicate():
-        assert time.monotonic() < give_up, "condition not reached"
-        time.sleep(0.01)
 
 
 @pytest.fixture
