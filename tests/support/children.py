@@ -8,13 +8,19 @@ roots of the packages imported here on through PYTHONPATH, whichever they are.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import walqueue
 import walqueue.cli
 import walqueue.format
 
-__all__ = ["child_environment"]
+__all__ = ["child_environment", "consumer_process", "run_consumer"]
+
+#: How long a consumer run may take before the test fails: only a hung one does.
+TIMEOUT = 30.0
 
 
 def _import_roots() -> list[str]:
@@ -34,3 +40,23 @@ def child_environment() -> dict[str, str]:
     inherited = [env["PYTHONPATH"]] if env.get("PYTHONPATH") else []
     env["PYTHONPATH"] = os.pathsep.join(_import_roots() + inherited)
     return env
+
+
+def consumer_process(
+    directory: Path | str, *, env: dict[str, str] | None = None, preexec_fn: Callable[[], object] | None = None
+) -> subprocess.Popen[bytes]:
+    """``python -m walqueue.cli DIRECTORY``, the JSON-lines consumer, with stdin, stdout and stderr piped."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "walqueue.cli", str(directory)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=child_environment() if env is None else env,
+        preexec_fn=preexec_fn,
+    )
+
+
+def run_consumer(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+    """``python -m walqueue.cli *args`` run to its exit with `stdin`, its output captured."""
+    command = [sys.executable, "-m", "walqueue.cli", *args]
+    return subprocess.run(command, input=stdin, capture_output=True, env=child_environment(), timeout=TIMEOUT)

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -123,6 +124,18 @@ class RawConnection:
     def answer(self) -> dict[str, Any]:
         answer: dict[str, Any] = json.loads(self.answer_line())
         return answer
+
+    def read_until_closed(self, seconds: float = 30.0) -> None:
+        """Read (and drop) what the server still sends until it closes the connection, within `seconds`."""
+        self.sock.settimeout(seconds)
+        deadline = time.monotonic() + seconds
+        while True:
+            try:
+                if not self.sock.recv(2**20):
+                    return
+            except ConnectionResetError:
+                return
+            assert time.monotonic() < deadline, "the server kept the connection open"
 
     def closed_by_server(self) -> bool:
         try:
