@@ -84,7 +84,10 @@ def _kind(
     **declared: Any,
 ) -> OpKind:
     """A row of `OP_KINDS`: its transition is the function of transitions.py named for the kind."""
-    return OpKind(name, fields, from_status, getattr(transitions, name), counter=counter, event=event, **declared)
+    transition = getattr(transitions, name, None)
+    if not callable(transition):
+        raise ImportError(f"op kind {name!r} has no transition: declare it as walqueue.engine.transitions.{name}")
+    return OpKind(name, fields, from_status, transition, counter=counter, event=event, **declared)
 
 
 #: The one declaration of every op kind (CONTRACT §3): name, fields besides ``op`` and ``task``, the
