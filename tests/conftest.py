@@ -22,6 +22,11 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 TOOLS_DIR = REPO_ROOT / "tools"
 if str(TOOLS_DIR) not in sys.path:
     sys.path.insert(0, str(TOOLS_DIR))
+#: The helpers more than one test directory uses (tests/support), importable as `support`: pytest's
+#: prepend import mode puts only each test module's own directory on sys.path.
+TESTS_DIR = REPO_ROOT / "tests"
+if str(TESTS_DIR) not in sys.path:
+    sys.path.insert(0, str(TESTS_DIR))
 
 
 class RunPython(Protocol):

@@ -1,5 +1,5 @@
 """The fixtures of the server tests: a short directory (a socket path has 108 bytes), a server in it, a client of it,
-and `flaky`: a `FlakyServer` (servers.py) on a real queue, with a client of it.
+and `flaky`: a `FlakyServer` (tests/support/servers.py) on a real queue, with a client of it.
 
 `test_serve.py` overrides `server` with a short write timeout of its own.
 """
@@ -10,8 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from servers import FlakyServer, ServerProcess, running_server, short_directory
 
+from support.servers import FlakyServer, ServerProcess, running_server, short_directory
 from walqueue import Queue
 from walqueue.client import Client
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import walqueue
+from support.children import consumer_process
 from walqueue.format.cmdline import EX_USAGE, EXIT_INTERRUPTED
 
 ANSWER_TIMEOUT = 30.0
@@ -71,16 +72,9 @@ def _sigint_default() -> None:
 
 def test_ctrl_c_closes_the_queue_and_exits_130_without_a_traceback(tmp_path: Path, child_env: dict[str, str]) -> None:
     directory = tmp_path / "q"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "walqueue.cli", str(directory)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=child_env,
-        # Ctrl-C at a terminal: SIGINT as the default. A background job of a non-interactive shell
-        # inherits it ignored, and a Python started so never raises KeyboardInterrupt.
-        preexec_fn=_sigint_default,
-    )
+    # Ctrl-C at a terminal: SIGINT as the default. A background job of a non-interactive shell
+    # inherits it ignored, and a Python started so never raises KeyboardInterrupt.
+    process = consumer_process(directory, env=child_env, preexec_fn=_sigint_default)
     assert process.stdin is not None and process.stdout is not None
     process.stdin.write(b'{"op": "put", "task_id": "t1", "payload": {}, "id": 1}\n')
     process.stdin.flush()

@@ -10,43 +10,20 @@ directories in no-install mode, site-packages when installed).
 from __future__ import annotations
 
 import json
-import os
 import queue
 import resource
 import signal
 import subprocess
-import sys
 import threading
 from pathlib import Path
 from typing import IO, Any
 
 import pytest
 
-import walqueue
-import walqueue.cli
-import walqueue.format
+from support.children import consumer_process, run_consumer
 from walqueue import Queue
 
 ANSWER_TIMEOUT = 30.0
-
-
-def _import_roots() -> list[str]:
-    """The sys.path entries that hold the walqueue packages imported here."""
-    roots = [Path(walqueue.__file__).parents[1]]  # <root>/walqueue/__init__.py
-    for package in (walqueue.format, walqueue.cli):
-        roots.extend(Path(entry).parents[1] for entry in package.__path__)  # <root>/walqueue/<name>
-    unique: list[str] = []
-    for root in roots:
-        if str(root) not in unique:
-            unique.append(str(root))
-    return unique
-
-
-def child_environment() -> dict[str, str]:
-    env = dict(os.environ)
-    inherited = [env["PYTHONPATH"]] if env.get("PYTHONPATH") else []
-    env["PYTHONPATH"] = os.pathsep.join(_import_roots() + inherited)
-    return env
 
 
 class Consumer:
@@ -60,14 +37,7 @@ class Consumer:
             assert limit_file_bytes is not None
             resource.setrlimit(resource.RLIMIT_FSIZE, (limit_file_bytes, limit_file_bytes))
 
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "walqueue.cli", str(directory)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=child_environment(),
-            preexec_fn=limit_file_size if limit_file_bytes is not None else None,
-        )
+        self.process = consumer_process(directory, preexec_fn=limit_file_size if limit_file_bytes is not None else None)
         self._answers: queue.Queue[bytes | None] = queue.Queue()
         threading.Thread(target=self._collect, args=(self.process.stdout,), daemon=True).start()
 
@@ -125,13 +95,7 @@ def put(task_id: str, **fields: Any) -> dict[str, Any]:
 
 
 def run_until_exit(directory: Path | str, stdin_data: bytes | None) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(
-        [sys.executable, "-m", "walqueue.cli", str(directory)],
-        input=stdin_data,
-        capture_output=True,
-        env=child_environment(),
-        timeout=ANSWER_TIMEOUT,
-    )
+    return run_consumer(str(directory), stdin=stdin_data)
 
 
 # -- the operations -----------------------------------------------------------------------
@@ -361,13 +325,7 @@ def test_end_of_input_exits_0_and_a_new_queue_sees_the_state(tmp_path: Path) -> 
 
 def _assert_refused_before_reading(directory: Path | str, *words: str) -> None:
     """Exit 2 with a message on stderr while stdin stays open and unwritten: nothing was read."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "walqueue.cli", str(directory)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=child_environment(),
-    )
+    process = consumer_process(directory)
     try:
         status = process.wait(timeout=ANSWER_TIMEOUT)
         assert process.stdout is not None and process.stderr is not None
@@ -410,12 +368,7 @@ def test_a_path_that_is_a_regular_file_exits_2(tmp_path: Path) -> None:
 
 
 def test_help_explains_the_protocol_with_an_example_session(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "walqueue.cli", "--help"],
-        capture_output=True,
-        env=child_environment(),
-        timeout=ANSWER_TIMEOUT,
-    )
+    result = run_consumer("--help")
     assert result.returncode == 0
     text = result.stdout.decode()
     for word in ("DIRECTORY", "put_many", "reserve", "lease_seconds", "StaleLease", "Fatal", "example session", '"id"'):
@@ -423,22 +376,14 @@ def test_help_explains_the_protocol_with_an_example_session(tmp_path: Path) -> N
 
 
 def test_a_missing_directory_argument_is_a_usage_error(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "walqueue.cli"], capture_output=True, env=child_environment(), timeout=ANSWER_TIMEOUT
-    )
+    result = run_consumer()
     # EX_USAGE (64): 2 means "cannot open DIRECTORY", a usage error is not that.
     assert result.returncode == 64 and b"DIRECTORY" in result.stderr and result.stdout == b""
 
 
 def test_a_reader_that_goes_away_stops_the_consumer_cleanly(tmp_path: Path) -> None:
     directory = tmp_path / "q"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "walqueue.cli", str(directory)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=child_environment(),
-    )
+    process = consumer_process(directory)
     assert process.stdout is not None
     process.stdout.close()  # nobody will ever read an answer
     _, stderr = process.communicate(b'{"op":"put","task_id":"a","payload":{}}\n', timeout=ANSWER_TIMEOUT)

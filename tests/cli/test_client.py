@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from servers import FlakyServer, ServerProcess, running_server
 
 from model import Model, render
+from support.servers import FlakyServer, ServerProcess, running_server
 from walqueue import KeyConflict, Lease, Queue, QueueClosed, StaleLease, Task
 from walqueue.client import AsyncClient, Client
 

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from servers import FlakyServer, ServerProcess, running_server
 
 from model import render
+from support.servers import FlakyServer, ServerProcess, running_server
 from walqueue import KeyConflict, Lease, Queue, StaleLease
 from walqueue.client import AsyncClient, Client
 
@@ -113,7 +113,7 @@ class AsyncRunner:
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Queue, Client, AsyncRunner, AsyncRunner]]:
-    from servers import short_directory
+    from support.servers import short_directory
 
     with short_directory() as place, running_server(place / "q", place / "s") as server:
         reference = Queue(tmp_path_factory.mktemp("reference") / "q", sync=False)

@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from servers import ServerProcess, running_server
-from test_cli_process import child_environment
 
+from support.children import child_environment
+from support.servers import ServerProcess, running_server
 from walqueue import DirectoryLocked, Queue
 from walqueue.client import Client
 

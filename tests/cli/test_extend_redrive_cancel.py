@@ -12,18 +12,17 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import subprocess
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from servers import ANSWER_TIMEOUT, FlakyServer, RawConnection, ServerProcess, child_environment
 from test_cli_process import Consumer, answers_bad_requests, put
 
 from model import render
+from support.children import run_consumer
+from support.servers import FlakyServer, RawConnection, ServerProcess
 from walqueue import KeyConflict, Lease, Queue, StaleLease, WrongStatus
 from walqueue.client import AsyncClient, Client
 from walqueue.protocol.requests import OPS
@@ -196,12 +195,7 @@ def test_stats_shows_when_work_is_next_due(consumer: Consumer) -> None:
 
 
 def test_help_lists_every_op_and_every_error_name() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "walqueue.cli", "--help"],
-        capture_output=True,
-        env=child_environment(),
-        timeout=ANSWER_TIMEOUT,
-    )
+    result = run_consumer("--help")
     assert result.returncode == 0
     text = result.stdout.decode()
     table = [line.split()[0] for line in text.splitlines() if line.startswith("  ") and line.split()]

@@ -16,9 +16,9 @@ import time
 from pathlib import Path
 
 import pytest
-from servers import running_server, short_directory
 
 from model import wal_bodies
+from support.servers import running_server, short_directory
 from walqueue.client import Client
 from walqueue.engine.state import State, apply
 

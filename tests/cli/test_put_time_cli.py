@@ -6,10 +6,10 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from servers import ServerProcess
 from test_protocol import answer_to, assert_bad_request
 from test_shell_edges import shell
 
+from support.servers import ServerProcess
 from walqueue import Queue
 from walqueue.client import AsyncClient, Client
 from walqueue.protocol.storeclock import now_in

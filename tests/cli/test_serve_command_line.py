@@ -11,8 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from servers import RawConnection, child_environment, running_server, serve_command
 
+from support.children import child_environment
+from support.servers import RawConnection, running_server, serve_command
 from walqueue import Queue
 from walqueue.format.cmdline import EX_USAGE
 

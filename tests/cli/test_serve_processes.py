@@ -19,14 +19,13 @@ from __future__ import annotations
 import json
 import multiprocessing
 import random
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from servers import ServerProcess, running_server, short_directory
 
 from model import Model, render, view
+from support.servers import ServerProcess
 from walqueue import KeyConflict, Lease, Queue, StaleLease, WrongStatus
 from walqueue.client import Client
 
@@ -36,12 +35,6 @@ PROCESSES = 8
 MIXED_STEPS = 40
 RACING_TASKS = 30
 _fork = multiprocessing.get_context("fork")
-
-
-@pytest.fixture
-def server() -> Iterator[ServerProcess]:
-    with short_directory() as place, running_server(place / "q", place / "s") as running:
-        yield running
 
 
 def _reconnect(client: Client) -> None:

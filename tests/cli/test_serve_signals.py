@@ -15,8 +15,9 @@ import subprocess
 import sys
 
 import pytest
-from servers import short_directory
-from test_cli_process import child_environment
+
+from support.children import child_environment
+from support.servers import short_directory
 
 pytestmark = pytest.mark.timeout(60)
 

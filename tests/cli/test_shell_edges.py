@@ -10,9 +10,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from servers import ServerProcess, running_server
-from test_cli_process import child_environment
 
+from support.children import child_environment
+from support.servers import ServerProcess, running_server
 from walqueue import Queue
 from walqueue.cli.shell import ShellExit
 from walqueue.client import Client

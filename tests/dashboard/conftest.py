@@ -1,7 +1,8 @@
 """Fixtures of the dashboard tests: a real queue, its dashboard (read-only or acting), and one served over HTTP.
 
 `served` runs the dashboard on wsgiref in its own thread, the way
-walqueue-serve runs it, for tests that speak real HTTP.
+walqueue-serve runs it, for tests that speak real HTTP; `place` is a short
+directory for a real walqueue-serve's store and socket.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 from dashboard_helpers import NOW
 
+from support.servers import short_directory
 from walqueue import Queue
 from walqueue.dashboard import Dashboard, RunningServer, serve_in_thread
 
@@ -40,3 +42,10 @@ def served(acting: Dashboard) -> Iterator[RunningServer]:
         yield running
     finally:
         running.stop()
+
+
+@pytest.fixture
+def place() -> Iterator[Path]:
+    """A short directory under /tmp (a socket path holds 108 bytes), removed after."""
+    with short_directory() as path:
+        yield path

@@ -1,15 +1,20 @@
-"""Helpers of the dashboard tests: `call` sends one WSGI request (validated by `wsgiref.validate`)."""
+"""Helpers of the dashboard tests: `call` sends one WSGI request (validated by `wsgiref.validate`); `serve` and
+`served_dashboard` run a real walqueue-serve with its dashboard."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
-from collections.abc import Mapping
+import subprocess
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from wsgiref.util import setup_testing_defaults
 from wsgiref.validate import validator
 
+from support.servers import serve_command
 from walqueue import Queue
 from walqueue.dashboard import Dashboard
 
@@ -73,6 +78,13 @@ def form_headers(token: str | None) -> dict[str, str]:
     return headers
 
 
+def post_action(app: Dashboard, action: str, body: str) -> Answer:
+    """`action` posted as the page posts it: the form-encoded `body`, with the dashboard's own token."""
+    return call(
+        app, f"/api/actions/{action}", method="POST", body=body.encode(), headers=form_headers(app.action_token)
+    )
+
+
 def kill(
     queue: Queue,
     task_id: str,
@@ -87,3 +99,41 @@ def kill(
     queue.put(task_id, payload or {"n": task_id}, max_attempts=1)
     for lease in queue.reserve("killer", now=NOW, lease_seconds=60, limit=100):
         queue.release(lease, now=NOW, error={"type": error, "message": message})
+
+
+def serve(src_pythonpath: str, place: Path, *options: str) -> subprocess.Popen[str]:
+    """walqueue-serve on ``place/q`` with its socket ``place/s``, its output piped as text.
+
+    The child's environment is the src directories and a PATH, nothing of
+    this process's: what it prints and refuses is its own.
+    """
+    return subprocess.Popen(
+        serve_command(place / "q", place / "s", *options),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={"PYTHONPATH": src_pythonpath, "PATH": "/usr/bin:/bin"},
+    )
+
+
+def refused_start(src_pythonpath: str, place: Path, *options: str) -> tuple[int, str]:
+    """The exit status and stderr of a walqueue-serve that `options` make stop at once."""
+    process = serve(src_pythonpath, place, *options)
+    _, err = process.communicate(timeout=60)
+    return process.returncode, err
+
+
+@contextlib.contextmanager
+def served_dashboard(src_pythonpath: str, place: Path, *options: str, log_level: str = "WARNING") -> Iterator[str]:
+    """walqueue-serve with --http on a free port (and `options`): its dashboard's URL; stopped after, with status 0."""
+    process = serve(src_pythonpath, place, "--http", "127.0.0.1:0", *options, "--log-level", log_level)
+    try:
+        assert process.stdout is not None
+        assert "listening on" in process.stdout.readline()
+        line = process.stdout.readline()
+        assert line.startswith("walqueue-serve: dashboard on http://"), line
+        yield line.split("dashboard on ", 1)[1].strip()
+    finally:
+        process.terminate()
+        process.communicate(timeout=60)
+    assert process.returncode == 0

@@ -173,6 +173,26 @@ def _post_from_page(browser: Any, action: str, body: str, token: str | None) -> 
     return int(browser.execute_async_script(script, action, body, token))
 
 
+def _button(browser: Any, row: str, action: str) -> Any:
+    """The button of `action` in the row `row` (a CSS selector), once the page shows it."""
+    selector = f'{row} button[data-action="{action}"]'
+    return until(lambda: browser.find_elements(By.CSS_SELECTOR, selector), f"the {action} button")[0]
+
+
+def _acting_page(browser: Any, open_page: Any, queue: Queue, row: str, action: str, body: str) -> tuple[Dashboard, Any]:
+    """An acting dashboard on `queue`, opened, and its `action` button in `row`.
+
+    Before any click, the same action posted from the page with a wrong
+    token and with none is refused (403).
+    """
+    acting = Dashboard(queue, actions=True, clock=lambda: NOW)
+    open_page(acting)
+    button = _button(browser, row, action)
+    for token in ("not-the-token", None):
+        assert _post_from_page(browser, action, body, token) == 403
+    return acting, button
+
+
 def test_an_action_works_only_with_the_flag_and_the_token(browser: Any, open_page: Any, queue: Queue) -> None:
     kill(queue, "d")
     read_only = Dashboard(queue, clock=lambda: NOW)
@@ -182,14 +202,7 @@ def test_an_action_works_only_with_the_flag_and_the_token(browser: Any, open_pag
     assert _post_from_page(browser, "redrive", "task_id=d", read_only.action_token) == 403
     assert queue.get("d").status == "dead"  # type: ignore[union-attr]
 
-    acting = Dashboard(queue, actions=True, clock=lambda: NOW)
-    open_page(acting)
-    button = until(
-        lambda: browser.find_elements(By.CSS_SELECTOR, '#dead tbody tr[data-task="d"] button[data-action="redrive"]'),
-        "the redrive button",
-    )[0]
-    assert _post_from_page(browser, "redrive", "task_id=d", "not-the-token") == 403
-    assert _post_from_page(browser, "redrive", "task_id=d", None) == 403
+    _, button = _acting_page(browser, open_page, queue, '#dead tbody tr[data-task="d"]', "redrive", "task_id=d")
     assert queue.get("d").status == "dead"  # type: ignore[union-attr]
     button.click()
     until(lambda: queue.get("d").status == "ready", "the redrive")  # type: ignore[union-attr]
@@ -294,22 +307,13 @@ def test_the_queues_table_shows_each_queue_and_pauses_it_only_with_the_flag_and_
     assert browser.find_elements(By.CSS_SELECTOR, "#queues button.act") == []
     assert _post_from_page(browser, "pause", "queue=mail", read_only.action_token) == 403  # actions off
 
-    acting = Dashboard(queue, actions=True, clock=lambda: NOW)
-    open_page(acting)
-    button = until(
-        lambda: browser.find_elements(By.CSS_SELECTOR, '#queues tr[data-queue="mail"] button[data-action="pause"]'),
-        "the pause button",
-    )[0]
-    assert _post_from_page(browser, "pause", "queue=mail", "not-the-token") == 403
-    assert _post_from_page(browser, "pause", "queue=mail", None) == 403
+    mail = '#queues tr[data-queue="mail"]'
+    acting, button = _acting_page(browser, open_page, queue, mail, "pause", "queue=mail")
     assert _post_from_page(browser, "pause", "queue=a%2Cb", acting.action_token) == 400
     assert not [q for q in queue.queues() if q["paused"]]
     button.click()
     until(lambda: [q["name"] for q in queue.queues() if q["paused"]] == ["mail"], "the pause")
-    resume = until(
-        lambda: browser.find_elements(By.CSS_SELECTOR, '#queues tr[data-queue="mail"] button[data-action="resume"]'),
-        "the resume button",
-    )[0]
+    resume = _button(browser, mail, "resume")
     assert queue.reserve("w", now=NOW, lease_seconds=60, queues=["mail"]) == []
     resume.click()
     until(lambda: not [q for q in queue.queues() if q["paused"]], "the resume")

@@ -3,17 +3,12 @@
 from __future__ import annotations
 
 import json
-import shutil
 import socket
-import subprocess
-import sys
-import tempfile
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from dashboard_helpers import NOW, call, form_headers
+from dashboard_helpers import NOW, call, form_headers, refused_start, served_dashboard
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -164,46 +159,18 @@ def _queued(listening: socket.socket, most: int, wait: float) -> int:
     return count
 
 
-@pytest.fixture
-def place() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="wq-", dir="/tmp"))  # a socket path holds 108 bytes
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
-
-
 def test_a_busy_http_port_fails_the_start_and_creates_nothing(src_pythonpath: str, place: Path) -> None:
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
-        port = busy.getsockname()[1]
-        process = subprocess.run(
-            [sys.executable, "-m", "walqueue.serve", str(place / "q"), "--socket", str(place / "s")]
-            + ["--http", f"127.0.0.1:{port}"],
-            capture_output=True,
-            text=True,
-            env={"PYTHONPATH": src_pythonpath, "PATH": "/usr/bin:/bin"},
-            timeout=60,
-        )
-    assert process.returncode == 3, process.stderr
-    assert "cannot serve the dashboard" in process.stderr
+        status, err = refused_start(src_pythonpath, place, "--http", f"127.0.0.1:{busy.getsockname()[1]}")
+    assert status == 3, err
+    assert "cannot serve the dashboard" in err
     assert sorted(path.name for path in place.iterdir()) == []
 
 
 def test_the_served_dashboard_accepts_its_http_host_names_only(src_pythonpath: str, place: Path) -> None:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "walqueue.serve", str(place / "q"), "--socket", str(place / "s")]
-        + ["--http", "127.0.0.1:0", "--http-host", "queue.internal", "--log-level", "WARNING"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={"PYTHONPATH": src_pythonpath, "PATH": "/usr/bin:/bin"},
-    )
-    try:
-        assert process.stdout is not None
-        assert "listening on" in process.stdout.readline()
-        url = process.stdout.readline().split("dashboard on ", 1)[1].strip()
+    with served_dashboard(src_pythonpath, place, "--http-host", "queue.internal") as url:
         statuses = {}
         for host in ("queue.internal", "localhost", "127.0.0.1", "rebind.attacker.example"):
             request = urllib.request.Request(url + "api/overview", headers={"Host": host})
@@ -214,23 +181,13 @@ def test_the_served_dashboard_accepts_its_http_host_names_only(src_pythonpath: s
             except urllib.error.HTTPError as error:
                 statuses[host] = error.code
         assert statuses == {"queue.internal": 200, "localhost": 200, "127.0.0.1": 200, "rebind.attacker.example": 421}
-    finally:
-        process.terminate()
-        process.communicate(timeout=60)
 
 
 @pytest.mark.parametrize("name", ["", "bad name", "*"])
 def test_a_bad_http_host_is_a_usage_error(src_pythonpath: str, place: Path, name: str) -> None:
-    process = subprocess.run(
-        [sys.executable, "-m", "walqueue.serve", str(place / "q"), "--socket", str(place / "s")]
-        + ["--http", "127.0.0.1:0", "--http-host", name],
-        capture_output=True,
-        text=True,
-        env={"PYTHONPATH": src_pythonpath, "PATH": "/usr/bin:/bin"},
-        timeout=60,
-    )
-    assert process.returncode == 64, process.stderr
-    assert "host name" in process.stderr
+    status, err = refused_start(src_pythonpath, place, "--http", "127.0.0.1:0", "--http-host", name)
+    assert status == 64, err
+    assert "host name" in err
     assert sorted(path.name for path in place.iterdir()) == []
 
 

@@ -2,52 +2,23 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
-import shutil
-import subprocess
-import sys
-import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from dashboard_helpers import refused_start, served_dashboard
 
 from walqueue.client import Client
 
 pytestmark = pytest.mark.timeout(120)
 
 
-def serve(src_pythonpath: str, place: Path, *options: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "walqueue.serve", str(place / "q"), "--socket", str(place / "s"), *options],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={"PYTHONPATH": src_pythonpath, "PATH": "/usr/bin:/bin"},
-    )
-
-
-@pytest.fixture
-def place() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="wq-", dir="/tmp"))  # a socket path holds 108 bytes
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
-
-
 def test_the_server_serves_its_dashboard_metrics_and_api(src_pythonpath: str, place: Path) -> None:
-    process = serve(src_pythonpath, place, "--http", "127.0.0.1:0", "--log-level", "WARNING")
-    try:
-        assert process.stdout is not None
-        assert "listening on" in process.stdout.readline()
-        line = process.stdout.readline()
-        assert line.startswith("walqueue-serve: dashboard on http://127.0.0.1:"), line
-        url = line.split("dashboard on ", 1)[1].strip()
+    with served_dashboard(src_pythonpath, place) as url:
+        assert url.startswith("http://127.0.0.1:"), url
         with Client(str(place / "s")) as client:
             client.put("a", {"<script>": 1})
             client.put("b", {})
@@ -58,10 +29,6 @@ def test_the_server_serves_its_dashboard_metrics_and_api(src_pythonpath: str, pl
         assert 'walqueue_tasks{status="ready"} 2' in text and "walqueue_puts_total 2" in text
         with urllib.request.urlopen(url, timeout=30) as answer:
             assert b'content="off"' in answer.read()  # no actions without --http-actions
-    finally:
-        process.terminate()
-        process.communicate(timeout=60)
-    assert process.returncode == 0
 
 
 @pytest.mark.parametrize(
@@ -76,20 +43,15 @@ def test_the_server_serves_its_dashboard_metrics_and_api(src_pythonpath: str, pl
 def test_an_unsafe_or_malformed_http_option_is_a_usage_error(
     src_pythonpath: str, place: Path, options: tuple[str, ...]
 ) -> None:
-    process = serve(src_pythonpath, place, *options)
-    _, err = process.communicate(timeout=60)
-    assert process.returncode == 64, err
+    status, err = refused_start(src_pythonpath, place, *options)
+    assert status == 64, err
     assert "--http" in err
     assert not (place / "q").exists() and not (place / "s").exists()  # nothing created
 
 
 def test_an_action_from_the_dashboard_wakes_a_wait_parked_in_the_server(src_pythonpath: str, place: Path) -> None:
     """The dashboard's actions commit from its own thread, not the event loop: a parked wait still sees them."""
-    process = serve(src_pythonpath, place, "--http", "127.0.0.1:0", "--http-actions", "--log-level", "ERROR")
-    try:
-        assert process.stdout is not None
-        assert "listening on" in process.stdout.readline()
-        url = process.stdout.readline().split("dashboard on ", 1)[1].strip()
+    with served_dashboard(src_pythonpath, place, "--http-actions", log_level="ERROR") as url:
         with urllib.request.urlopen(url, timeout=30) as answer:
             page = answer.read().decode()
         token = page.split('name="walqueue-action-token" content="', 1)[1].split('"', 1)[0]
@@ -117,24 +79,6 @@ def test_an_action_from_the_dashboard_wakes_a_wait_parked_in_the_server(src_pyth
         thread.join(60)
         assert woke and woke[0][0] is True, woke
         assert woke[0][1] < 20.0, woke  # woken by the commit, not by its 30 s deadline
-    finally:
-        process.terminate()
-        process.communicate(timeout=60)
-    assert process.returncode == 0
-
-
-@contextlib.contextmanager
-def served_dashboard(src_pythonpath: str, place: Path) -> Iterator[str]:
-    """walqueue-serve with --http on a free port: its dashboard's URL; stopped after, with status 0."""
-    process = serve(src_pythonpath, place, "--http", "127.0.0.1:0", "--log-level", "WARNING")
-    try:
-        assert process.stdout is not None
-        assert "listening on" in process.stdout.readline()
-        yield process.stdout.readline().split("dashboard on ", 1)[1].strip()
-    finally:
-        process.terminate()
-        process.communicate(timeout=60)
-    assert process.returncode == 0
 
 
 def test_the_served_dashboards_metrics_show_request_seconds_by_op(src_pythonpath: str, place: Path) -> None:

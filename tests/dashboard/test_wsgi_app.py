@@ -7,7 +7,7 @@ import logging
 from pathlib import Path
 
 import pytest
-from dashboard_helpers import NOW, call, form_headers, kill
+from dashboard_helpers import NOW, call, form_headers, kill, post_action
 
 from walqueue import Queue
 from walqueue.dashboard import Dashboard
@@ -133,7 +133,7 @@ def test_reads_answer_get_only(app: Dashboard) -> None:
 
 def test_actions_are_refused_unless_enabled(app: Dashboard, queue: Queue) -> None:
     kill(queue, "d")
-    answer = call(app, "/api/actions/redrive", method="POST", body=b"task_id=d", headers=form_headers(app.action_token))
+    answer = post_action(app, "redrive", "task_id=d")
     assert answer.status == 403
     assert queue.get("d").status == "dead"  # type: ignore[union-attr]
 
@@ -144,9 +144,7 @@ def test_an_action_needs_the_servers_token(acting: Dashboard, queue: Queue) -> N
         answer = call(acting, "/api/actions/redrive", method="POST", body=b"task_id=d", headers=form_headers(token))
         assert answer.status == 403
     assert queue.get("d").status == "dead"  # type: ignore[union-attr]
-    answer = call(
-        acting, "/api/actions/redrive", method="POST", body=b"task_id=d", headers=form_headers(acting.action_token)
-    )
+    answer = post_action(acting, "redrive", "task_id=d")
     assert answer.status == 200 and answer.json()["done"] == 1
     task = queue.get("d")
     assert task is not None and task.status == "ready" and task.available_at == NOW
@@ -203,13 +201,7 @@ def test_an_action_by_error_group_applies_to_every_member_and_is_logged(
         kill(queue, f"d{i}")
     group = call(acting, "/api/dead/groups").json()["groups"][0]["group"]
     with caplog.at_level(logging.INFO, logger="walqueue.dashboard"):
-        answer = call(
-            acting,
-            "/api/actions/redrive",
-            method="POST",
-            body=f"group={group}".encode(),
-            headers=form_headers(acting.action_token),
-        )
+        answer = post_action(acting, "redrive", f"group={group}")
     assert answer.json() == {"ok": True, "action": "redrive", "done": 5, "skipped": 0, "more": False, "after": None}
     assert queue.stats()["counts"]["dead"] == 0
     assert any("redrive" in record.getMessage() and group in record.getMessage() for record in caplog.records)
@@ -223,9 +215,7 @@ def _fail_once(queue: Queue, task_id: str, message: str = "flaky") -> None:
 
 
 def _group_action(acting: Dashboard, action: str, body: str) -> dict[str, object]:
-    answer = call(
-        acting, f"/api/actions/{action}", method="POST", body=body.encode(), headers=form_headers(acting.action_token)
-    )
+    answer = post_action(acting, action, body)
     assert answer.status == 200, answer.body
     result: dict[str, object] = answer.json()
     return result
@@ -269,14 +259,7 @@ def test_a_group_action_resumes_past_the_scan_budget_with_its_cursor(acting: Das
 
 def test_a_malformed_group_cursor_is_a_400(acting: Dashboard, queue: Queue) -> None:
     for after in ("dead:x", "nocolon", "ready:" + "x" * 2000):
-        answer = call(
-            acting,
-            "/api/actions/cancel",
-            method="POST",
-            body=f"group=none&after={after}".encode(),
-            headers=form_headers(acting.action_token),
-        )
-        assert answer.status == 400
+        assert post_action(acting, "cancel", f"group=none&after={after}").status == 400
 
 
 def test_an_access_token_guards_every_route(queue: Queue) -> None:

@@ -11,9 +11,14 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 import walqueue.engine.events as events
 import walqueue.engine.metrics as metrics
+import walqueue.engine.transitions as transitions
 import walqueue.serve.eventloop as eventloop
+from walqueue.engine.opkinds import _kind
+from walqueue.engine.optable import Field
 from walqueue.engine.state import OP_KINDS
 from walqueue.format.transaction import OP_NAMES
 from walqueue.protocol.calltable import CALLS
@@ -72,3 +77,12 @@ def test_a_kind_declared_without_counter_or_event_counts_and_logs_nothing() -> N
     error = OP_KINDS["error"]
     assert error.counter is None and error.event is None
     assert "error" not in metrics.COUNTERS
+
+
+def test_every_kind_runs_the_transition_named_for_it() -> None:
+    assert all(kind.transition is getattr(transitions, name) for name, kind in OP_KINDS.items())
+
+
+def test_a_row_whose_transition_is_missing_is_refused_by_name() -> None:
+    with pytest.raises(ImportError, match=r"op kind 'grant' has no transition: .*transitions\.grant"):
+        _kind("grant", (("max_attempts", Field.POSITIVE_INT),), "ready")

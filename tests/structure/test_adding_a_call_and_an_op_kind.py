@@ -33,8 +33,8 @@ ADDITIONS: dict[str, list[tuple[str | None, str]]] = {
     "walqueue-cli/src/walqueue/protocol/calltable.py": [
         (
             "CALLS: Final[",
-            'GRANT: Final = Call[None]("grant", (_arg("task_id", "name"), _arg("max_attempts", "count", keyword=True)),'
-            ' _answer(None), writes=True, summary="a ready task gets max_attempts anew")\n',
+            'GRANT: Final[Call[None]] = _write("grant", (_arg("task_id", "name"), _arg("max_attempts", "count",'
+            ' keyword=True)), "a ready task gets max_attempts anew")\n',
         ),
         ("    )  # fmt: skip\n}", "        GRANT,\n"),
     ],
@@ -59,9 +59,8 @@ ADDITIONS: dict[str, list[tuple[str | None, str]]] = {
     ],
     f"{ENGINE}/opkinds.py": [
         (
-            '        OpKind(\n            "error",',
-            '        OpKind("grant", (("max_attempts", Field.POSITIVE_INT),), READY, transitions.grant,'
-            ' counter="grants", event="task.grant"),\n',
+            '        _kind("error",',
+            '        _kind("grant", (("max_attempts", Field.POSITIVE_INT),), READY, "grants", "task.grant"),\n',
         )
     ],
     f"{ENGINE}/transitions.py": [

@@ -17,17 +17,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from served_store import walqueue_serve
 
+from support.servers import served_store
 from walqueue.client import Client
 from walqueue.protocol.exchange import DEFAULT_RECONNECT_SECONDS
 from walqueue.worker import Context, Job, Worker
 
 
 @pytest.fixture
-def served(src_pythonpath: str) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
-    with walqueue_serve(src_pythonpath) as serving:
-        yield serving.server, serving.socket
+def served() -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
+    with served_store() as server:
+        yield server.process, Path(server.socket_path)
 
 
 @pytest.mark.timeout(120)

@@ -96,6 +96,12 @@ def test_a_key_makes_enqueue_idempotent_and_a_delay_sets_the_time(bound: Queue) 
         tasks.add.options(delay=1, at=5.0)
 
 
+def test_an_unknown_option_is_refused_by_name_before_anything_is_put(bound: Queue) -> None:
+    with pytest.raises(TypeError, match="unexpected keyword argument 'dely'"):
+        tasks.add.options(dely=60)  # type: ignore[call-arg]
+    assert bound.stats()["counts"]["ready"] == 0
+
+
 @pytest.mark.timeout(60)
 def test_a_worker_runs_the_app_and_a_handle_reads_results_and_failures(bound: Queue) -> None:
     added, greeted = tasks.add.enqueue(2, b=40), tasks.greet.enqueue("ada")
@@ -156,6 +162,20 @@ def test_a_chain_stops_at_the_step_that_dies_and_a_redrive_resumes_it(bound: Que
         tasks.BROKEN.discard(2)
         bound.redrive(second.id, available_at=0)
         assert third.result(timeout=WAIT) == 3 and second.result(timeout=WAIT) == 2
+
+
+@pytest.mark.timeout(60)
+def test_current_names_the_running_task_its_function_and_this_attempt(queue: Queue) -> None:
+    app = App(queue)
+
+    @app.task(name="whoami")
+    def whoami() -> list[Any]:
+        here = current()
+        return [here.id, here.name, here.attempts]
+
+    handle = whoami.options(key="me").enqueue()
+    with running(queue, app):
+        assert handle.result(timeout=WAIT) == ["me", "whoami", 1]
 
 
 def test_current_outside_a_task_is_a_runtime_error() -> None:

@@ -18,8 +18,9 @@ from pathlib import Path
 
 import functions_app as tasks
 import pytest
-from served_store import walqueue_serve
 
+from support.children import child_environment
+from support.servers import served_store
 from walqueue import Queue
 from walqueue.client import AsyncClient, Client
 from walqueue.worker import TaskFailed
@@ -40,12 +41,13 @@ def _stop(process: subprocess.Popen[bytes]) -> int:
 
 
 @pytest.fixture
-def served(src_pythonpath: str) -> Iterator[tuple[str, dict[str, str]]]:
+def served() -> Iterator[tuple[str, dict[str, str]]]:
     """walqueue-serve on a fresh queue, and a walqueue-worker running functions_app:app through it."""
-    with walqueue_serve(src_pythonpath, start_seconds=WAIT) as serving:
-        worker = _worker(serving.env, "--socket", str(serving.socket))
+    env = child_environment()
+    with served_store() as server:
+        worker = _worker(env, "--socket", server.socket_path)
         try:
-            yield str(serving.socket), serving.env
+            yield server.socket_path, env
         finally:
             assert _stop(worker) == 0
 

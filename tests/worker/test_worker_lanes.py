@@ -68,8 +68,9 @@ def test_a_schedule_entry_puts_its_firings_in_its_queue_at_its_priority(tmp_path
 def test_a_worker_whose_queues_are_all_at_their_limit_sleeps_and_wakes_for_the_commit_that_reopens_one(
     tmp_path: Path,
 ) -> None:
-    from test_worker_threads import CountingQueue, wait_until
+    from test_worker_threads import CountingQueue
 
+    from support.waiting import wait_until
     from walqueue.worker import milliseconds
 
     with Queue(tmp_path / "q", sync=False) as queue:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from walqueue import Queue
+from walqueue import Queue, Task
 
 if TYPE_CHECKING:
     from conftest import RunPython
@@ -197,23 +197,35 @@ def test_sigterm_to_two_processes_mid_jobs_exits_0_within_the_grace_holding_no_l
     assert not (app / "q" / "worker.sock").exists()  # the server it started removed its socket
 
 
-@pytest.mark.timeout(120)
-def test_sigterm_releases_a_stuck_handlers_lease_after_the_grace_and_exits_0(app: Path, src_pythonpath: str) -> None:
+def stuck_worker(app: Path, src_pythonpath: str, grace: str) -> subprocess.Popen[str]:
+    """A walqueue-worker with `grace` on a queue of one task whose handler never returns, once it started."""
     side_log = app / "side.log"
     with Queue(app / "q") as producer:
         producer.put("stuck", {"stuck": True})
     worker = start_worker(
-        [str(app / "q"), "side_tasks:handle", "--grace", "0.5"], app, worker_env(src_pythonpath, side_log)
+        [str(app / "q"), "side_tasks:handle", "--grace", grace], app, worker_env(src_pythonpath, side_log)
     )
     wait_for(lambda: side_lines(side_log, "start"), worker)
-    worker.send_signal(signal.SIGTERM)
+    return worker
+
+
+def released(worker: subprocess.Popen[str], app: Path, says: str) -> Task:
+    """The stuck task once `worker` exited 0 saying `says`: given back, ready with no worker (the reopened store)."""
     _, stderr = worker.communicate(timeout=WAIT)
     assert worker.returncode == 0, stderr
-    assert "interrupted stuck" in stderr
+    assert says in stderr
     with Queue(app / "q") as reopened:
         task = reopened.get("stuck")
-        assert task is not None and (task.status, task.worker, task.attempts) == ("ready", None, 1)
-        assert task.last_error is not None and task.last_error.type == "Shutdown"
+    assert task is not None and (task.status, task.worker) == ("ready", None)
+    return task
+
+
+@pytest.mark.timeout(120)
+def test_sigterm_releases_a_stuck_handlers_lease_after_the_grace_and_exits_0(app: Path, src_pythonpath: str) -> None:
+    worker = stuck_worker(app, src_pythonpath, "0.5")
+    worker.send_signal(signal.SIGTERM)
+    task = released(worker, app, "interrupted stuck")
+    assert task.attempts == 1 and task.last_error is not None and task.last_error.type == "Shutdown"
 
 
 @pytest.mark.timeout(120)
@@ -242,22 +254,11 @@ def test_a_hard_timeout_ends_the_process_and_a_new_one_runs_the_rest(app: Path, 
 
 @pytest.mark.timeout(120)
 def test_a_second_sigterm_releases_at_once_without_waiting_for_the_grace(app: Path, src_pythonpath: str) -> None:
-    side_log = app / "side.log"
-    with Queue(app / "q") as producer:
-        producer.put("stuck", {"stuck": True})
-    worker = start_worker(
-        [str(app / "q"), "side_tasks:handle", "--grace", "3600"], app, worker_env(src_pythonpath, side_log)
-    )
-    wait_for(lambda: side_lines(side_log, "start"), worker)
+    worker = stuck_worker(app, src_pythonpath, "3600")
     worker.send_signal(signal.SIGTERM)
     time.sleep(0.5)  # the first signal is acted on: the grace of an hour has begun
     worker.send_signal(signal.SIGTERM)
-    _, stderr = worker.communicate(timeout=WAIT)
-    assert worker.returncode == 0, stderr
-    assert "releasing at once" in stderr
-    with Queue(app / "q") as reopened:
-        task = reopened.get("stuck")
-        assert task is not None and (task.status, task.worker) == ("ready", None)
+    released(worker, app, "releasing at once")
 
 
 @pytest.mark.timeout(120)

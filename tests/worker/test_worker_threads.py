@@ -14,17 +14,11 @@ from typing import Any
 
 import pytest
 
+from support.waiting import wait_until
 from walqueue import Queue
 from walqueue.worker import Context, Job, Permanent, Retry, Router, Worker, milliseconds
 
 WAIT = 20.0  # seconds: only a broken worker takes this long
-
-
-def wait_until(predicate: Any, seconds: float = WAIT) -> None:
-    give_up = time.monotonic() + seconds
-    while not predicate():
-        assert time.monotonic() < give_up, "condition not reached"
-        time.sleep(0.01)
 
 
 def counts(queue: Queue) -> dict[str, int]:

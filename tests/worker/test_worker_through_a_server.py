@@ -17,8 +17,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from served_store import walqueue_serve
 
+from support.servers import served_store
+from support.waiting import wait_until
 from walqueue.client import Client
 from walqueue.worker import Context, Job, Worker
 
@@ -27,17 +28,10 @@ pytestmark = pytest.mark.timeout(120)
 WAIT = 30.0  # seconds: only a broken worker takes this long
 
 
-def wait_until(predicate: Any, seconds: float = WAIT) -> None:
-    give_up = time.monotonic() + seconds
-    while not predicate():
-        assert time.monotonic() < give_up, "condition not reached"
-        time.sleep(0.01)
-
-
 @pytest.fixture
-def client(src_pythonpath: str) -> Iterator[Client]:
+def client() -> Iterator[Client]:
     """A walqueue-serve process on a fresh queue (a short socket path, for AF_UNIX), and a client of it."""
-    with walqueue_serve(src_pythonpath) as serving, Client(str(serving.socket), timeout=30) as opened:
+    with served_store() as server, Client(server.socket_path, timeout=30) as opened:
         yield opened
 
 

@@ -125,20 +125,19 @@ def _field(rule: Rule) -> Rule:
     return accept
 
 
+def _or_null(rule: Rule) -> Rule:
+    """`rule`, with null (None) let through as None: the argument's default, "not given"."""
+
+    def accept(value: Any, what: str) -> Any:
+        return None if value is None else rule(value, what)
+
+    return accept
+
+
 def _any_str(value: Any, what: str) -> str:
     if type(value) is not str:
         raise TypeError(f"{what} must be a str, not {type(value).__name__}")
     return value
-
-
-def _cursor(value: Any, what: str) -> str | None:
-    # A page's `after`: any task id, or null for the first page (`paging.check_page_args`).
-    return None if value is None else _any_str(value, what)
-
-
-def _key(value: Any, what: str) -> str | None:
-    # None means "no key given": the Python API's default, the task id.
-    return None if value is None else check_name(value, what)
 
 
 def _time(value: Any, what: str) -> int:
@@ -187,10 +186,6 @@ def _encode_leases(value: Any, what: str) -> list[dict[str, Any]]:
     if isinstance(value, (str, bytes, Mapping, Lease)) or not isinstance(value, Iterable):
         raise TypeError(f"{what} must be an iterable of Lease, not {type(value).__name__}")
     return [_encode_lease(item, f"{what}[{index}]") for index, item in enumerate(value)]
-
-
-def _time_or_null(value: Any, what: str) -> int | None:
-    return None if value is None else check_int(value, what, 0)
 
 
 def _error(value: Any, what: str) -> dict[str, str] | None:
@@ -247,10 +242,6 @@ _JSON_ANY: Final[frozenset[type]] = frozenset({dict, list, str, int, float, bool
 # -- lanes: a queue, a priority, reserve's queues, a queue's settings ------------------------------
 
 
-def _queue_or_null(value: Any, what: str) -> str | None:
-    return None if value is None else check_queue_name(value, what)
-
-
 def _queues(value: Any, what: str) -> list[str] | None:
     try:
         names = check_queues_filter(value)
@@ -259,13 +250,9 @@ def _queues(value: Any, what: str) -> list[str] | None:
     return None if names is None else list(names)
 
 
-def _limit_or_null(value: Any, what: str) -> int | None:
-    return None if value is None else check_int(value, what, 1)
-
-
-def _rate_or_null(value: Any, what: str) -> list[int] | None:
+def _rate(value: Any, what: str) -> list[int]:
     try:
-        return None if value is None else list(check_rate(value))
+        return list(check_rate(value))
     except (TypeError, ValueError) as error:
         raise type(error)(f"{what}: {error}") from None
 
@@ -280,57 +267,55 @@ _JSON_INT: Final = frozenset({int})
 _JSON_STR: Final = frozenset({str})
 _JSON_OBJECT: Final = frozenset({dict})
 
+
+def _kind(
+    name: str,
+    expected: str,
+    json_types: frozenset[type],
+    rule: Rule,
+    encode: Rule | None = None,
+    *,
+    or_null: bool = False,
+    many: bool = False,
+    plain: bool = False,
+) -> Kind:
+    """A row of `KINDS`, stating only what differs from the other rows.
+
+    A front end accepts a field by `rule` (its messages name the field); a
+    client encodes by `encode`, by default the same rule. `or_null`: null
+    is accepted as well, as None (the argument's default: not given).
+    """
+    if or_null:
+        rule, encode = _or_null(rule), None if encode is None else _or_null(encode)
+        expected, json_types = f"{expected} or null", json_types | {type(None)}
+    return Kind(name, expected, json_types, _field(rule), rule if encode is None else encode, many, plain)
+
+
 #: Every argument kind, by name. `put_items` is added by the call table (its items are `put`'s arguments).
 KINDS: Final[dict[str, Kind]] = {
     kind.name: kind
     for kind in (
-        Kind("name", "a string", _JSON_STR, _field(check_name), check_name, plain=True),
-        Kind("str", "a string", _JSON_STR, _field(_any_str), _any_str),
-        Kind("key", "a string or null", frozenset({str, type(None)}), _field(_key), _key, plain=True),
-        Kind("cursor", "a string or null", frozenset({str, type(None)}), _field(_cursor), _cursor),
-        Kind("time", "an integer >= 0", _JSON_INT, _field(_time), _time, plain=True),
-        Kind("count", "an integer >= 1", _JSON_INT, _field(_count), _count, plain=True),
-        Kind(
-            "time_or_null",
-            "an integer >= 0 or null",
-            frozenset({int, type(None)}),
-            _field(_time_or_null),
-            _time_or_null,
-        ),
-        Kind(
-            "error",
-            'null or an object {"type": string, "message": string}',
-            frozenset({dict, type(None)}),
-            _field(_error),
-            _error,
-        ),
-        Kind("payload", "a JSON object", _JSON_OBJECT, _field(_payload(True)), _payload(False), plain=True),
-        Kind("lease", "a lease object", _JSON_OBJECT, _field(_lease), _encode_lease),
-        Kind("leases", "an array of lease objects", frozenset({list}), _field(_leases), _encode_leases, many=True),
-        Kind("status", _STATUS_CHOICES, frozenset({str, type(None)}), _field(_status), _status),
-        Kind("timeout", "a number of seconds", frozenset({int, float}), _field(_timeout), _clamped_timeout),
-        Kind("result", "any JSON value", _JSON_ANY, _field(_result), _result),
-        Kind("queue", "a queue name", _JSON_STR, _field(check_queue_name), check_queue_name, plain=True),
-        Kind(
-            "queue_or_null",
-            "a queue name or null",
-            frozenset({str, type(None)}),
-            _field(_queue_or_null),
-            _queue_or_null,
-        ),
-        Kind("priority", "an integer from -100 to 100", _JSON_INT, _field(check_priority), check_priority, plain=True),
-        Kind("queues", "an array of queue names or null", frozenset({list, type(None)}), _field(_queues), _queues),
-        Kind(
-            "limit_or_null",
-            "an integer >= 1 or null",
-            frozenset({int, type(None)}),
-            _field(_limit_or_null),
-            _limit_or_null,
-        ),
-        Kind(
-            "rate_or_null", "[n, window] or null", frozenset({list, type(None)}), _field(_rate_or_null), _rate_or_null
-        ),
-        Kind("flag", "true or false", frozenset({bool}), _field(_flag), _flag),
+        _kind("name", "a string", _JSON_STR, check_name, plain=True),
+        _kind("str", "a string", _JSON_STR, _any_str),
+        _kind("key", "a string", _JSON_STR, check_name, or_null=True, plain=True),  # null: the task id is the key
+        _kind("cursor", "a string", _JSON_STR, _any_str, or_null=True),  # a page's after: null for the first page
+        _kind("time", "an integer >= 0", _JSON_INT, _time, plain=True),
+        _kind("count", "an integer >= 1", _JSON_INT, _count, plain=True),
+        _kind("time_or_null", "an integer >= 0", _JSON_INT, _time, or_null=True),
+        _kind("error", 'null or an object {"type": string, "message": string}', frozenset({dict, type(None)}), _error),
+        _kind("payload", "a JSON object", _JSON_OBJECT, _payload(True), _payload(False), plain=True),
+        _kind("lease", "a lease object", _JSON_OBJECT, _lease, _encode_lease),
+        _kind("leases", "an array of lease objects", frozenset({list}), _leases, _encode_leases, many=True),
+        _kind("status", _STATUS_CHOICES, frozenset({str, type(None)}), _status),
+        _kind("timeout", "a number of seconds", frozenset({int, float}), _timeout, _clamped_timeout),
+        _kind("result", "any JSON value", _JSON_ANY, _result),
+        _kind("queue", "a queue name", _JSON_STR, check_queue_name, plain=True),
+        _kind("queue_or_null", "a queue name", _JSON_STR, check_queue_name, or_null=True),
+        _kind("priority", "an integer from -100 to 100", _JSON_INT, check_priority, plain=True),
+        _kind("queues", "an array of queue names or null", frozenset({list, type(None)}), _queues),
+        _kind("limit_or_null", "an integer >= 1", _JSON_INT, _count, or_null=True),
+        _kind("rate_or_null", "[n, window]", frozenset({list}), _rate, or_null=True),
+        _kind("flag", "true or false", frozenset({bool}), _flag),
     )
 }
 

@@ -24,7 +24,7 @@ check, if it needs one), the `Queue` method and its planner in `ops.py`
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
 from walqueue.engine import complete, ops
@@ -205,25 +205,55 @@ def _complete(lease: object, now: object, result: object, result_ttl: object, pu
 
 # -- the table -------------------------------------------------------------------------------
 
-PUT: Final = Call[str](
+_NOTHING: Final = _answer(None)
+
+
+def _write[T](
+    name: str,
+    args: tuple[Arg, ...],
+    summary: str,
+    *,
+    answer: Answer = _NOTHING,
+    check: Callable[..., object] | None = None,
+    retry: bool = False,
+    whole_check: bool = False,
+) -> Call[T]:
+    """A call that may commit: not sent again after a lost answer unless `retry` (a second run changes nothing)."""
+    return Call(name, args, answer, writes=True, summary=summary, retry=retry, check=check, whole_check=whole_check)
+
+
+def _read[T](
+    name: str,
+    args: tuple[Arg, ...],
+    answer: Answer,
+    summary: str,
+    *,
+    check: Callable[..., object] | None = None,
+    blocks: bool = False,
+) -> Call[T]:
+    """A call that commits nothing, so a client may always send it again."""
+    return Call(name, args, answer, writes=False, summary=summary, check=check, blocks=blocks)
+
+
+# A write is not retried unless its row says so: a reserve sent again would lease twice, and an ack,
+# a release, a redrive or a complete that had happened would answer StaleLease or WrongStatus.
+PUT: Final[Call[str]] = _write(
     "put",
     _PUT_ARGS,
-    _answer("task_id", "str"),
-    writes=True,
+    "create a ready task (an identical retry writes nothing)",
+    answer=_answer("task_id", "str"),
     retry=True,  # every task has an idempotency key: an identical retry changes nothing
     check=functools.partial(ops.put_op, build=False),  # Queue's own check, in its order, and every argument's rule
     whole_check=True,
-    summary="create a ready task (an identical retry writes nothing)",
 )
-PUT_MANY: Final = Call[list[str]](
+PUT_MANY: Final[Call[list[str]]] = _write(
     "put_many",
     (Arg("tasks", _PUT_ITEMS),),
-    _answer("task_ids", "str_list"),
-    writes=True,
+    'many puts in one transaction (a list of put objects without "op")',
+    answer=_answer("task_ids", "str_list"),
     retry=True,
-    summary='many puts in one transaction (a list of put objects without "op")',
 )
-RESERVE: Final = Call[list[Lease]](
+RESERVE: Final[Call[list[Lease]]] = _write(
     "reserve",
     (
         _arg("worker", "name"),
@@ -232,84 +262,61 @@ RESERVE: Final = Call[list[Lease]](
         _arg("limit", "count", keyword=True, default=1),
         _arg("queues", "queues", keyword=True, default=None),
     ),
-    _answer("leases", "leases"),
-    writes=True,
-    # not retried (the default for a write): a retried reserve would lease twice
+    "expire overdue leases, then lease up to limit due tasks",
+    answer=_answer("leases", "leases"),
     check=check_reserve,
-    summary="expire overdue leases, then lease up to limit due tasks",
 )
-ACK: Final = Call[None](
-    "ack",
-    _LEASE_SETTLES,
-    _answer(None),
-    writes=True,
-    check=_ack,
-    summary="complete a leased task (lease: a lease object from reserve)",
+ACK: Final[Call[None]] = _write(
+    "ack", _LEASE_SETTLES, "complete a leased task (lease: a lease object from reserve)", check=_ack
 )
-ACK_MANY: Final = Call[None](
+ACK_MANY: Final[Call[None]] = _write(
     "ack_many",
     (_arg("leases", "leases"), _arg("now", "time", keyword=True)),
-    _answer(None),
-    writes=True,
-    # not retried (the default for a write): one that had happened would answer StaleLease
+    "complete many leased tasks in one transaction, all or none (leases: an array of lease objects)",
     check=_ack_many,
-    summary="complete many leased tasks in one transaction, all or none (leases: an array of lease objects)",
 )
-RELEASE: Final = Call[None](
+RELEASE: Final[Call[None]] = _write(
     "release",
     (*_LEASE_SETTLES, _arg("delay", "time", keyword=True, default=0), _ERROR),
-    _answer(None),
-    writes=True,
+    "give a leased task back, ready at now + delay (error: recorded as its last error)",
     check=_release,
-    summary="give a leased task back, ready at now + delay (error: recorded as its last error)",
 )
-FAIL: Final = Call[None](
+FAIL: Final[Call[None]] = _write(
     "fail",
     (*_LEASE_SETTLES, _ERROR),
-    _answer(None),
-    writes=True,
+    "a permanent failure: the leased task is dead at once (error: recorded as its last error)",
     check=_fail,
-    summary="a permanent failure: the leased task is dead at once (error: recorded as its last error)",
 )
-GIVE_BACK: Final = Call[None](
+GIVE_BACK: Final[Call[None]] = _write(
     "give_back",
     _LEASE_SETTLES,
-    _answer(None),
-    writes=True,
-    # not retried (the default for a write): one that had happened would answer StaleLease
+    "give back a leased task never started: ready at once, its attempt restored (fenced as release)",
     check=_ack,
-    summary="give back a leased task never started: ready at once, its attempt restored (fenced as release)",
 )
-EXTEND: Final = Call[Lease](
+EXTEND: Final[Call[Lease]] = _write(
     "extend",
     (*_LEASE_SETTLES, _arg("lease_seconds", "count", keyword=True)),
-    _answer("lease", "lease"),
-    writes=True,
+    "a heartbeat: the lease with its new deadline",
+    answer=_answer("lease", "lease"),
     check=_extend,
-    summary="a heartbeat: the lease with its new deadline",
 )
-REDRIVE: Final = Call[None](
+REDRIVE: Final[Call[None]] = _write(
     "redrive",
     (
         _arg("task_id", "name"),
         _arg("available_at", "time", keyword=True),
         _arg("extra_attempts", "count", keyword=True, default=1),
     ),
-    _answer(None),
-    writes=True,
-    # not retried (the default for a write): a redrive that happened would answer WrongStatus when retried
+    "make a dead task ready again",
     check=_redrive,
-    summary="make a dead task ready again",
 )
-CANCEL: Final = Call[None](
+CANCEL: Final[Call[None]] = _write(
     "cancel",
     (_arg("task_id", "name"), _ERROR, _arg("now", "time_or_null", keyword=True, default=None)),
-    _answer(None),
-    writes=True,
+    "a ready or leased task becomes dead (error, with now: recorded as its last error)",
     check=_cancel,
-    summary="a ready or leased task becomes dead (error, with now: recorded as its last error)",
 )
-COMPLETE: Final = Call[None](
+COMPLETE: Final[Call[None]] = _write(
     "complete",
     (
         *_LEASE_SETTLES,
@@ -317,50 +324,36 @@ COMPLETE: Final = Call[None](
         _arg("result_ttl", "count", keyword=True, default=complete.DEFAULT_RESULT_TTL),
         Arg("puts", _PUT_ITEMS, True, ()),
     ),
-    _answer(None),
-    writes=True,
-    # not retried (the default for a write): one that had happened would answer StaleLease
+    "ack, store the result and put the follow-ups in one transaction (a stale lease: nothing)",
     check=_complete,
-    summary="ack, store the result and put the follow-ups in one transaction (a stale lease: nothing)",
 )
-RESULT: Final = Call[dict[str, Any] | None](
+RESULT: Final[Call[dict[str, Any] | None]] = _read(
     "result",
     (_arg("task_id", "str"), _arg("now", "time_or_null", keyword=True, default=None)),
     _answer("result", "result_or_null"),
-    writes=False,
+    'a completed task\'s stored result {"value", "expires"} (or null)',
     check=complete.check_result_args,
-    summary='a completed task\'s stored result {"value", "expires"} (or null)',
 )
-GET: Final = Call[Task | None](
-    "get", (_arg("task_id", "str"),), _answer("task", "task_or_null"), writes=False, summary="one task (or null)"
+GET: Final[Call[Task | None]] = _read(
+    "get", (_arg("task_id", "str"),), _answer("task", "task_or_null"), "one task (or null)"
 )
-TASKS: Final = Call[list[Task]](
+TASKS: Final[Call[list[Task]]] = _read(
     "tasks",
     (_arg("status", "status", default=None), _arg("queue", "queue_or_null", keyword=True, default=None)),
     _answer("tasks", "tasks"),
-    writes=False,
+    'every task, or those with status ("ready", "leased", "completed", "dead")',
     check=check_tasks,  # Queue.tasks's own rules
-    summary='every task, or those with status ("ready", "leased", "completed", "dead")',
 )
-STATS: Final = Call[dict[str, Any]](
-    "stats", (), _answer("stats", "stats"), writes=False, summary="counts and the log's position"
-)
-COMPACT: Final = Call[None](
-    "compact",
-    (),
-    _answer(None),
-    writes=False,  # files change, the queue's answers do not
-    summary="snapshot the state and delete the WAL it covers",
-)
-METRICS: Final = Call[dict[str, Any]](
+STATS: Final[Call[dict[str, Any]]] = _read("stats", (), _answer("stats", "stats"), "counts and the log's position")
+# Files change, the queue's answers do not: not a write.
+COMPACT: Final[Call[None]] = _read("compact", (), _NOTHING, "snapshot the state and delete the WAL it covers")
+METRICS: Final[Call[dict[str, Any]]] = _read(
     "metrics",
     (_arg("now", "time", keyword=True, default=None),),
     _answer("metrics", "stats"),  # a plain JSON object, as stats is
-    writes=False,
-    retry=True,
-    summary="counters since opening, gauges (oldest_ready_age against now), histograms",
+    "counters since opening, gauges (oldest_ready_age against now), histograms",
 )
-PAGE: Final = Call[list[Task]](
+PAGE: Final[Call[list[Task]]] = _read(
     "page",
     (
         _arg("status", "status"),
@@ -369,40 +362,32 @@ PAGE: Final = Call[list[Task]](
         _arg("queue", "queue_or_null", keyword=True, default=None),
     ),
     _answer("tasks", "tasks"),
-    writes=False,
-    retry=True,
+    "up to limit (at most 10,000) tasks with status, by id, after the id after",
     check=check_page,  # Queue.page's own rules, in its order
-    summary="up to limit (at most 10,000) tasks with status, by id, after the id after",
 )
-WAIT: Final = Call[bool](
+WAIT: Final[Call[bool]] = _read(
     "wait",
     (_arg("timeout", "timeout"),),
     _answer("committed", "bool"),
-    writes=False,
+    f"block until another client commits, or timeout seconds (at most {MAX_WAIT_SECONDS}) pass",
     blocks=True,
-    summary=f"block until another client commits, or timeout seconds (at most {MAX_WAIT_SECONDS}) pass",
 )
-CONFIGURE_QUEUE: Final = Call[None](
+CONFIGURE_QUEUE: Final[Call[None]] = _write(
     "configure_queue",
     (_arg("name", "queue"), *(_arg(n, k, keyword=True, default=UNCHANGED) for n, k in _SETTINGS)),
-    _answer(None),
-    writes=True,
-    # not retried (the default for a write): a retry could undo another client's change made in between
-    check=check_configure_args,
-    summary="a queue's concurrency, rate [n, window] and paused (omitted: unchanged; null: no limit)",
+    "a queue's concurrency, rate [n, window] and paused (omitted: unchanged; null: no limit)",
+    check=check_configure_args,  # not retried: it could undo another client's change made in between
 )
-QUEUES: Final = Call[list[dict[str, Any]]](
-    "queues", (), _answer("queues", "objects"), writes=False, summary="every queue: settings, counts by status"
+QUEUES: Final[Call[list[dict[str, Any]]]] = _read(
+    "queues", (), _answer("queues", "objects"), "every queue: settings, counts by status"
 )
 
 # -- calls added by format extensions (docs/FORMAT.md) --
-CLOCK: Final = Call[None](
+CLOCK: Final[Call[None]] = _write(
     "set_clock",
     (_arg("units_per_second", "count"),),
-    _answer(None),
-    writes=True,
+    "record the store's clock unit once (1: seconds, 1000: milliseconds); stats' clock reads it",
     retry=True,  # the same unit again writes nothing
-    summary="record the store's clock unit once (1: seconds, 1000: milliseconds); stats' clock reads it",
 )
 
 #: Every public call of `Queue`, in the order the documentation lists them.

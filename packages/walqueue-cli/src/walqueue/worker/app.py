@@ -40,7 +40,7 @@ from walqueue.worker.handles import ResultTooLarge, TaskHandle
 from walqueue.worker.retry import RetryPolicy
 from walqueue.worker.taskspec import TaskApp, TaskSpec
 
-__all__ = ["DEFAULT_QUEUE", "DEFAULT_RESULT_TTL", "App", "TaskCall", "TaskFunction"]
+__all__ = ["DEFAULT_QUEUE", "DEFAULT_RESULT_TTL", "App", "CallOptions", "TaskCall", "TaskFunction"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -62,6 +62,21 @@ class TaskOptions(TypedDict, total=False):
     timeout: float | None
     retry: RetryPolicy | None
     result_ttl: float | None
+
+
+class CallOptions(TypedDict, total=False):
+    """One call's options (`TaskFunction.options`, `TaskCall`), each None or left out: the task's own.
+
+    `key`: the task's id and idempotency key (the same key is the same
+    task; by default a new id); `delay` seconds from now or `at` (seconds
+    since the epoch or an aware datetime), not both; `queue`, `priority`.
+    """
+
+    key: str | None
+    delay: float | None
+    at: float | datetime | None
+    queue: str | None
+    priority: int | None
 
 
 def _seconds(value: float | None, what: str, *, allow_zero: bool = True) -> float | None:
@@ -201,7 +216,7 @@ class App:
         args, kwargs = payload.get("args", []), payload.get("kwargs", {})
         if type(args) is not list or type(kwargs) is not dict:
             raise Permanent(f"the payload of {job.id} has no list args and dict kwargs")
-        task_context = TaskContext(job, context, task.name)
+        task_context = TaskContext(job, context)
         token = enter(task_context)
         began = self.clock()
         try:
@@ -293,17 +308,9 @@ class TaskFunction[**P, R]:
         """This function with these arguments, as a step of `chain` (a later step gets the previous result first)."""
         return Signature(self, args, kwargs)
 
-    def options(
-        self,
-        *,
-        key: str | None = None,
-        delay: float | None = None,
-        at: float | datetime | None = None,
-        queue: str | None = None,
-        priority: int | None = None,
-    ) -> TaskCall:
-        """One call's options: `key` (idempotent: the same key is the same task), `delay` or `at`, queue, priority."""
-        return TaskCall(self, key=key, delay=delay, at=at, queue=queue, priority=priority)
+    def options(self, **options: Unpack[CallOptions]) -> TaskCall:
+        """One call's options (`CallOptions`): `key`, `delay` or `at`, queue, priority."""
+        return TaskCall(self, **options)
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle:
         """Put a task that runs this function with these arguments; returns its handle. Nothing is written on error."""
@@ -356,16 +363,11 @@ class TaskFunction[**P, R]:
 class TaskCall:
     """A task function with one call's options (from `TaskFunction.options`)."""
 
-    def __init__(
-        self,
-        task: TaskFunction[Any, Any],
-        *,
-        key: str | None = None,
-        delay: float | None = None,
-        at: float | datetime | None = None,
-        queue: str | None = None,
-        priority: int | None = None,
-    ) -> None:
+    def __init__(self, task: TaskFunction[Any, Any], /, **options: Unpack[CallOptions]) -> None:
+        unknown = sorted(options.keys() - CallOptions.__optional_keys__)
+        if unknown:  # what Python says of a keyword the signature lacks: a typo is never silently dropped
+            raise TypeError(f"options() got an unexpected keyword argument {unknown[0]!r}")
+        key, delay, at = options.get("key"), options.get("delay"), options.get("at")
         if delay is not None and at is not None:
             raise ValueError("give delay or at, not both")
         if key is not None and (not isinstance(key, str) or not key):
@@ -375,7 +377,7 @@ class TaskCall:
                 raise ValueError("at is an aware datetime (with a tzinfo) or seconds since the epoch")
             at = at.timestamp()
         self.task = task
-        self.key, self.queue, self.priority = key, queue, priority
+        self.key, self.queue, self.priority = key, options.get("queue"), options.get("priority")
         self.delay = _seconds(delay, "delay")
         self.at = _seconds(at, "at")
 

@@ -29,18 +29,30 @@ __all__ = ["TaskContext", "current"]
 
 @dataclass(eq=False)
 class TaskContext:
-    """The running task: `job` (id, payload, attempts), the worker's `context`, and its follow-ups so far."""
+    """The running task: `job` (id, payload, attempts), the worker's `context`, and its follow-ups so far.
+
+    The task's id, its function's name and this attempt's number are read
+    from the job, never copied: the job is the one record of them.
+    """
 
     job: Job
     context: Context
-    name: str
-    followups: list[dict[str, Any]] = field(default_factory=list)
-    #: The task's id and this attempt's number (1 for the first run): the job's, at hand.
-    id: str = field(init=False)
-    attempts: int = field(init=False)
+    followups: list[dict[str, Any]] = field(default_factory=list, init=False)
 
-    def __post_init__(self) -> None:
-        self.id, self.attempts = self.job.id, self.job.attempts
+    @property
+    def id(self) -> str:
+        return self.job.id
+
+    @property
+    def name(self) -> str:
+        """The task function's name: the payload's ``kind``, by which the App found it."""
+        name: str = self.job.payload["kind"]
+        return name
+
+    @property
+    def attempts(self) -> int:
+        """This attempt's number: 1 for the first run."""
+        return self.job.attempts
 
     def enqueue(self, task: TaskSpec, /, *args: Any, **kwargs: Any) -> str:
         """Collect a follow-up of `task` with these arguments; returns its id (``<this id>/<n>``).

@@ -40,8 +40,9 @@ transition but ack keeps the task's last error unless it sets one; an
 error op comes just before the release, fail or cancel it explains, in
 the same transaction.
 
-Adding an op kind: one `OpKind` row in `OP_KINDS` (name, fields, from-status,
-transition), its transition function in transitions.py, its name in
+Adding an op kind: one row in `OP_KINDS` (name, fields, from-status, and
+the counter and event if it has them), its transition function in
+transitions.py under the kind's name, its name in
 `walqueue.format.transaction.OP_NAMES`, and a planner in ops.py with the
 `Queue` method that commits the planner's output. Keys, dispatch, the JSON
 template and the size bound follow from the row (optable.py).
@@ -54,6 +55,8 @@ engine; this module (and so the engine) refuses to import unless
 
 from __future__ import annotations
 
+from typing import Any
+
 from walqueue.engine import transitions
 from walqueue.engine.optable import Field, OpKind
 from walqueue.engine.records import DEAD, LEASED, READY
@@ -62,24 +65,43 @@ from walqueue.format.transaction import OP_NAMES
 
 __all__ = ["OP_KEYS", "OP_KINDS"]
 
+# The fields several kinds share, each declared once: (name, kind).
+_GENERATION = ("generation", Field.POSITIVE_INT)
+_AVAILABLE_AT = ("available_at", Field.INT)
+_MAX_ATTEMPTS = ("max_attempts", Field.POSITIVE_INT)
+_DEADLINE = ("deadline", Field.INT)
+_AT = ("at", Field.INT)
+#: A task not yet done: what a cancel takes, and what an error or a traceback explains.
+_OPEN = (READY, LEASED)
+
+
+def _kind(
+    name: str,
+    fields: tuple[tuple[str, Field], ...],
+    from_status: str | tuple[str, ...] | None,
+    counter: str | None = None,
+    event: str | None = None,
+    **declared: Any,
+) -> OpKind:
+    """A row of `OP_KINDS`: its transition is the function of transitions.py named for the kind."""
+    transition = getattr(transitions, name, None)
+    if not callable(transition):
+        raise ImportError(f"op kind {name!r} has no transition: declare it as walqueue.engine.transitions.{name}")
+    return OpKind(name, fields, from_status, transition, counter=counter, event=event, **declared)
+
+
 #: The one declaration of every op kind (CONTRACT §3): name, fields besides ``op`` and ``task``, the
-#: status its task must have (None: it creates the task), its transition, and the metrics counter and
-#: lifecycle event it is counted and logged as (neither, when left out).
+#: status its task must have (None: it creates the task), and the metrics counter and lifecycle event
+#: it is counted and logged as (neither, when left out); its transition is `transitions.<name>`.
 OP_KINDS: dict[str, OpKind] = {
     kind.name: kind
     for kind in (
-        OpKind(
+        _kind(
             "put",
-            (
-                ("key", Field.NAME),
-                ("payload", Field.PAYLOAD),
-                ("available_at", Field.INT),
-                ("max_attempts", Field.POSITIVE_INT),
-            ),
+            (("key", Field.NAME), ("payload", Field.PAYLOAD), _AVAILABLE_AT, _MAX_ATTEMPTS),
             None,
-            transitions.put,
-            counter="puts",
-            event="task.put",
+            "puts",
+            "task.put",
             optional=(
                 ("queue", Field.QUEUE, DEFAULT_QUEUE),
                 ("priority", Field.PRIORITY, 0),
@@ -87,74 +109,32 @@ OP_KINDS: dict[str, OpKind] = {
                 ("put_at", Field.INT, 0),
             ),
         ),
-        OpKind(
+        _kind(
             "lease",
-            (("worker", Field.NAME), ("generation", Field.POSITIVE_INT), ("deadline", Field.INT)),
+            (("worker", Field.NAME), _GENERATION, _DEADLINE),
             READY,
-            transitions.lease,
-            counter="reserves",
-            event="task.lease",
+            "reserves",
+            "task.lease",
             optional=(("at", Field.INT, None),),
         ),
-        OpKind(
-            "expire",
-            (("generation", Field.POSITIVE_INT),),
-            LEASED,
-            transitions.expire,
-            counter="expiries",
-            event="task.expiry",
-        ),
-        OpKind("ack", (("generation", Field.POSITIVE_INT),), LEASED, transitions.ack, counter="acks", event="task.ack"),
-        OpKind(
-            "release",
-            (("generation", Field.POSITIVE_INT), ("available_at", Field.INT)),
-            LEASED,
-            transitions.release,
-            counter="releases",
-            event="task.release",
-        ),
-        OpKind(
-            "extend",
-            (("generation", Field.POSITIVE_INT), ("deadline", Field.INT)),
-            LEASED,
-            transitions.extend,
-            counter="extends",
-            event="task.extend",
-        ),
-        OpKind(
-            "redrive",
-            (("available_at", Field.INT), ("max_attempts", Field.POSITIVE_INT)),
-            DEAD,
-            transitions.redrive,
-            counter="redrives",
-            event="task.redrive",
-        ),
-        OpKind("cancel", (), (READY, LEASED), transitions.cancel, counter="cancels", event="task.cancel"),
-        OpKind("fail", (("generation", Field.POSITIVE_INT),), LEASED, transitions.fail, event="task.death"),
-        OpKind(
-            "error",
-            (("type", Field.ERROR_TYPE), ("message", Field.ERROR_MESSAGE), ("at", Field.INT)),
-            (READY, LEASED),
-            transitions.error,
-        ),
+        _kind("expire", (_GENERATION,), LEASED, "expiries", "task.expiry"),
+        _kind("ack", (_GENERATION,), LEASED, "acks", "task.ack"),
+        _kind("release", (_GENERATION, _AVAILABLE_AT), LEASED, "releases", "task.release"),
+        _kind("extend", (_GENERATION, _DEADLINE), LEASED, "extends", "task.extend"),
+        _kind("redrive", (_AVAILABLE_AT, _MAX_ATTEMPTS), DEAD, "redrives", "task.redrive"),
+        _kind("cancel", (), _OPEN, "cancels", "task.cancel"),
+        _kind("fail", (_GENERATION,), LEASED, event="task.death"),
+        _kind("error", (("type", Field.ERROR_TYPE), ("message", Field.ERROR_MESSAGE), _AT), _OPEN),
         # -- format extensions (docs/FORMAT.md); add rows, never reorder --
-        OpKind("clock", (("units_per_second", Field.POSITIVE_INT),), None, transitions.clock, store=True),
-        OpKind("traceback", (("text", Field.TRACEBACK),), (READY, LEASED), transitions.traceback),
-        OpKind(
-            "give_back", (("generation", Field.POSITIVE_INT),), LEASED, transitions.give_back, event="task.give_back"
-        ),
-        OpKind(
-            "result",
-            (("generation", Field.POSITIVE_INT), ("at", Field.INT), ("expires", Field.INT), ("value", Field.RESULT)),
-            LEASED,
-            transitions.result,
-        ),
+        _kind("clock", (("units_per_second", Field.POSITIVE_INT),), None, store=True),
+        _kind("traceback", (("text", Field.TRACEBACK),), _OPEN),
+        _kind("give_back", (_GENERATION,), LEASED, event="task.give_back"),
+        _kind("result", (_GENERATION, _AT, ("expires", Field.INT), ("value", Field.RESULT)), LEASED),
         # lanes (docs/FORMAT.md "Queue settings"): a queue's whole settings, each omitted at its default.
-        OpKind(
+        _kind(
             "configure",
             (),
             None,
-            transitions.configure,
             optional=(
                 ("concurrency", Field.POSITIVE_INT, None),
                 ("rate", Field.POSITIVE_INT, None),

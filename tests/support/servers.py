@@ -21,8 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from test_cli_process import child_environment
-
+from support.children import child_environment
 from walqueue import Queue
 from walqueue.protocol.requests import LineReader, encode_answer, respond
 
@@ -90,6 +89,13 @@ def running_server(directory: Path | str, socket_path: Path | str, *options: str
         server.kill()
 
 
+@contextmanager
+def served_store(*options: str) -> Iterator[ServerProcess]:
+    """A walqueue-serve on a fresh store (``q``) in a short directory (its socket ``s``), ready; killed after."""
+    with short_directory() as place, running_server(place / "q", place / "s", *options) as server:
+        yield server
+
+
 class RawConnection:
     """A socket speaking the protocol by hand: lines out, answers in, with timeouts."""
 
@@ -119,6 +125,18 @@ class RawConnection:
         answer: dict[str, Any] = json.loads(self.answer_line())
         return answer
 
+    def read_until_closed(self, seconds: float = 30.0) -> None:
+        """Read (and drop) what the server still sends until it closes the connection, within `seconds`."""
+        self.sock.settimeout(seconds)
+        deadline = time.monotonic() + seconds
+        while True:
+            try:
+                if not self.sock.recv(2**20):
+                    return
+            except ConnectionResetError:
+                return
+            assert time.monotonic() < deadline, "the server kept the connection open"
+
     def closed_by_server(self) -> bool:
         try:
             return self.sock.recv(1) == b""
@@ -127,14 +145,6 @@ class RawConnection:
 
     def close(self) -> None:
         self.sock.close()
-
-
-def wait_until(predicate: Any, timeout: float = 10.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 def serve_command(directory: Path | str, socket_path: Path | str, *options: str) -> Sequence[str]:
@@ -146,11 +156,10 @@ __all__ = [
     "FlakyServer",
     "RawConnection",
     "ServerProcess",
-    "child_environment",
     "running_server",
     "serve_command",
+    "served_store",
     "short_directory",
-    "wait_until",
 ]
 
 
