@@ -14,7 +14,17 @@ from walqueue import Lease, StaleLease, WrongStatus
 from walqueue.format.canonical import canonical_json
 
 from .puts import PutCalls
-from .rules import INT_LIMIT, MAX_FRAME_BYTES, RECORD_WITHOUT_ERROR, check_error, check_int, check_name, cut
+from .rules import (
+    ERROR_BOUNDS,
+    INT_LIMIT,
+    MAX_FRAME_BYTES,
+    RECORD_WITHOUT_ERROR,
+    TIGHT_ERROR_BOUNDS,
+    check_error,
+    check_int,
+    check_name,
+    cut,
+)
 from .state import lease_of
 
 
@@ -122,12 +132,18 @@ class LeaseCalls(PutCalls):
     def _record_error(self, record: dict[str, Any], error: tuple[str, ...] | None, now: int) -> None:
         if error is None:
             return
-        last_error = {"type": cut(error[0], 256), "message": cut(error[1], 2048), "attempt": record["attempts"]}
+        type_bound, message_bound = ERROR_BOUNDS
+        last_error = {
+            "type": cut(error[0], type_bound),
+            "message": cut(error[1], message_bound),
+            "attempt": record["attempts"],
+        }
         last_error["at"] = now
         names = len(canonical_json(record["task"])) + len(canonical_json(record["key"]))
         member = len(b',"last_error":') + len(canonical_json(last_error))
         if len(canonical_json(record["payload"])) + names + RECORD_WITHOUT_ERROR + member > MAX_FRAME_BYTES:
-            last_error["type"], last_error["message"] = (cut(error[0], 32), cut(error[1], 200))
+            type_bound, message_bound = TIGHT_ERROR_BOUNDS
+            last_error["type"], last_error["message"] = (cut(error[0], type_bound), cut(error[1], message_bound))
         if len(error) > 2:  # a traceback, kept when it fits beside the payload (never refused)
             with_traceback = {**last_error, "traceback": cut(error[2], 8192, tail=True)}
             member = len(b',"last_error":') + len(canonical_json(with_traceback))

@@ -25,8 +25,8 @@ _MAX_DEPTH = 64
 _MAX_INT_BITS = 14_000  # payload ints: readable again under CPython's default int/str digit limit
 TASK_MARGIN = 8192
 RECORD_WITHOUT_ERROR = 6461  # the worst case of a record's other fields (validate.RECORD_WORST_CASE_EXTRA's table)
-_ERROR_BOUNDS = (256, 2048)  # UTF-8 bytes of an error's type and message
-_TIGHT_ERROR_BOUNDS = (32, 200)  # the same, beside a payload that leaves no room for them
+ERROR_BOUNDS = (256, 2048)  # UTF-8 bytes of an error's type and message
+TIGHT_ERROR_BOUNDS = (32, 200)  # the same, beside a payload that leaves no room for them
 PUT_FIELDS = frozenset({"task_id", "payload", "key", "available_at", "max_attempts", "queue", "priority", "put_at"})
 # Lanes (docs/DECISIONS.md §32): queue names, priorities, a queue's settings.
 _QUEUE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
