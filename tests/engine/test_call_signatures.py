@@ -95,25 +95,16 @@ def test_a_client_method_that_disagrees_with_its_row_is_refused_when_the_class_i
                 return lease
 
 
-class PutOptionsWithoutPutAt(TypedDict, total=False):
-    key: str | None
-    available_at: int
-    max_attempts: int
-    queue: str
-    priority: int
+_PUT_KEYWORDS: dict[str, Any] = dict(PutOptions.__annotations__)
+#: `PutOptions` without `put_at`; with all its keys required (`total=True`); with one key more.
+PutOptionsWithoutPutAt = TypedDict(  # type: ignore[misc]  # built from PutOptions' keys, not restated
+    "PutOptionsWithoutPutAt", {key: kind for key, kind in _PUT_KEYWORDS.items() if key != "put_at"}, total=False
+)
+PutOptionsAllRequired = TypedDict("PutOptionsAllRequired", _PUT_KEYWORDS)  # type: ignore[misc]
 
 
 class PutOptionsWithColour(PutOptions, total=False):
     colour: str
-
-
-class PutOptionsAllRequired(TypedDict):
-    key: str | None
-    available_at: int
-    max_attempts: int
-    queue: str
-    priority: int
-    put_at: int
 
 
 @pytest.mark.parametrize(
