@@ -9,6 +9,7 @@ Each test builds the disagreeing row or class in this process.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import runpy
 from typing import Any, TypedDict, Unpack
 
@@ -147,6 +148,27 @@ def test_a_subclass_that_agrees_is_made_and_methods_of_other_names_are_free() ->
             return anything
 
     assert Logged.helper(Logged.__new__(Logged), 1) == 1
+
+
+def test_a_decorated_method_is_read_through_its_wrapper() -> None:
+    def logged(method: Any) -> Any:
+        @functools.wraps(method)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            return method(*args, **kwargs)
+
+        return wrapper
+
+    class Decorated(Client):
+        @logged
+        def get(self, task_id: str) -> None:
+            """The row's parameters behind a wrapper that takes anything."""
+
+    with pytest.raises(CallSignatureError, match=r"Wrong\.get: parameter 1 is 'task'"):
+
+        class Wrong(Client):
+            @logged
+            def get(self, task: str) -> None:
+                """Another name behind the same wrapper."""
 
 
 def test_a_call_passed_by_position_only_or_with_star_args_is_refused() -> None:

@@ -45,9 +45,12 @@ class CallSignatureError(TypeError):
 def check_method(call: Call[Any], method: object, owner: str) -> None:
     """Raise `CallSignatureError` unless `method` (a plain or async function, `self` first) agrees with `call`'s row.
 
-    `owner` names the method's class in the message (``Queue.put``).
+    `owner` names the method's class in the message (``Queue.put``). A
+    method decorated with `functools.wraps` is read through its wrapper.
     """
     where = f"{owner}.{call.name}"
+    while hasattr(method, "__wrapped__"):  # a decorated method (functools.wraps): the function it wraps
+        method = method.__wrapped__
     code = getattr(method, "__code__", None)
     if code is None:
         raise CallSignatureError(f"{where} is not a method, but {call!r} is a call of the table")
