@@ -15,8 +15,10 @@ from typing import Any, TypedDict, Unpack
 
 import pytest
 
+from model import Model
 from walqueue import Lease, Queue
 from walqueue.client import AsyncClient, Client, Pipeline
+from walqueue.engine.laneplans import UNCHANGED
 from walqueue.protocol import calltable
 from walqueue.protocol.callrow import REQUIRED, Arg, Call
 from walqueue.protocol.callsignature import CallSignatureError, check_class, check_method
@@ -182,3 +184,21 @@ def test_a_call_passed_by_position_only_or_with_star_args_is_refused() -> None:
         check_method(CALLS["get"], get, "Client")
     with pytest.raises(CallSignatureError, match=r"Client\.stats: .*no / and no \*args"):
         check_method(CALLS["stats"], stats, "Client")
+
+
+def test_the_reference_model_takes_each_of_its_calls_as_the_row_declares_it() -> None:
+    """The model (tools/model/) has every call but the server's reads and wait, each with the row's parameters.
+
+    Its one difference: configure_queue's "unchanged" is the model's own
+    sentinel (it imports nothing of the engine's but the public API).
+    """
+    unchanged = (Model.configure_queue.__kwdefaults__ or {})["concurrency"]
+    absent = []
+    for call in CALLS.values():
+        method = getattr(Model, call.name, None)
+        if method is None:
+            absent.append(call.name)
+            continue
+        args = tuple(dataclasses.replace(a, default=unchanged) if a.default is UNCHANGED else a for a in call.args)
+        check_method(dataclasses.replace(call, args=args), method, "Model")
+    assert absent == ["stats", "metrics", "page", "wait"]  # the model answers them through view() and counts()
