@@ -18,7 +18,7 @@ from typing import Protocol
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-#: The reference model (tools/model.py) is shared with tools/torture: importable here as `model`.
+#: The reference model (tools/model/) is shared with tools/torture: importable here as `model`.
 TOOLS_DIR = REPO_ROOT / "tools"
 if str(TOOLS_DIR) not in sys.path:
     sys.path.insert(0, str(TOOLS_DIR))

@@ -5,7 +5,7 @@ or ``python -m bench`` / ``-m torture`` with tools/ on sys.path). What they have
 in common lives here, once:
 
 - `setup_path`: `walqueue` importable from an install if there is one, else
-  from this checkout's src directories; the reference model (tools/model.py)
+  from this checkout's src directories; the reference model (tools/model/)
   importable as `model`;
 - `run_main`: what a package's ``__main__`` does once tools/ heads sys.path;
 - `command_line`: the argument parser both start from (``--help``, ``--version``);
@@ -57,7 +57,7 @@ SRC_DIRS = [ROOT / "packages" / name / "src" for name in ("walqueue-format", "wa
 def setup_path() -> None:
     """Make `walqueue` and the model importable from a checkout as well as from an install.
 
-    The model (tools/model.py) is never installed. The src directories are
+    The model (tools/model/) is never installed. The src directories are
     added only when `walqueue` is not importable already, so an installed
     distribution is what runs when there is one.
     """

@@ -4,7 +4,7 @@
 
 (or ``python -m torture ...`` with tools/ on sys.path). Eleven campaigns, each
 seeded and reproducible, each comparing the real `walqueue.Queue` (or
-`walqueue-serve`) with the reference model of `tools/model.py`. Each campaign
+`walqueue-serve`) with the reference model of `tools/model/`. Each campaign
 is one module of this package, named after it; its docstring says what it
 does and what it requires. `runner.CAMPAIGNS` lists them in order with their
 share of the time: adding a campaign is a new module plus one row there.

@@ -14,8 +14,11 @@ answers (`walqueue.protocol.requests`); the consumer's ``--help`` list; the
 clients' checks (a row's `check`: `Queue`'s order where it is not the
 signature's), requests, answers and retry rule, and so every client's
 generic ``call(name, ...)``; the lists the tests iterate over. `Queue`'s
-methods stay hand-written (they are the API); a test checks that their
-signatures agree with the rows. Adding a call is one row here (and its
+methods stay hand-written (they are the API), held to their rows by
+construction: this table refuses to load (`CallSignatureError`, naming the
+call and the parameter) when a row and `Queue`'s method of its name differ
+(callsignature.py), and so does a client class whose method of a call's
+name differs from the row. Adding a call is one row here (and its
 check, if it needs one), the `Queue` method and its planner in `ops.py`
 (docs/ARCHITECTURE.md, "Adding a call"). Each row is also a typed constant
 (`PUT` is a `Call[str]`), which the clients' typed methods name.
@@ -30,10 +33,12 @@ from typing import Any, Final
 from walqueue.engine import complete, ops
 from walqueue.engine.lanecalls import check_page, check_reserve, check_tasks
 from walqueue.engine.laneplans import UNCHANGED, check_configure_args
+from walqueue.engine.queue import Queue
 from walqueue.engine.types import Lease, StaleLease, Task, plain_lease
 from walqueue.engine.validate import MAX_INT, check_error, check_int, check_name
 from walqueue.protocol.callkinds import ANSWER_KINDS, KINDS, MAX_WAIT_SECONDS, BadArgument, Kind, describe
 from walqueue.protocol.callrow import REQUIRED, Answer, Arg, Call
+from walqueue.protocol.callsignature import check_method
 
 __all__ = [
     "ACK",
@@ -419,3 +424,6 @@ CALLS: Final[Mapping[str, Call[Any]]] = {
         QUEUES,
     )  # fmt: skip
 }
+
+for _call in CALLS.values():  # the rows and Queue's methods agree, or the table does not load
+    check_method(_call, getattr(Queue, _call.name, None), "Queue")

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from walqueue import KeyConflict, QueueClosed, StaleLease, WalQueueError, WrongStatus
+from walqueue.protocol.callsignature import check_class
+from walqueue.protocol.calltable import CALLS
 from walqueue.protocol.shaping import OutgoingCall
 
 __all__ = ["ClientSettings", "Exchange", "Outcome", "RetryRule", "ServerError", "encode_request", "socket_address"]
@@ -173,6 +175,16 @@ class ClientSettings:
     limit; a `wait` gets its own timeout on top). `reconnect_seconds`: how
     long a call keeps reconnecting after losing its connection.
     """
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A client class is made only if each method named for a call takes that call's row's parameters.
+
+        `CallSignatureError` names the method and the parameter otherwise
+        (walqueue.protocol.callsignature), so `Client`, `AsyncClient` and any
+        subclass agree with the table by construction.
+        """
+        super().__init_subclass__(**kwargs)
+        check_class(cls, CALLS)
 
     def __init__(
         self,
