@@ -45,18 +45,24 @@ class Unit:
 
 
 @contextlib.contextmanager
-def supervisor(unit: Unit, handler: str, options: list[str]) -> Iterator[subprocess.Popen[bytes]]:
-    """``walqueue-worker STORE HANDLER OPTIONS`` in the unit's directory and its own session; killed (group) after."""
+def supervisor(
+    unit: Unit, handler: str, options: list[str], log: Path | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
+    """``walqueue-worker STORE HANDLER OPTIONS`` in the unit's directory and its own session; killed (group) after.
+
+    `log`: where its stderr (and its children's, the worker processes' log lines) goes; by default nowhere.
+    """
     command = [sys.executable, "-m", "walqueue.worker", str(unit.store), handler, *options]
-    process = subprocess.Popen(
-        command,
-        cwd=unit.directory,
-        env=child_environment(),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    with open(log or os.devnull, "ab") as stderr:
+        process = subprocess.Popen(
+            command,
+            cwd=unit.directory,
+            env=child_environment(),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            start_new_session=True,
+        )
     try:
         yield process
     finally:
