@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import socket
+import socketserver
 import subprocess
 import sys
 import tempfile
@@ -66,24 +67,16 @@ class Restarting:
         self.server.wait(WAIT)
 
 
-class Relay:
+class Relay(socketserver.ThreadingUnixStreamServer):
     """Lines from clients on `path` to the server and back; the first completion cut as `mode` says."""
+
+    daemon_threads = True
 
     def __init__(self, path: Path, serving: Restarting, mode: str) -> None:
         self.serving, self.mode = serving, mode
         self.cut_op: str | None = None
-        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.listener.bind(str(path))
-        self.listener.listen()
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._relay, args=(client,), daemon=True).start()
+        super().__init__(str(path), _Connection)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
 
     def _relay(self, client: socket.socket) -> None:
         try:
@@ -111,7 +104,17 @@ class Relay:
                 client.sendall(answer)
 
     def close(self) -> None:
-        self.listener.close()
+        self.shutdown()
+        self.server_close()
+
+
+class _Connection(socketserver.BaseRequestHandler):
+    """One client's connection, relayed by its server (`Relay`)."""
+
+    server: Relay
+
+    def handle(self) -> None:
+        self.server._relay(self.request)
 
 
 @pytest.fixture(params=["before", "after"], ids=["killed-before-applying", "killed-after-applying"])

@@ -87,36 +87,29 @@ def test_an_ack_whose_answer_was_lost_is_sent_again_and_the_task_is_completed(
     assert _counts(completer) == {"completed": 1}
 
 
+FAILURES = [
+    pytest.param("fail", Permanent("no such mailbox"), "dead", id="permanent-by-fail"),
+    pytest.param("release", RuntimeError("smtp: 421 try later"), "ready", id="retried-by-release"),
+]
+
+
+@pytest.mark.parametrize(("call", "error", "status"), FAILURES)
 @pytest.mark.parametrize("applied", [False, True], ids=["lost-before-applied", "lost-after-applied"])
-def test_a_permanent_failure_whose_answer_was_lost_is_recorded_once_with_its_error(
-    queue: Queue, clock: FakeClock, applied: bool
+def test_a_failure_whose_answer_was_lost_is_recorded_once_with_its_error_and_time(
+    queue: Queue, clock: FakeClock, applied: bool, call: str, error: Exception, status: str
 ) -> None:
     queue.put("t", {}, max_attempts=3)
     # The server is away longer than the lease: the retry carries the time of the first try, a lease still held.
-    source = LosingSource(queue, "fail", applied=applied, away=LEASE * 5)
+    source = LosingSource(queue, call, applied=applied, away=LEASE * 5)
     completer, run = _started(queue, clock, source, "t")
     ended = clock()
-    completer.fail(run, Permanent("no such mailbox"))
+    completer.fail(run, error)
     task = queue.get("t")
-    assert task is not None and task.status == "dead" and task.last_error is not None
-    assert (task.last_error.type, task.last_error.message) == ("Permanent", "no such mailbox")
-    assert (task.last_error.attempt, task.last_error.at) == (1, ended)
-    assert _counts(completer) == {"dead": 1}
-
-
-@pytest.mark.parametrize("applied", [False, True], ids=["lost-before-applied", "lost-after-applied"])
-def test_a_retry_whose_answer_was_lost_is_released_once_with_its_error(
-    queue: Queue, clock: FakeClock, applied: bool
-) -> None:
-    queue.put("t", {}, max_attempts=3)
-    source = LosingSource(queue, "release", applied=applied)
-    completer, run = _started(queue, clock, source, "t")
-    completer.fail(run, RuntimeError("smtp: 421 try later"))
-    task = queue.get("t")
-    assert task is not None and task.status == "ready" and task.last_error is not None
-    assert (task.last_error.type, task.last_error.attempt) == ("RuntimeError", 1)
-    assert task.generation == 1 and source.calls.count("release") == 2
-    assert _counts(completer) == {"retried": 1}
+    assert task is not None and task.status == status and task.last_error is not None
+    assert (task.last_error.type, task.last_error.message) == (type(error).__name__, str(error))
+    assert (task.last_error.attempt, task.last_error.at, task.generation) == (1, ended, 1)
+    assert source.calls.count(call) == 2  # the first, lost; the same call again
+    assert _counts(completer) == {"dead" if status == "dead" else "retried": 1}
 
 
 def test_a_lease_lost_while_the_answer_was_lost_stays_lost(queue: Queue, clock: FakeClock) -> None:
