@@ -36,7 +36,7 @@ def campaign_os_faults(seed: int, budget: float, report: Report) -> None:
     report.counts.update({"steps": 0, "faults": 0, "faults without a hook": 0, "open faults": 0})
     called: set[str] = set()
     with scratch("walqueue-faults-", tmpfs()) as tmp, injected(FaultInjector()) as injector:
-        for unit in units(clock.over):
+        for unit in units(clock.over, least=2):  # both paths (unit 1 without a hook), however slow the machine
             dirs = Dirs(tmp / f"u{unit}")
             with guarded(report, f"os-faults unit {unit}", scratch=dirs.root):
                 _fault_workload(seed, unit, dirs, clock, injector, report, called)
