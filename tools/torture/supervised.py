@@ -26,6 +26,9 @@ from .harness import Report
 
 #: Of the kills, the share aimed at the server (when the supervisor has one running).
 SERVER_KILL_SHARE = 0.3
+#: Of the server kills, the share that first freeze it (SIGSTOP) for a while, so that calls are in flight at the kill.
+FROZEN_SHARE = 0.5
+FROZEN_SECONDS = (0.05, 0.3)
 
 
 @dataclass
@@ -98,11 +101,24 @@ def kill_one(unit: Unit, process: subprocess.Popen[bytes], stop_share: float = 0
     else:
         return
     try:
+        if what == "server kills" and unit.rng.random() < FROZEN_SHARE:
+            _freeze(target, unit.rng.uniform(*FROZEN_SECONDS))
+            what = "server kills after a freeze"
         os.kill(target, number)
     except ProcessLookupError:
         return
     (unit.stopped if number == signal.SIGTERM else unit.killed).add(target)
     unit.report.count(what)
+
+
+def _freeze(pid: int, seconds: float) -> None:
+    """SIGSTOP `pid` for `seconds`: the calls sent meanwhile wait unanswered, and the kill that follows loses them all.
+
+    A kill alone rarely lands between a call's arrival and its answer; after
+    a freeze every worker's calls in flight do, completions among them.
+    """
+    os.kill(pid, signal.SIGSTOP)
+    time.sleep(seconds)
 
 
 def kill_until(

@@ -174,6 +174,8 @@ class Completer:
 
     def _resend(self, lease: Lease, call: str, send: Callable[[int], None], now: int, lost: ConnectionError) -> None:
         """`send(now)` again after its answer was `lost`: returns once applied, else raises (resend.py)."""
+        task_id = lease.task_id
+        log.warning("the answer to %s of %s was lost (%s): sent again", call, task_id, lost, extra={"resent": call})
         resend(lambda: send(now), lost, lambda: applied(self._read(lease.task_id), lease, call, now))
 
     def _read(self, task_id: str) -> Task | None:
