@@ -44,6 +44,9 @@ BUDGETS.update({"server-kill": 4.0, "client-kill": 3.0, "hostile-clients": 3.0, 
 #: They are also passed as the campaign's targets: the kill campaign, whose
 #: counts depend on where each kill lands, runs up to twice its budget while
 #: short of them (`torture.harness.Report.targets`) instead of failing on a slow run.
+#: The kinds a seeded workload reaches only by luck (a fail, an error recorded, a
+#: configure) come first in unit 0 (the forced lifecycle, tools/torture/lifecycle.py):
+#: how slow the machine is changes how much of the rest a run does, not whether they come.
 MINIMUM_COUNTS = {
     "crash-points": {
         "steps": 60,

@@ -34,6 +34,7 @@ from .hostile import (
     ERROR_TYPE_BYTES,
     FRAME_BOUND,
     RECORD_MARGIN,
+    RECORDED_HOSTILE_ERRORS,
     VIEW_EVERY,
     Call,
     HostileCalls,
@@ -42,7 +43,7 @@ from .hostile import (
     nested,
     short,
 )
-from .workload import LIFECYCLE_KINDS, Workload, count_lifecycle_call, expected_states, outcome, token_for
+from .workload import LIFECYCLE_KINDS, Op, Workload, count_lifecycle_call, expected_states, outcome, token_for
 
 
 def campaign_bad_input(seed: int, budget: float, report: Report) -> None:
@@ -101,16 +102,13 @@ def _bad_input_unit(seed: int, unit: int, directory: Path, clock: Budget, report
     model = Model()
     where = f"--seed {seed} bad-input unit {unit}"
     with Queue(directory, sync=False) as queue:
+        if unit == 0:  # however slow the machine, hostile errors recorded by a release and a fail
+            model = _record_hostile_errors(queue, model, workload, directory, report, where)
         for index in range(BAD_CALLS_PER_UNIT):
             if index >= (BAD_CALLS_FIRST_UNIT if unit == 0 else 50) and clock.over():
                 break
             if rng.random() < 0.3:
-                op = workload.next_op(model)
-                expected = expected_states(model, op)
-                if outcome(op, queue) != expected.answer:
-                    raise Abort(f"{where} call {index} ({op.describe()}): answer differs from the model's")
-                count_lifecycle_call(report, op, expected.answer, "applied")
-                model = expected.after
+                model = _applied(workload.next_op(model), queue, model, report, f"{where} call {index}")
                 continue
             call = hostile.next_call(model, workload.now)
             model = _judge_call(call, queue, model, directory, report, f"{where} call {index} {call.description}")
@@ -119,6 +117,39 @@ def _bad_input_unit(seed: int, unit: int, directory: Path, clock: Budget, report
         if not compare_views(queue, model, report, f"{where} (API)"):
             raise Abort(f"{where}: aborted")
     _cli_phase(rng, directory, model, foreign, report, where)
+
+
+def _applied(op: Op, queue: Queue, model: Model, report: Report, where: str) -> Model:
+    """`op` made on the queue, answered as the model answers it; the model after it."""
+    expected = expected_states(model, op)
+    if outcome(op, queue) != expected.answer:
+        raise Abort(f"{where} ({op.describe()}): answer differs from the model's")
+    count_lifecycle_call(report, op, expected.answer, "applied")
+    return expected.after
+
+
+def _record_hostile_errors(
+    queue: Queue, model: Model, workload: Workload, directory: Path, report: Report, where: str
+) -> Model:
+    """Two tasks leased, one released and one failed with an error of `RECORDED_HOSTILE_ERRORS`: recorded, and cut."""
+    for _ in range(2):
+        model = _applied(Op("put", {"spec": {**workload.new_spec(), "available_at": 0}}), queue, model, report, where)
+    reserve = {"worker": "w-hostile", "now": workload.now, "lease_seconds": 1000, "limit": 2, "queues": None}
+    model = _applied(Op("reserve", reserve), queue, model, report, where)
+    leases = [token_for(task) for task in model.tasks("leased") if task.worker == "w-hostile"]
+    release, fail = ((lease, error, workload.now) for lease, error in zip(leases, RECORDED_HOSTILE_ERRORS, strict=True))
+    calls = (
+        Call(
+            f"release {short(release[:2])}",
+            lambda t: t.release(release[0], now=release[2], error=release[1]),
+            [],
+            (release[1],),
+        ),
+        Call(f"fail {short(fail[:2])}", lambda t: t.fail(fail[0], now=fail[2], error=fail[1]), [], (fail[1],)),
+    )
+    for call in calls:
+        model = _judge_call(call, queue, model, directory, report, f"{where} {call.description}")
+    return model
 
 
 def _judge_call(call: Call, queue: Queue, model: Model, directory: Path, report: Report, where: str) -> Model:

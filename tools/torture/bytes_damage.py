@@ -33,9 +33,10 @@ from walqueue.format.current import read_current
 from walqueue.format.frame import FRAME_OVERHEAD
 from walqueue.format.names import LOCK_NAME, parse_wal_name
 
+from . import lifecycle
 from .checks import compare_views, view_difference
 from .harness import Abort, Report, guarded
-from .workload import Op, PhaseLog, Workload, count_lifecycle_call, expected_states, outcome, token_for
+from .workload import Op, PhaseLog, Workload, count_lifecycle_call, expected_states, outcome
 
 EVERY_BIT_BUDGET = 90.0
 FIRST_STORE_FLIPS = 300
@@ -43,11 +44,6 @@ STORE_WEIGHTS = {
     "put": 1, "retry": 1, "conflict": 0, "put_many": 0, "reserve": 4, "ack": 3, "release": 3,
     "stale": 0, "compact": 0, "get": 0, "tasks": 0, "extend": 3, "redrive": 3, "cancel": 2,
 }  # fmt: skip
-#: The forced lifecycle of every store (`build_store`): its steps, its worker (none of the workload's) and errors.
-LIFECYCLE_STEPS = 7
-LIFECYCLE_WORKER = "w-lifecycle"
-LIFECYCLE_QUEUE = "lifecycle"  # no configure op of the workload names it (workload.LANE_QUEUES)
-LIFECYCLE_ERRORS = ({"type": "Cancelled", "message": "by the operator"}, {"type": "KeyError", "message": "no 'resize'"})
 #: The zero tail a crash leaves after the newest segment's frames (every other store), and how much of it is flipped.
 ZERO_TAIL_BYTES = 512
 ZERO_TAIL_FLIPPED = 64
@@ -95,34 +91,13 @@ def build_store(seed: int, unit: int, directory: Path, report: Report) -> Store:
     views = {0: view(model)}
     where = f"--seed {seed} bytes unit {unit} (building)"
 
-    def lifecycle(index: int) -> Op:
-        """A task leased, extended, cancelled with a reason and redriven, then one failed: every lifecycle op."""
-        now = workload.now
-        if index == 0:  # in a queue of its own: the workload's configure ops may pause or limit its lanes
-            spec = {**workload.new_spec(), "available_at": 0, "queue": LIFECYCLE_QUEUE, "priority": 0}
-            spec.pop("put_at", None)
-            return Op("put", {"spec": spec})
-        if index in (1, 5):
-            lease = {"worker": LIFECYCLE_WORKER, "now": now, "lease_seconds": 10, "limit": 1}
-            return Op("reserve", {**lease, "queues": [LIFECYCLE_QUEUE]})
-        if index == 4:
-            [dead] = [t for t in model.tasks("dead") if t.queue == LIFECYCLE_QUEUE]  # the one cancelled at 3
-            return Op("redrive", {"task_id": dead.task_id, "available_at": now, "extra_attempts": 1})
-        # The lease just granted: this worker's only one (its earlier one was cancelled).
-        [task] = [t for t in model.tasks("leased") if t.worker == LIFECYCLE_WORKER]
-        if index == 2:
-            return Op("extend", {"lease": token_for(task), "now": now, "lease_seconds": 20})
-        if index == 3:
-            return Op("cancel", {"task_id": task.task_id, "error": LIFECYCLE_ERRORS[0], "now": now})
-        return Op("fail", {"lease": token_for(task), "now": now, "error": LIFECYCLE_ERRORS[1]})
-
     def run_ops(count: int, *, with_lifecycle: bool = False) -> None:
         nonlocal model
         with Queue(directory, sync=False, compact_bytes=None) as queue:
-            for index in range(count + (LIFECYCLE_STEPS if with_lifecycle else 0)):
+            for index in range(count + (lifecycle.SHORT if with_lifecycle else 0)):
                 # A put first, so that every compaction below has something to compact.
-                if with_lifecycle and index < LIFECYCLE_STEPS:
-                    op = lifecycle(index)
+                if with_lifecycle and index < lifecycle.SHORT:  # a task leased, extended, cancelled, redriven, failed
+                    op = lifecycle.lifecycle_op(index, workload, model)
                 else:
                     op = Op("put", {"spec": workload.new_spec()}) if index == 0 else workload.next_op(model)
                 expected = expected_states(model, op)

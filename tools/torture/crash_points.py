@@ -7,10 +7,14 @@ at once (first crashing again at each recovery phase) and must equal the
 model before the step, or after exactly those of its transactions whose
 frames were complete (the ``wal.append.written`` phases reached, CONTRACT §4
 rules 6 and 7). The workload then goes on, sometimes from a crashed copy.
+The first unit opens with the forced lifecycle (lifecycle.py): every kind
+of call, every phase and a crash copy to go on from, however slow the
+machine.
 """
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +23,7 @@ from harness import Dirs, scratch, tmpfs, units
 from model import Model
 from walqueue import PHASES, InjectedCrash, Queue
 
+from . import lifecycle
 from .checks import check_answered, check_poisoned, compare_views, open_through_recovery_crashes
 from .harness import Abort, Budget, Report, guarded, remove
 from .workload import Expected, Op, PhaseLog, count_lifecycle_call, expected_states, outcome, unit_start
@@ -48,12 +53,14 @@ def _crash_workload(seed: int, unit: int, dirs: Dirs, clock: Budget, report: Rep
     model = Model()
     recorder = PhaseLog()
     queue = Queue(main, hook=recorder, **options)
+    ops = lifecycle.first_unit(workload, unit)  # the first unit covers every kind of call, however slow
     try:
-        for step in range(CRASH_STEPS):
-            if step >= 10 and clock.over():
+        for step in range(ops.steps + CRASH_STEPS):
+            if step >= 10 and ops.done and clock.over():
                 break
             where = f"--seed {seed} crash-points unit {unit} step {step}"
-            op = workload.next_op(model)
+            forced = not ops.done
+            op = ops.next_op(model)
             where += f" ({op.describe()})"
             expected = expected_states(model, op)
             pre = dirs.new(copy_of=main)
@@ -63,7 +70,7 @@ def _crash_workload(seed: int, unit: int, dirs: Dirs, clock: Budget, report: Rep
             check_answered(queue, answer, expected, report, where)
             count_lifecycle_call(report, op, answer, "applied")
             phases = list(recorder.phases)
-            adopt_at = rng.randrange(len(phases)) if phases and rng.random() < ADOPT_PROBABILITY else None
+            adopt_at = _adopted(rng, phases, forced=forced)
             adopted: tuple[Path, Model] | None = None
             for crash_at in range(len(phases)):
                 crashed_dir, state = _crash_once(
@@ -89,6 +96,20 @@ def _crash_workload(seed: int, unit: int, dirs: Dirs, clock: Budget, report: Rep
     finally:
         queue.close()
         remove(dirs.root)
+
+
+def _adopted(rng: random.Random, phases: list[str], *, forced: bool) -> int | None:
+    """The crash point the workload goes on from (None: none), of the step's `phases`.
+
+    Any, `ADOPT_PROBABILITY` of the time; in the forced lifecycle, always
+    one whose every frame was written (its state is the step's outcome,
+    which the next step of the lifecycle expects).
+    """
+    if not forced:
+        return rng.randrange(len(phases)) if phases and rng.random() < ADOPT_PROBABILITY else None
+    frames = phases.count("wal.append.written")
+    complete = [at for at in range(len(phases)) if phases[: at + 1].count("wal.append.written") == frames]
+    return rng.choice(complete) if complete else None
 
 
 def _crash_once(

@@ -90,6 +90,8 @@ HOSTILE_ERRORS: tuple[Any, ...] = (
     {"type": "E", "message": ["m"]}, {"type": _Str("E"), "message": "m"}, {"type": "E", "message": _Str("m")},
     _Dict(type="E", message="m"), "E: m", b"E", ("E", "m"), ["type", "message"], 1, True, 0.0, object(),
 )  # fmt: skip
+#: Hostile errors the engine records, cut to its bounds: the first unit records both, however slow (bad_input.py).
+RECORDED_HOSTILE_ERRORS = ({"type": "T" * 257, "message": "m"}, {"type": "E", "message": "x" * 100_000})
 HOSTILE_STATUSES: tuple[Any, ...] = (
     None, "ready", "dead", "READY", "", "leased ", 1, b"ready", _Str("ready"), ["ready"],
 )  # fmt: skip

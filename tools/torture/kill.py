@@ -44,6 +44,7 @@ from .kill_child import (
     STARTUP_KILL_PROBABILITY,
     ThreadOps,
     answer_of,
+    forced_steps,
     kill_life_options,
     kill_workload,
 )
@@ -182,7 +183,10 @@ def _kill_unit(seed: int, unit: int, directory: Path, over: Callable[[], bool], 
             threads, compact_bytes = kill_life_options(seed, unit, epoch)
             where = f"--seed {seed} kill unit {unit} epoch {epoch} ({threads} threads, compact_bytes={compact_bytes})"
             life = zygote.spawn(directory, seed, unit, epoch, threads, compact_bytes)
-            if rng.random() < STARTUP_KILL_PROBABILITY:
+            if forced := forced_steps(unit, epoch):  # every kind of call acknowledged first, however slow
+                zygote.read_until(life, lambda lived: forced - 1 in lived.done)
+                time.sleep(rng.uniform(0.0, KILL_MAX_DELAY))
+            elif rng.random() < STARTUP_KILL_PROBABILITY:
                 time.sleep(rng.uniform(0.0, 0.02))  # may land while it opens and recovers
             else:
                 zygote.read_until(life, lambda lived: lived.ready)

@@ -17,7 +17,7 @@ from walqueue import (
     Queue,
 )
 
-from . import TOOLS_DIR
+from . import TOOLS_DIR, lifecycle
 from .harness import DOCUMENTED_ERRORS
 from .workload import Op, Workload, outcome, perform, seeded_error, text_digest
 
@@ -37,9 +37,19 @@ CHILD_BOOTSTRAP = (
 )
 
 
-def kill_workload(seed: int, unit: int, epoch: int) -> Workload:
-    """The child's workload for one life (epoch) of one store (unit); the parent rebuilds the same."""
-    return Workload(f"kill:{seed}:{unit}:{epoch}", prefix=f"e{epoch}.", now=epoch * 1000)
+def kill_workload(seed: int, unit: int, epoch: int) -> lifecycle.Opening:
+    """The child's workload for one life (epoch) of one store (unit); the parent rebuilds the same.
+
+    The first life of the first store opens with the forced lifecycle (lifecycle.py), which the
+    parent lets it finish before the kill (`forced_steps`).
+    """
+    workload = Workload(f"kill:{seed}:{unit}:{epoch}", prefix=f"e{epoch}.", now=epoch * 1000)
+    return lifecycle.first_unit(workload, unit + epoch)
+
+
+def forced_steps(unit: int, epoch: int) -> int:
+    """How many calls of that life are the forced lifecycle's (`kill_workload`)."""
+    return len(lifecycle.STEPS) if unit + epoch == 0 else 0
 
 
 def kill_child(directory: str, seed: int, unit: int, epoch: int, compact_bytes: int | None = KILL_COMPACT_BYTES) -> int:

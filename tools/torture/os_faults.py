@@ -20,6 +20,7 @@ from harness import Dirs, scratch, tmpfs, units
 from model import Model
 from walqueue import InjectedCrash, Queue
 
+from . import lifecycle
 from .checks import check_answered, check_poisoned, check_reopened
 from .faults import FAULT_ERRNOS, FAULTABLE, FaultInjector, injected, transactions_written
 from .harness import Abort, Budget, Report, guarded, remove
@@ -35,7 +36,7 @@ def campaign_os_faults(seed: int, budget: float, report: Report) -> None:
     report.counts.update({"steps": 0, "faults": 0, "faults without a hook": 0, "open faults": 0})
     called: set[str] = set()
     with scratch("walqueue-faults-", tmpfs()) as tmp, injected(FaultInjector()) as injector:
-        for unit in units(clock.over):
+        for unit in units(clock.over, least=2):  # both paths (unit 1 without a hook), however slow the machine
             dirs = Dirs(tmp / f"u{unit}")
             with guarded(report, f"os-faults unit {unit}", scratch=dirs.root):
                 _fault_workload(seed, unit, dirs, clock, injector, report, called)
@@ -76,9 +77,10 @@ def _fault_workload(
     recorder = PhaseLog()
     step_options = {**options, "hook": recorder if hooked else None}
     queue = Queue(main, **step_options)
+    ops = lifecycle.first_unit(workload, unit)  # the first unit covers every kind of call, however slow
     try:
-        for step in range(FAULT_STEPS):
-            if step >= 10 and clock.over():
+        for step in range(FAULT_STEPS + ops.steps):
+            if step >= 10 and ops.done and clock.over():
                 break
             where = f"--seed {seed} os-faults unit {unit} step {step}"
             if step % REOPEN_EVERY == REOPEN_EVERY - 1:
@@ -88,7 +90,7 @@ def _fault_workload(
                 _fault_open(main, model, options, dirs, injector, report, called, where)
                 queue = Queue(main, **step_options)
                 continue
-            op = workload.next_op(model)
+            op = ops.next_op(model)
             where += f" ({op.describe()})"
             expected = expected_states(model, op)
             pre = dirs.new(copy_of=main)

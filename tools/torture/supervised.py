@@ -26,6 +26,9 @@ from .harness import Report
 
 #: Of the kills, the share aimed at the server (when the supervisor has one running).
 SERVER_KILL_SHARE = 0.3
+#: Of the server kills, the share that first freeze it (SIGSTOP) for a while, so that calls are in flight at the kill.
+FROZEN_SHARE = 0.5
+FROZEN_SECONDS = (0.05, 0.3)
 
 
 @dataclass
@@ -45,18 +48,24 @@ class Unit:
 
 
 @contextlib.contextmanager
-def supervisor(unit: Unit, handler: str, options: list[str]) -> Iterator[subprocess.Popen[bytes]]:
-    """``walqueue-worker STORE HANDLER OPTIONS`` in the unit's directory and its own session; killed (group) after."""
+def supervisor(
+    unit: Unit, handler: str, options: list[str], log: Path | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
+    """``walqueue-worker STORE HANDLER OPTIONS`` in the unit's directory and its own session; killed (group) after.
+
+    `log`: where its stderr (and its children's, the worker processes' log lines) goes; by default nowhere.
+    """
     command = [sys.executable, "-m", "walqueue.worker", str(unit.store), handler, *options]
-    process = subprocess.Popen(
-        command,
-        cwd=unit.directory,
-        env=child_environment(),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    with open(log or os.devnull, "ab") as stderr:
+        process = subprocess.Popen(
+            command,
+            cwd=unit.directory,
+            env=child_environment(),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            start_new_session=True,
+        )
     try:
         yield process
     finally:
@@ -92,11 +101,24 @@ def kill_one(unit: Unit, process: subprocess.Popen[bytes], stop_share: float = 0
     else:
         return
     try:
+        if what == "server kills" and unit.rng.random() < FROZEN_SHARE:
+            _freeze(target, unit.rng.uniform(*FROZEN_SECONDS))
+            what = "server kills after a freeze"
         os.kill(target, number)
     except ProcessLookupError:
         return
     (unit.stopped if number == signal.SIGTERM else unit.killed).add(target)
     unit.report.count(what)
+
+
+def _freeze(pid: int, seconds: float) -> None:
+    """SIGSTOP `pid` for `seconds`: the calls sent meanwhile wait unanswered, and the kill that follows loses them all.
+
+    A kill alone rarely lands between a call's arrival and its answer; after
+    a freeze every worker's calls in flight do, completions among them.
+    """
+    os.kill(pid, signal.SIGSTOP)
+    time.sleep(seconds)
 
 
 def kill_until(

@@ -4,7 +4,9 @@ Each unit puts a mix of tasks (ones that succeed, fail a few times, always
 fail, fail permanently, run long), starts ``walqueue-worker DIR
 side:handle --processes 3 --schedule FILE`` (its supervisor starts
 walqueue-serve and restarts whatever dies), and SIGKILLs a worker process
-or the server at random moments, or stops a worker process cleanly with
+or the server at random moments (half of the server's kills after a
+freeze, so that calls, completions among them, are in flight at the kill:
+supervised.py), or stops a worker process cleanly with
 SIGTERM (it gives back the leases it never started; the supervisor starts
 it again), until every task is done. Handlers append
 one line when they start and one when they end to a side log (outside the
@@ -14,7 +16,9 @@ units SIGKILL to the supervisor itself, and the checks:
 - the supervisor exits 0 (after SIGTERM); after SIGKILL, every process it
   started stops on its own within a bound (its workers as on SIGTERM, its
   server once they have left);
-- the store holds no lease;
+- the store holds no lease, but one granted by a reserve whose answer was
+  lost (a server killed, often after a freeze) and never run: nobody knew
+  of it, and it expires;
 - every task is completed, or dead with its last error, as `max_attempts`
   allows: dead only with a `Permanent` error, or with its attempts used up;
   completed only if a run of it ended well;
@@ -25,6 +29,11 @@ units SIGKILL to the supervisor itself, and the checks:
   is completed at the end;
 - a dead task used its last attempt in a run (unless a kill took that
   lease): an unstarted lease given back at a stop restores its attempt;
+- a task dead of ``LeaseExpired`` whose last run ended in a process that
+  was not killed: that process logged the run lost, because the lease was
+  lost (a server killed between the handler's end and its completion is
+  no excuse: the worker sends a completion whose answer was lost again),
+  or, stopping, because the answer was (its logs: ``WORKER_LOG``);
 - failures the worker cannot record as raised (``str()`` raises, a class
   without a name, a retry at the end of time) are recorded truthfully,
   and the worker goes on;
@@ -115,6 +124,7 @@ TICK_SECONDS = 1
 UNIT_SECONDS = 60.0  # a unit that has not finished by then is a divergence (something is stuck)
 SUPERVISOR_KILL_SHARE = 1 / 3  # the units that end with SIGKILL to the supervisor instead of SIGTERM
 ORPHAN_SECONDS = 30.0  # how long a SIGKILLed supervisor's processes may take to stop on their own
+WORKER_LOG = "worker.log"  # the supervisor's stderr: its worker processes' log lines, as JSON
 
 
 @dataclass
@@ -183,7 +193,8 @@ def _run_unit(unit: Unit) -> None:
     schedule.write_text(json.dumps([{"name": "tick", "every": TICK_SECONDS, "payload": {"kind": "tick"}}]))
     options = ["--processes", "3", "--concurrency", "2", "--lease", "2", "--grace", "1", "--schedule", str(schedule)]
     unit.started = time.time()
-    with supervised.supervisor(unit, "side:handle", [*options, "--log-level", "ERROR", "--summary", "0"]) as process:
+    options += ["--log-level", "WARNING", "--log-json", "--summary", "0"]  # each run lost is logged (WORKER_LOG)
+    with supervised.supervisor(unit, "side:handle", options, unit.directory / WORKER_LOG) as process:
         if not supervised.kill_until(
             unit,
             process,
@@ -242,15 +253,45 @@ def _side_runs(unit: Unit) -> tuple[dict[tuple[str, int, int], str | None], list
     return runs, problems
 
 
+def _lost_runs(unit: Unit) -> tuple[dict[tuple[str, int, int], str], bool]:
+    """Each run a worker process logged as lost, (task, attempt, pid) -> why; and whether a reserve's answer was lost.
+
+    The completions sent again are counted.
+    """
+    lost = {}
+    reserve_lost = False
+    log = unit.directory / WORKER_LOG
+    for line in log.read_text(errors="replace").splitlines() if log.exists() else []:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue  # not a worker's log line (a traceback of a killed process, say)
+        if isinstance(record, dict) and "resent" in record:  # a completion whose answer was lost, sent again
+            unit.report.count("completions sent again")
+        if isinstance(record, dict) and record.get("event") == "lost":
+            pid = int(str(record["worker"]).rsplit(":", 1)[1])  # a worker's name is host:pid
+            lost[(str(record["task"]), int(record["attempt"]), pid)] = str(record["message"])
+        if isinstance(record, dict) and "during 'reserve'" in str(record.get("message")):  # the client's words
+            reserve_lost = True
+    return lost, reserve_lost
+
+
 def _check(unit: Unit, tasks: dict[str, dict[str, Any]], elapsed: float) -> None:
     report, where = unit.report, unit.where
     with Queue(unit.store) as queue:
         final = {task.task_id: task for task in queue.tasks()}
     runs, problems = _side_runs(unit)
+    lost, reserve_lost = _lost_runs(unit)
     for problem in problems:
         report.diverge(f"{where}: {problem}")
-    if any(task.status == "leased" for task in final.values()):
-        report.diverge(f"{where}: a lease is still held after the clean stop")
+    for task in final.values():
+        if task.status != "leased":
+            continue
+        # Only a lease nobody knew of may outlive the stop: granted by a reserve whose answer was lost, never run.
+        if reserve_lost and not any(run[:2] == (task.task_id, task.attempts) for run in runs):
+            report.count("leases of a reserve whose answer was lost")
+        else:
+            report.diverge(f"{where}: {task.task_id}'s lease (attempt {task.attempts}) is still held after the stop")
     for task_id, spec in tasks.items():
         task = final[task_id]
         kind = spec["payload"]["kind"]
@@ -262,7 +303,7 @@ def _check(unit: Unit, tasks: dict[str, dict[str, Any]], elapsed: float) -> None
                 report.diverge(f"{where}: {task_id} ({kind}) completed without a run that ended well")
         elif task.status == "dead":
             report.count("dead")
-            _check_dead(unit, task, kind, runs)
+            _check_dead(unit, task, kind, runs, lost)
         else:
             report.diverge(f"{where}: {task_id} ends {task.status}")
         if task_id in unit.completed_seen and task.status != "completed":
@@ -282,7 +323,11 @@ def _check(unit: Unit, tasks: dict[str, dict[str, Any]], elapsed: float) -> None
 
 
 def _check_dead(  # noqa: C901 - one check per way a task may have died
-    unit: Unit, task: Task, kind: str, runs: dict[tuple[str, int, int], str | None]
+    unit: Unit,
+    task: Task,
+    kind: str,
+    runs: dict[tuple[str, int, int], str | None],
+    lost: dict[tuple[str, int, int], str],
 ) -> None:
     """A dead task used its last attempt in a run (or lost it to a kill), and its last error says what happened.
 
@@ -300,17 +345,40 @@ def _check_dead(  # noqa: C901 - one check per way a task may have died
     last_run = any(run_id == task.task_id and attempt == task.attempts for run_id, attempt, _ in runs)
     if error.type != "LeaseExpired" and not last_run:
         report.diverge(f"{where}: {task.task_id} is dead ({error.type}) without a run of attempt {task.attempts}")
-    recorded = any(  # the last run raised and its process lived on: the worker had to record the failure
-        run_id == task.task_id and attempt == task.attempts and end is not None and pid not in unit.killed
-        for (run_id, attempt, pid), end in runs.items()
-    )
-    if kind in UNRECORDABLE and (error.type != "LeaseExpired" or recorded):
+    if error.type == "LeaseExpired":
+        _check_expired(unit, task, runs, lost)
+    if kind in UNRECORDABLE and error.type != "LeaseExpired":
         expected_type, words = UNRECORDABLE[kind]
         if error.type != expected_type or words not in error.message:
             report.diverge(f"{where}: {task.task_id} ({kind}) recorded as {error}")
         if kind == "far" and task.available_at != MAX_TIME:
             report.diverge(f"{where}: {task.task_id}'s retry at the end of time is at {task.available_at}")
         report.count("unrecordable failures recorded")
+
+
+def _check_expired(
+    unit: Unit, task: Task, runs: dict[tuple[str, int, int], str | None], lost: dict[tuple[str, int, int], str]
+) -> None:
+    """A task dead of its last lease's expiry whose run ended in a process that lived: that process lost the lease.
+
+    The worker sends a completion whose answer was lost again (a server
+    killed between a handler's end and its answer), so its outcome is
+    recorded unless the lease itself was lost first (the server away past
+    its deadline, and a reserve reaped it), which the worker logs as lost;
+    at a stop it tries once, and may log the answer lost instead.
+    """
+    for (run_id, attempt, pid), end in runs.items():
+        if run_id != task.task_id or attempt != task.attempts or end is None or pid in unit.killed:
+            continue
+        why = lost.get((run_id, attempt, pid))
+        if why is not None and ("lease was lost" in why or ("answer was lost" in why and pid in unit.stopped)):
+            unit.report.count("expired leases the worker said it lost")
+            continue
+        said = "logged nothing" if why is None else f"logged only {why!r}"
+        unit.report.diverge(
+            f"{unit.where}: {task.task_id} is dead of LeaseExpired, but its run of attempt {attempt} ended in {pid}, "
+            f"which was not killed and {said}: its outcome should have been recorded"
+        )
 
 
 def _released_at_shutdown(task: Task | None, attempt: int) -> bool:

@@ -24,13 +24,14 @@ import functools
 from collections.abc import Callable
 from typing import Any, cast
 
-from walqueue import Lease, QueueClosed, StaleLease
+from walqueue import Lease, QueueClosed, StaleLease, Task
 from walqueue.engine.validate import MAX_INT
 from walqueue.worker.clock import MILLISECONDS, Clock
 from walqueue.worker.completion import Completion
 from walqueue.worker.errors import Permanent, Retry
 from walqueue.worker.pending import Pending
 from walqueue.worker.report import Report, log
+from walqueue.worker.resend import applied, resend
 from walqueue.worker.retry import RetryPolicy
 from walqueue.worker.run import Run
 from walqueue.worker.settings import Grouping
@@ -131,7 +132,7 @@ class Completer:
             return False
         if isinstance(outcome, Completion) and not outcome.plain:  # an App's result or follow-ups: one `complete`
             try:
-                self._complete(run.lease, outcome, self.clock())
+                self._deliver(run.lease, "complete", functools.partial(self._complete, run.lease, outcome))
             except Exception as error:  # noqa: BLE001 - refused whole (too large for a frame): it runs again
                 lost = error if isinstance(error, StaleLease | OSError) else ConnectionError(f"refused: {error}")
                 self.acked(run, lost)
@@ -154,19 +155,43 @@ class Completer:
 
     def _ack(self, run: Run) -> None:
         try:
-            self.source.ack(run.lease, now=self.clock())
+            self._deliver(run.lease, "ack", functools.partial(self._ack_at, run.lease))
         except (StaleLease, OSError) as error:
             self.acked(run, error)
         else:
             self.acked(run, None)
 
+    def _ack_at(self, lease: Lease, now: int) -> None:
+        self.source.ack(lease, now=now)
+
+    def _deliver(self, lease: Lease, call: str, send: Callable[[int], None]) -> None:
+        """`send(now)`, a completion `call` of `lease`; its answer lost, sent again at the same `now` (resend.py)."""
+        now = self.clock()
+        try:
+            send(now)
+        except ConnectionError as lost:
+            self._resend(lease, call, send, now, lost)
+
+    def _resend(self, lease: Lease, call: str, send: Callable[[int], None], now: int, lost: ConnectionError) -> None:
+        """`send(now)` again after its answer was `lost`: returns once applied, else raises (resend.py)."""
+        task_id = lease.task_id
+        log.warning("the answer to %s of %s was lost (%s): sent again", call, task_id, lost, extra={"resent": call})
+        resend(lambda: send(now), lost, lambda: applied(self._read(lease.task_id), lease, call, now))
+
+    def _read(self, task_id: str) -> Task | None:
+        """The task as the source has it now; None when it cannot be read (then nothing counts as applied)."""
+        try:
+            return self.source.get(task_id)
+        except Exception:  # noqa: BLE001 - only whether a lost answer's call was applied depends on it
+            return None
+
     def run_acker(self, linger: float) -> None:
         """The acker thread's body: send the waiting acks in batches, each all that came in meanwhile, until closed."""
         assert self.acks is not None
         while (runs := self.acks.next_acks(linger)) is not None:
-            leases = [run.lease for run in runs]
+            leases, now = [run.lease for run in runs], self.clock()
             self._acks_sent(
-                runs, functools.partial(ack_many, self.source, leases, now=self.clock(), grouping=self.grouping)
+                runs, functools.partial(ack_many, self.source, leases, now=now, grouping=self.grouping), now
             )
 
     def reserve_with_acks(self, worker: str, *, now: int, lease_seconds: int, limit: int, **lanes: Any) -> list[Lease]:
@@ -187,24 +212,37 @@ class Completer:
         except Exception as error:  # noqa: BLE001 - the client closed, say: the acks' fate is the reserve's
             acked = reserved = error
         send = functools.partial(settle_acks, self.source, leases, acked, now=now, grouping=self.grouping)
-        self._acks_sent(runs, send)
+        self._acks_sent(runs, send, now)
         if isinstance(reserved, BaseException):
             raise reserved
         result: list[Lease] = reserved
         return result
 
-    def _acks_sent(self, runs: list[Run], send: Callable[[], list[BaseException | None]]) -> None:
-        """Count and log the outcome of each run's ack, as `send()` returns them (or raises, for all)."""
+    def _acks_sent(self, runs: list[Run], send: Callable[[], list[BaseException | None]], now: int) -> None:
+        """Count and log the outcome of each run's ack, as `send()` returns them (or raises, for all).
+
+        An ack whose answer was lost (`ConnectionError`) is sent again alone, at the same `now` (resend.py).
+        """
         try:
             errors = send()
         except Exception as error:  # noqa: BLE001 - a lost connection, or a poisoned queue: the acks' fate is unknown
-            errors = [error if isinstance(error, OSError) else ConnectionError(f"{type(error).__name__}: {error}")]
-            errors *= len(runs)
             if isinstance(error, QueueClosed):
                 self.fatal(error)
+            errors = [error if isinstance(error, OSError) else OSError(f"{type(error).__name__}: {error}")]
+            errors *= len(runs)
         for run, ack_error in zip(runs, errors, strict=True):
-            self.acked(run, ack_error)
+            self.acked(run, self._ack_again(run.lease, now, ack_error))
             self.sent(run)
+
+    def _ack_again(self, lease: Lease, now: int, error: BaseException | None) -> BaseException | None:
+        """`error`, a batched ack's outcome; when its answer was lost, the outcome of that ack sent again alone."""
+        if not isinstance(error, ConnectionError):
+            return error
+        try:
+            self._resend(lease, "ack", functools.partial(self._ack_at, lease), now, error)
+        except (StaleLease, OSError) as final:
+            return final
+        return None
 
     def fail(self, run: Run, error: BaseException) -> None:
         """The handler raised `error`: dead at once (`Permanent`), or released for a retry after a delay."""
@@ -276,7 +314,7 @@ class Completer:
 
     def _send(self, run: Run, event: str, call: Any, error: dict[str, str], delay: int | None = None) -> None:
         try:
-            call(self.clock())
+            self._deliver(run.lease, "fail" if event == "dead" else "release", call)
         except StaleLease as stale:
             run.context.lose("lease lost")
             self._record(run, "lost", f"{error['type']}: {error['message']}; then the lease was lost ({stale})")
