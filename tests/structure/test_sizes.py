@@ -55,7 +55,6 @@ LONG_FUNCTIONS: dict[str, str] = {
         "the reference model's reserve written plainly as the contract states it: the reap, then the lanes' "
         "order and limits; the model is read against CONTRACT.md, not optimised"
     ),
-    "tools/torture/bytes_damage.py:build_store": "one torture unit's steps and checks in order",
     "packages/walqueue-engine/src/walqueue/engine/optable.py:OpKind.__post_init__": (
         "derives every generated artefact of an op kind (keys, template, size bound) from its declaration in one "
         "pass; a split would pass half-built state between the parts"
