@@ -228,7 +228,7 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
     lanes = Lanes()
     ready = lanes.default_lane.heap
     known_queues: dict[str, str] = {}  # a checked queue name -> its one shared string
-    other_lanes: dict[tuple[str, int], list[HeapEntry]] = {}
+    lane_heaps: dict[LaneKey, list[HeapEntry]] = {}  # every lane's heap but the default one's
     previous: str | None = None
     record: Record
     with paused_gc():
@@ -243,28 +243,15 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
                     queue: str = DEFAULT_QUEUE
                     priority = 0
                     if len(value) != _RECORD_FIELD_COUNT:
-                        # The optional keys, counted without building a set (a lanes store has them on most records).
-                        stored_error = value.get("last_error", _ABSENT)
-                        stored_traceback = value.get("traceback", _ABSENT)
-                        stored_result = value.get("result", _ABSENT)
-                        name = value.get("queue", _ABSENT)
-                        given = value.get("priority", _ABSENT)
-                        optional = (
-                            (stored_error is not _ABSENT)
-                            + (stored_traceback is not _ABSENT)
-                            + (stored_result is not _ABSENT)
-                            + (name is not _ABSENT)
-                            + (given is not _ABSENT)
-                        )
-                        if len(value) != _RECORD_FIELD_COUNT + optional:
-                            raise KeyError
-                        if stored_traceback is not _ABSENT and stored_error is _ABSENT:
-                            raise KeyError  # a traceback belongs to a last error
-                        if name is not _ABSENT:
-                            known = known_queues.get(name) if type(name) is str else None
-                            queue = known if known is not None else _queue(name, known_queues)
-                        if given is not _ABSENT:
-                            priority = _priority(given)
+                        # A lanes store's usual record: only a queue, one already seen (one get, one lookup).
+                        name = value.get("queue") if len(value) == _QUEUE_ONLY_FIELD_COUNT else None
+                        known = known_queues.get(name) if type(name) is str else None
+                        if known is not None:
+                            queue = known
+                        else:
+                            stored_error, stored_traceback, stored_result, queue, priority = _optional_members(
+                                value, known_queues, lanes
+                            )
                     (
                         task_id,
                         key,
@@ -367,18 +354,16 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
             counts[status] += 1
             if status is DEAD:
                 dead.add(task_id)
-            if queue is not DEFAULT_QUEUE:
-                lanes.queue(queue).counts[status] += 1  # (a shared string: no copy per task)
+            if queue is not DEFAULT_QUEUE and status is not READY:  # ready ones: counted by `_settle_lanes`
+                lanes.queues[queue].counts[status] += 1  # (a shared string: no copy per task)
             if status is READY:
                 assert type(record) is TaskRecord
                 record.entry = entry = (available_at, task_id)
                 if queue is DEFAULT_QUEUE and priority == 0:
                     ready.append(entry)
                 else:
-                    heap = other_lanes.get((queue, priority))
-                    if heap is None:
-                        heap = other_lanes[queue, priority] = lanes.lane(lanes.queue(queue), priority).heap
-                    heap.append(entry)
+                    lane_key = queue if priority == 0 else (queue, priority)  # a queue's priority 0: no tuple
+                    (lane_heaps.get(lane_key) or _lane_heap(lanes, lane_heaps, lane_key)).append(entry)
             elif status is LEASED:
                 assert type(record) is TaskRecord
                 record.entry = entry = (deadline, task_id)
@@ -388,13 +373,62 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
     return Loaded(tasks, key_owner, ready, leases, counts, dead, results, lanes)
 
 
-def _queue(name: object, known: dict[str, str]) -> str:
-    """A record's queue name seen for the first time: checked, never the default (omitted), then shared."""
+# -- decoding a record's optional members and placing it in its lane (lanes) -------------------------------
+#: A record holding the fields and one optional member, which the loop first tries as a known queue's name.
+_QUEUE_ONLY_FIELD_COUNT = _RECORD_FIELD_COUNT + 1
+#: The loop's key of a lane other than the default one: its queue's name at priority 0, else (queue, priority).
+LaneKey = str | tuple[str, int]
+
+
+def _optional_members(
+    value: dict[str, object], known_queues: dict[str, str], lanes: Lanes
+) -> tuple[object, object, object, str, int]:
+    """A record's optional members: (last_error, traceback, result, queue, priority), each `_ABSENT` or default.
+
+    `KeyError` if the record holds a key that is neither a field nor one of
+    these (the loop reports the key set), or a traceback without its last
+    error. The loop's fast path (a record whose one optional member names a
+    queue already seen) gives exactly what this gives for it.
+    """
+    # Counted without building a set (a lanes store has them on most records).
+    stored_error = value.get("last_error", _ABSENT)
+    stored_traceback = value.get("traceback", _ABSENT)
+    stored_result = value.get("result", _ABSENT)
+    name = value.get("queue", _ABSENT)
+    given = value.get("priority", _ABSENT)
+    optional = (
+        (stored_error is not _ABSENT)
+        + (stored_traceback is not _ABSENT)
+        + (stored_result is not _ABSENT)
+        + (name is not _ABSENT)
+        + (given is not _ABSENT)
+    )
+    if len(value) != _RECORD_FIELD_COUNT + optional:
+        raise KeyError
+    if stored_traceback is not _ABSENT and stored_error is _ABSENT:
+        raise KeyError  # a traceback belongs to a last error
+    queue = DEFAULT_QUEUE
+    if name is not _ABSENT:
+        known = known_queues.get(name) if type(name) is str else None
+        queue = known if known is not None else _queue(name, known_queues, lanes)
+    return stored_error, stored_traceback, stored_result, queue, 0 if given is _ABSENT else _priority(given)
+
+
+def _queue(name: object, known: dict[str, str], lanes: Lanes) -> str:
+    """A record's queue name seen for the first time: checked, never the default (omitted), shared, indexed."""
     checked = check_queue_name(name)
     if checked == DEFAULT_QUEUE:
         raise ValueError("queue is omitted at its default 'default', never written")
     shared = known[checked] = sys.intern(checked)
+    lanes.queue(shared)
     return shared
+
+
+def _lane_heap(lanes: Lanes, heaps: dict[LaneKey, list[HeapEntry]], lane_key: LaneKey) -> list[HeapEntry]:
+    """The heap of a lane (its queue, or its (queue, priority)), made on its first ready task, never before."""
+    queue, priority = (lane_key, 0) if isinstance(lane_key, str) else lane_key
+    heap = heaps[lane_key] = lanes.lane(lanes.queue(queue), priority).heap
+    return heap
 
 
 def _priority(value: object) -> int:
@@ -405,12 +439,19 @@ def _priority(value: object) -> int:
 
 
 def _settle_lanes(lanes: Lanes, counts: dict[str, int], tasks: dict[str, Record]) -> None:
-    """Heapify every lane, count its live entries, derive the default queue's counts, and seat the lanes."""
+    """Heapify every lane, count its live entries, count the queues' ready tasks, and seat the lanes.
+
+    The loop counted the other queues' tasks in every status but ready: a
+    lane's heap holds exactly its ready tasks here, so their sum is the
+    queue's ready count (one addition per lane, not one per task). The
+    default queue's counts are the rest of the store's.
+    """
+    others = [q for q in lanes.queues.values() if q is not lanes.default]
+    for q in others:
+        q.counts[READY] = sum(len(lane.heap) for lane in q.lanes.values())
     default = lanes.default.counts
     for status in STATUSES:
-        default[status] = counts[status] - sum(
-            q.counts[status] for q in lanes.queues.values() if q is not lanes.default
-        )
+        default[status] = counts[status] - sum(q.counts[status] for q in others)
     for q in lanes.queues.values():
         for lane in q.lanes.values():
             heapq.heapify(lane.heap)
