@@ -213,6 +213,12 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
     module's constant: the decoder's separate copies would cost memory for
     as long as the task lives.
 
+    A lanes store's usual record holds one optional member, a queue whose
+    name an earlier record introduced: it takes a short path, one lookup by
+    the name, to that queue's shared name and its priority 0 lane; every
+    other record's optional members go through `_optional_members` (the
+    tests hold the two to the same result, tests/engine/test_snapshot_load_lanes.py).
+
     The cyclic GC is paused while the records are built (and decoded, when
     `records` streams from a reader): a load allocates several tracked
     objects per task and frees none of them, so the collections they would
