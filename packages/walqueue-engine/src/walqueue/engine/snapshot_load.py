@@ -236,9 +236,9 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
     known_lanes: dict[str, Lane] = {}  # a checked queue name -> its priority 0 lane (its queue: the shared name)
     other_lanes: dict[tuple[str, int], list[HeapEntry]] = {}  # (queue, priority) -> its lane's heap
     default_lane = lanes.default_lane
-    previous: str | None = None
     ready_at = 0  # the last ready record's available_at: while they never decrease, every heap is in order
     in_order = True
+    previous: str | None = None
     record: Record
     with paused_gc():
         for index, value in enumerate(records):
