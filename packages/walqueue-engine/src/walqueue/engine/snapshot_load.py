@@ -25,7 +25,7 @@ from operator import itemgetter
 from typing import NamedTuple
 
 from walqueue.engine.gcpause import paused_gc
-from walqueue.engine.lanes import Lanes
+from walqueue.engine.lanes import Lane, Lanes
 from walqueue.engine.records import (
     COMPLETED,
     DEAD,
@@ -213,6 +213,12 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
     module's constant: the decoder's separate copies would cost memory for
     as long as the task lives.
 
+    A lanes store's usual record holds one optional member, a queue whose
+    name an earlier record introduced: it takes a short path, one lookup by
+    the name, to that queue's shared name and its priority 0 lane; every
+    other record's optional members go through `_optional_members` (the
+    tests hold the two to the same result, tests/engine/test_snapshot_load_lanes.py).
+
     The cyclic GC is paused while the records are built (and decoded, when
     `records` streams from a reader): a load allocates several tracked
     objects per task and frees none of them, so the collections they would
@@ -227,8 +233,11 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
     results: dict[str, bytes] = {}
     lanes = Lanes()
     ready = lanes.default_lane.heap
-    known_queues: dict[str, str] = {}  # a checked queue name -> its one shared string
-    other_lanes: dict[tuple[str, int], list[HeapEntry]] = {}
+    known_lanes: dict[str, Lane] = {}  # a checked queue name -> its priority 0 lane (its queue: the shared name)
+    other_lanes: dict[tuple[str, int], list[HeapEntry]] = {}  # (queue, priority) -> its lane's heap
+    default_lane = lanes.default_lane
+    ready_at = 0  # the last ready record's available_at: while they never decrease, every heap is in order
+    in_order = True
     previous: str | None = None
     record: Record
     with paused_gc():
@@ -242,29 +251,17 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
                     stored_result: object = _ABSENT
                     queue: str = DEFAULT_QUEUE
                     priority = 0
-                    if len(value) != _RECORD_FIELD_COUNT:
-                        # The optional keys, counted without building a set (a lanes store has them on most records).
-                        stored_error = value.get("last_error", _ABSENT)
-                        stored_traceback = value.get("traceback", _ABSENT)
-                        stored_result = value.get("result", _ABSENT)
-                        name = value.get("queue", _ABSENT)
-                        given = value.get("priority", _ABSENT)
-                        optional = (
-                            (stored_error is not _ABSENT)
-                            + (stored_traceback is not _ABSENT)
-                            + (stored_result is not _ABSENT)
-                            + (name is not _ABSENT)
-                            + (given is not _ABSENT)
-                        )
-                        if len(value) != _RECORD_FIELD_COUNT + optional:
-                            raise KeyError
-                        if stored_traceback is not _ABSENT and stored_error is _ABSENT:
-                            raise KeyError  # a traceback belongs to a last error
-                        if name is not _ABSENT:
-                            known = known_queues.get(name) if type(name) is str else None
-                            queue = known if known is not None else _queue(name, known_queues)
-                        if given is not _ABSENT:
-                            priority = _priority(given)
+                    lane: Lane | None = default_lane  # None: the lane is looked up by (queue, priority)
+                    if (size := len(value)) != _RECORD_FIELD_COUNT:
+                        # A lanes store's usual record: only a queue, one already seen (one get, one lookup).
+                        name = value.get("queue") if size == _QUEUE_ONLY_FIELD_COUNT else None
+                        lane = known_lanes.get(name) if type(name) is str else None
+                        if lane is not None:
+                            queue = lane.queue.name
+                        else:
+                            stored_error, stored_traceback, stored_result, queue, priority = _optional_members(
+                                value, known_lanes, lanes
+                            )
                     (
                         task_id,
                         key,
@@ -367,34 +364,89 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
             counts[status] += 1
             if status is DEAD:
                 dead.add(task_id)
-            if queue is not DEFAULT_QUEUE:
-                lanes.queue(queue).counts[status] += 1  # (a shared string: no copy per task)
+            if status is not READY and queue is not DEFAULT_QUEUE:  # ready ones: counted by `_settle_lanes`
+                lanes.queues[queue].counts[status] += 1  # (a shared string: no copy per task)
             if status is READY:
                 assert type(record) is TaskRecord
                 record.entry = entry = (available_at, task_id)
-                if queue is DEFAULT_QUEUE and priority == 0:
-                    ready.append(entry)
+                if available_at < ready_at:
+                    in_order = False
+                ready_at = available_at
+                if lane is not None:
+                    lane.heap.append(entry)
                 else:
-                    heap = other_lanes.get((queue, priority))
-                    if heap is None:
-                        heap = other_lanes[queue, priority] = lanes.lane(lanes.queue(queue), priority).heap
-                    heap.append(entry)
+                    (other_lanes.get((queue, priority)) or _lane_heap(lanes, other_lanes, queue, priority)).append(
+                        entry
+                    )
             elif status is LEASED:
                 assert type(record) is TaskRecord
                 record.entry = entry = (deadline, task_id)
                 leases.append(entry)
     heapq.heapify(leases)
-    _settle_lanes(lanes, counts, tasks)
+    _settle_lanes(lanes, counts, in_order)
     return Loaded(tasks, key_owner, ready, leases, counts, dead, results, lanes)
 
 
-def _queue(name: object, known: dict[str, str]) -> str:
-    """A record's queue name seen for the first time: checked, never the default (omitted), then shared."""
+# -- decoding a record's optional members and placing it in its lane (lanes) -------------------------------
+#: A record holding the fields and one optional member, which the loop first tries as a known queue's name.
+_QUEUE_ONLY_FIELD_COUNT = _RECORD_FIELD_COUNT + 1
+
+
+def _optional_members(
+    value: dict[str, object], known_lanes: dict[str, Lane], lanes: Lanes
+) -> tuple[object, object, object, str, int]:
+    """A record's optional members: (last_error, traceback, result, queue, priority), each `_ABSENT` or default.
+
+    `KeyError` if the record holds a key that is neither a field nor one of
+    these (the loop reports the key set), or a traceback without its last
+    error. The loop's fast path (a record whose one optional member names a
+    queue already seen) gives exactly what this gives for it.
+    """
+    # Counted without building a set (a lanes store has them on most records).
+    stored_error = value.get("last_error", _ABSENT)
+    stored_traceback = value.get("traceback", _ABSENT)
+    stored_result = value.get("result", _ABSENT)
+    name = value.get("queue", _ABSENT)
+    given = value.get("priority", _ABSENT)
+    optional = (
+        (stored_error is not _ABSENT)
+        + (stored_traceback is not _ABSENT)
+        + (stored_result is not _ABSENT)
+        + (name is not _ABSENT)
+        + (given is not _ABSENT)
+    )
+    if len(value) != _RECORD_FIELD_COUNT + optional:
+        raise KeyError
+    if stored_traceback is not _ABSENT and stored_error is _ABSENT:
+        raise KeyError  # a traceback belongs to a last error
+    queue = DEFAULT_QUEUE
+    if name is not _ABSENT:
+        lane = known_lanes.get(name) if type(name) is str else None
+        queue = lane.queue.name if lane is not None else _queue(name, known_lanes, lanes)
+    return stored_error, stored_traceback, stored_result, queue, 0 if given is _ABSENT else _priority(given)
+
+
+def _queue(name: object, known_lanes: dict[str, Lane], lanes: Lanes) -> str:
+    """A record's queue name seen for the first time: checked, never the default (omitted), then shared.
+
+    Its queue and its priority 0 lane are made now, so that the loop's fast
+    path finds the lane by the name (a lane may stay empty, as one whose
+    tasks all left it does).
+    """
     checked = check_queue_name(name)
     if checked == DEFAULT_QUEUE:
         raise ValueError("queue is omitted at its default 'default', never written")
-    shared = known[checked] = sys.intern(checked)
+    shared = sys.intern(checked)
+    known_lanes[shared] = lanes.lane(lanes.queue(shared), 0)
     return shared
+
+
+def _lane_heap(
+    lanes: Lanes, heaps: dict[tuple[str, int], list[HeapEntry]], queue: str, priority: int
+) -> list[HeapEntry]:
+    """The heap of lane (queue, priority) for a record the loop's fast path did not place, kept in `heaps`."""
+    heap = heaps[queue, priority] = lanes.lane(lanes.queue(queue), priority).heap
+    return heap
 
 
 def _priority(value: object) -> int:
@@ -404,16 +456,30 @@ def _priority(value: object) -> int:
     return value  # type: ignore[return-value]  # checked: an int
 
 
-def _settle_lanes(lanes: Lanes, counts: dict[str, int], tasks: dict[str, Record]) -> None:
-    """Heapify every lane, count its live entries, derive the default queue's counts, and seat the lanes."""
+def _settle_lanes(lanes: Lanes, counts: dict[str, int], in_order: bool) -> None:
+    """Heapify every lane (unless `in_order`), count its live entries and the queues' ready tasks, seat the lanes.
+
+    `in_order`: the ready records' available_at never decreased. Their task
+    ids strictly increase, so each lane's entries were appended in strictly
+    increasing (available_at, task id) order: a sorted list is already a
+    heap (a store whose tasks are due at once, or put in the order of their
+    ids, skips the heapify).
+
+    The loop counted the other queues' tasks in every status but ready: a
+    lane's heap holds exactly its ready tasks here, so their sum is the
+    queue's ready count (one addition per lane, not one per task). The
+    default queue's counts are the rest of the store's.
+    """
+    others = [q for q in lanes.queues.values() if q is not lanes.default]
+    for q in others:
+        q.counts[READY] = sum(len(lane.heap) for lane in q.lanes.values())
     default = lanes.default.counts
     for status in STATUSES:
-        default[status] = counts[status] - sum(
-            q.counts[status] for q in lanes.queues.values() if q is not lanes.default
-        )
+        default[status] = counts[status] - sum(q.counts[status] for q in others)
     for q in lanes.queues.values():
         for lane in q.lanes.values():
-            heapq.heapify(lane.heap)
+            if not in_order:
+                heapq.heapify(lane.heap)
             lane.live = len(lane.heap)
             if lane.heap:
                 lanes.place(lane, lane.heap[0][0], lane.heap[0][1])
