@@ -23,6 +23,7 @@ BUILTIN_BASES = {
     "WrongStatus": ValueError,
     "BadArgument": ValueError,
     "HandlerImportError": ValueError,
+    "CallSignatureError": TypeError,
 }
 
 

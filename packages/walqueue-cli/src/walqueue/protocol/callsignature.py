@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Final, Unpack, get_args, get_origin
 
+from walqueue.engine.types import WalQueueError
 from walqueue.protocol.callrow import REQUIRED, Call
 
 __all__ = ["CallSignatureError", "check_class", "check_method"]
@@ -38,7 +39,7 @@ _VARKEYWORDS: Final = 0x08  # inspect.CO_VARKEYWORDS: the function takes **kwarg
 type _Parameter = tuple[str, bool, Any]
 
 
-class CallSignatureError(TypeError):
+class CallSignatureError(WalQueueError, TypeError):
     """A method of a call's name does not take the parameters of the call's row (the message names both)."""
 
 
