@@ -29,6 +29,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from walqueue.engine.records import LaneRecord
 from walqueue.engine.snapshot_load import RECORD_FIELDS, record_from_dict
 from walqueue.engine.state import (
     COMPLETED,
@@ -409,7 +410,8 @@ def reference_outcome(value: Any, is_decoded: bool) -> tuple[Any, ...] | None:
         traceback,
         *lane,
     )
-    return (Tombstone if status == COMPLETED else TaskRecord, fields)
+    shape = TaskRecord if lane == ("default", 0) else LaneRecord  # a default-lane task stores no lane
+    return (Tombstone if status == COMPLETED else shape, fields)
 
 
 def _reference_lane(value: Any) -> tuple[str, int] | None:

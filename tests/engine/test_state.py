@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from walqueue.engine.records import task_record
 from walqueue.engine.state import (
     COMPLETED,
     DEAD,
@@ -831,7 +832,7 @@ def test_a_tombstone_answers_every_field_it_packed(
     priority = data.draw(st.integers(-100, 100))
     stone = Tombstone.of(task_id, key, digest, available_at, max_attempts, attempts, attempts, queue, priority)
     fields = (task_id, key, COMPLETED, digest, available_at, max_attempts, attempts, attempts, None, None, None)
-    plain = TaskRecord(*fields, None, queue, priority)
+    plain = task_record(*fields, queue, priority)
     assert stone.fields() == plain.fields()
     assert stone.record_json() == plain.record_json()
     assert stone.to_task() == plain.to_task()
@@ -882,3 +883,15 @@ def test_new_lease_builds_the_same_token_as_the_constructor(
     assert fast == slow
     assert repr(fast) == repr(slow)
     assert hash((fast.task_id, fast.generation)) == hash((slow.task_id, slow.generation))
+
+
+def test_a_default_lane_record_stores_no_lane_and_no_traceback() -> None:
+    """A task in the default queue at priority 0 pays no slot for its lane; the traceback rides in the error."""
+    state = State()
+    run(state, put("d"), {**put("q"), "queue": "emails"}, {**put("p"), "priority": 3})
+    plain, lanes = state.tasks["d"], [state.tasks["q"], state.tasks["p"]]
+    assert type(plain) is TaskRecord and (plain.queue, plain.priority) == ("default", 0)
+    assert {"queue", "priority", "traceback", "last_error"}.isdisjoint(TaskRecord.__slots__)
+    assert all(isinstance(record, TaskRecord) and type(record) is not TaskRecord for record in lanes)
+    assert [(r.queue, r.priority) for r in lanes] == [("emails", 0), ("default", 3)]
+    assert all(sys.getsizeof(record) == sys.getsizeof(plain) + 16 for record in lanes)

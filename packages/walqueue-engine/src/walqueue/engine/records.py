@@ -19,7 +19,6 @@ none, so a tombstone costs nothing more for it.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
 from typing import Any
 
 from walqueue.engine.types import LastError, Task, WalQueueError
@@ -36,7 +35,9 @@ __all__ = [
     "STATUSES",
     "HeapEntry",
     "InvalidTransaction",
+    "LaneRecord",
     "Record",
+    "StoredError",
     "TaskRecord",
     "Tombstone",
     "decode_payload",
@@ -46,6 +47,8 @@ __all__ = [
     "identity_digest",
     "last_error_json",
     "last_error_member_size",
+    "task_record",
+    "with_traceback",
 ]
 
 READY = "ready"
@@ -124,15 +127,13 @@ def decode_payload(digest_and_payload: bytes) -> Any:
     return parse_json(digest_and_payload[DIGEST_BYTES:])
 
 
-@dataclass(init=False, eq=False, repr=False, match_args=False)
 class _RecordView:
-    """What every stored task answers, whether it is a full `TaskRecord` or a packed `Tombstone`.
+    """What every stored task answers, whether it is a `TaskRecord` (of either lane shape) or a packed `Tombstone`.
 
-    The two shapes exist for memory (a completed task is kept forever, so it
-    must be small), not for meaning: both expose the same eleven fields, and
-    everything that reads a task goes through them. Declared once, here:
-    they are `TaskRecord`'s slots and its constructor's arguments, in this
-    order; `Tombstone` answers them by decoding its bytes.
+    The shapes exist for memory (a completed task is kept forever, so it
+    must be small; a task in the default lane carries no lane), not for
+    meaning: every shape exposes the same fourteen fields, and everything
+    that reads a task goes through them (`fields()` lists them in order).
     """
 
     __slots__ = ()
@@ -147,12 +148,13 @@ class _RecordView:
     generation: int
     worker: str | None
     deadline: int | None
+    #: The last error (`ErrorFields`), None: none recorded.
     last_error: ErrorFields | None
     #: The last error's traceback (the "traceback" op, a format extension); None: none recorded.
-    traceback: str | None = None
+    traceback: str | None
     #: The task's queue and priority (lanes): the shared DEFAULT_QUEUE string and 0 unless put elsewhere.
-    queue: str = DEFAULT_QUEUE
-    priority: int = 0
+    queue: str
+    priority: int
 
     def fields(self) -> tuple[object, ...]:
         """Everything that is state (not `entry`, which is only an index position)."""
@@ -230,9 +232,12 @@ class _RecordView:
         )
 
 
-@dataclass(slots=True, eq=False, repr=False)
+#: A last error as a `TaskRecord` stores it: `ErrorFields`, with its traceback as a fifth item when it has one.
+StoredError = tuple[str, str, int, int] | tuple[str, str, int, int, str]
+
+
 class TaskRecord(_RecordView):
-    """The complete state of one task that is not completed.
+    """The complete state of one task that is not completed, in the default lane at priority 0.
 
     `digest_and_payload` is the 32-byte identity digest followed by the payload's canonical
     JSON. `entry` is the heap tuple that currently stands for this task in
@@ -240,12 +245,118 @@ class TaskRecord(_RecordView):
     Records are never changed after they are committed to a `State`: a
     transition replaces the record, which also makes the old heap entry
     stale at once.
+
+    Its queue and priority are class attributes (a task in another lane is
+    a `LaneRecord`, which stores them), and the last error's traceback rides
+    in `stored_error` (almost every task has none): a default-lane task
+    pays no slot for either. Build one with `task_record`, which picks the shape.
     """
 
-    entry: HeapEntry | None = field(default=None, init=False)
+    __slots__ = (
+        "task_id",
+        "key",
+        "status",
+        "digest_and_payload",
+        "available_at",
+        "max_attempts",
+        "attempts",
+        "generation",
+        "worker",
+        "deadline",
+        "stored_error",
+        "entry",
+    )
+
+    queue = DEFAULT_QUEUE
+    priority = 0
+
+    def __init__(
+        self,
+        task_id: str,
+        key: str,
+        status: str,
+        digest_and_payload: bytes,
+        available_at: int,
+        max_attempts: int,
+        attempts: int,
+        generation: int,
+        worker: str | None,
+        deadline: int | None,
+        stored_error: StoredError | None,
+    ) -> None:
+        self.task_id = task_id
+        self.key = key
+        self.status = status
+        self.digest_and_payload = digest_and_payload
+        self.available_at = available_at
+        self.max_attempts = max_attempts
+        self.attempts = attempts
+        self.generation = generation
+        self.worker = worker
+        self.deadline = deadline
+        self.stored_error = stored_error
+        self.entry: HeapEntry | None = None
+
+    @property
+    def last_error(self) -> ErrorFields | None:  # type: ignore[override]
+        error = self.stored_error
+        return error if error is None or len(error) == 4 else error[:4]
+
+    @property
+    def traceback(self) -> str | None:  # type: ignore[override]
+        error = self.stored_error
+        return None if error is None or len(error) == 4 else error[4]
 
     def __repr__(self) -> str:
         return f"TaskRecord{self.fields()!r}"
+
+
+class LaneRecord(TaskRecord):
+    """A `TaskRecord` of a task put in another queue than the default or at another priority than 0.
+
+    `task_record` builds it like its base, then sets the two lane fields.
+    """
+
+    __slots__ = ("queue", "priority")  # (the base's class attributes, stored here)
+
+
+def task_record(
+    task_id: str,
+    key: str,
+    status: str,
+    digest_and_payload: bytes,
+    available_at: int,
+    max_attempts: int,
+    attempts: int,
+    generation: int,
+    worker: str | None,
+    deadline: int | None,
+    stored_error: StoredError | None,
+    queue: str = DEFAULT_QUEUE,
+    priority: int = 0,
+) -> TaskRecord:
+    """A not-completed task's record, in the shape its lane needs: the one way records are built.
+
+    `stored_error` is the last error, with its traceback as a fifth item
+    when it has one (a record's `stored_error`, or `with_traceback`).
+    """
+    default = priority == 0 and (queue is DEFAULT_QUEUE or queue == DEFAULT_QUEUE)
+    record = (TaskRecord if default else LaneRecord)(
+        task_id, key, status, digest_and_payload, available_at, max_attempts, attempts, generation, worker, deadline,
+        stored_error,
+    )  # fmt: skip
+    if not default:
+        assert isinstance(record, LaneRecord)
+        record.queue = queue
+        record.priority = priority
+    return record
+
+
+def with_traceback(last_error: ErrorFields | None, traceback: str | None) -> StoredError | None:
+    """How a record stores `last_error` and its `traceback` (None: the error alone)."""
+    if traceback is None or last_error is None:
+        return last_error
+    return (*last_error, traceback)
 
 
 class _PackedNumber:
@@ -285,6 +396,8 @@ class Tombstone(_RecordView, bytes):
     worker = None
     deadline = None
     last_error = None
+    traceback = None
+    stored_error = None
     entry = None
 
     @classmethod

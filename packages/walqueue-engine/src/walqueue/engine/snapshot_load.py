@@ -40,6 +40,8 @@ from walqueue.engine.records import (
     TaskRecord,
     Tombstone,
     last_error_member_size,
+    task_record,
+    with_traceback,
 )
 from walqueue.engine.validate import (
     DEFAULT_QUEUE,
@@ -336,7 +338,7 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
                         task_id, key, digest, available_at, max_attempts, attempts, generation, queue, priority
                     )
                 else:
-                    record = TaskRecord(
+                    record = task_record(
                         task_id,
                         key,
                         status,
@@ -347,8 +349,7 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
                         generation,
                         worker,
                         deadline,
-                        last_error,
-                        traceback,
+                        with_traceback(last_error, traceback),
                         queue,
                         priority,
                     )
@@ -370,7 +371,7 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
             if queue is not DEFAULT_QUEUE:
                 lanes.queue(queue).counts[status] += 1  # (a shared string: no copy per task)
             if status is READY:
-                assert type(record) is TaskRecord
+                assert isinstance(record, TaskRecord)
                 record.entry = entry = (available_at, task_id)
                 if queue is DEFAULT_QUEUE and priority == 0:
                     ready.append(entry)
@@ -380,7 +381,7 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
                         heap = other_lanes[queue, priority] = lanes.lane(lanes.queue(queue), priority).heap
                     heap.append(entry)
             elif status is LEASED:
-                assert type(record) is TaskRecord
+                assert isinstance(record, TaskRecord)
                 record.entry = entry = (deadline, task_id)
                 leases.append(entry)
     heapq.heapify(leases)

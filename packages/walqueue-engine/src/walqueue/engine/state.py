@@ -377,7 +377,7 @@ class State:
                 dead.add(task_id)
             tasks[task_id] = record
             if status == READY:
-                assert type(record) is TaskRecord
+                assert isinstance(record, TaskRecord)
                 record.entry = entry = (record.available_at, task_id)
                 if bulk and old is None and record.queue is DEFAULT_QUEUE and record.priority == 0:
                     if added is None:
@@ -387,7 +387,7 @@ class State:
                         continue
             lanes.moved(old, record, tasks)
             if status == LEASED:
-                assert type(record) is TaskRecord and record.deadline is not None
+                assert isinstance(record, TaskRecord) and record.deadline is not None
                 record.entry = entry = (record.deadline, task_id)
                 heapq.heappush(self._leases, entry)
         if added:

@@ -26,13 +26,15 @@ from walqueue.engine.records import (
     DEAD,
     LEASED,
     READY,
-    ErrorFields,
     Record,
+    StoredError,
     TaskRecord,
     Tombstone,
     check_error_fits,
     expiry_error,
     identity_digest,
+    task_record,
+    with_traceback,
 )
 from walqueue.engine.types import WalQueueError
 from walqueue.engine.validate import DEFAULT_QUEUE, check_payload, check_record_fits, check_result
@@ -118,13 +120,14 @@ def _with(
     max_attempts: int,
     worker: str | None,
     deadline: int | None,
-    last_error: ErrorFields | None,
+    stored_error: StoredError | None,
 ) -> TaskRecord:
-    """A not-completed record like `record` (same payload, attempts, generation) but for the fields given.
+    """A not-completed record like `record` (same payload, attempts, generation, lane) but for the fields given.
 
-    The traceback belongs to the last error: kept with it, dropped when another error replaces it.
+    The traceback belongs to the last error: `record.stored_error` keeps both,
+    a new error (`ErrorFields`, no traceback) replaces both.
     """
-    return TaskRecord(
+    return task_record(
         record.task_id,
         record.key,
         status,
@@ -135,17 +138,16 @@ def _with(
         record.generation,
         worker,
         deadline,
-        last_error,
-        record.traceback if last_error is record.last_error else None,
+        stored_error,
         record.queue,
         record.priority,
     )
 
 
-def _unleased(record: Record, available_at: int, last_error: ErrorFields | None) -> TaskRecord:
+def _unleased(record: Record, available_at: int, stored_error: StoredError | None) -> TaskRecord:
     """Where expire and release send a leased task: ready again, or dead once its attempts are spent."""
     status = DEAD if record.attempts >= record.max_attempts else READY
-    return _with(record, status, available_at, record.max_attempts, None, None, last_error)
+    return _with(record, status, available_at, record.max_attempts, None, None, stored_error)
 
 
 def _held(record: Record, op: Op) -> Record:
@@ -181,7 +183,7 @@ def put(state: StateReads, staging: Staging, record: Record | None, op: Op) -> R
     queue = op.get("queue", DEFAULT_QUEUE)
     if "put_at" in op and op["put_at"] > available_at:  # a stamped put is due from its put time (DECISIONS §46)
         available_at = op["put_at"]
-    return TaskRecord(
+    return task_record(
         task_id,
         key,
         READY,
@@ -190,7 +192,6 @@ def put(state: StateReads, staging: Staging, record: Record | None, op: Op) -> R
         max_attempts,
         0,
         0,
-        None,
         None,
         None,
         None,
@@ -206,7 +207,7 @@ def lease(state: StateReads, staging: Staging, record: Record | None, op: Op) ->
         raise OpError(f"lease generation must be {record.generation + 1}, not {generation}")
     if ("at" in op) != state.rate_limited(record.queue):  # the limiter's input: written iff the queue has a rate
         raise OpError(f"a lease in queue {record.queue!r} {'must not' if 'at' in op else 'must'} carry at")
-    return TaskRecord(
+    return task_record(
         record.task_id,
         record.key,
         LEASED,
@@ -217,8 +218,7 @@ def lease(state: StateReads, staging: Staging, record: Record | None, op: Op) ->
         generation,
         op["worker"],
         op["deadline"],
-        record.last_error,
-        record.traceback,
+        record.stored_error,
         record.queue,
         record.priority,
     )
@@ -247,14 +247,14 @@ def ack(state: StateReads, staging: Staging, record: Record | None, op: Op) -> R
 
 def release(state: StateReads, staging: Staging, record: Record | None, op: Op) -> Record:
     assert record is not None
-    return _unleased(_held(record, op), op["available_at"], record.last_error)
+    return _unleased(_held(record, op), op["available_at"], record.stored_error)
 
 
 def extend(state: StateReads, staging: Staging, record: Record | None, op: Op) -> Record:
     assert record is not None
     _held(record, op)
     return _with(
-        record, LEASED, record.available_at, record.max_attempts, record.worker, op["deadline"], record.last_error
+        record, LEASED, record.available_at, record.max_attempts, record.worker, op["deadline"], record.stored_error
     )
 
 
@@ -263,19 +263,19 @@ def redrive(state: StateReads, staging: Staging, record: Record | None, op: Op) 
     max_attempts = op["max_attempts"]
     if max_attempts <= record.max_attempts:  # a redrive grants attempts; so a ready task has some left
         raise OpError(f"redrive max_attempts must exceed {record.max_attempts}, not {max_attempts}")
-    return _with(record, READY, op["available_at"], max_attempts, None, None, record.last_error)
+    return _with(record, READY, op["available_at"], max_attempts, None, None, record.stored_error)
 
 
 def cancel(state: StateReads, staging: Staging, record: Record | None, op: Op) -> Record:
     assert record is not None
-    return _with(record, DEAD, record.available_at, record.max_attempts, None, None, record.last_error)
+    return _with(record, DEAD, record.available_at, record.max_attempts, None, None, record.stored_error)
 
 
 def fail(state: StateReads, staging: Staging, record: Record | None, op: Op) -> Record:
     """A permanent failure: the holder's task is dead at once, whatever its attempts left."""
     assert record is not None
     _held(record, op)
-    return _with(record, DEAD, record.available_at, record.max_attempts, None, None, record.last_error)
+    return _with(record, DEAD, record.available_at, record.max_attempts, None, None, record.stored_error)
 
 
 def error(state: StateReads, staging: Staging, record: Record | None, op: Op) -> Record:
@@ -294,11 +294,11 @@ def error(state: StateReads, staging: Staging, record: Record | None, op: Op) ->
 
 def traceback(state: StateReads, staging: Staging, record: Record | None, op: Op) -> Record:
     """The traceback of the task's last error: written just after the error op it belongs to (a format extension)."""
-    assert record is not None and type(record) is TaskRecord  # ready or leased
+    assert isinstance(record, TaskRecord)  # ready or leased
     if record.last_error is None:
         raise OpError(f"task {record.task_id!r:.100} has no last error for a traceback")
     check_error_fits(record, record.last_error, op["text"])  # a ValueError, named by apply like a field's
-    return TaskRecord(
+    return task_record(
         record.task_id,
         record.key,
         record.status,
@@ -309,8 +309,7 @@ def traceback(state: StateReads, staging: Staging, record: Record | None, op: Op
         record.generation,
         record.worker,
         record.deadline,
-        record.last_error,
-        op["text"],
+        with_traceback(record.last_error, op["text"]),
         record.queue,
         record.priority,
     )
@@ -342,7 +341,7 @@ def give_back(state: StateReads, staging: Staging, record: Record | None, op: Op
     """
     assert record is not None
     _held(record, op)
-    return TaskRecord(
+    return task_record(
         record.task_id,
         record.key,
         READY,
@@ -353,8 +352,7 @@ def give_back(state: StateReads, staging: Staging, record: Record | None, op: Op
         record.generation - 1,
         None,
         None,
-        record.last_error,
-        record.traceback,
+        record.stored_error,
         record.queue,
         record.priority,
     )
