@@ -197,7 +197,7 @@ class Lanes:
 
     def moved(self, old: Record | None, new: Record, tasks: Mapping[str, Record]) -> None:
         """Task `new` replaced `old` (None: it is new), already installed in `tasks` with its heap entry."""
-        name = new.queue
+        name = new.queue if old is None else old.queue  # a task keeps its queue; an ack's tombstone would decode it
         q = self.default if name is DEFAULT_QUEUE else self.queue(name)
         limited = q.configured()
         before = limited and q.blocked()

@@ -283,6 +283,8 @@ class TaskRecord(_RecordView):
         worker: str | None,
         deadline: int | None,
         stored_error: StoredError | None,
+        queue: str = DEFAULT_QUEUE,
+        priority: int = 0,
     ) -> None:
         self.task_id = task_id
         self.key = key
@@ -296,6 +298,8 @@ class TaskRecord(_RecordView):
         self.deadline = deadline
         self.stored_error = stored_error
         self.entry: HeapEntry | None = None
+        if priority or queue is not DEFAULT_QUEUE:
+            _store_lane(self, queue, priority)
 
     @property
     def last_error(self) -> ErrorFields | None:  # type: ignore[override]
@@ -312,12 +316,17 @@ class TaskRecord(_RecordView):
 
 
 class LaneRecord(TaskRecord):
-    """A `TaskRecord` of a task put in another queue than the default or at another priority than 0.
-
-    `task_record` builds it like its base, then sets the two lane fields.
-    """
+    """A `TaskRecord` of a task put in another queue than the default or at another priority than 0."""
 
     __slots__ = ("queue", "priority")  # (the base's class attributes, stored here)
+
+
+def _store_lane(record: TaskRecord, queue: str, priority: int) -> None:
+    """A `LaneRecord`'s two lane fields; a plain `TaskRecord` has no room for them (`task_record` picks the shape)."""
+    if not isinstance(record, LaneRecord):
+        raise TypeError(f"a task in queue {queue!r} at priority {priority} is a LaneRecord, not a TaskRecord")
+    record.queue = queue
+    record.priority = priority
 
 
 def task_record(
@@ -335,21 +344,22 @@ def task_record(
     queue: str = DEFAULT_QUEUE,
     priority: int = 0,
 ) -> TaskRecord:
-    """A not-completed task's record, in the shape its lane needs: the one way records are built.
+    """A new task's record, in the shape its lane needs: a `TaskRecord` in the default lane, else a `LaneRecord`.
 
     `stored_error` is the last error, with its traceback as a fifth item
-    when it has one (a record's `stored_error`, or `with_traceback`).
+    when it has one (a record's `stored_error`, or `with_traceback`). A
+    transition that derives a record from another keeps its shape
+    (``type(record)(...)``): a task never changes lanes.
     """
-    default = priority == 0 and (queue is DEFAULT_QUEUE or queue == DEFAULT_QUEUE)
-    record = (TaskRecord if default else LaneRecord)(
+    if priority == 0 and (queue is DEFAULT_QUEUE or queue == DEFAULT_QUEUE):
+        return TaskRecord(
+            task_id, key, status, digest_and_payload, available_at, max_attempts, attempts, generation, worker,
+            deadline, stored_error,
+        )  # fmt: skip
+    return LaneRecord(
         task_id, key, status, digest_and_payload, available_at, max_attempts, attempts, generation, worker, deadline,
-        stored_error,
+        stored_error, queue, priority,
     )  # fmt: skip
-    if not default:
-        assert isinstance(record, LaneRecord)
-        record.queue = queue
-        record.priority = priority
-    return record
 
 
 def with_traceback(last_error: ErrorFields | None, traceback: str | None) -> StoredError | None:

@@ -36,11 +36,11 @@ from walqueue.engine.records import (
     ErrorFields,
     HeapEntry,
     InvalidTransaction,
+    LaneRecord,
     Record,
     TaskRecord,
     Tombstone,
     last_error_member_size,
-    task_record,
     with_traceback,
 )
 from walqueue.engine.validate import (
@@ -338,7 +338,9 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
                         task_id, key, digest, available_at, max_attempts, attempts, generation, queue, priority
                     )
                 else:
-                    record = task_record(
+                    # (records.task_record's choice of shape, inlined: `queue` is DEFAULT_QUEUE itself or another)
+                    shape = TaskRecord if queue is DEFAULT_QUEUE and priority == 0 else LaneRecord
+                    record = shape(
                         task_id,
                         key,
                         status,

@@ -26,6 +26,7 @@ from walqueue.engine.records import (
     DEAD,
     LEASED,
     READY,
+    LaneRecord,
     Record,
     StoredError,
     TaskRecord,
@@ -33,7 +34,6 @@ from walqueue.engine.records import (
     check_error_fits,
     expiry_error,
     identity_digest,
-    task_record,
     with_traceback,
 )
 from walqueue.engine.types import WalQueueError
@@ -127,7 +127,8 @@ def _with(
     The traceback belongs to the last error: `record.stored_error` keeps both,
     a new error (`ErrorFields`, no traceback) replaces both.
     """
-    return task_record(
+    assert isinstance(record, TaskRecord)  # (a tombstone never changes)
+    return type(record)(
         record.task_id,
         record.key,
         status,
@@ -180,10 +181,13 @@ def put(state: StateReads, staging: Staging, record: Record | None, op: Op) -> R
         )
     if key in staging.keys or state.lookup_key(key) is not None:
         raise OpError(f"key {key!r:.100} is already known")
-    queue = op.get("queue", DEFAULT_QUEUE)
+    queue, priority = op.get("queue", DEFAULT_QUEUE), op.get("priority", 0)
+    if queue is not DEFAULT_QUEUE:
+        queue = sys.intern(queue)  # one string per queue, not per task (and "default" is DEFAULT_QUEUE itself)
     if "put_at" in op and op["put_at"] > available_at:  # a stamped put is due from its put time (DECISIONS §46)
         available_at = op["put_at"]
-    return task_record(
+    # (task_record's choice of shape, inlined: this is every put's path)
+    return (TaskRecord if queue is DEFAULT_QUEUE and priority == 0 else LaneRecord)(
         task_id,
         key,
         READY,
@@ -195,8 +199,8 @@ def put(state: StateReads, staging: Staging, record: Record | None, op: Op) -> R
         None,
         None,
         None,
-        queue if queue is DEFAULT_QUEUE else sys.intern(queue),  # one string per queue, not per task
-        op.get("priority", 0),
+        queue,
+        priority,
     )
 
 
@@ -207,7 +211,8 @@ def lease(state: StateReads, staging: Staging, record: Record | None, op: Op) ->
         raise OpError(f"lease generation must be {record.generation + 1}, not {generation}")
     if ("at" in op) != state.rate_limited(record.queue):  # the limiter's input: written iff the queue has a rate
         raise OpError(f"a lease in queue {record.queue!r} {'must not' if 'at' in op else 'must'} carry at")
-    return task_record(
+    assert isinstance(record, TaskRecord)  # (a ready task)
+    return type(record)(
         record.task_id,
         record.key,
         LEASED,
@@ -298,7 +303,7 @@ def traceback(state: StateReads, staging: Staging, record: Record | None, op: Op
     if record.last_error is None:
         raise OpError(f"task {record.task_id!r:.100} has no last error for a traceback")
     check_error_fits(record, record.last_error, op["text"])  # a ValueError, named by apply like a field's
-    return task_record(
+    return type(record)(
         record.task_id,
         record.key,
         record.status,
@@ -339,9 +344,9 @@ def give_back(state: StateReads, staging: Staging, record: Record | None, op: Op
     its token again (docs/DECISIONS.md §36). available_at and the last error
     are kept.
     """
-    assert record is not None
+    assert isinstance(record, TaskRecord)  # (a leased task)
     _held(record, op)
-    return task_record(
+    return type(record)(
         record.task_id,
         record.key,
         READY,
