@@ -19,6 +19,7 @@ none, so a tombstone costs nothing more for it.
 from __future__ import annotations
 
 import hashlib
+from operator import itemgetter
 from typing import Any
 
 from walqueue.engine.types import LastError, Task, WalQueueError
@@ -35,7 +36,6 @@ __all__ = [
     "STATUSES",
     "HeapEntry",
     "InvalidTransaction",
-    "LaneRecord",
     "Record",
     "StoredError",
     "TaskRecord",
@@ -47,7 +47,15 @@ __all__ = [
     "identity_digest",
     "last_error_json",
     "last_error_member_size",
-    "task_record",
+    "new_row",
+    "pack_tombstone",
+    "tombstone_bytes",
+    "view",
+    "Row",
+    "Stored",
+    "status_of",
+    "queue_of",
+    "priority_of",
     "with_traceback",
 ]
 
@@ -232,104 +240,38 @@ class _RecordView:
         )
 
 
-#: A last error as a `TaskRecord` stores it: `ErrorFields`, with its traceback as a fifth item when it has one.
+#: A last error as a row stores it: `ErrorFields`, with its traceback as a fifth item when it has one.
 StoredError = tuple[str, str, int, int] | tuple[str, str, int, int, str]
 
+#: A stored not-completed task: an exact tuple of atomic values, laid out by the positions below.
+Row = tuple[Any, ...]
+#: What `State.tasks` holds for a task: its `Row`, or once completed its packed tombstone (exact bytes).
+Stored = Row | bytes
 
-class TaskRecord(_RecordView):
-    """The complete state of one task that is not completed, in the default lane at priority 0.
-
-    `digest_and_payload` is the 32-byte identity digest followed by the payload's canonical
-    JSON. `entry` is the heap tuple that currently stands for this task in
-    the ready heap (ready) or the lease heap (leased), ``None`` otherwise.
-    Records are never changed after they are committed to a `State`: a
-    transition replaces the record, which also makes the old heap entry
-    stale at once.
-
-    Its queue and priority are class attributes (a task in another lane is
-    a `LaneRecord`, which stores them), and the last error's traceback rides
-    in `stored_error` (almost every task has none): a default-lane task
-    pays no slot for either. Build one with `task_record`, which picks the shape.
-    """
-
-    __slots__ = (
-        "task_id",
-        "key",
-        "status",
-        "digest_and_payload",
-        "available_at",
-        "max_attempts",
-        "attempts",
-        "generation",
-        "worker",
-        "deadline",
-        "stored_error",
-        "entry",
-    )
-
-    queue = DEFAULT_QUEUE
-    priority = 0
-
-    def __init__(
-        self,
-        task_id: str,
-        key: str,
-        status: str,
-        digest_and_payload: bytes,
-        available_at: int,
-        max_attempts: int,
-        attempts: int,
-        generation: int,
-        worker: str | None,
-        deadline: int | None,
-        stored_error: StoredError | None,
-        queue: str = DEFAULT_QUEUE,
-        priority: int = 0,
-    ) -> None:
-        self.task_id = task_id
-        self.key = key
-        self.status = status
-        self.digest_and_payload = digest_and_payload
-        self.available_at = available_at
-        self.max_attempts = max_attempts
-        self.attempts = attempts
-        self.generation = generation
-        self.worker = worker
-        self.deadline = deadline
-        self.stored_error = stored_error
-        self.entry: HeapEntry | None = None
-        if priority or queue is not DEFAULT_QUEUE:
-            _store_lane(self, queue, priority)
-
-    @property
-    def last_error(self) -> ErrorFields | None:  # type: ignore[override]
-        error = self.stored_error
-        return error if error is None or len(error) == 4 else error[:4]
-
-    @property
-    def traceback(self) -> str | None:  # type: ignore[override]
-        error = self.stored_error
-        return None if error is None or len(error) == 4 else error[4]
-
-    def __repr__(self) -> str:
-        return f"TaskRecord{self.fields()!r}"
+# Where each field sits in a `Row`. `generation` has no place of its own: every
+# transition keeps it equal to `attempts` (snapshot loading refuses a record
+# where it is not), so it reads ATTEMPTS. ENTRY is the row's heap entry,
+# (available_at, task id) when ready, (deadline, task id) when leased, else
+# None: a heap entry is live while ``tasks[task_id][ENTRY] is entry``. A task
+# in another lane than the default queue at priority 0 has two more items.
+TASK_ID = 0
+KEY = 1
+STATUS = 2
+DATA = 3  # digest_and_payload
+AVAILABLE_AT = 4
+MAX_ATTEMPTS = 5
+ATTEMPTS = 6
+GENERATION = ATTEMPTS
+WORKER = 7
+DEADLINE = 8
+ERROR = 9  # StoredError | None
+ENTRY = 10
+LANE = 11  # where a lane row's (queue, priority) start: ``row[LANE:]`` is () in the default lane
+QUEUE = 11
+PRIORITY = 12
 
 
-class LaneRecord(TaskRecord):
-    """A `TaskRecord` of a task put in another queue than the default or at another priority than 0."""
-
-    __slots__ = ("queue", "priority")  # (the base's class attributes, stored here)
-
-
-def _store_lane(record: TaskRecord, queue: str, priority: int) -> None:
-    """A `LaneRecord`'s two lane fields; a plain `TaskRecord` has no room for them (`task_record` picks the shape)."""
-    if not isinstance(record, LaneRecord):
-        raise TypeError(f"a task in queue {queue!r} at priority {priority} is a LaneRecord, not a TaskRecord")
-    record.queue = queue
-    record.priority = priority
-
-
-def task_record(
+def new_row(
     task_id: str,
     key: str,
     status: str,
@@ -337,36 +279,102 @@ def task_record(
     available_at: int,
     max_attempts: int,
     attempts: int,
-    generation: int,
     worker: str | None,
     deadline: int | None,
     stored_error: StoredError | None,
     queue: str = DEFAULT_QUEUE,
     priority: int = 0,
-) -> TaskRecord:
-    """A new task's record, in the shape its lane needs: a `TaskRecord` in the default lane, else a `LaneRecord`.
+) -> Row:
+    """A not-completed task's row, with its heap entry, and its lane only outside the default one.
 
-    `stored_error` is the last error, with its traceback as a fifth item
-    when it has one (a record's `stored_error`, or `with_traceback`). A
-    transition that derives a record from another keeps its shape
-    (``type(record)(...)``): a task never changes lanes.
+    Hot transitions build their row inline in the same layout (transitions.py).
     """
+    entry = (available_at, task_id) if status == READY else (deadline, task_id) if status == LEASED else None
+    row = (task_id, key, status, digest_and_payload, available_at, max_attempts, attempts, worker, deadline)
     if priority == 0 and (queue is DEFAULT_QUEUE or queue == DEFAULT_QUEUE):
-        return TaskRecord(
-            task_id, key, status, digest_and_payload, available_at, max_attempts, attempts, generation, worker,
-            deadline, stored_error,
-        )  # fmt: skip
-    return LaneRecord(
-        task_id, key, status, digest_and_payload, available_at, max_attempts, attempts, generation, worker, deadline,
-        stored_error, queue, priority,
-    )  # fmt: skip
+        return (*row, stored_error, entry)
+    return (*row, stored_error, entry, queue, priority)
+
+
+def status_of(stored: Stored) -> str:
+    """The task's status: a row's item, COMPLETED for a tombstone."""
+    if isinstance(stored, bytes):
+        return COMPLETED
+    status: str = stored[STATUS]
+    return status
+
+
+def queue_of(stored: Stored) -> str:
+    """The task's queue: a lane row's item, DEFAULT_QUEUE for a default-lane row, decoded from a tombstone."""
+    if isinstance(stored, bytes):
+        return Tombstone(stored).queue
+    queue: str = stored[QUEUE] if len(stored) > LANE else DEFAULT_QUEUE
+    return queue
+
+
+def priority_of(stored: Stored) -> int:
+    """The task's priority (see `queue_of`)."""
+    if isinstance(stored, bytes):
+        return Tombstone(stored).priority
+    priority: int = stored[PRIORITY] if len(stored) > LANE else 0
+    return priority
 
 
 def with_traceback(last_error: ErrorFields | None, traceback: str | None) -> StoredError | None:
-    """How a record stores `last_error` and its `traceback` (None: the error alone)."""
+    """How a row stores `last_error` and its `traceback` (None: the error alone)."""
     if traceback is None or last_error is None:
         return last_error
     return (*last_error, traceback)
+
+
+def _field(index: int) -> Any:
+    return property(itemgetter(index))
+
+
+class TaskRecord(_RecordView, tuple[Any, ...]):
+    """A view of a not-completed task's `Row` that answers its fields by name (`view` makes it).
+
+    A copy of the row's items, for reading: the state stores the row
+    itself, an exact tuple the cyclic collector stops tracking at its first
+    collection (an instance of any class, a tuple subclass too, is tracked
+    for as long as it lives), so a full collection does not walk the tasks.
+    """
+
+    __slots__ = ()
+
+    task_id = _field(TASK_ID)
+    key = _field(KEY)
+    status = _field(STATUS)
+    digest_and_payload = _field(DATA)
+    available_at = _field(AVAILABLE_AT)
+    max_attempts = _field(MAX_ATTEMPTS)
+    attempts = _field(ATTEMPTS)
+    generation = _field(ATTEMPTS)
+    worker = _field(WORKER)
+    deadline = _field(DEADLINE)
+    stored_error = _field(ERROR)
+    entry = _field(ENTRY)
+
+    @property
+    def last_error(self) -> ErrorFields | None:  # type: ignore[override]
+        error: StoredError | None = self[ERROR]
+        return error if error is None or len(error) == 4 else error[:4]
+
+    @property
+    def traceback(self) -> str | None:  # type: ignore[override]
+        error: StoredError | None = self[ERROR]
+        return None if error is None or len(error) == 4 else error[4]
+
+    @property
+    def queue(self) -> str:  # type: ignore[override]
+        return queue_of(self)
+
+    @property
+    def priority(self) -> int:  # type: ignore[override]
+        return priority_of(self)
+
+    def __repr__(self) -> str:
+        return f"TaskRecord{self.fields()!r}"
 
 
 class _PackedNumber:
@@ -424,25 +432,8 @@ class Tombstone(_RecordView, bytes):
         priority: int = 0,
     ) -> Tombstone:
         """Pack a completed task; a lane other than the default adds `` <priority> <queue length>`` and the queue."""
-        if generation != attempts:
-            raise ValueError(f"generation {generation} differs from attempts {attempts}")
-        if len(digest) != DIGEST_BYTES:
-            raise ValueError(f"an identity digest has {DIGEST_BYTES} bytes, not {len(digest)}")
-        task_bytes = task_id.encode("utf-8")
-        lane = b"" if queue == DEFAULT_QUEUE and priority == 0 else b" %d %d" % (priority, len(queue))
         return cls(
-            b"%b%d %d %d %d%b:%b%b%b"
-            % (
-                digest,
-                available_at,
-                max_attempts,
-                attempts,
-                len(task_bytes),
-                lane,
-                task_bytes,
-                queue.encode("ascii") if lane else b"",
-                b"" if key == task_id else key.encode("utf-8"),
-            )
+            tombstone_bytes(task_id, key, digest, available_at, max_attempts, attempts, generation, queue, priority)
         )
 
     def _numbers(self) -> tuple[int, ...]:
@@ -487,6 +478,60 @@ class Tombstone(_RecordView, bytes):
 Record = TaskRecord | Tombstone
 
 
+def view(stored: Stored) -> Record:
+    """The stored task `stored` (a row or a tombstone's bytes) as a record that answers its fields by name."""
+    return Tombstone(stored) if type(stored) is bytes else TaskRecord(stored)
+
+
+def pack_tombstone(row: Row) -> bytes:
+    """A completed task's tombstone (exact bytes, as `State.tasks` stores it), from the row its ack completes."""
+    return tombstone_bytes(
+        row[TASK_ID],
+        row[KEY],
+        row[DATA][:DIGEST_BYTES],
+        row[AVAILABLE_AT],
+        row[MAX_ATTEMPTS],
+        row[ATTEMPTS],
+        row[ATTEMPTS],
+        row[QUEUE] if len(row) > LANE else DEFAULT_QUEUE,
+        row[PRIORITY] if len(row) > LANE else 0,
+    )
+
+
+def tombstone_bytes(
+    task_id: str,
+    key: str,
+    digest: bytes,
+    available_at: int,
+    max_attempts: int,
+    attempts: int,
+    generation: int,
+    queue: str = DEFAULT_QUEUE,
+    priority: int = 0,
+) -> bytes:
+    """A completed task packed in `Tombstone`'s layout (exact bytes, as `State.tasks` stores it).
+
+    A lane other than the default adds `` <priority> <queue length>`` and the queue.
+    """
+    if generation != attempts:
+        raise ValueError(f"generation {generation} differs from attempts {attempts}")
+    if len(digest) != DIGEST_BYTES:
+        raise ValueError(f"an identity digest has {DIGEST_BYTES} bytes, not {len(digest)}")
+    task_bytes = task_id.encode("utf-8")
+    lane = b"" if priority == 0 and queue == DEFAULT_QUEUE else b" %d %d" % (priority, len(queue))
+    return b"%b%d %d %d %d%b:%b%b%b" % (
+        digest,
+        available_at,
+        max_attempts,
+        attempts,
+        len(task_bytes),
+        lane,
+        task_bytes,
+        queue.encode("ascii") if lane else b"",
+        b"" if key == task_id else key.encode("utf-8"),
+    )
+
+
 def last_error_json(last_error: ErrorFields) -> bytes:
     """The canonical JSON of a stored last error: ``{"at":N,"attempt":N,"message":M,"type":Y}``."""
     error_type, message, attempt, at = last_error
@@ -507,25 +552,26 @@ def last_error_member_size(last_error: ErrorFields, traceback: str | None = None
     return size if traceback is None else size + len(b',"traceback":') + len(canonical_str(traceback))
 
 
-def check_error_fits(record: Record, last_error: ErrorFields, traceback: str | None = None) -> None:
-    """`ValueError` unless `record` with `last_error` still fits a snapshot frame in any status.
+def check_error_fits(row: Row, last_error: ErrorFields, traceback: str | None = None) -> None:
+    """`ValueError` unless the task of `row` with `last_error` still fits a snapshot frame in any status.
 
     Only a member longer than `LAST_ERROR_ROOM` (the slack every accepted
     task has) is measured against the payload and names.
     """
     size = last_error_member_size(last_error, traceback)
     if size > LAST_ERROR_ROOM:
-        task_json = canonical_str(record.task_id)
-        key_json = task_json if record.key == record.task_id else canonical_str(record.key)
-        check_last_error_fits(record.payload_json(), task_json, key_json, size)
+        task_id, key = row[TASK_ID], row[KEY]
+        task_json = canonical_str(task_id)
+        key_json = task_json if key == task_id else canonical_str(key)
+        check_last_error_fits(row[DATA][DIGEST_BYTES:] or b"null", task_json, key_json, size)
 
 
 #: The UTF-8 bytes of a worker name that an expiry's message quotes (cut with a marker beyond them).
 EXPIRY_WORKER_BYTES = 128
 
 
-def expiry_error(record: Record) -> ErrorFields:
-    """The last error an expire op records for the leased `record`, derived from the record alone.
+def expiry_error(row: Row) -> ErrorFields:
+    """The last error an expire op records for the leased task of `row`, derived from the row alone.
 
     Nothing is written for it: the expire op is what it always was, and
     replaying it gives the same error, so a reap costs no more bytes. The
@@ -533,10 +579,10 @@ def expiry_error(record: Record) -> ErrorFields:
     is cut to `EXPIRY_WORKER_BYTES`, so that the error fits in any record
     (validate.LAST_ERROR_ROOM): at most about 1,000 bytes of JSON.
     """
-    worker, deadline = record.worker, record.deadline
+    worker, deadline = row[WORKER], row[DEADLINE]
     assert worker is not None and deadline is not None  # a leased record
     message = (
         f"worker {cut_text(worker, EXPIRY_WORKER_BYTES)} did not ack, release or extend"
-        f" lease {record.generation} by its deadline {deadline}"
+        f" lease {row[GENERATION]} by its deadline {deadline}"
     )
-    return ("LeaseExpired", message, record.attempts, deadline)
+    return ("LeaseExpired", message, row[ATTEMPTS], deadline)

@@ -36,11 +36,11 @@ from walqueue.engine.records import (
     ErrorFields,
     HeapEntry,
     InvalidTransaction,
-    LaneRecord,
     Record,
-    TaskRecord,
-    Tombstone,
+    Stored,
     last_error_member_size,
+    tombstone_bytes,
+    view,
     with_traceback,
 )
 from walqueue.engine.validate import (
@@ -160,19 +160,19 @@ def _last_error(
     return fields, text
 
 
-def record_from_dict(value: object, *, decoded: bool = False) -> Record:
+def record_from_dict(value: object, *, decoded: bool = False) -> Record:  # (a view of what the state stores)
     """Check one decoded snapshot record completely and build it (`load_records` of that record alone).
 
     A `ValueError` (`InvalidTransaction`) names any flaw.
     """
     (record,) = load_records((value,), decoded=decoded).tasks.values()
-    return record
+    return view(record)
 
 
 class Loaded(NamedTuple):
     """What a snapshot's records make: the pieces of a `State` (state.py assembles them)."""
 
-    tasks: dict[str, Record]
+    tasks: dict[str, Stored]
     key_owner: dict[str, str]
     ready: list[HeapEntry]
     leases: list[HeapEntry]
@@ -220,7 +220,7 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
     objects per task and frees none of them, so the collections they would
     trigger only walk the growing state again and again (`gcpause`).
     """
-    tasks: dict[str, Record] = {}
+    tasks: dict[str, Stored] = {}
     key_owner: dict[str, str] = {}
     ready: list[HeapEntry] = []
     leases: list[HeapEntry] = []
@@ -232,7 +232,8 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
     known_queues: dict[str, str] = {}  # a checked queue name -> its one shared string
     other_lanes: dict[tuple[str, int], list[HeapEntry]] = {}
     previous: str | None = None
-    record: Record
+    record: Stored
+    entry: HeapEntry = (0, "")
     with paused_gc():
         for index, value in enumerate(records):
             try:
@@ -334,34 +335,24 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
                 if stored_result is not _ABSENT:
                     results[task_id] = _result(stored_result, status)
                 if status is COMPLETED:
-                    record = Tombstone.of(
+                    record = tombstone_bytes(
                         task_id, key, digest, available_at, max_attempts, attempts, generation, queue, priority
                     )
-                else:
-                    # (records.task_record's choice of shape, inlined: `queue` is DEFAULT_QUEUE itself or another)
-                    shape = TaskRecord if queue is DEFAULT_QUEUE and priority == 0 else LaneRecord
-                    record = shape(
-                        task_id,
-                        key,
-                        status,
-                        digest + payload_json,
-                        available_at,
-                        max_attempts,
-                        attempts,
-                        generation,
-                        worker,
-                        deadline,
-                        with_traceback(last_error, traceback),
-                        queue,
-                        priority,
-                    )
+                else:  # a row (records.new_row's layout, inlined: one call less per record)
+                    entry = (available_at, task_id) if status is READY else (deadline, task_id)
+                    record = (
+                        task_id, key, status, digest + payload_json, available_at, max_attempts, attempts, worker,
+                        deadline, with_traceback(last_error, traceback), None if status is DEAD else entry,
+                    )  # fmt: skip
+                    if queue is not DEFAULT_QUEUE or priority != 0:
+                        record += (queue, priority)
             except (TypeError, ValueError) as exc:
                 raise InvalidTransaction(f"snapshot record {index}: {exc}") from None
             if previous is not None and not previous < task_id:
                 raise InvalidTransaction(f"snapshot record {index}: task {task_id!r:.100} is out of task-id order")
             previous = task_id
             if key != task_id:
-                if key in key_owner or (key in tasks and tasks[key].key == key):
+                if key in key_owner or (key in tasks and view(tasks[key]).key == key):
                     raise InvalidTransaction(f"snapshot record {index}: key {key!r:.100} is repeated")
                 key_owner[key] = task_id
             elif task_id in key_owner:
@@ -373,8 +364,6 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
             if queue is not DEFAULT_QUEUE:
                 lanes.queue(queue).counts[status] += 1  # (a shared string: no copy per task)
             if status is READY:
-                assert isinstance(record, TaskRecord)
-                record.entry = entry = (available_at, task_id)
                 if queue is DEFAULT_QUEUE and priority == 0:
                     ready.append(entry)
                 else:
@@ -383,8 +372,6 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
                         heap = other_lanes[queue, priority] = lanes.lane(lanes.queue(queue), priority).heap
                     heap.append(entry)
             elif status is LEASED:
-                assert isinstance(record, TaskRecord)
-                record.entry = entry = (deadline, task_id)
                 leases.append(entry)
     heapq.heapify(leases)
     _settle_lanes(lanes, counts, tasks)
@@ -407,7 +394,7 @@ def _priority(value: object) -> int:
     return value  # type: ignore[return-value]  # checked: an int
 
 
-def _settle_lanes(lanes: Lanes, counts: dict[str, int], tasks: dict[str, Record]) -> None:
+def _settle_lanes(lanes: Lanes, counts: dict[str, int], tasks: dict[str, Stored]) -> None:
     """Heapify every lane, count its live entries, derive the default queue's counts, and seat the lanes."""
     default = lanes.default.counts
     for status in STATUSES:
