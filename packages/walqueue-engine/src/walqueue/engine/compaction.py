@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from walqueue.engine.records import view
+from walqueue.engine.records import row_json, view
 from walqueue.engine.state import State, Stored
 from walqueue.engine.wal import Hook, WalWriter, no_hook
 from walqueue.format.current import Current, publish_current, write_current_tmp
@@ -267,7 +267,7 @@ class FrozenState:
                 record = earlier
             keep(task_id)
             stored = results.get(task_id) if results else None
-            text = view(record).record_json()
+            text = row_json(record) if type(record) is tuple else view(record).record_json()
             yield text if stored is None else with_result(text, stored)
             if pause is not None and not count % every:
                 pause()

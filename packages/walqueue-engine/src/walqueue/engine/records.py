@@ -1,19 +1,19 @@
-"""Task records: the two shapes a stored task takes, and how each packs its fields.
+"""Task records: what a stored task answers by name, how a completed one is packed, and the rules on both.
 
 A record is the complete state of one task (CONTRACT §3's snapshot record).
-Records are never changed once committed to a `State`: a transition builds
-a new one (state.py), so an index entry that points at an old record is
-stale at once.
+The state stores each task in the shape rows.py defines: a not-completed
+task as a row, an exact tuple read by position (its payload kept as
+canonical JSON bytes behind its identity digest, so a snapshot splices the
+stored bytes without re-encoding them); a completed one, kept forever (its
+key must keep answering retries), packed into exact bytes (`Tombstone`'s
+layout). Neither is ever tracked by the cyclic collector once it has seen
+it. Rows are never changed once committed to a `State`: a transition builds
+a new one, so a heap entry that points at an old row is stale at once.
 
-Why the shapes: a not-completed task is a `TaskRecord`, a `__slots__`
-object whose payload is kept as canonical JSON bytes behind its identity
-digest (one bytes object, no decoded tree), so a million tasks cost little
-memory and a snapshot splices the stored bytes without re-encoding them. A
-completed task is kept forever (its key must keep answering retries), so it
-is packed into one bytes object, a `Tombstone`. Both answer the same eleven
-fields; nothing outside this module depends on which shape it holds. A
-task's last error (`ErrorFields`) is one tuple or None; a completed task has
-none, so a tombstone costs nothing more for it.
+`view` turns either into a record that answers the same fields by name
+(`TaskRecord`, `Tombstone`): what every reader off the hot path uses. A
+task's last error rides in its row with its traceback (`StoredError`); a
+completed task has none, so a tombstone costs nothing more for it.
 """
 
 from __future__ import annotations
@@ -22,11 +22,57 @@ import hashlib
 from operator import itemgetter
 from typing import Any
 
+from walqueue.engine.rows import (
+    ATTEMPTS,
+    AVAILABLE_AT,
+    COMPLETED,
+    DATA,
+    DEAD,
+    DEADLINE,
+    DIGEST_BYTES,
+    ENTRY,
+    ERROR,
+    GENERATION,
+    KEY,
+    LANE,
+    LEASED,
+    MAX_ATTEMPTS,
+    PRIORITY,
+    QUEUE,
+    READY,
+    STATUS,
+    STATUSES,
+    TASK_ID,
+    WORKER,
+    ErrorFields,
+    HeapEntry,
+    Row,
+    Stored,
+    StoredError,
+    new_row,
+    status_of,
+    with_traceback,
+)
 from walqueue.engine.types import LastError, Task, WalQueueError
 from walqueue.engine.validate import DEFAULT_QUEUE, LAST_ERROR_ROOM, check_last_error_fits, cut_text
 from walqueue.format.canonical import canonical_str, parse_json
 
 __all__ = [
+    "ATTEMPTS",
+    "AVAILABLE_AT",
+    "DATA",
+    "DEADLINE",
+    "ENTRY",
+    "ERROR",
+    "GENERATION",
+    "KEY",
+    "LANE",
+    "MAX_ATTEMPTS",
+    "PRIORITY",
+    "QUEUE",
+    "STATUS",
+    "TASK_ID",
+    "WORKER",
     "COMPLETED",
     "DEAD",
     "DIGEST_BYTES",
@@ -48,6 +94,7 @@ __all__ = [
     "last_error_json",
     "last_error_member_size",
     "new_row",
+    "row_json",
     "pack_tombstone",
     "tombstone_bytes",
     "view",
@@ -59,28 +106,11 @@ __all__ = [
     "with_traceback",
 ]
 
-READY = "ready"
-LEASED = "leased"
-COMPLETED = "completed"
-DEAD = "dead"
-#: Every status a task can have, in the order `State.counts()` lists them.
-STATUSES: tuple[str, ...] = (READY, LEASED, COMPLETED, DEAD)
-
 
 def check_status_filter(status: object) -> None:
     """`ValueError` unless `status` is in `STATUSES` or None: `Queue.tasks`'s filter, which clients check too."""
     if status is not None and (type(status) is not str or status not in STATUSES):
         raise ValueError(f"status must be one of {', '.join(STATUSES)} or None, not {status!r}")
-
-
-#: The size of a put's identity digest (SHA-256), which starts every record's `digest_and_payload`.
-DIGEST_BYTES = 32
-
-#: A task's last error as stored: (type, message, attempt, at), the fields of `LastError` in its order.
-ErrorFields = tuple[str, str, int, int]
-
-#: A ready task's (available_at, task id) or a leased one's (deadline, task id): its place in a heap.
-HeapEntry = tuple[int, str]
 
 
 class InvalidTransaction(WalQueueError, ValueError):
@@ -211,97 +241,42 @@ class _RecordView:
         )
 
     def record_json(self) -> bytes:
-        """This task's snapshot record (CONTRACT §3) as canonical JSON, splicing the stored payload bytes.
+        """This task's snapshot record (CONTRACT §3) as canonical JSON (`row_json`)."""
+        return row_json(self.row())
 
-        A task without a last error has no ``last_error`` key at all, so its
-        record is byte for byte what a version without last errors writes.
-        """
-        deadline = self.deadline
-        worker = self.worker
-        return (
-            b'{"attempts":%d,"available_at":%d,"deadline":%b,"generation":%d,"identity":"%b","key":%b,%b'
-            b'"max_attempts":%d,"payload":%b,%b"status":"%b","task":%b,%b"worker":%b}'
-            % (
-                self.attempts,
-                self.available_at,
-                b"null" if deadline is None else b"%d" % deadline,
-                self.generation,
-                self.digest_and_payload[:DIGEST_BYTES].hex().encode("ascii"),
-                canonical_str(self.key),
-                b"" if self.last_error is None else b'"last_error":%b,' % last_error_json(self.last_error),
-                self.max_attempts,
-                self.payload_json(),
-                lane_members(self.queue, self.priority),
-                self.status.encode("ascii"),
-                canonical_str(self.task_id),
-                b"" if self.traceback is None else b'"traceback":%b,' % canonical_str(self.traceback),
-                b"null" if worker is None else canonical_str(worker),
-            )
-        )
+    def row(self) -> Row:
+        """The task's fields in a `Row`'s layout."""
+        raise NotImplementedError
 
 
-#: A last error as a row stores it: `ErrorFields`, with its traceback as a fifth item when it has one.
-StoredError = tuple[str, str, int, int] | tuple[str, str, int, int, str]
+def row_json(row: Row) -> bytes:
+    """The snapshot record (CONTRACT §3) of the task of `row`, as canonical JSON, splicing the stored payload bytes.
 
-#: A stored not-completed task: an exact tuple of atomic values, laid out by the positions below.
-Row = tuple[Any, ...]
-#: What `State.tasks` holds for a task: its `Row`, or once completed its packed tombstone (exact bytes).
-Stored = Row | bytes
-
-# Where each field sits in a `Row`. `generation` has no place of its own: every
-# transition keeps it equal to `attempts` (snapshot loading refuses a record
-# where it is not), so it reads ATTEMPTS. ENTRY is the row's heap entry,
-# (available_at, task id) when ready, (deadline, task id) when leased, else
-# None: a heap entry is live while ``tasks[task_id][ENTRY] is entry``. A task
-# in another lane than the default queue at priority 0 has two more items.
-TASK_ID = 0
-KEY = 1
-STATUS = 2
-DATA = 3  # digest_and_payload
-AVAILABLE_AT = 4
-MAX_ATTEMPTS = 5
-ATTEMPTS = 6
-GENERATION = ATTEMPTS
-WORKER = 7
-DEADLINE = 8
-ERROR = 9  # StoredError | None
-ENTRY = 10
-LANE = 11  # where a lane row's (queue, priority) start: ``row[LANE:]`` is () in the default lane
-QUEUE = 11
-PRIORITY = 12
-
-
-def new_row(
-    task_id: str,
-    key: str,
-    status: str,
-    digest_and_payload: bytes,
-    available_at: int,
-    max_attempts: int,
-    attempts: int,
-    worker: str | None,
-    deadline: int | None,
-    stored_error: StoredError | None,
-    queue: str = DEFAULT_QUEUE,
-    priority: int = 0,
-) -> Row:
-    """A not-completed task's row, with its heap entry, and its lane only outside the default one.
-
-    Hot transitions build their row inline in the same layout (transitions.py).
+    Read by position: compaction writes one per not-completed task. A task
+    without a last error has no ``last_error`` key at all, so its record is
+    byte for byte what a version without last errors writes.
     """
-    entry = (available_at, task_id) if status == READY else (deadline, task_id) if status == LEASED else None
-    row = (task_id, key, status, digest_and_payload, available_at, max_attempts, attempts, worker, deadline)
-    if priority == 0 and (queue is DEFAULT_QUEUE or queue == DEFAULT_QUEUE):
-        return (*row, stored_error, entry)
-    return (*row, stored_error, entry, queue, priority)
-
-
-def status_of(stored: Stored) -> str:
-    """The task's status: a row's item, COMPLETED for a tombstone."""
-    if isinstance(stored, bytes):
-        return COMPLETED
-    status: str = stored[STATUS]
-    return status
+    deadline, worker, error, data, lane = row[DEADLINE], row[WORKER], row[ERROR], row[DATA], row[LANE:]
+    return (
+        b'{"attempts":%d,"available_at":%d,"deadline":%b,"generation":%d,"identity":"%b","key":%b,%b'
+        b'"max_attempts":%d,"payload":%b,%b"status":"%b","task":%b,%b"worker":%b}'
+        % (
+            row[ATTEMPTS],
+            row[AVAILABLE_AT],
+            b"null" if deadline is None else b"%d" % deadline,
+            row[GENERATION],
+            data[:DIGEST_BYTES].hex().encode("ascii"),
+            canonical_str(row[KEY]),
+            b"" if error is None else b'"last_error":%b,' % last_error_json(error[:4]),
+            row[MAX_ATTEMPTS],
+            data[DIGEST_BYTES:] or b"null",
+            lane_members(*lane) if lane else b"",
+            row[STATUS].encode("ascii"),
+            canonical_str(row[TASK_ID]),
+            b"" if error is None or len(error) == 4 else b'"traceback":%b,' % canonical_str(error[4]),
+            b"null" if worker is None else canonical_str(worker),
+        )
+    )
 
 
 def queue_of(stored: Stored) -> str:
@@ -318,13 +293,6 @@ def priority_of(stored: Stored) -> int:
         return Tombstone(stored).priority
     priority: int = stored[PRIORITY] if len(stored) > LANE else 0
     return priority
-
-
-def with_traceback(last_error: ErrorFields | None, traceback: str | None) -> StoredError | None:
-    """How a row stores `last_error` and its `traceback` (None: the error alone)."""
-    if traceback is None or last_error is None:
-        return last_error
-    return (*last_error, traceback)
 
 
 def _field(index: int) -> Any:
@@ -372,6 +340,9 @@ class TaskRecord(_RecordView, tuple[Any, ...]):
     @property
     def priority(self) -> int:  # type: ignore[override]
         return priority_of(self)
+
+    def row(self) -> Row:
+        return self
 
     def __repr__(self) -> str:
         return f"TaskRecord{self.fields()!r}"
@@ -470,6 +441,11 @@ class Tombstone(_RecordView, bytes):
     attempts = _PackedNumber(2)
     generation = _PackedNumber(2)  # always equal to attempts (`of` refuses a record where it is not)
     priority = _PackedNumber(5)
+
+    def row(self) -> Row:
+        """A row of this completed task's fields (its payload is gone: the digest alone)."""
+        fields = (self.task_id, self.key, COMPLETED, self.digest_and_payload, self.available_at, self.max_attempts)
+        return new_row(*fields, self.attempts, None, None, None, self.queue, self.priority)
 
     def __repr__(self) -> str:
         return f"Tombstone{self.fields()!r}"

@@ -314,7 +314,7 @@ class State:
         """Every task's snapshot record as canonical JSON bytes, in task-id order."""
         tasks = self.tasks
         for task_id in sorted(tasks):
-            yield view(tasks[task_id]).record_json()
+            yield view(tasks[task_id]).record_json()  # (compaction writes rows with records.row_json)
 
     @classmethod
     def from_records(
