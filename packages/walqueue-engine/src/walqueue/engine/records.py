@@ -303,8 +303,8 @@ class TaskRecord(_RecordView, tuple[Any, ...]):
     """A view of a not-completed task's `Row` that answers its fields by name (`view` makes it).
 
     A copy of the row's items, for reading: the state stores the row
-    itself, an exact tuple the cyclic collector stops tracking at its first
-    collection (an instance of any class, a tuple subclass too, is tracked
+    itself, an exact tuple the cyclic collector soon stops tracking (rows.py;
+    an instance of any class, a tuple subclass too, is tracked
     for as long as it lives), so a full collection does not walk the tasks.
     """
 

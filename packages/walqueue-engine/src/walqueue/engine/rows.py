@@ -3,10 +3,12 @@
 Why exact: the cyclic collector tracks every instance of a Python class
 (a tuple or bytes subclass too) for as long as it lives, and a full
 collection walks every tracked object: at a million tasks that was a pause
-of about a second. An exact tuple whose items are all atomic (str, int,
-bytes, None, or such tuples) is untracked by the collector at its first
-collection, and bytes never are tracked, so the state's tasks cost a full
-collection nothing (docs/DECISIONS.md §50). Reading by position costs
+of about a second. A collection untracks an exact tuple whose items are
+all untracked (str, int, bytes, None, or such tuples) when it looks at it,
+so a row is untracked by the second collection that sees it at the latest
+(its heap entry and its error are tuples too), and bytes are never
+tracked: the state's tasks cost a full collection next to nothing
+(docs/DECISIONS.md §50). Reading by position costs
 what reading a slot did; readers off the hot path use records.view.
 """
 
