@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from walqueue.engine.heaps import HEAP_SLACK, due, first_time, live_ids, pruned
-from walqueue.engine.records import ENTRY, HeapEntry
+from walqueue.engine.rows import ENTRY, HeapEntry
 
 
 def _holder(entry: HeapEntry) -> tuple[object, ...]:

@@ -6,7 +6,9 @@ import gc
 from pathlib import Path
 
 from walqueue import Queue
-from walqueue.engine.records import Stored, TaskRecord, Tombstone, view
+from walqueue.engine import rows
+from walqueue.engine.records import TaskRecord, Tombstone, view
+from walqueue.engine.rows import Stored
 
 ERROR = {"type": "ValueError", "message": "bad input", "traceback": "Traceback (most recent call last):\n  ..."}
 
@@ -76,3 +78,13 @@ def test_a_collection_walks_no_more_objects_for_more_tasks(tmp_path: Path) -> No
                 queue.ack(lease, now=0)
         gc.collect()
         assert len(gc.get_objects()) - before < 200  # not one per task
+
+
+def test_a_view_answers_each_field_from_its_position(tmp_path: Path) -> None:
+    with Queue(tmp_path / "q", sync=False) as queue:
+        _every_shape(queue)
+        for row in queue._state.indexes().tasks.values():
+            if type(row) is tuple:
+                record = view(row)
+                assert [getattr(record, name) for name in rows.FIELDS] == list(row[: rows.LANE])
+                assert record.generation == row[rows.ATTEMPTS] and record.entry is row[rows.ENTRY]

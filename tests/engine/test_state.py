@@ -13,8 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from walqueue.engine.records import ENTRY, new_row
+from walqueue.engine.records import tombstone_bytes
 from walqueue.engine.records import view as record_view
+from walqueue.engine.rows import ENTRY, new_row
 from walqueue.engine.state import (
     COMPLETED,
     DEAD,
@@ -830,7 +831,9 @@ def test_a_tombstone_answers_every_field_it_packed(
     digest = hashlib.sha256(task_id.encode()).digest()
     queue = data.draw(st.sampled_from(["default", "emails", "a.b:c-d_e", "q" * 64]))
     priority = data.draw(st.integers(-100, 100))
-    stone = Tombstone.of(task_id, key, digest, available_at, max_attempts, attempts, attempts, queue, priority)
+    stone = Tombstone(
+        tombstone_bytes(task_id, key, digest, (available_at, max_attempts, attempts, attempts), queue, priority)
+    )
     fields = (task_id, key, COMPLETED, digest, available_at, max_attempts, attempts, attempts, None, None, None)
     plain = record_view(new_row(*fields[:7], *fields[8:], queue, priority))
     assert stone.fields() == plain.fields()
@@ -843,9 +846,9 @@ def test_a_tombstone_answers_every_field_it_packed(
 def test_a_tombstone_refuses_what_no_transition_produces() -> None:
     digest = bytes(32)
     with pytest.raises(ValueError, match="generation"):
-        Tombstone.of("t", "t", digest, 0, 3, 1, 2)
+        Tombstone(tombstone_bytes("t", "t", digest, (0, 3, 1, 2)))
     with pytest.raises(ValueError, match="digest"):
-        Tombstone.of("t", "t", digest[:31], 0, 3, 1, 1)
+        Tombstone(tombstone_bytes("t", "t", digest[:31], (0, 3, 1, 1)))
 
 
 def test_ack_packs_the_task_into_a_tombstone_that_keeps_its_key() -> None:
@@ -867,7 +870,7 @@ def test_ack_packs_the_task_into_a_tombstone_that_keeps_its_key() -> None:
 
 def test_a_short_tombstone_is_one_small_object() -> None:
     """Deterministic sizes, not timings: the packed layout is what keeps completed tasks cheap."""
-    stone = Tombstone.of("g-000000001", "g-000000001", bytes(32), 0, 3, 1, 1)
+    stone = Tombstone(tombstone_bytes("g-000000001", "g-000000001", bytes(32), (0, 3, 1, 1)))
     assert sys.getsizeof(stone) <= 110
 
 

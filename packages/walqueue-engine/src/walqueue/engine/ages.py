@@ -20,7 +20,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable, Mapping
 
-from walqueue.engine.records import ENTRY, HeapEntry, Stored
+from walqueue.engine.rows import ENTRY, HeapEntry, Stored
 
 __all__ = ["ReadyAges", "ready_ages"]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Mapping
 
-from walqueue.engine.records import ENTRY, HeapEntry, Stored
+from walqueue.engine.rows import ENTRY, HeapEntry, Stored
 
 __all__ = ["HEAP_SLACK", "due", "first_time", "live_ids", "pruned"]
 

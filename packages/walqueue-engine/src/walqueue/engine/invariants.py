@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from walqueue.engine.heaps import pruned
-from walqueue.engine.records import COMPLETED, DEAD, DIGEST_BYTES, LEASED, READY, STATUSES, status_of, view
+from walqueue.engine.records import view
+from walqueue.engine.rows import COMPLETED, DEAD, DIGEST_BYTES, LEASED, READY, STATUSES, status_of
 from walqueue.engine.snapshot_load import Loaded
 
 __all__ = ["check_invariants"]

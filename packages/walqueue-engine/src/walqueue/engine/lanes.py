@@ -35,7 +35,8 @@ from typing import Any
 
 from walqueue.engine.ages import ready_ages
 from walqueue.engine.heaps import HEAP_SLACK
-from walqueue.engine.records import (
+from walqueue.engine.records import priority_of, queue_of, view
+from walqueue.engine.rows import (
     DEAD,
     ENTRY,
     LANE,
@@ -49,10 +50,7 @@ from walqueue.engine.records import (
     HeapEntry,
     Row,
     Stored,
-    priority_of,
-    queue_of,
     status_of,
-    view,
 )
 from walqueue.engine.validate import DEFAULT_QUEUE, MAX_INT, check_int, check_queue_name, check_rate
 

@@ -56,7 +56,7 @@ from __future__ import annotations
 
 from walqueue.engine import transitions
 from walqueue.engine.optable import Field, OpKind
-from walqueue.engine.records import DEAD, LEASED, READY
+from walqueue.engine.rows import DEAD, LEASED, READY
 from walqueue.engine.validate import DEFAULT_QUEUE
 from walqueue.format.transaction import OP_NAMES
 

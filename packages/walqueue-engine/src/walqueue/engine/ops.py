@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from hashlib import sha256 as _sha256
 
-from walqueue.engine import records
+from walqueue.engine import records, rows
 from walqueue.engine.laneplans import lane_fields, stamp_lease_times
 from walqueue.engine.optable import Op, OpKind
 from walqueue.engine.state import LEASED, OP_KINDS, State, identity_digest
@@ -321,7 +321,7 @@ def plan_reap(
         check_int(first_seq, "first_seq", 1)
     tasks = state.tasks
     expire_ops: list[Op] = [
-        {"op": "expire", "task": task_id, "generation": tasks[task_id][records.GENERATION]}
+        {"op": "expire", "task": task_id, "generation": tasks[task_id][rows.GENERATION]}
         for task_id in state.peek_expired(now)
     ]
     if not expire_ops:
@@ -398,7 +398,7 @@ def plan_lease(
             "op": "lease",
             "task": task_id,
             "worker": worker,
-            "generation": tasks[task_id][records.GENERATION] + 1,
+            "generation": tasks[task_id][rows.GENERATION] + 1,
             "deadline": deadline,
         }
         for task_id in state.peek_ready(now, limit, queues)
@@ -442,13 +442,13 @@ def _owned_record_generation(state: State, lease: Lease, now: int) -> tuple[str,
     record = state.tasks.get(task_id)
     if record is None:
         raise StaleLease(f"task {task_id!r:.100} does not exist")
-    if type(record) is not tuple or record[records.STATUS] != LEASED:
-        raise StaleLease(f"task {task_id!r:.100} is {records.status_of(record)}, not leased")
-    if record[records.WORKER] != worker or record[records.GENERATION] != generation:
+    if type(record) is not tuple or record[rows.STATUS] != LEASED:
+        raise StaleLease(f"task {task_id!r:.100} is {rows.status_of(record)}, not leased")
+    if record[rows.WORKER] != worker or record[rows.GENERATION] != generation:
         raise StaleLease(f"task {task_id!r:.100} is leased to another worker or generation")
-    if not now < record[records.DEADLINE]:
-        raise StaleLease(f"task {task_id!r:.100}: the lease expired at {record[records.DEADLINE]} (now {now})")
-    return record[records.TASK_ID], generation
+    if not now < record[rows.DEADLINE]:
+        raise StaleLease(f"task {task_id!r:.100}: the lease expired at {record[rows.DEADLINE]} (now {now})")
+    return record[rows.TASK_ID], generation
 
 
 def plan_ack(state: State, lease: Lease, now: int, kind: OpKind = _ACK) -> Plan:
@@ -505,9 +505,9 @@ def _with_error(state: State, op: Op, encoded: bytes, error: Error | None, now: 
     """
     if error is None:
         return Plan([op], [encoded])
-    record: records.Row = state.tasks[op["task"]]  # type: ignore[assignment]  # (a leased, ready or dead task)
+    record: rows.Row = state.tasks[op["task"]]  # type: ignore[assignment]  # (a leased, ready or dead task)
     error_type, message = cut_text(error[0], ERROR_TYPE_BYTES), cut_text(error[1], ERROR_MESSAGE_BYTES)
-    attempts = record[records.ATTEMPTS]
+    attempts = record[rows.ATTEMPTS]
     try:
         records.check_error_fits(record, (error_type, message, attempts, now))
     except ValueError:
@@ -567,7 +567,7 @@ def _record_in(state: State, task_id: object, kind: OpKind) -> str:
         raise WrongStatus(f"{kind.name}: unknown task {task_id!r:.100}")
     statuses = kind.statuses
     assert statuses is not None  # only kinds that take an existing task come here
-    if (status := records.status_of(record)) not in statuses:
+    if (status := rows.status_of(record)) not in statuses:
         raise WrongStatus(f"{kind.name}: task {task_id!r:.100} is {status}, not {' or '.join(sorted(statuses))}")
     return records.view(record).task_id  # (the stored string)
 

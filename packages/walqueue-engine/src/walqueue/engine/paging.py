@@ -20,7 +20,8 @@ from contextlib import AbstractContextManager
 from operator import itemgetter
 from typing import Any, Final
 
-from walqueue.engine.records import status_of, view
+from walqueue.engine.records import view
+from walqueue.engine.rows import status_of
 from walqueue.engine.types import Task
 
 __all__ = ["MAX_PAGE", "check_page_args", "collect", "read_page", "smallest_after"]

@@ -22,68 +22,19 @@ import hashlib
 from operator import itemgetter
 from typing import Any
 
-from walqueue.engine.rows import (
-    ATTEMPTS,
-    AVAILABLE_AT,
-    COMPLETED,
-    DATA,
-    DEAD,
-    DEADLINE,
-    DIGEST_BYTES,
-    ENTRY,
-    ERROR,
-    GENERATION,
-    KEY,
-    LANE,
-    LEASED,
-    MAX_ATTEMPTS,
-    PRIORITY,
-    QUEUE,
-    READY,
-    STATUS,
-    STATUSES,
-    TASK_ID,
-    WORKER,
-    ErrorFields,
-    HeapEntry,
-    Row,
-    Stored,
-    StoredError,
-    new_row,
-    status_of,
-    with_traceback,
-)
+from walqueue.engine import rows
 from walqueue.engine.types import LastError, Task, WalQueueError
 from walqueue.engine.validate import DEFAULT_QUEUE, LAST_ERROR_ROOM, check_last_error_fits, cut_text
 from walqueue.format.canonical import canonical_str, parse_json
 
 __all__ = [
-    "ATTEMPTS",
-    "AVAILABLE_AT",
-    "DATA",
-    "DEADLINE",
-    "ENTRY",
-    "ERROR",
-    "GENERATION",
-    "KEY",
-    "LANE",
-    "MAX_ATTEMPTS",
-    "PRIORITY",
-    "QUEUE",
-    "STATUS",
-    "TASK_ID",
-    "WORKER",
     "COMPLETED",
     "DEAD",
-    "DIGEST_BYTES",
-    "ErrorFields",
     "LEASED",
     "READY",
     "STATUSES",
-    "HeapEntry",
     "InvalidTransaction",
     "Record",
-    "StoredError",
     "TaskRecord",
     "Tombstone",
     "decode_payload",
@@ -93,24 +44,22 @@ __all__ = [
     "identity_digest",
     "last_error_json",
     "last_error_member_size",
-    "new_row",
     "row_json",
     "pack_tombstone",
     "tombstone_bytes",
     "view",
-    "Row",
-    "Stored",
-    "status_of",
     "queue_of",
     "priority_of",
-    "with_traceback",
 ]
+
+#: The statuses, as every layer above has long imported them from here (rows.py defines them).
+READY, LEASED, COMPLETED, DEAD, STATUSES = rows.READY, rows.LEASED, rows.COMPLETED, rows.DEAD, rows.STATUSES
 
 
 def check_status_filter(status: object) -> None:
     """`ValueError` unless `status` is in `STATUSES` or None: `Queue.tasks`'s filter, which clients check too."""
-    if status is not None and (type(status) is not str or status not in STATUSES):
-        raise ValueError(f"status must be one of {', '.join(STATUSES)} or None, not {status!r}")
+    if status is not None and (type(status) is not str or status not in rows.STATUSES):
+        raise ValueError(f"status must be one of {', '.join(rows.STATUSES)} or None, not {status!r}")
 
 
 class InvalidTransaction(WalQueueError, ValueError):
@@ -162,7 +111,7 @@ def decode_payload(digest_and_payload: bytes) -> Any:
     so its scanner path takes them whole, with neither `json.loads`'
     encoding detection nor its whitespace regex.
     """
-    return parse_json(digest_and_payload[DIGEST_BYTES:])
+    return parse_json(digest_and_payload[rows.DIGEST_BYTES :])
 
 
 class _RecordView:
@@ -187,7 +136,7 @@ class _RecordView:
     worker: str | None
     deadline: int | None
     #: The last error (`ErrorFields`), None: none recorded.
-    last_error: ErrorFields | None
+    last_error: rows.ErrorFields | None
     #: The last error's traceback (the "traceback" op, a format extension); None: none recorded.
     traceback: str | None
     #: The task's queue and priority (lanes): the shared DEFAULT_QUEUE string and 0 unless put elsewhere.
@@ -216,14 +165,14 @@ class _RecordView:
     @property
     def identity(self) -> bytes:
         """The 32-byte identity digest of the task's original put."""
-        return self.digest_and_payload[:DIGEST_BYTES]
+        return self.digest_and_payload[: rows.DIGEST_BYTES]
 
     def payload_json(self) -> bytes:
         """The payload's canonical JSON, ``b"null"`` once completed."""
-        return self.digest_and_payload[DIGEST_BYTES:] or b"null"
+        return self.digest_and_payload[rows.DIGEST_BYTES :] or b"null"
 
     def to_task(self) -> Task:
-        payload = decode_payload(self.digest_and_payload) if self.status != COMPLETED else None
+        payload = decode_payload(self.digest_and_payload) if self.status != rows.COMPLETED else None
         return Task(
             task_id=self.task_id,
             key=self.key,
@@ -244,59 +193,61 @@ class _RecordView:
         """This task's snapshot record (CONTRACT §3) as canonical JSON (`row_json`)."""
         return row_json(self.row())
 
-    def row(self) -> Row:
+    def row(self) -> rows.Row:
         """The task's fields in a `Row`'s layout."""
         raise NotImplementedError
 
 
-def row_json(row: Row) -> bytes:
+def row_json(row: rows.Row) -> bytes:
     """The snapshot record (CONTRACT §3) of the task of `row`, as canonical JSON, splicing the stored payload bytes.
 
     Read by position: compaction writes one per not-completed task. A task
     without a last error has no ``last_error`` key at all, so its record is
     byte for byte what a version without last errors writes.
     """
-    deadline, worker, error, data, lane = row[DEADLINE], row[WORKER], row[ERROR], row[DATA], row[LANE:]
+    deadline, worker, error, data, lane = (
+        row[rows.DEADLINE],
+        row[rows.WORKER],
+        row[rows.ERROR],
+        row[rows.DATA],
+        row[rows.LANE :],
+    )
     return (
         b'{"attempts":%d,"available_at":%d,"deadline":%b,"generation":%d,"identity":"%b","key":%b,%b'
         b'"max_attempts":%d,"payload":%b,%b"status":"%b","task":%b,%b"worker":%b}'
         % (
-            row[ATTEMPTS],
-            row[AVAILABLE_AT],
+            row[rows.ATTEMPTS],
+            row[rows.AVAILABLE_AT],
             b"null" if deadline is None else b"%d" % deadline,
-            row[GENERATION],
-            data[:DIGEST_BYTES].hex().encode("ascii"),
-            canonical_str(row[KEY]),
+            row[rows.GENERATION],
+            data[: rows.DIGEST_BYTES].hex().encode("ascii"),
+            canonical_str(row[rows.KEY]),
             b"" if error is None else b'"last_error":%b,' % last_error_json(error[:4]),
-            row[MAX_ATTEMPTS],
-            data[DIGEST_BYTES:] or b"null",
+            row[rows.MAX_ATTEMPTS],
+            data[rows.DIGEST_BYTES :] or b"null",
             lane_members(*lane) if lane else b"",
-            row[STATUS].encode("ascii"),
-            canonical_str(row[TASK_ID]),
+            row[rows.STATUS].encode("ascii"),
+            canonical_str(row[rows.TASK_ID]),
             b"" if error is None or len(error) == 4 else b'"traceback":%b,' % canonical_str(error[4]),
             b"null" if worker is None else canonical_str(worker),
         )
     )
 
 
-def queue_of(stored: Stored) -> str:
+def queue_of(stored: rows.Stored) -> str:
     """The task's queue: a lane row's item, DEFAULT_QUEUE for a default-lane row, decoded from a tombstone."""
     if isinstance(stored, bytes):
         return Tombstone(stored).queue
-    queue: str = stored[QUEUE] if len(stored) > LANE else DEFAULT_QUEUE
+    queue: str = stored[rows.QUEUE] if len(stored) > rows.LANE else DEFAULT_QUEUE
     return queue
 
 
-def priority_of(stored: Stored) -> int:
+def priority_of(stored: rows.Stored) -> int:
     """The task's priority (see `queue_of`)."""
     if isinstance(stored, bytes):
         return Tombstone(stored).priority
-    priority: int = stored[PRIORITY] if len(stored) > LANE else 0
+    priority: int = stored[rows.PRIORITY] if len(stored) > rows.LANE else 0
     return priority
-
-
-def _field(index: int) -> Any:
-    return property(itemgetter(index))
 
 
 class TaskRecord(_RecordView, tuple[Any, ...]):
@@ -310,27 +261,18 @@ class TaskRecord(_RecordView, tuple[Any, ...]):
 
     __slots__ = ()
 
-    task_id = _field(TASK_ID)
-    key = _field(KEY)
-    status = _field(STATUS)
-    digest_and_payload = _field(DATA)
-    available_at = _field(AVAILABLE_AT)
-    max_attempts = _field(MAX_ATTEMPTS)
-    attempts = _field(ATTEMPTS)
-    generation = _field(ATTEMPTS)
-    worker = _field(WORKER)
-    deadline = _field(DEADLINE)
-    stored_error = _field(ERROR)
-    entry = _field(ENTRY)
+    # Every field a row holds by position answers by its name (set below the class, from rows.FIELDS).
+    stored_error: rows.StoredError | None
+    entry: rows.HeapEntry | None
 
     @property
-    def last_error(self) -> ErrorFields | None:  # type: ignore[override]
-        error: StoredError | None = self[ERROR]
+    def last_error(self) -> rows.ErrorFields | None:  # type: ignore[override]
+        error: rows.StoredError | None = self[rows.ERROR]
         return error if error is None or len(error) == 4 else error[:4]
 
     @property
     def traceback(self) -> str | None:  # type: ignore[override]
-        error: StoredError | None = self[ERROR]
+        error: rows.StoredError | None = self[rows.ERROR]
         return None if error is None or len(error) == 4 else error[4]
 
     @property
@@ -341,7 +283,7 @@ class TaskRecord(_RecordView, tuple[Any, ...]):
     def priority(self) -> int:  # type: ignore[override]
         return priority_of(self)
 
-    def row(self) -> Row:
+    def row(self) -> rows.Row:
         return self
 
     def __repr__(self) -> str:
@@ -374,14 +316,14 @@ class Tombstone(_RecordView, bytes):
 
     `generation` is not stored: every transition keeps it equal to
     `attempts` (and snapshot loading refuses a record where it is not), so
-    `Tombstone.of` refuses to pack a record that breaks the rule. The fields
+    `tombstone_bytes` refuses to pack a record that breaks the rule. The fields
     are decoded on access, which is rare: retries, reads and snapshots.
     """
 
     __slots__ = ()
 
     # A completed task never has these (class attributes, not storage).
-    status = COMPLETED
+    status = rows.COMPLETED
     worker = None
     deadline = None
     last_error = None
@@ -389,28 +331,10 @@ class Tombstone(_RecordView, bytes):
     stored_error = None
     entry = None
 
-    @classmethod
-    def of(
-        cls,
-        task_id: str,
-        key: str,
-        digest: bytes,
-        available_at: int,
-        max_attempts: int,
-        attempts: int,
-        generation: int,
-        queue: str = DEFAULT_QUEUE,
-        priority: int = 0,
-    ) -> Tombstone:
-        """Pack a completed task; a lane other than the default adds `` <priority> <queue length>`` and the queue."""
-        return cls(
-            tombstone_bytes(task_id, key, digest, available_at, max_attempts, attempts, generation, queue, priority)
-        )
-
     def _numbers(self) -> tuple[int, ...]:
         """(available_at, max_attempts, attempts, task id length, where the task id starts, priority, queue length)."""
-        colon = self.index(b":", DIGEST_BYTES)
-        numbers = list(map(int, self[DIGEST_BYTES:colon].split()))
+        colon = self.index(b":", rows.DIGEST_BYTES)
+        numbers = list(map(int, self[rows.DIGEST_BYTES : colon].split()))
         if len(numbers) == 4:
             numbers += [0, 0]
         available_at, max_attempts, attempts, task_len, priority, queue_len = numbers
@@ -418,7 +342,7 @@ class Tombstone(_RecordView, bytes):
 
     @property
     def digest_and_payload(self) -> bytes:  # type: ignore[override]
-        return bytes(self[:DIGEST_BYTES])
+        return bytes(self[: rows.DIGEST_BYTES])
 
     @property
     def task_id(self) -> str:  # type: ignore[override]
@@ -442,10 +366,10 @@ class Tombstone(_RecordView, bytes):
     generation = _PackedNumber(2)  # always equal to attempts (`of` refuses a record where it is not)
     priority = _PackedNumber(5)
 
-    def row(self) -> Row:
+    def row(self) -> rows.Row:
         """A row of this completed task's fields (its payload is gone: the digest alone)."""
-        fields = (self.task_id, self.key, COMPLETED, self.digest_and_payload, self.available_at, self.max_attempts)
-        return new_row(*fields, self.attempts, None, None, None, self.queue, self.priority)
+        fields = (self.task_id, self.key, rows.COMPLETED, self.digest_and_payload, self.available_at, self.max_attempts)
+        return rows.new_row(*fields, self.attempts, None, None, None, self.queue, self.priority)
 
     def __repr__(self) -> str:
         return f"Tombstone{self.fields()!r}"
@@ -454,23 +378,22 @@ class Tombstone(_RecordView, bytes):
 Record = TaskRecord | Tombstone
 
 
-def view(stored: Stored) -> Record:
+for _index, _name in enumerate(rows.FIELDS):
+    setattr(TaskRecord, _name, property(itemgetter(_index)))
+TaskRecord.generation = property(itemgetter(rows.GENERATION))  # type: ignore[assignment]  # (= attempts)
+
+
+def view(stored: rows.Stored) -> Record:
     """The stored task `stored` (a row or a tombstone's bytes) as a record that answers its fields by name."""
     return Tombstone(stored) if type(stored) is bytes else TaskRecord(stored)
 
 
-def pack_tombstone(row: Row) -> bytes:
+def pack_tombstone(row: rows.Row) -> bytes:
     """A completed task's tombstone (exact bytes, as `State.tasks` stores it), from the row its ack completes."""
+    attempts = row[rows.ATTEMPTS]
+    counters = (row[rows.AVAILABLE_AT], row[rows.MAX_ATTEMPTS], attempts, attempts)
     return tombstone_bytes(
-        row[TASK_ID],
-        row[KEY],
-        row[DATA][:DIGEST_BYTES],
-        row[AVAILABLE_AT],
-        row[MAX_ATTEMPTS],
-        row[ATTEMPTS],
-        row[ATTEMPTS],
-        row[QUEUE] if len(row) > LANE else DEFAULT_QUEUE,
-        row[PRIORITY] if len(row) > LANE else 0,
+        row[rows.TASK_ID], row[rows.KEY], row[rows.DATA][: rows.DIGEST_BYTES], counters, *row[rows.LANE :]
     )
 
 
@@ -478,21 +401,20 @@ def tombstone_bytes(
     task_id: str,
     key: str,
     digest: bytes,
-    available_at: int,
-    max_attempts: int,
-    attempts: int,
-    generation: int,
+    counters: tuple[int, int, int, int],
     queue: str = DEFAULT_QUEUE,
     priority: int = 0,
 ) -> bytes:
     """A completed task packed in `Tombstone`'s layout (exact bytes, as `State.tasks` stores it).
 
-    A lane other than the default adds `` <priority> <queue length>`` and the queue.
+    `counters`: (available_at, max_attempts, attempts, generation). A lane
+    other than the default adds `` <priority> <queue length>`` and the queue.
     """
+    available_at, max_attempts, attempts, generation = counters
     if generation != attempts:
         raise ValueError(f"generation {generation} differs from attempts {attempts}")
-    if len(digest) != DIGEST_BYTES:
-        raise ValueError(f"an identity digest has {DIGEST_BYTES} bytes, not {len(digest)}")
+    if len(digest) != rows.DIGEST_BYTES:
+        raise ValueError(f"an identity digest has {rows.DIGEST_BYTES} bytes, not {len(digest)}")
     task_bytes = task_id.encode("utf-8")
     lane = b"" if priority == 0 and queue == DEFAULT_QUEUE else b" %d %d" % (priority, len(queue))
     return b"%b%d %d %d %d%b:%b%b%b" % (
@@ -508,7 +430,7 @@ def tombstone_bytes(
     )
 
 
-def last_error_json(last_error: ErrorFields) -> bytes:
+def last_error_json(last_error: rows.ErrorFields) -> bytes:
     """The canonical JSON of a stored last error: ``{"at":N,"attempt":N,"message":M,"type":Y}``."""
     error_type, message, attempt, at = last_error
     return b'{"at":%d,"attempt":%d,"message":%b,"type":%b}' % (
@@ -519,7 +441,7 @@ def last_error_json(last_error: ErrorFields) -> bytes:
     )
 
 
-def last_error_member_size(last_error: ErrorFields, traceback: str | None = None) -> int:
+def last_error_member_size(last_error: rows.ErrorFields, traceback: str | None = None) -> int:
     """The bytes ``,"last_error":{...}`` (and ``,"traceback":X``, its traceback's) add to a snapshot record.
 
     validate.check_last_error_fits measures it.
@@ -528,7 +450,7 @@ def last_error_member_size(last_error: ErrorFields, traceback: str | None = None
     return size if traceback is None else size + len(b',"traceback":') + len(canonical_str(traceback))
 
 
-def check_error_fits(row: Row, last_error: ErrorFields, traceback: str | None = None) -> None:
+def check_error_fits(row: rows.Row, last_error: rows.ErrorFields, traceback: str | None = None) -> None:
     """`ValueError` unless the task of `row` with `last_error` still fits a snapshot frame in any status.
 
     Only a member longer than `LAST_ERROR_ROOM` (the slack every accepted
@@ -536,17 +458,17 @@ def check_error_fits(row: Row, last_error: ErrorFields, traceback: str | None = 
     """
     size = last_error_member_size(last_error, traceback)
     if size > LAST_ERROR_ROOM:
-        task_id, key = row[TASK_ID], row[KEY]
+        task_id, key = row[rows.TASK_ID], row[rows.KEY]
         task_json = canonical_str(task_id)
         key_json = task_json if key == task_id else canonical_str(key)
-        check_last_error_fits(row[DATA][DIGEST_BYTES:] or b"null", task_json, key_json, size)
+        check_last_error_fits(row[rows.DATA][rows.DIGEST_BYTES :] or b"null", task_json, key_json, size)
 
 
 #: The UTF-8 bytes of a worker name that an expiry's message quotes (cut with a marker beyond them).
 EXPIRY_WORKER_BYTES = 128
 
 
-def expiry_error(row: Row) -> ErrorFields:
+def expiry_error(row: rows.Row) -> rows.ErrorFields:
     """The last error an expire op records for the leased task of `row`, derived from the row alone.
 
     Nothing is written for it: the expire op is what it always was, and
@@ -555,10 +477,10 @@ def expiry_error(row: Row) -> ErrorFields:
     is cut to `EXPIRY_WORKER_BYTES`, so that the error fits in any record
     (validate.LAST_ERROR_ROOM): at most about 1,000 bytes of JSON.
     """
-    worker, deadline = row[WORKER], row[DEADLINE]
+    worker, deadline = row[rows.WORKER], row[rows.DEADLINE]
     assert worker is not None and deadline is not None  # a leased record
     message = (
         f"worker {cut_text(worker, EXPIRY_WORKER_BYTES)} did not ack, release or extend"
-        f" lease {row[GENERATION]} by its deadline {deadline}"
+        f" lease {row[rows.GENERATION]} by its deadline {deadline}"
     )
-    return ("LeaseExpired", message, row[ATTEMPTS], deadline)
+    return ("LeaseExpired", message, row[rows.ATTEMPTS], deadline)

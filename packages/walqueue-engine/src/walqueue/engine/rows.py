@@ -80,6 +80,9 @@ ENTRY = 10
 LANE = 11  # where a lane row's (queue, priority) start: ``row[LANE:]`` is () in the default lane
 QUEUE = 11
 PRIORITY = 12
+#: The name of the field at each position of a `Row` up to its lane (a record view answers them by name).
+FIELDS: tuple[str, ...] = ("task_id", "key", "status", "digest_and_payload", "available_at", "max_attempts")
+FIELDS += ("attempts", "worker", "deadline", "stored_error", "entry")
 
 
 def new_row(

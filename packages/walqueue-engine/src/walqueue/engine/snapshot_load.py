@@ -26,7 +26,8 @@ from typing import NamedTuple
 
 from walqueue.engine.gcpause import paused_gc
 from walqueue.engine.lanes import Lanes
-from walqueue.engine.records import (
+from walqueue.engine.records import InvalidTransaction, Record, last_error_member_size, tombstone_bytes, view
+from walqueue.engine.rows import (
     COMPLETED,
     DEAD,
     DIGEST_BYTES,
@@ -35,12 +36,7 @@ from walqueue.engine.records import (
     STATUSES,
     ErrorFields,
     HeapEntry,
-    InvalidTransaction,
-    Record,
     Stored,
-    last_error_member_size,
-    tombstone_bytes,
-    view,
     with_traceback,
 )
 from walqueue.engine.validate import (
@@ -335,9 +331,8 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
                 if stored_result is not _ABSENT:
                     results[task_id] = _result(stored_result, status)
                 if status is COMPLETED:
-                    record = tombstone_bytes(
-                        task_id, key, digest, available_at, max_attempts, attempts, generation, queue, priority
-                    )
+                    counters = (available_at, max_attempts, attempts, generation)
+                    record = tombstone_bytes(task_id, key, digest, counters, queue, priority)
                 else:  # a row (records.new_row's layout, inlined: one call less per record)
                     entry = (available_at, task_id) if status is READY else (deadline, task_id)
                     record = (

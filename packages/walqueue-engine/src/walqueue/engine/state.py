@@ -32,6 +32,16 @@ from walqueue.engine.invariants import check_invariants
 from walqueue.engine.lanes import Lanes, settings_from_json
 from walqueue.engine.opkinds import OP_KEYS, OP_KINDS
 from walqueue.engine.records import (
+    InvalidTransaction,
+    Record,
+    TaskRecord,
+    Tombstone,
+    check_status_filter,
+    decode_payload,
+    identity_digest,
+    view,
+)
+from walqueue.engine.rows import (
     ATTEMPTS,
     COMPLETED,
     DATA,
@@ -48,17 +58,9 @@ from walqueue.engine.records import (
     TASK_ID,
     WORKER,
     HeapEntry,
-    InvalidTransaction,
-    Record,
     Row,
     Stored,
-    TaskRecord,
-    Tombstone,
-    check_status_filter,
-    decode_payload,
-    identity_digest,
     status_of,
-    view,
 )
 from walqueue.engine.snapshot_load import Loaded, check_snapshot_seq, load_records
 from walqueue.engine.transitions import NOTHING_STAGED, OpError, Staging, Transition

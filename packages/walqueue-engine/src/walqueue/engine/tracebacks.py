@@ -13,7 +13,8 @@ it (within a few KiB of the frame bound), left out.
 from __future__ import annotations
 
 from walqueue.engine.optable import Op
-from walqueue.engine.records import TASK_ID, ErrorFields, Row, check_error_fits
+from walqueue.engine.records import check_error_fits
+from walqueue.engine.rows import TASK_ID, ErrorFields, Row
 from walqueue.engine.state import OP_KINDS
 from walqueue.engine.validate import TRACEBACK_BYTES, cut_text_tail
 

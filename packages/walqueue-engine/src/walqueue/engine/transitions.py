@@ -22,7 +22,8 @@ from collections.abc import Callable
 from typing import Protocol
 
 from walqueue.engine.optable import Op
-from walqueue.engine.records import (
+from walqueue.engine.records import check_error_fits, expiry_error, identity_digest, pack_tombstone, queue_of
+from walqueue.engine.rows import (
     ATTEMPTS,
     AVAILABLE_AT,
     DATA,
@@ -41,12 +42,7 @@ from walqueue.engine.records import (
     Row,
     Stored,
     StoredError,
-    check_error_fits,
-    expiry_error,
-    identity_digest,
     new_row,
-    pack_tombstone,
-    queue_of,
     with_traceback,
 )
 from walqueue.engine.types import WalQueueError
