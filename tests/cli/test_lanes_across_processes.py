@@ -20,6 +20,7 @@ import pytest
 from model import wal_bodies
 from support.servers import running_server, short_directory
 from walqueue.client import Client
+from walqueue.engine.records import view
 from walqueue.engine.state import State, apply
 
 pytestmark = pytest.mark.timeout(240)
@@ -77,9 +78,8 @@ def test_eight_processes_never_exceed_a_queues_concurrency_and_its_rate_holds_ex
             leased = {q["name"]: q["counts"]["leased"] for q in state.queues()}
             assert leased.get("api", 0) <= CONCURRENCY, f"transaction {body['seq']}: {leased}"
             peak = max(peak, leased.get("api", 0))
-            partner_times += [
-                op["at"] for op in body["ops"] if op["op"] == "lease" and state.tasks[op["task"]].queue == "partner"
-            ]
+            leases = [op for op in body["ops"] if op["op"] == "lease"]
+            partner_times += [op["at"] for op in leases if view(state.tasks[op["task"]]).queue == "partner"]
         assert peak == CONCURRENCY  # the limit was reached, and held
         assert len(partner_times) >= TASKS["partner"]
         for first, last in zip(partner_times, partner_times[RATE:], strict=False):

@@ -3,36 +3,33 @@
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
 
 from hypothesis import given
 from hypothesis import strategies as st
 
 from walqueue.engine.heaps import HEAP_SLACK, due, first_time, live_ids, pruned
-from walqueue.engine.records import HeapEntry
+from walqueue.engine.rows import ENTRY, HeapEntry
 
 
-@dataclass
-class _Holder:
-    """Stands in for a record: all the heap functions read is `entry`."""
-
-    entry: HeapEntry | None
+def _holder(entry: HeapEntry) -> tuple[object, ...]:
+    """Stands in for a stored row: all the heap functions read is its entry (at `ENTRY`)."""
+    return (None,) * ENTRY + (entry,)
 
 
-def _build(pushes: list[tuple[int, int]]) -> tuple[list[HeapEntry], dict[str, _Holder]]:
+def _build(pushes: list[tuple[int, int]]) -> tuple[list[HeapEntry], dict[str, tuple[object, ...]]]:
     """Push (time, task number) entries in order; a task's later push makes its earlier entry stale."""
     heap: list[HeapEntry] = []
-    tasks: dict[str, _Holder] = {}
+    tasks: dict[str, tuple[object, ...]] = {}
     for time, number in pushes:
         task_id = f"t{number}"
         entry = (time, task_id)
-        tasks[task_id] = _Holder(entry)
+        tasks[task_id] = _holder(entry)
         heapq.heappush(heap, entry)
     return heap, tasks
 
 
-def _live(heap: list[HeapEntry], tasks: dict[str, _Holder]) -> list[HeapEntry]:
-    return sorted(entry for entry in heap if tasks[entry[1]].entry is entry)
+def _live(heap: list[HeapEntry], tasks: dict[str, tuple[object, ...]]) -> list[HeapEntry]:
+    return sorted(entry for entry in heap if tasks[entry[1]][ENTRY] is entry)
 
 
 pushes = st.lists(st.tuples(st.integers(0, 20), st.integers(0, 15)), max_size=200)  # past HEAP_SLACK: rebuilds happen
@@ -73,7 +70,7 @@ def test_pruned_rebuilds_only_an_overgrown_heap_and_keeps_every_live_entry(entri
 
 
 def test_the_bound_is_twice_the_live_count_plus_the_slack() -> None:
-    tasks = {"x": _Holder((0, "x"))}
+    tasks = {"x": _holder((0, "x"))}
     at_bound: list[HeapEntry] = [(0, "x")] * (2 * 5 + HEAP_SLACK)
     assert pruned(at_bound, tasks, 5) is at_bound  # type: ignore[arg-type]
     over = [*at_bound, (0, "x")]

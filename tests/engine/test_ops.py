@@ -28,6 +28,7 @@ from walqueue.engine.ops import (
     transaction_size,
     validate_reserve_args,
 )
+from walqueue.engine.records import view
 from walqueue.engine.state import COMPLETED, DEAD, LEASED, OP_KINDS, READY, InvalidTransaction, State, apply
 from walqueue.engine.types import KeyConflict, Lease, StaleLease
 from walqueue.engine.validate import MAX_FRAME_BYTES, MAX_INT, MAX_NAME_BYTES, RECORD_WORST_CASE_EXTRA
@@ -80,7 +81,7 @@ def snapshot(state: State) -> Any:
     """Everything observable, to prove that planning changed nothing."""
     return (
         state.last_seq,
-        {task_id: record.fields() for task_id, record in state.tasks.items()},
+        {task_id: record.fields() for task_id, record in ((t, view(r)) for t, r in state.tasks.items())},
         state.counts(),
         state.peek_ready(MAX_INT, MAX_INT),
         state.peek_expired(MAX_INT),
@@ -242,7 +243,7 @@ def test_identical_retry_in_any_status_plans_no_op_and_returns_the_id(status: st
             commit(state, plan_ack(state, token, 1))
         elif status == DEAD:
             reserve(state, "w", now=5, lease_seconds=5)  # reaps: out of attempts
-    assert state.tasks["t"].status == status
+    assert view(state.tasks["t"]).status == status
     before = snapshot(state)
     assert plan_puts(state, [put_op("t", {"x": 1}, key="k", max_attempts=1)]) == (Plan([], []), ["t"])
     assert snapshot(state) == before
@@ -359,7 +360,7 @@ def test_plan_puts_agrees_with_a_model_and_its_ops_always_apply(batches: list[li
         task_ids = put_all(state, *batch)
         assert task_ids == [op["task"] for op in batch]
         model, ids = scratch_model, scratch_ids
-        assert {record.key: state.identity(record.task_id) for record in state.tasks.values()} == model
+        assert {record.key: state.identity(record.task_id) for record in map(view, state.tasks.values())} == model
     state.check_invariants()
 
 
@@ -560,7 +561,7 @@ def test_reserve_reaps_first_so_an_expired_task_can_be_leased_again() -> None:
     assert reserve(state, "w2", now=9, lease_seconds=10) == []
     (second,) = reserve(state, "w2", now=10, lease_seconds=10)
     assert (second.worker, second.generation, second.attempts, second.deadline) == ("w2", 2, 2, 20)
-    assert state.tasks["t"].available_at == 10  # the expiry moved it to the old deadline
+    assert view(state.tasks["t"]).available_at == 10  # the expiry moved it to the old deadline
     with pytest.raises(StaleLease):
         plan_ack(state, first, 11)
 
@@ -618,7 +619,7 @@ def test_only_task_id_worker_and_generation_of_the_token_matter() -> None:
     state, token = leased_token()
     altered = dataclasses.replace(token, deadline=10**6, attempts=99, payload={"forged": True})
     commit(state, plan_ack(state, altered, 14))
-    assert state.tasks["t"].status == COMPLETED
+    assert view(state.tasks["t"]).status == COMPLETED
 
 
 def test_release_at_the_last_attempt_kills_the_task() -> None:
@@ -705,7 +706,7 @@ def test_ack_or_release_at_or_after_the_deadline_is_stale(now: int) -> None:
 def test_times_need_not_be_monotonic() -> None:
     state, token = leased_token()  # leased at 10, deadline 15
     commit(state, plan_release(state, token, 0, 2))
-    assert state.tasks["t"].available_at == 2
+    assert view(state.tasks["t"]).available_at == 2
 
 
 @pytest.mark.parametrize("lease", [None, {"task_id": "t"}, ("t", "w", 1)])
@@ -751,7 +752,7 @@ def test_largest_release_time_is_accepted() -> None:
 def test_planned_ops_use_the_stored_names() -> None:
     state, token = leased_token()
     (op,) = plan_ack(state, token, 11).ops
-    assert op["task"] is state.tasks["t"].task_id
+    assert op["task"] is view(state.tasks["t"]).task_id
 
 
 # -- the planners and apply agree ---------------------------------------------------------------

@@ -29,6 +29,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from walqueue.engine.records import view
 from walqueue.engine.snapshot_load import RECORD_FIELDS, record_from_dict
 from walqueue.engine.state import (
     COMPLETED,
@@ -463,7 +464,7 @@ def loaded_outcome(value: Any, is_decoded: bool) -> tuple[Any, ...] | None:
     except InvalidTransaction as exc:
         assert str(exc).startswith("snapshot record 0: ")
         return None
-    (record,) = state.tasks.values()
+    (record,) = map(view, state.tasks.values())
     state.check_invariants()
     return fields_of(record)
 
@@ -568,7 +569,7 @@ def test_a_last_error_that_would_not_fit_beside_a_huge_payload_is_refused() -> N
         State.from_records(5, [record])
     small = {**error, "message": "m" * 200}
     state = State.from_records(5, [{**record, "last_error": small}])
-    assert state.tasks["t"].last_error == ("E", "m" * 200, 1, 0)
+    assert view(state.tasks["t"]).last_error == ("E", "m" * 200, 1, 0)
 
 
 @pytest.mark.parametrize("is_decoded", [False, True])
@@ -612,7 +613,7 @@ def test_a_loaded_record_shares_its_strings_with_the_state(status: str) -> None:
     )
     assert record["key"] is not record["task"]
     constant = STATUSES[STATUSES.index(status)]
-    for loaded in (State.from_records(1, [record], decoded=True).tasks["t-1"], record_from_dict(record)):
+    for loaded in (view(State.from_records(1, [record], decoded=True).tasks["t-1"]), record_from_dict(record)):
         assert loaded.status is constant
         if isinstance(loaded, TaskRecord):
             assert loaded.key is loaded.task_id
@@ -715,7 +716,7 @@ def _view(state: State) -> Any:
     state.check_invariants()
     return (
         state.last_seq,
-        {task_id: fields_of(record) for task_id, record in state.tasks.items()},
+        {task_id: fields_of(record) for task_id, record in ((t, view(r)) for t, r in state.tasks.items())},
         state.counts(),
         sorted(state._key_owner.items()),
         state.peek_ready(MAX_INT, MAX_INT),

@@ -13,6 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from walqueue.engine.records import tombstone_bytes
+from walqueue.engine.records import view as record_view
+from walqueue.engine.rows import ENTRY, new_row
 from walqueue.engine.state import (
     COMPLETED,
     DEAD,
@@ -21,7 +24,6 @@ from walqueue.engine.state import (
     STATUSES,
     InvalidTransaction,
     State,
-    TaskRecord,
     Tombstone,
     apply,
     identity_digest,
@@ -80,11 +82,11 @@ def view(state: State) -> Any:
     state.check_invariants()
     return (
         state.last_seq,
-        {task_id: record.fields() for task_id, record in state.tasks.items()},
+        {task_id: record.fields() for task_id, record in ((t, record_view(r)) for t, r in state.tasks.items())},
         state.counts(),
         state.peek_ready(MAX_INT, MAX_INT),
         state.peek_expired(MAX_INT),
-        {record.key: state.lookup_key(record.key) for record in state.tasks.values()},
+        {record.key: state.lookup_key(record.key) for record in map(record_view, state.tasks.values())},
     )
 
 
@@ -120,7 +122,7 @@ def valid_op(draw: st.DrawFn, state: State) -> dict[str, Any] | None:
         )
     )
     by_status: dict[str, list[str]] = {status: [] for status in STATUSES}
-    for record in state.tasks.values():
+    for record in map(record_view, state.tasks.values()):
         by_status[record.status].append(record.task_id)
     if kind == "put":
         task_id = draw(names)
@@ -136,13 +138,13 @@ def valid_op(draw: st.DrawFn, state: State) -> dict[str, Any] | None:
     if not candidates:
         return None
     task_id = draw(st.sampled_from(candidates))
-    generation = state.tasks[task_id].generation
+    generation = record_view(state.tasks[task_id]).generation
     if kind == "cancel":
         return {"op": "cancel", "task": task_id}
     if kind == "error":
         return {"op": "error", "task": task_id, "type": draw(names), "message": draw(st.text()), "at": draw(times)}
     if kind == "redrive":
-        more = state.tasks[task_id].max_attempts + draw(st.integers(1, 2))
+        more = record_view(state.tasks[task_id]).max_attempts + draw(st.integers(1, 2))
         return {"op": "redrive", "task": task_id, "available_at": draw(times), "max_attempts": more}
     if kind == "extend":
         return {"op": "extend", "task": task_id, "generation": generation, "deadline": draw(times)}
@@ -276,7 +278,7 @@ def test_ack_completes_the_task_and_drops_its_payload() -> None:
     run(state, ack("t"))
     assert state.get_task("t") == Task("t", "t", COMPLETED, None, 3, 3, 1, 1, None, None)
     assert state.identity("t") == identity
-    assert state.tasks["t"].digest_and_payload == identity  # a tombstone: the digest alone
+    assert record_view(state.tasks["t"]).digest_and_payload == identity  # a tombstone: the digest alone
 
 
 def test_release_returns_the_task_to_ready_at_the_given_time() -> None:
@@ -503,7 +505,8 @@ def test_invariant_check_notices_a_broken_index() -> None:
     with pytest.raises(AssertionError, match="dead tasks"):
         state.check_invariants()
     state = sample_state()
-    state.tasks["r"].entry = (0, "r")  # not the tuple that is in the heap
+    row = state.tasks["r"]
+    state.tasks["r"] = (*row[:ENTRY], (0, "r"), *row[ENTRY + 1 :])  # not the tuple that is in the heap
     with pytest.raises(AssertionError, match="ready heap"):
         state.check_invariants()
 
@@ -522,8 +525,7 @@ def test_valid_transactions_keep_every_index_consistent(data: st.DataObject) -> 
 def test_records_and_state_have_no_instance_dict() -> None:
     state = sample_state()
     record = state.tasks["r"]
-    assert isinstance(record, TaskRecord)
-    assert not hasattr(record, "__dict__")
+    assert type(record) is tuple and type(state.tasks["c"]) is bytes  # (exact: untracked by the collector)
     assert not hasattr(state, "__dict__")
 
 
@@ -543,7 +545,7 @@ def test_returned_payloads_are_copies() -> None:
 
 
 def test_record_repr_shows_its_fields() -> None:
-    assert repr(sample_state().tasks["l"]).startswith("TaskRecord('l', 'l', 'leased', b'")
+    assert repr(record_view(sample_state().tasks["l"])).startswith("TaskRecord('l', 'l', 'leased', b'")
 
 
 def test_get_task_of_an_unknown_id_is_none() -> None:
@@ -563,7 +565,7 @@ def test_list_tasks_is_ordered_by_task_id_and_filtered_by_status() -> None:
 @given(states(max_steps=30))
 def test_every_read_by_status_is_what_a_walk_of_every_task_finds(state: State) -> None:
     """The indexes behind `list_tasks(status)` and the next times agree with the records themselves."""
-    records = sorted(state.tasks.values(), key=lambda record: record.task_id)
+    records = sorted(map(record_view, state.tasks.values()), key=lambda record: record.task_id)
     for status in STATUSES:
         walked = [record.task_id for record in records if record.status == status]
         assert [found.task_id for found in state.list_tasks(status)] == walked
@@ -829,9 +831,11 @@ def test_a_tombstone_answers_every_field_it_packed(
     digest = hashlib.sha256(task_id.encode()).digest()
     queue = data.draw(st.sampled_from(["default", "emails", "a.b:c-d_e", "q" * 64]))
     priority = data.draw(st.integers(-100, 100))
-    stone = Tombstone.of(task_id, key, digest, available_at, max_attempts, attempts, attempts, queue, priority)
+    stone = Tombstone(
+        tombstone_bytes(task_id, key, digest, (available_at, max_attempts, attempts, attempts), queue, priority)
+    )
     fields = (task_id, key, COMPLETED, digest, available_at, max_attempts, attempts, attempts, None, None, None)
-    plain = TaskRecord(*fields, None, queue, priority)
+    plain = record_view(new_row(*fields[:7], *fields[8:], queue, priority))
     assert stone.fields() == plain.fields()
     assert stone.record_json() == plain.record_json()
     assert stone.to_task() == plain.to_task()
@@ -842,31 +846,31 @@ def test_a_tombstone_answers_every_field_it_packed(
 def test_a_tombstone_refuses_what_no_transition_produces() -> None:
     digest = bytes(32)
     with pytest.raises(ValueError, match="generation"):
-        Tombstone.of("t", "t", digest, 0, 3, 1, 2)
+        Tombstone(tombstone_bytes("t", "t", digest, (0, 3, 1, 2)))
     with pytest.raises(ValueError, match="digest"):
-        Tombstone.of("t", "t", digest[:31], 0, 3, 1, 1)
+        Tombstone(tombstone_bytes("t", "t", digest[:31], (0, 3, 1, 1)))
 
 
 def test_ack_packs_the_task_into_a_tombstone_that_keeps_its_key() -> None:
     state = State()
     run(state, put("t", key="k"), lease("t"))
-    before = state.tasks["t"]
+    before = record_view(state.tasks["t"])
     run(state, ack("t"))
-    record = state.tasks["t"]
+    assert type(state.tasks["t"]) is bytes  # exact bytes: never tracked by the collector
+    record = record_view(state.tasks["t"])
     assert isinstance(record, Tombstone)
-    assert not hasattr(record, "__dict__")
     digest = before.digest_and_payload[:32]
     assert record.fields() == ("t", "k", COMPLETED, digest, 0, 3, 1, 1, None, None, None, None, "default", 0)
     assert state.lookup_key("k") == "t"
     # A snapshot round trip gives the same tombstone back.
     reloaded = State.from_records(state.last_seq, [json.loads(line) for line in state.iter_record_json()])
     assert reloaded == state
-    assert isinstance(reloaded.tasks["t"], Tombstone)
+    assert type(reloaded.tasks["t"]) is bytes
 
 
 def test_a_short_tombstone_is_one_small_object() -> None:
     """Deterministic sizes, not timings: the packed layout is what keeps completed tasks cheap."""
-    stone = Tombstone.of("g-000000001", "g-000000001", bytes(32), 0, 3, 1, 1)
+    stone = Tombstone(tombstone_bytes("g-000000001", "g-000000001", bytes(32), (0, 3, 1, 1)))
     assert sys.getsizeof(stone) <= 110
 
 
@@ -882,3 +886,13 @@ def test_new_lease_builds_the_same_token_as_the_constructor(
     assert fast == slow
     assert repr(fast) == repr(slow)
     assert hash((fast.task_id, fast.generation)) == hash((slow.task_id, slow.generation))
+
+
+def test_a_default_lane_record_stores_no_lane_and_no_traceback() -> None:
+    """A task in the default queue at priority 0 pays no item for its lane; the traceback rides in the error."""
+    state = State()
+    run(state, put("d"), {**put("q"), "queue": "emails"}, {**put("p"), "priority": 3})
+    plain, lanes = state.tasks["d"], [state.tasks["q"], state.tasks["p"]]
+    assert type(plain) is tuple and (record_view(plain).queue, record_view(plain).priority) == ("default", 0)
+    assert all(type(row) is tuple and len(row) == len(plain) + 2 for row in lanes)
+    assert [(record_view(r).queue, record_view(r).priority) for r in lanes] == [("emails", 0), ("default", 3)]

@@ -66,10 +66,10 @@ ADDITIONS: dict[str, list[tuple[str | None, str]]] = {
     f"{ENGINE}/transitions.py": [
         (
             None,
-            "\n\ndef grant(state: StateReads, staging: Staging, record: Record | None, op: Op) -> Record:\n"
+            "\n\ndef grant(state: StateReads, staging: Staging, record: Row | None, op: Op) -> Stored:\n"
             "    assert record is not None\n"
-            '    return _with(record, record.status, record.available_at, op["max_attempts"], None, None,'
-            " record.last_error)\n",
+            '    return _with(record, record[STATUS], record[AVAILABLE_AT], op["max_attempts"], None, None,'
+            " record[ERROR])\n",
         )
     ],
     "walqueue-format/src/walqueue/format/transaction.py": [('"error"})', '"grant", ')],

@@ -56,7 +56,12 @@ EXPECTED_FIGURES: dict[str, set[str]] = {
         "snapshot_walqueue_over_floor",
     },
     "cycle_cost_growth": {"walqueue_growth", "sqlite_growth"},
-    "memory_per_task": {"bytes_per_ready_task", "bytes_per_tombstone", "bytes_per_ready_task_after_reopen"},
+    "memory_per_task": {
+        "bytes_per_ready_task",
+        "bytes_per_tombstone",
+        "bytes_per_ready_task_after_reopen",
+        "full_collection_over_empty",
+    },
     "lanes": {
         "cycle_lanes_vs_one_lane",
         "reserve_idle_many_vs_1",
@@ -110,6 +115,15 @@ EXPECTED_FIGURES: dict[str, set[str]] = {
         "pipeline_100_puts_vs_100_calls",
     },
 }
+EXPECTED_FIGURES["mixed_run_compacting"] = {
+    f"{kind}_{name}{suffix}"
+    for suffix in ("", "_snapshot")
+    for kind in ("put", "cycle")
+    for name in (
+        *(f"{p}_{mode}" for p in ("p50", "p99", "p999", "max") for mode in ("compaction", "none")),
+        "p99_compaction_over_none",
+    )
+} | {f"{name}{suffix}" for suffix in ("", "_snapshot") for name in ("compacting_seconds", "compactions")}
 #: (n) measures S3 through moto's server when moto and boto3 are installed (test-only dependencies).
 MOTO = importlib.util.find_spec("moto") is not None and importlib.util.find_spec("boto3") is not None
 EXPECTED_FIGURES["replication"] = {"async_file_vs_plain", "sync_file_vs_plain", "restore_vs_reopen"} | (
@@ -154,6 +168,7 @@ EXPECTED_TARGETS = {
     ("cycle_cost_growth", "walqueue_growth"),
     ("memory_per_task", "bytes_per_ready_task"),
     ("memory_per_task", "bytes_per_tombstone"),
+    ("memory_per_task", "full_collection_over_empty"),
     ("group_commit_threads", "puts_walqueue8_vs_walqueue1"),
     ("group_commit_threads", "puts_walqueue8_vs_sqlite8"),
     ("group_commit_threads", "cycles_walqueue8_vs_walqueue1"),
@@ -164,6 +179,10 @@ EXPECTED_TARGETS = {
     ("latency_while_compacting", "put_max_compaction_snapshot_sync"),
     ("latency_while_compacting", "put_p99_compaction_over_none_snapshot_sync"),
     ("latency_while_compacting", "cycle_p99_compaction_over_none_snapshot_sync"),
+    ("mixed_run_compacting", "put_max_compaction"),
+    ("mixed_run_compacting", "put_p99_compaction_over_none"),
+    ("mixed_run_compacting", "put_max_compaction_snapshot"),
+    ("mixed_run_compacting", "put_p99_compaction_over_none_snapshot"),
     ("open_torn_tail", "torn_over_healthy"),
     ("server_processes", "puts_serve8_vs_sqlite8"),
     ("server_processes", "cycles_serve8_vs_sqlite8"),

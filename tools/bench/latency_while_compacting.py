@@ -207,7 +207,8 @@ class _Rounds:
         return len(put_s)
 
 
-def _measure(ctx: Context, template: Path, rounds: int, min_pairs: int, sync: bool) -> _Rounds:
+def _measure(ctx: Context, template: Path, rounds: int, min_pairs: int, sync: bool, seconds: float = 0.0) -> _Rounds:
+    """`rounds` compaction windows (and more until they add up to `seconds`), each followed by one without."""
     none_dir = ctx.dir(f"i-none-{template.parent.name}-{sync}") / "q"
     shutil.copytree(template, none_dir)
     none_queue = Queue(none_dir, sync=sync, compact_bytes=None)
@@ -220,9 +221,11 @@ def _measure(ctx: Context, template: Path, rounds: int, min_pairs: int, sync: bo
     logger.setLevel(logging.INFO)
     measured = _Rounds(ctx, template, min_pairs, watcher, none_queue, sync)
     try:
-        for rep in range(rounds):
+        rep = 0
+        while rep < rounds or sum(measured.compaction_seconds) < seconds:
             # The none window right after, as long: the two modes seconds apart, alike in size.
             measured.none_window(rep, measured.compaction_window(rep))
+            rep += 1
     finally:
         logger.removeHandler(watcher)
         logger.setLevel(level)

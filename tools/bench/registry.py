@@ -18,6 +18,7 @@ from . import (
     lanes,
     latency_while_compacting,
     memory_per_task,
+    mixed_run_compacting,
     open_torn_tail,
     put_durable,
     put_many_durable,
@@ -74,6 +75,7 @@ WORKLOADS: tuple[Workload, ...] = (
     Workload("lanes", "m", lanes.run, lanes.SCALES),
     Workload("replication", "n", replication.run, replication.SCALES),
     Workload("task_results", "o", task_results.run, task_results.SCALES),
+    Workload("mixed_run_compacting", "p", mixed_run_compacting.run, mixed_run_compacting.SCALES),
 )
 BY_NAME = {workload.name: workload for workload in WORKLOADS}
 BY_LETTER = {workload.letter: workload for workload in WORKLOADS}

@@ -20,7 +20,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable, Mapping
 
-from walqueue.engine.records import HeapEntry, Record
+from walqueue.engine.rows import ENTRY, HeapEntry, Stored
 
 __all__ = ["ReadyAges", "ready_ages"]
 
@@ -28,7 +28,7 @@ __all__ = ["ReadyAges", "ready_ages"]
 ReadyAges = tuple[int | None, int]
 
 
-def ready_ages(heaps: Iterable[list[HeapEntry]], tasks: Mapping[str, Record]) -> ReadyAges:
+def ready_ages(heaps: Iterable[list[HeapEntry]], tasks: Mapping[str, Stored]) -> ReadyAges:
     """The oldest `available_at` among the live entries of `heaps` that is not 0, and how many are 0."""
     oldest: int | None = None
     undated = 0
@@ -40,7 +40,7 @@ def ready_ages(heaps: Iterable[list[HeapEntry]], tasks: Mapping[str, Record]) ->
     return oldest, undated
 
 
-def _heap_ages(heap: list[HeapEntry], tasks: Mapping[str, Record]) -> ReadyAges:
+def _heap_ages(heap: list[HeapEntry], tasks: Mapping[str, Stored]) -> ReadyAges:
     size = len(heap)
     undated = 0
     frontier: list[tuple[HeapEntry, int]] = []
@@ -51,13 +51,13 @@ def _heap_ages(heap: list[HeapEntry], tasks: Mapping[str, Record]) -> ReadyAges:
         if entry[0] > 0:
             frontier.append((entry, index))
             continue
-        if tasks[entry[1]].entry is entry:
+        if tasks[entry[1]][ENTRY] is entry:
             undated += 1
         stack.extend(child for child in (2 * index + 1, 2 * index + 2) if child < size)
     heapq.heapify(frontier)
     while frontier:  # below it, in key order: the first live entry is the oldest dated one
         entry, index = heapq.heappop(frontier)
-        if tasks[entry[1]].entry is entry:
+        if tasks[entry[1]][ENTRY] is entry:
             return entry[0], undated
         for child in (2 * index + 1, 2 * index + 2):
             if child < size:

@@ -19,7 +19,8 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from walqueue.engine.state import Record, State
+from walqueue.engine.records import row_json, view
+from walqueue.engine.state import State, Stored
 from walqueue.engine.wal import Hook, WalWriter, no_hook
 from walqueue.format.current import Current, publish_current, write_current_tmp
 from walqueue.format.directory import StoreDirectory, describe_file_type
@@ -173,14 +174,14 @@ class SnapshotSource:
     def __init__(self, state: State) -> None:
         self._sorted: list[str] = sorted(state.tasks)
         self._new: list[str] = []
-        self._preimages: dict[str, Record | None] | None = None
+        self._preimages: dict[str, Stored | None] | None = None
         self._merged: list[str] = []
 
     def created(self, task_ids: Iterable[str]) -> None:
         """A transaction created the tasks `task_ids` (what `apply` reports, under the queue's lock)."""
         self._new.extend(task_ids)
 
-    def before_change(self, ops: Iterable[Mapping[str, Any]], tasks: Mapping[str, Record]) -> None:
+    def before_change(self, ops: Iterable[Mapping[str, Any]], tasks: Mapping[str, Stored]) -> None:
         """Keep the records a running snapshot must still see, before the tasks the `ops` name change.
 
         Called before every transaction is applied; without a snapshot
@@ -225,7 +226,7 @@ class FrozenState:
         source: SnapshotSource,
         seq: int,
         count: int,
-        tasks: Mapping[str, Record],
+        tasks: Mapping[str, Stored],
         new: list[str],
         clock: int | None = None,
         results: Mapping[str, bytes] | None = None,
@@ -266,7 +267,8 @@ class FrozenState:
                 record = earlier
             keep(task_id)
             stored = results.get(task_id) if results else None
-            yield record.record_json() if stored is None else with_result(record.record_json(), stored)
+            text = row_json(record) if type(record) is tuple else view(record).record_json()
+            yield text if stored is None else with_result(text, stored)
             if pause is not None and not count % every:
                 pause()
 

@@ -28,6 +28,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import IO, Any, Final
 
+from walqueue.engine.records import view
 from walqueue.engine.state import OP_KINDS
 
 __all__ = [
@@ -105,7 +106,8 @@ def before(ops: Sequence[Mapping[str, Any]], tasks: Mapping[str, Any]) -> dict[s
     for op in ops:
         record = tasks.get(op.get("task", ""))  # no task: a store-level op (clock, configure)
         if record is not None:
-            held[op["task"]] = (record.worker, record.deadline)
+            shown = view(record)
+            held[op["task"]] = (shown.worker, shown.deadline)
     return held
 
 
@@ -198,7 +200,7 @@ def emit_transaction(
         ends = last[task_id] == index
         if name is None and not ends:
             continue
-        record = tasks[task_id]
+        record = view(tasks[task_id])
         worker, deadline = held.get(task_id, (None, None))
         if name is not None:
             emit(name, {**_FIELDS.get(name, _op_fields)(op, record, worker, deadline), "seq": seq})

@@ -13,7 +13,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Mapping
 
-from walqueue.engine.records import HeapEntry, Record
+from walqueue.engine.rows import ENTRY, HeapEntry, Stored
 
 __all__ = ["HEAP_SLACK", "due", "first_time", "live_ids", "pruned"]
 
@@ -23,7 +23,7 @@ __all__ = ["HEAP_SLACK", "due", "first_time", "live_ids", "pruned"]
 HEAP_SLACK = 64
 
 
-def pruned(heap: list[HeapEntry], tasks: Mapping[str, Record], live: int) -> list[HeapEntry]:
+def pruned(heap: list[HeapEntry], tasks: Mapping[str, Stored], live: int) -> list[HeapEntry]:
     """`heap` itself, or a new heap of its live entries once it holds more than 2 x `live` + `HEAP_SLACK`.
 
     The statement of that bound: the invariant check asks whether this
@@ -33,27 +33,28 @@ def pruned(heap: list[HeapEntry], tasks: Mapping[str, Record], live: int) -> lis
     """
     if len(heap) <= 2 * live + HEAP_SLACK:
         return heap
-    rebuilt = [entry for entry in heap if tasks[entry[1]].entry is entry]
+    rebuilt = [entry for entry in heap if tasks[entry[1]][ENTRY] is entry]
     heapq.heapify(rebuilt)
     return rebuilt
 
 
-def live_ids(heap: list[HeapEntry], tasks: Mapping[str, Record]) -> list[str]:
+def live_ids(heap: list[HeapEntry], tasks: Mapping[str, Stored]) -> list[str]:
     """The task ids of the live entries, unordered (at most 2k + `HEAP_SLACK` entries for k live ones)."""
-    return [entry[1] for entry in heap if tasks[entry[1]].entry is entry]
+    return [entry[1] for entry in heap if tasks[entry[1]][ENTRY] is entry]
 
 
-def first_time(heap: list[HeapEntry], tasks: Mapping[str, Record]) -> int | None:
+def first_time(heap: list[HeapEntry], tasks: Mapping[str, Stored]) -> int | None:
     """The time of the first live entry (None: there is none), once the stale entries above it are dropped."""
     while heap:
         entry = heap[0]
-        if tasks[entry[1]].entry is entry:
-            return entry[0]
+        if tasks[entry[1]][ENTRY] is entry:
+            time: int = entry[0]
+            return time
         heapq.heappop(heap)
     return None
 
 
-def due(heap: list[HeapEntry], tasks: Mapping[str, Record], now: int, limit: int) -> list[str]:
+def due(heap: list[HeapEntry], tasks: Mapping[str, Stored], now: int, limit: int) -> list[str]:
     """Up to `limit` task ids of live entries with ``time <= now``, in (time, task id) order.
 
     O(k log n) for k results: the first entries are popped and pushed back
@@ -69,7 +70,7 @@ def due(heap: list[HeapEntry], tasks: Mapping[str, Record], now: int, limit: int
     live: list[HeapEntry] = []
     while heap and len(live) < limit:
         entry = heap[0]
-        if tasks[entry[1]].entry is not entry:
+        if tasks[entry[1]][ENTRY] is not entry:
             heapq.heappop(heap)
             continue
         if entry[0] > now:

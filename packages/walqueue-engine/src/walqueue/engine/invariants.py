@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from walqueue.engine.heaps import pruned
-from walqueue.engine.records import COMPLETED, DEAD, DIGEST_BYTES, LEASED, READY, STATUSES
+from walqueue.engine.records import view
+from walqueue.engine.rows import COMPLETED, DEAD, DIGEST_BYTES, LEASED, READY, STATUSES, status_of
 from walqueue.engine.snapshot_load import Loaded
 
 __all__ = ["check_invariants"]
@@ -32,10 +33,15 @@ def check_invariants(indexes: Loaded, lookup_key: Callable[[str], str | None]) -
 
     found = dict.fromkeys(STATUSES, 0)
     for task_id in results:
-        require(task_id in tasks and tasks[task_id].status == COMPLETED, f"result of {task_id!r} has no completed task")
+        require(
+            task_id in tasks and status_of(tasks[task_id]) == COMPLETED, f"result of {task_id!r} has no completed task"
+        )
     live_ready = {id(entry) for entry in ready}
     live_leases = {id(entry) for entry in leases}
-    for task_id, record in tasks.items():
+    for task_id, stored in tasks.items():
+        # An exact tuple or exact bytes, of atomic values: what the cyclic collector need not track.
+        require(type(stored) is tuple or type(stored) is bytes, f"task {task_id!r} is stored as {type(stored)}")
+        record = view(stored)
         require(record.task_id == task_id, f"task {task_id!r} is filed under another id")
         found[record.status] += 1
         require(lookup_key(record.key) == task_id, f"key of task {task_id!r} does not lead back to it")
@@ -59,22 +65,24 @@ def check_invariants(indexes: Loaded, lookup_key: Callable[[str], str | None]) -
         else:
             require(record.entry is None, f"{record.status} task {task_id!r} is still in a heap")
     require(found == counts, f"counts {dict(counts)} differ from the records' {found}")
-    dead_ids = {task_id for task_id, record in tasks.items() if record.status == DEAD}
+    dead_ids = {task_id for task_id, stored in tasks.items() if status_of(stored) == DEAD}
     require(dead_ids == dead, "the set of dead tasks differs from the records")
-    custom_keys = sum(1 for record in tasks.values() if record.key != record.task_id)
+    custom_keys = sum(1 for task_id, stored in tasks.items() if view(stored).key != task_id)
     require(len(key_owner) == custom_keys, "the key index holds keys of no task")
     require(pruned(leases, tasks, found[LEASED]) is leases, "the lease heap holds too many stale entries")
     lanes = indexes.lanes
     if lanes is not None:  # each lane: its live count, its bound on stale entries, its seat
         for q in lanes.iter_queues():
             for lane in q.lanes.values():
-                live = [e for e in lane.heap if tasks[e[1]].entry is e]
+                live = [e for e in lane.heap if view(tasks[e[1]]).entry is e]
                 require(
                     lane.live == len(live), f"lane ({q.name}, {lane.priority}) counts {lane.live} live, not {len(live)}"
                 )
                 require(len(lane.heap) <= 2 * lane.live + 64, f"lane ({q.name}, {lane.priority}) is not pruned")
                 require(
-                    all(tasks[e[1]].queue == q.name and tasks[e[1]].priority == lane.priority for e in live),
+                    all(
+                        view(tasks[e[1]]).queue == q.name and view(tasks[e[1]]).priority == lane.priority for e in live
+                    ),
                     f"lane ({q.name}, {lane.priority}) holds another lane's task",
                 )
                 head = min(live, default=None)
@@ -84,7 +92,8 @@ def check_invariants(indexes: Loaded, lookup_key: Callable[[str], str | None]) -
                     f"lane ({q.name}, {lane.priority}) is seated by {seat and seat[-3:-1]}, not its head {head}",
                 )
             found_q = dict.fromkeys(STATUSES, 0)
-            for record in tasks.values():
+            for stored in tasks.values():
+                record = view(stored)
                 if record.queue == q.name:
                     found_q[record.status] += 1
             require(found_q == q.counts, f"queue {q.name} counts {q.counts}, not {found_q}")

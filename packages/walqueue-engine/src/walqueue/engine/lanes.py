@@ -35,7 +35,23 @@ from typing import Any
 
 from walqueue.engine.ages import ready_ages
 from walqueue.engine.heaps import HEAP_SLACK
-from walqueue.engine.records import DEAD, LEASED, READY, STATUSES, HeapEntry, Record
+from walqueue.engine.records import priority_of, queue_of, view
+from walqueue.engine.rows import (
+    DEAD,
+    ENTRY,
+    LANE,
+    LEASED,
+    PRIORITY,
+    QUEUE,
+    READY,
+    STATUS,
+    STATUSES,
+    TASK_ID,
+    HeapEntry,
+    Row,
+    Stored,
+    status_of,
+)
 from walqueue.engine.validate import DEFAULT_QUEUE, MAX_INT, check_int, check_queue_name, check_rate
 
 __all__ = ["Lane", "Lanes", "QueueIndex", "settings_from_json"]
@@ -108,12 +124,12 @@ class QueueIndex:
             "paused": self.paused,
         }
 
-    def oldest_ready(self, tasks: Mapping[str, Record]) -> int | None:
+    def oldest_ready(self, tasks: Mapping[str, Stored]) -> int | None:
         """The smallest available_at of this queue's ready tasks (a lane's live head), None if none."""
         heads = []
         for lane in self.lanes.values():
             heap = lane.heap
-            while heap and tasks[heap[0][1]].entry is not heap[0]:
+            while heap and tasks[heap[0][1]][ENTRY] is not heap[0]:
                 heapq.heappop(heap)
             if heap:
                 heads.append(heap[0][0])
@@ -173,18 +189,18 @@ class Lanes:
             self.waiting = [s for s in self.waiting if s[2].entry is s]
             heapq.heapify(self.waiting)
 
-    def _seat(self, lane: Lane, tasks: Mapping[str, Record]) -> None:
+    def _seat(self, lane: Lane, tasks: Mapping[str, Stored]) -> None:
         """Seat `lane` by its first live entry, or leave it unseated if it has none."""
         heap = lane.heap
         while heap:
             entry = heap[0]
-            if tasks[entry[1]].entry is entry:
+            if tasks[entry[1]][ENTRY] is entry:
                 self.place(lane, entry[0], entry[1])
                 return
             heapq.heappop(heap)
         lane.entry = None
 
-    def _reopen(self, q: QueueIndex, tasks: Mapping[str, Record]) -> None:
+    def _reopen(self, q: QueueIndex, tasks: Mapping[str, Stored]) -> None:
         for lane in q.lanes.values():
             self._seat(lane, tasks)
 
@@ -195,30 +211,38 @@ class Lanes:
 
     # -- the commit's side (state.State._commit) ------------------------------------
 
-    def moved(self, old: Record | None, new: Record, tasks: Mapping[str, Record]) -> None:
-        """Task `new` replaced `old` (None: it is new), already installed in `tasks` with its heap entry."""
-        name = new.queue
+    def moved(self, old: Row | None, new: Stored, tasks: Mapping[str, Stored]) -> None:
+        """Task `new` replaced `old` (None: it is new), already installed in `tasks` with its heap entry.
+
+        `old` is a row: a completed task never changes. `new` is a row or, once acked, a tombstone.
+        """
+        row = new if old is None else old  # a task keeps its lane; an ack's tombstone would have to decode it
+        if type(row) is not tuple:  # (created and completed in one transaction)
+            name, priority = queue_of(row), priority_of(row)
+        else:
+            name, priority = (row[QUEUE], row[PRIORITY]) if len(row) > LANE else (DEFAULT_QUEUE, 0)
         q = self.default if name is DEFAULT_QUEUE else self.queue(name)
         limited = q.configured()
         before = limited and q.blocked()
         counts = q.counts
         if old is not None:
-            counts[old.status] -= 1
-            if old.status == READY:
-                lane = q.lanes[old.priority]
+            counts[old[STATUS]] -= 1
+            if old[STATUS] == READY:
+                lane = q.lanes[priority]
                 lane.live -= 1
                 seat = lane.entry
-                if seat is not None and seat[-2] == old.task_id:
+                if seat is not None and seat[-2] == old[TASK_ID]:
                     self._seat(lane, tasks)
-        counts[new.status] += 1
-        if new.status == READY:
-            entry = new.entry
-            assert entry is not None
-            lane = self.default_lane if q is self.default and new.priority == 0 else self.lane(q, new.priority)
+        status = status_of(new)
+        counts[status] += 1
+        if status == READY:
+            assert type(new) is tuple
+            entry = new[ENTRY]
+            lane = self.default_lane if q is self.default and priority == 0 else self.lane(q, priority)
             heapq.heappush(lane.heap, entry)
             lane.live += 1
             if len(lane.heap) > 2 * lane.live + HEAP_SLACK:
-                lane.heap = [e for e in lane.heap if tasks[e[1]].entry is e]
+                lane.heap = [e for e in lane.heap if tasks[e[1]][ENTRY] is e]
                 heapq.heapify(lane.heap)
             if not before:
                 seat = lane.entry
@@ -229,7 +253,7 @@ class Lanes:
                 self._reopen(q, tasks)
             else:
                 self._park(q)
-        if q.rate_until is not None and (new.status == READY or (old is not None and old.status == LEASED)):
+        if q.rate_until is not None and (status == READY or (old is not None and old[STATUS] == LEASED)):
             heapq.heappush(self.rate_wait, (q.rate_until, name))  # a reserve past the window looks again
 
     def bulk_default(self) -> bool:
@@ -237,7 +261,7 @@ class Lanes:
         q = self.default
         return not (q.paused or q.concurrency is not None or q.rate is not None or q.rate_until is not None)
 
-    def added(self, entries: list[HeapEntry], tasks: Mapping[str, Record]) -> None:
+    def added(self, entries: list[HeapEntry], tasks: Mapping[str, Stored]) -> None:
         """`moved(None, record)` for new ready tasks of the default lane at once, given their entries (in `tasks`).
 
         Only while `bulk_default()`: then nothing depends on the order they
@@ -255,7 +279,7 @@ class Lanes:
         lane.live += len(entries)
         self.default.counts[READY] += len(entries)
         if len(heap) > 2 * lane.live + HEAP_SLACK:
-            lane.heap = [e for e in heap if tasks[e[1]].entry is e]
+            lane.heap = [e for e in heap if tasks[e[1]][ENTRY] is e]
             heapq.heapify(lane.heap)
         first = min(entries)
         seat = lane.entry
@@ -275,7 +299,7 @@ class Lanes:
         concurrency: int | None,
         rate: tuple[int, int] | None,
         paused: bool,
-        tasks: Mapping[str, Record],
+        tasks: Mapping[str, Stored],
     ) -> None:
         """Install queue `name`'s settings (a configure op): the limiter keeps its lease times if the rate stays."""
         q = self.queue(name)
@@ -312,7 +336,7 @@ class Lanes:
 
     # -- the reserve's side -------------------------------------------------------
 
-    def promote(self, now: int, tasks: Mapping[str, Record]) -> None:
+    def promote(self, now: int, tasks: Mapping[str, Stored]) -> None:
         """Reopen the rate windows `now` has passed; move the lanes whose head is due from `waiting` to `due`."""
         rate_wait = self.rate_wait
         while rate_wait and rate_wait[0][0] <= now:
@@ -332,7 +356,7 @@ class Lanes:
             self.due = [s for s in due if s[3].entry is s]
             heapq.heapify(self.due)
 
-    def pick(self, now: int, limit: int, names: Iterable[str] | None, tasks: Mapping[str, Record]) -> list[str]:
+    def pick(self, now: int, limit: int, names: Iterable[str] | None, tasks: Mapping[str, Stored]) -> list[str]:
         """Up to `limit` due ready task ids, best first, within each queue's budget; changes no seat's meaning.
 
         Entries popped to look past them are pushed back; the lease ops a
@@ -394,7 +418,7 @@ class Lanes:
             heapq.heappush(lane.heap, entry)
         return chosen
 
-    def next_available_at(self, tasks: Mapping[str, Record]) -> int | None:
+    def next_available_at(self, tasks: Mapping[str, Stored]) -> int | None:
         """The earliest time a reserve could lease something (None: nothing will, until a commit changes it)."""
         waiting = self.waiting
         while waiting and waiting[0][2].entry is not waiting[0]:
@@ -448,7 +472,7 @@ class Lanes:
         q = self.queues.get(name)
         return {"concurrency": None, "rate": None, "paused": False} if q is None else q.settings()
 
-    def describe(self, tasks: Mapping[str, Record]) -> list[dict[str, Any]]:
+    def describe(self, tasks: Mapping[str, Stored]) -> list[dict[str, Any]]:
         """Every queue that holds a task or has a setting, by name: settings, counts, oldest dated ready time.
 
         The ready tasks with no start (ages.py) are counted as ``undated_ready`` and left out of
@@ -463,23 +487,25 @@ class Lanes:
         return described
 
     def task_ids(
-        self, tasks: Mapping[str, Record], status: str | None, name: str, leased: Iterable[str], dead: Iterable[str]
+        self, tasks: Mapping[str, Stored], status: str | None, name: str, leased: Iterable[str], dead: Iterable[str]
     ) -> list[str]:
         """The ids of queue `name`'s tasks with `status` (None: all): its lanes for ready ones, a filter otherwise."""
         if status == READY:
-            return [entry[1] for entry in self.ready_entries(name) if tasks[entry[1]].entry is entry]
+            return [entry[1] for entry in self.ready_entries(name) if tasks[entry[1]][ENTRY] is entry]
         if status is None:
-            return [task_id for task_id, record in tasks.items() if record.queue == name]
+            return [task_id for task_id, record in tasks.items() if view(record).queue == name]
         ids = leased if status == LEASED else dead if status == DEAD else tasks
-        return [task_id for task_id in ids if tasks[task_id].queue == name and tasks[task_id].status == status]
+        return [
+            task_id for task_id in ids if status_of(tasks[task_id]) == status and view(tasks[task_id]).queue == name
+        ]
 
-    def restore(self, settings: Mapping[str, Any], tasks: Mapping[str, Record]) -> None:
+    def restore(self, settings: Mapping[str, Any], tasks: Mapping[str, Stored]) -> None:
         """Install a snapshot's settings (`settings_from_json`'s shape), the limiter's lease times with them."""
         for name, (concurrency, rate, paused, recent) in settings.items():
             self.queue(name).recent.extend(recent)
             self.configure(name, concurrency, rate, paused, tasks)
 
-    def apply_configure(self, kind: Any, op: dict[str, Any], planned: bool, tasks: Mapping[str, Record]) -> None:
+    def apply_configure(self, kind: Any, op: dict[str, Any], planned: bool, tasks: Mapping[str, Stored]) -> None:
         """Check a configure op (`TypeError`/`ValueError`) and install its settings."""
         if not kind.keys <= op.keys() <= kind.all_keys:
             optional = sorted(kind.all_keys - kind.keys)
@@ -521,27 +547,28 @@ def settings_from_json(value: object) -> dict[str, tuple[int | None, tuple[int, 
     return settings
 
 
-def _seed(q: QueueIndex, now: int, candidates: list[Seat], tasks: Mapping[str, Record]) -> None:
+def _seed(q: QueueIndex, now: int, candidates: list[Seat], tasks: Mapping[str, Stored]) -> None:
     """Push the due head of each of `q`'s lanes onto `candidates` (a reserve named `q`, or its window passed)."""
     for lane in q.lanes.values():
         heap = lane.heap
-        while heap and tasks[heap[0][1]].entry is not heap[0]:
+        while heap and tasks[heap[0][1]][ENTRY] is not heap[0]:
             heapq.heappop(heap)
         if heap and heap[0][0] <= now:
             heapq.heappush(candidates, (-lane.priority, heap[0][0], heap[0][1], lane))
 
 
 def _after(
-    lane: Lane, task_id: str, tasks: Mapping[str, Record], taken: list[tuple[Lane, HeapEntry]]
+    lane: Lane, task_id: str, tasks: Mapping[str, Stored], taken: list[tuple[Lane, HeapEntry]]
 ) -> HeapEntry | None:
     """Take `task_id`, the live top of `lane`'s heap, off it (kept in `taken`); the live entry after it."""
     heap = lane.heap
     while heap:
         entry = heap[0]
-        if tasks[entry[1]].entry is not entry:
+        if tasks[entry[1]][ENTRY] is not entry:
             heapq.heappop(heap)
         elif entry[1] == task_id:
             taken.append((lane, heapq.heappop(heap)))
         else:
-            return entry
+            found: HeapEntry = entry
+            return found
     return None

@@ -24,6 +24,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, NotRequired, TypedDict
 
+from walqueue.engine.records import queue_of
 from walqueue.engine.state import OP_KINDS
 from walqueue.engine.validate import DEFAULT_QUEUE, check_int
 
@@ -262,7 +263,7 @@ class Metrics:
             for op in tx_ops:
                 kind = op["op"]
                 if kind in _OP_COUNTERS:
-                    queue = tasks[op["task"]].queue
+                    queue = queue_of(tasks[op["task"]])
                     if queue is not DEFAULT_QUEUE and queue != DEFAULT_QUEUE:
                         by_kind = self.by_queue.get(queue)
                         if by_kind is None:

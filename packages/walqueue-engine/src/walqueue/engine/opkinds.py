@@ -59,7 +59,7 @@ from typing import Any
 
 from walqueue.engine import transitions
 from walqueue.engine.optable import Field, OpKind
-from walqueue.engine.records import DEAD, LEASED, READY
+from walqueue.engine.rows import DEAD, LEASED, READY
 from walqueue.engine.validate import DEFAULT_QUEUE
 from walqueue.format.transaction import OP_NAMES
 

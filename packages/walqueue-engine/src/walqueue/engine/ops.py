@@ -20,9 +20,9 @@ from collections.abc import Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from hashlib import sha256 as _sha256
 
+from walqueue.engine import records, rows
 from walqueue.engine.laneplans import lane_fields, stamp_lease_times
 from walqueue.engine.optable import Op, OpKind
-from walqueue.engine.records import check_error_fits
 from walqueue.engine.state import LEASED, OP_KINDS, State, identity_digest
 from walqueue.engine.tracebacks import traceback_op
 from walqueue.engine.txsize import fixed_size as _fixed_size
@@ -321,7 +321,7 @@ def plan_reap(
         check_int(first_seq, "first_seq", 1)
     tasks = state.tasks
     expire_ops: list[Op] = [
-        {"op": "expire", "task": task_id, "generation": tasks[task_id].generation}
+        {"op": "expire", "task": task_id, "generation": tasks[task_id][rows.GENERATION]}
         for task_id in state.peek_expired(now)
     ]
     if not expire_ops:
@@ -398,7 +398,7 @@ def plan_lease(
             "op": "lease",
             "task": task_id,
             "worker": worker,
-            "generation": tasks[task_id].generation + 1,
+            "generation": tasks[task_id][rows.GENERATION] + 1,
             "deadline": deadline,
         }
         for task_id in state.peek_ready(now, limit, queues)
@@ -442,14 +442,13 @@ def _owned_record_generation(state: State, lease: Lease, now: int) -> tuple[str,
     record = state.tasks.get(task_id)
     if record is None:
         raise StaleLease(f"task {task_id!r:.100} does not exist")
-    if record.status != LEASED:
-        raise StaleLease(f"task {task_id!r:.100} is {record.status}, not leased")
-    if record.worker != worker or record.generation != generation:
+    if type(record) is not tuple or record[rows.STATUS] != LEASED:
+        raise StaleLease(f"task {task_id!r:.100} is {rows.status_of(record)}, not leased")
+    if record[rows.WORKER] != worker or record[rows.GENERATION] != generation:
         raise StaleLease(f"task {task_id!r:.100} is leased to another worker or generation")
-    assert record.deadline is not None
-    if not now < record.deadline:
-        raise StaleLease(f"task {task_id!r:.100}: the lease expired at {record.deadline} (now {now})")
-    return record.task_id, record.generation
+    if not now < record[rows.DEADLINE]:
+        raise StaleLease(f"task {task_id!r:.100}: the lease expired at {record[rows.DEADLINE]} (now {now})")
+    return record[rows.TASK_ID], generation
 
 
 def plan_ack(state: State, lease: Lease, now: int, kind: OpKind = _ACK) -> Plan:
@@ -506,15 +505,16 @@ def _with_error(state: State, op: Op, encoded: bytes, error: Error | None, now: 
     """
     if error is None:
         return Plan([op], [encoded])
-    record = state.tasks[op["task"]]
+    record: rows.Row = state.tasks[op["task"]]  # type: ignore[assignment]  # (a leased, ready or dead task)
     error_type, message = cut_text(error[0], ERROR_TYPE_BYTES), cut_text(error[1], ERROR_MESSAGE_BYTES)
+    attempts = record[rows.ATTEMPTS]
     try:
-        check_error_fits(record, (error_type, message, record.attempts, now))
+        records.check_error_fits(record, (error_type, message, attempts, now))
     except ValueError:
         error_type = cut_text(error[0], TIGHT_ERROR_TYPE_BYTES)
         message = cut_text(error[1], TIGHT_ERROR_MESSAGE_BYTES)
     error_op: Op = {"op": "error", "task": op["task"], "type": error_type, "message": message, "at": now}
-    extra = () if len(error) < 3 else traceback_op(record, (error_type, message, record.attempts, now), error[2])
+    extra = () if len(error) < 3 else traceback_op(record, (error_type, message, attempts, now), error[2])
     return Plan([error_op, *extra[:1], op], [_ERROR.encode(error_op), *extra[1:], encoded])
 
 
@@ -567,9 +567,9 @@ def _record_in(state: State, task_id: object, kind: OpKind) -> str:
         raise WrongStatus(f"{kind.name}: unknown task {task_id!r:.100}")
     statuses = kind.statuses
     assert statuses is not None  # only kinds that take an existing task come here
-    if record.status not in statuses:
-        raise WrongStatus(f"{kind.name}: task {task_id!r:.100} is {record.status}, not {' or '.join(sorted(statuses))}")
-    return record.task_id
+    if (status := rows.status_of(record)) not in statuses:
+        raise WrongStatus(f"{kind.name}: task {task_id!r:.100} is {status}, not {' or '.join(sorted(statuses))}")
+    return records.view(record).task_id  # (the stored string)
 
 
 def plan_redrive(state: State, task_id: str, available_at: int, extra_attempts: int = 1) -> Plan:
@@ -577,7 +577,7 @@ def plan_redrive(state: State, task_id: str, available_at: int, extra_attempts: 
     available_at = check_int(available_at, "available_at")
     extra_attempts = check_int(extra_attempts, "extra_attempts", 1)
     stored_id = _record_in(state, task_id, _REDRIVE)
-    max_attempts = state.tasks[stored_id].max_attempts + extra_attempts
+    max_attempts = records.view(state.tasks[stored_id]).max_attempts + extra_attempts
     if max_attempts > MAX_INT:
         raise ValueError(f"max_attempts + extra_attempts exceeds {MAX_INT}")
     op: Op = {"op": "redrive", "task": stored_id, "available_at": available_at, "max_attempts": max_attempts}

@@ -20,6 +20,8 @@ from contextlib import AbstractContextManager
 from operator import itemgetter
 from typing import Any, Final
 
+from walqueue.engine.records import view
+from walqueue.engine.rows import status_of
 from walqueue.engine.types import Task
 
 __all__ = ["MAX_PAGE", "check_page_args", "collect", "read_page", "smallest_after"]
@@ -60,8 +62,8 @@ def collect(tasks: dict[str, Any], ids: list[str], status: str) -> list[Task]:
     found = []
     for task_id in ids:
         record = tasks.get(task_id)
-        if record is not None and record.status == status:
-            found.append(record.to_task())
+        if record is not None and status_of(record) == status:
+            found.append(view(record).to_task())
     return found
 
 

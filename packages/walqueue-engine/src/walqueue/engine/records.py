@@ -1,27 +1,28 @@
-"""Task records: the two shapes a stored task takes, and how each packs its fields.
+"""Task records: what a stored task answers by name, how a completed one is packed, and the rules on both.
 
 A record is the complete state of one task (CONTRACT §3's snapshot record).
-Records are never changed once committed to a `State`: a transition builds
-a new one (state.py), so an index entry that points at an old record is
-stale at once.
+The state stores each task in the shape rows.py defines: a not-completed
+task as a row, an exact tuple read by position (its payload kept as
+canonical JSON bytes behind its identity digest, so a snapshot splices the
+stored bytes without re-encoding them); a completed one, kept forever (its
+key must keep answering retries), packed into exact bytes (`Tombstone`'s
+layout). Neither is ever tracked by the cyclic collector once it has seen
+it. Rows are never changed once committed to a `State`: a transition builds
+a new one, so a heap entry that points at an old row is stale at once.
 
-Why the shapes: a not-completed task is a `TaskRecord`, a `__slots__`
-object whose payload is kept as canonical JSON bytes behind its identity
-digest (one bytes object, no decoded tree), so a million tasks cost little
-memory and a snapshot splices the stored bytes without re-encoding them. A
-completed task is kept forever (its key must keep answering retries), so it
-is packed into one bytes object, a `Tombstone`. Both answer the same eleven
-fields; nothing outside this module depends on which shape it holds. A
-task's last error (`ErrorFields`) is one tuple or None; a completed task has
-none, so a tombstone costs nothing more for it.
+`view` turns either into a record that answers the same fields by name
+(`TaskRecord`, `Tombstone`): what every reader off the hot path uses. A
+task's last error rides in its row with its traceback (`StoredError`); a
+completed task has none, so a tombstone costs nothing more for it.
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
+from walqueue.engine import rows
 from walqueue.engine.types import LastError, Task, WalQueueError
 from walqueue.engine.validate import DEFAULT_QUEUE, LAST_ERROR_ROOM, check_last_error_fits, cut_text
 from walqueue.format.canonical import canonical_str, parse_json
@@ -29,12 +30,9 @@ from walqueue.format.canonical import canonical_str, parse_json
 __all__ = [
     "COMPLETED",
     "DEAD",
-    "DIGEST_BYTES",
-    "ErrorFields",
     "LEASED",
     "READY",
     "STATUSES",
-    "HeapEntry",
     "InvalidTransaction",
     "Record",
     "TaskRecord",
@@ -46,30 +44,22 @@ __all__ = [
     "identity_digest",
     "last_error_json",
     "last_error_member_size",
+    "row_json",
+    "pack_tombstone",
+    "tombstone_bytes",
+    "view",
+    "queue_of",
+    "priority_of",
 ]
 
-READY = "ready"
-LEASED = "leased"
-COMPLETED = "completed"
-DEAD = "dead"
-#: Every status a task can have, in the order `State.counts()` lists them.
-STATUSES: tuple[str, ...] = (READY, LEASED, COMPLETED, DEAD)
+#: The statuses, as every layer above has long imported them from here (rows.py defines them).
+READY, LEASED, COMPLETED, DEAD, STATUSES = rows.READY, rows.LEASED, rows.COMPLETED, rows.DEAD, rows.STATUSES
 
 
 def check_status_filter(status: object) -> None:
     """`ValueError` unless `status` is in `STATUSES` or None: `Queue.tasks`'s filter, which clients check too."""
-    if status is not None and (type(status) is not str or status not in STATUSES):
-        raise ValueError(f"status must be one of {', '.join(STATUSES)} or None, not {status!r}")
-
-
-#: The size of a put's identity digest (SHA-256), which starts every record's `digest_and_payload`.
-DIGEST_BYTES = 32
-
-#: A task's last error as stored: (type, message, attempt, at), the fields of `LastError` in its order.
-ErrorFields = tuple[str, str, int, int]
-
-#: A ready task's (available_at, task id) or a leased one's (deadline, task id): its place in a heap.
-HeapEntry = tuple[int, str]
+    if status is not None and (type(status) is not str or status not in rows.STATUSES):
+        raise ValueError(f"status must be one of {', '.join(rows.STATUSES)} or None, not {status!r}")
 
 
 class InvalidTransaction(WalQueueError, ValueError):
@@ -121,18 +111,16 @@ def decode_payload(digest_and_payload: bytes) -> Any:
     so its scanner path takes them whole, with neither `json.loads`'
     encoding detection nor its whitespace regex.
     """
-    return parse_json(digest_and_payload[DIGEST_BYTES:])
+    return parse_json(digest_and_payload[rows.DIGEST_BYTES :])
 
 
-@dataclass(init=False, eq=False, repr=False, match_args=False)
 class _RecordView:
-    """What every stored task answers, whether it is a full `TaskRecord` or a packed `Tombstone`.
+    """What every stored task answers, whether it is a `TaskRecord` (of either lane shape) or a packed `Tombstone`.
 
-    The two shapes exist for memory (a completed task is kept forever, so it
-    must be small), not for meaning: both expose the same eleven fields, and
-    everything that reads a task goes through them. Declared once, here:
-    they are `TaskRecord`'s slots and its constructor's arguments, in this
-    order; `Tombstone` answers them by decoding its bytes.
+    The shapes exist for memory (a completed task is kept forever, so it
+    must be small; a task in the default lane carries no lane), not for
+    meaning: every shape exposes the same fourteen fields, and everything
+    that reads a task goes through them (`fields()` lists them in order).
     """
 
     __slots__ = ()
@@ -147,12 +135,13 @@ class _RecordView:
     generation: int
     worker: str | None
     deadline: int | None
-    last_error: ErrorFields | None
+    #: The last error (`ErrorFields`), None: none recorded.
+    last_error: rows.ErrorFields | None
     #: The last error's traceback (the "traceback" op, a format extension); None: none recorded.
-    traceback: str | None = None
+    traceback: str | None
     #: The task's queue and priority (lanes): the shared DEFAULT_QUEUE string and 0 unless put elsewhere.
-    queue: str = DEFAULT_QUEUE
-    priority: int = 0
+    queue: str
+    priority: int
 
     def fields(self) -> tuple[object, ...]:
         """Everything that is state (not `entry`, which is only an index position)."""
@@ -176,14 +165,14 @@ class _RecordView:
     @property
     def identity(self) -> bytes:
         """The 32-byte identity digest of the task's original put."""
-        return self.digest_and_payload[:DIGEST_BYTES]
+        return self.digest_and_payload[: rows.DIGEST_BYTES]
 
     def payload_json(self) -> bytes:
         """The payload's canonical JSON, ``b"null"`` once completed."""
-        return self.digest_and_payload[DIGEST_BYTES:] or b"null"
+        return self.digest_and_payload[rows.DIGEST_BYTES :] or b"null"
 
     def to_task(self) -> Task:
-        payload = decode_payload(self.digest_and_payload) if self.status != COMPLETED else None
+        payload = decode_payload(self.digest_and_payload) if self.status != rows.COMPLETED else None
         return Task(
             task_id=self.task_id,
             key=self.key,
@@ -201,48 +190,101 @@ class _RecordView:
         )
 
     def record_json(self) -> bytes:
-        """This task's snapshot record (CONTRACT §3) as canonical JSON, splicing the stored payload bytes.
+        """This task's snapshot record (CONTRACT §3) as canonical JSON (`row_json`)."""
+        return row_json(self.row())
 
-        A task without a last error has no ``last_error`` key at all, so its
-        record is byte for byte what a version without last errors writes.
-        """
-        deadline = self.deadline
-        worker = self.worker
-        return (
-            b'{"attempts":%d,"available_at":%d,"deadline":%b,"generation":%d,"identity":"%b","key":%b,%b'
-            b'"max_attempts":%d,"payload":%b,%b"status":"%b","task":%b,%b"worker":%b}'
-            % (
-                self.attempts,
-                self.available_at,
-                b"null" if deadline is None else b"%d" % deadline,
-                self.generation,
-                self.digest_and_payload[:DIGEST_BYTES].hex().encode("ascii"),
-                canonical_str(self.key),
-                b"" if self.last_error is None else b'"last_error":%b,' % last_error_json(self.last_error),
-                self.max_attempts,
-                self.payload_json(),
-                lane_members(self.queue, self.priority),
-                self.status.encode("ascii"),
-                canonical_str(self.task_id),
-                b"" if self.traceback is None else b'"traceback":%b,' % canonical_str(self.traceback),
-                b"null" if worker is None else canonical_str(worker),
-            )
+    def row(self) -> rows.Row:
+        """The task's fields in a `Row`'s layout."""
+        raise NotImplementedError
+
+
+def row_json(row: rows.Row) -> bytes:
+    """The snapshot record (CONTRACT §3) of the task of `row`, as canonical JSON, splicing the stored payload bytes.
+
+    Read by position: compaction writes one per not-completed task. A task
+    without a last error has no ``last_error`` key at all, so its record is
+    byte for byte what a version without last errors writes.
+    """
+    deadline, worker, error, data, lane = (
+        row[rows.DEADLINE],
+        row[rows.WORKER],
+        row[rows.ERROR],
+        row[rows.DATA],
+        row[rows.LANE :],
+    )
+    return (
+        b'{"attempts":%d,"available_at":%d,"deadline":%b,"generation":%d,"identity":"%b","key":%b,%b'
+        b'"max_attempts":%d,"payload":%b,%b"status":"%b","task":%b,%b"worker":%b}'
+        % (
+            row[rows.ATTEMPTS],
+            row[rows.AVAILABLE_AT],
+            b"null" if deadline is None else b"%d" % deadline,
+            row[rows.GENERATION],
+            data[: rows.DIGEST_BYTES].hex().encode("ascii"),
+            canonical_str(row[rows.KEY]),
+            b"" if error is None else b'"last_error":%b,' % last_error_json(error[:4]),
+            row[rows.MAX_ATTEMPTS],
+            data[rows.DIGEST_BYTES :] or b"null",
+            lane_members(*lane) if lane else b"",
+            row[rows.STATUS].encode("ascii"),
+            canonical_str(row[rows.TASK_ID]),
+            b"" if error is None or len(error) == 4 else b'"traceback":%b,' % canonical_str(error[4]),
+            b"null" if worker is None else canonical_str(worker),
         )
+    )
 
 
-@dataclass(slots=True, eq=False, repr=False)
-class TaskRecord(_RecordView):
-    """The complete state of one task that is not completed.
+def queue_of(stored: rows.Stored) -> str:
+    """The task's queue: a lane row's item, DEFAULT_QUEUE for a default-lane row, decoded from a tombstone."""
+    if isinstance(stored, bytes):
+        return Tombstone(stored).queue
+    queue: str = stored[rows.QUEUE] if len(stored) > rows.LANE else DEFAULT_QUEUE
+    return queue
 
-    `digest_and_payload` is the 32-byte identity digest followed by the payload's canonical
-    JSON. `entry` is the heap tuple that currently stands for this task in
-    the ready heap (ready) or the lease heap (leased), ``None`` otherwise.
-    Records are never changed after they are committed to a `State`: a
-    transition replaces the record, which also makes the old heap entry
-    stale at once.
+
+def priority_of(stored: rows.Stored) -> int:
+    """The task's priority (see `queue_of`)."""
+    if isinstance(stored, bytes):
+        return Tombstone(stored).priority
+    priority: int = stored[rows.PRIORITY] if len(stored) > rows.LANE else 0
+    return priority
+
+
+class TaskRecord(_RecordView, tuple[Any, ...]):
+    """A view of a not-completed task's `Row` that answers its fields by name (`view` makes it).
+
+    A copy of the row's items, for reading: the state stores the row
+    itself, an exact tuple the cyclic collector soon stops tracking (rows.py;
+    an instance of any class, a tuple subclass too, is tracked
+    for as long as it lives), so a full collection does not walk the tasks.
     """
 
-    entry: HeapEntry | None = field(default=None, init=False)
+    __slots__ = ()
+
+    # Every field a row holds by position answers by its name (set below the class, from rows.FIELDS).
+    stored_error: rows.StoredError | None
+    entry: rows.HeapEntry | None
+
+    @property
+    def last_error(self) -> rows.ErrorFields | None:  # type: ignore[override]
+        error: rows.StoredError | None = self[rows.ERROR]
+        return error if error is None or len(error) == 4 else error[:4]
+
+    @property
+    def traceback(self) -> str | None:  # type: ignore[override]
+        error: rows.StoredError | None = self[rows.ERROR]
+        return None if error is None or len(error) == 4 else error[4]
+
+    @property
+    def queue(self) -> str:  # type: ignore[override]
+        return queue_of(self)
+
+    @property
+    def priority(self) -> int:  # type: ignore[override]
+        return priority_of(self)
+
+    def row(self) -> rows.Row:
+        return self
 
     def __repr__(self) -> str:
         return f"TaskRecord{self.fields()!r}"
@@ -274,58 +316,25 @@ class Tombstone(_RecordView, bytes):
 
     `generation` is not stored: every transition keeps it equal to
     `attempts` (and snapshot loading refuses a record where it is not), so
-    `Tombstone.of` refuses to pack a record that breaks the rule. The fields
+    `tombstone_bytes` refuses to pack a record that breaks the rule. The fields
     are decoded on access, which is rare: retries, reads and snapshots.
     """
 
     __slots__ = ()
 
     # A completed task never has these (class attributes, not storage).
-    status = COMPLETED
+    status = rows.COMPLETED
     worker = None
     deadline = None
     last_error = None
+    traceback = None
+    stored_error = None
     entry = None
-
-    @classmethod
-    def of(
-        cls,
-        task_id: str,
-        key: str,
-        digest: bytes,
-        available_at: int,
-        max_attempts: int,
-        attempts: int,
-        generation: int,
-        queue: str = DEFAULT_QUEUE,
-        priority: int = 0,
-    ) -> Tombstone:
-        """Pack a completed task; a lane other than the default adds `` <priority> <queue length>`` and the queue."""
-        if generation != attempts:
-            raise ValueError(f"generation {generation} differs from attempts {attempts}")
-        if len(digest) != DIGEST_BYTES:
-            raise ValueError(f"an identity digest has {DIGEST_BYTES} bytes, not {len(digest)}")
-        task_bytes = task_id.encode("utf-8")
-        lane = b"" if queue == DEFAULT_QUEUE and priority == 0 else b" %d %d" % (priority, len(queue))
-        return cls(
-            b"%b%d %d %d %d%b:%b%b%b"
-            % (
-                digest,
-                available_at,
-                max_attempts,
-                attempts,
-                len(task_bytes),
-                lane,
-                task_bytes,
-                queue.encode("ascii") if lane else b"",
-                b"" if key == task_id else key.encode("utf-8"),
-            )
-        )
 
     def _numbers(self) -> tuple[int, ...]:
         """(available_at, max_attempts, attempts, task id length, where the task id starts, priority, queue length)."""
-        colon = self.index(b":", DIGEST_BYTES)
-        numbers = list(map(int, self[DIGEST_BYTES:colon].split()))
+        colon = self.index(b":", rows.DIGEST_BYTES)
+        numbers = list(map(int, self[rows.DIGEST_BYTES : colon].split()))
         if len(numbers) == 4:
             numbers += [0, 0]
         available_at, max_attempts, attempts, task_len, priority, queue_len = numbers
@@ -333,7 +342,7 @@ class Tombstone(_RecordView, bytes):
 
     @property
     def digest_and_payload(self) -> bytes:  # type: ignore[override]
-        return bytes(self[:DIGEST_BYTES])
+        return bytes(self[: rows.DIGEST_BYTES])
 
     @property
     def task_id(self) -> str:  # type: ignore[override]
@@ -357,6 +366,11 @@ class Tombstone(_RecordView, bytes):
     generation = _PackedNumber(2)  # always equal to attempts (`of` refuses a record where it is not)
     priority = _PackedNumber(5)
 
+    def row(self) -> rows.Row:
+        """A row of this completed task's fields (its payload is gone: the digest alone)."""
+        fields = (self.task_id, self.key, rows.COMPLETED, self.digest_and_payload, self.available_at, self.max_attempts)
+        return rows.new_row(*fields, self.attempts, None, None, None, self.queue, self.priority)
+
     def __repr__(self) -> str:
         return f"Tombstone{self.fields()!r}"
 
@@ -364,7 +378,59 @@ class Tombstone(_RecordView, bytes):
 Record = TaskRecord | Tombstone
 
 
-def last_error_json(last_error: ErrorFields) -> bytes:
+for _index, _name in enumerate(rows.FIELDS):
+    setattr(TaskRecord, _name, property(itemgetter(_index)))
+TaskRecord.generation = property(itemgetter(rows.GENERATION))  # type: ignore[assignment]  # (= attempts)
+
+
+def view(stored: rows.Stored) -> Record:
+    """The stored task `stored` (a row or a tombstone's bytes) as a record that answers its fields by name."""
+    return Tombstone(stored) if type(stored) is bytes else TaskRecord(stored)
+
+
+def pack_tombstone(row: rows.Row) -> bytes:
+    """A completed task's tombstone (exact bytes, as `State.tasks` stores it), from the row its ack completes."""
+    attempts = row[rows.ATTEMPTS]
+    counters = (row[rows.AVAILABLE_AT], row[rows.MAX_ATTEMPTS], attempts, attempts)
+    return tombstone_bytes(
+        row[rows.TASK_ID], row[rows.KEY], row[rows.DATA][: rows.DIGEST_BYTES], counters, *row[rows.LANE :]
+    )
+
+
+def tombstone_bytes(
+    task_id: str,
+    key: str,
+    digest: bytes,
+    counters: tuple[int, int, int, int],
+    queue: str = DEFAULT_QUEUE,
+    priority: int = 0,
+) -> bytes:
+    """A completed task packed in `Tombstone`'s layout (exact bytes, as `State.tasks` stores it).
+
+    `counters`: (available_at, max_attempts, attempts, generation). A lane
+    other than the default adds `` <priority> <queue length>`` and the queue.
+    """
+    available_at, max_attempts, attempts, generation = counters
+    if generation != attempts:
+        raise ValueError(f"generation {generation} differs from attempts {attempts}")
+    if len(digest) != rows.DIGEST_BYTES:
+        raise ValueError(f"an identity digest has {rows.DIGEST_BYTES} bytes, not {len(digest)}")
+    task_bytes = task_id.encode("utf-8")
+    lane = b"" if priority == 0 and queue == DEFAULT_QUEUE else b" %d %d" % (priority, len(queue))
+    return b"%b%d %d %d %d%b:%b%b%b" % (
+        digest,
+        available_at,
+        max_attempts,
+        attempts,
+        len(task_bytes),
+        lane,
+        task_bytes,
+        queue.encode("ascii") if lane else b"",
+        b"" if key == task_id else key.encode("utf-8"),
+    )
+
+
+def last_error_json(last_error: rows.ErrorFields) -> bytes:
     """The canonical JSON of a stored last error: ``{"at":N,"attempt":N,"message":M,"type":Y}``."""
     error_type, message, attempt, at = last_error
     return b'{"at":%d,"attempt":%d,"message":%b,"type":%b}' % (
@@ -375,7 +441,7 @@ def last_error_json(last_error: ErrorFields) -> bytes:
     )
 
 
-def last_error_member_size(last_error: ErrorFields, traceback: str | None = None) -> int:
+def last_error_member_size(last_error: rows.ErrorFields, traceback: str | None = None) -> int:
     """The bytes ``,"last_error":{...}`` (and ``,"traceback":X``, its traceback's) add to a snapshot record.
 
     validate.check_last_error_fits measures it.
@@ -384,25 +450,26 @@ def last_error_member_size(last_error: ErrorFields, traceback: str | None = None
     return size if traceback is None else size + len(b',"traceback":') + len(canonical_str(traceback))
 
 
-def check_error_fits(record: Record, last_error: ErrorFields, traceback: str | None = None) -> None:
-    """`ValueError` unless `record` with `last_error` still fits a snapshot frame in any status.
+def check_error_fits(row: rows.Row, last_error: rows.ErrorFields, traceback: str | None = None) -> None:
+    """`ValueError` unless the task of `row` with `last_error` still fits a snapshot frame in any status.
 
     Only a member longer than `LAST_ERROR_ROOM` (the slack every accepted
     task has) is measured against the payload and names.
     """
     size = last_error_member_size(last_error, traceback)
     if size > LAST_ERROR_ROOM:
-        task_json = canonical_str(record.task_id)
-        key_json = task_json if record.key == record.task_id else canonical_str(record.key)
-        check_last_error_fits(record.payload_json(), task_json, key_json, size)
+        task_id, key = row[rows.TASK_ID], row[rows.KEY]
+        task_json = canonical_str(task_id)
+        key_json = task_json if key == task_id else canonical_str(key)
+        check_last_error_fits(row[rows.DATA][rows.DIGEST_BYTES :] or b"null", task_json, key_json, size)
 
 
 #: The UTF-8 bytes of a worker name that an expiry's message quotes (cut with a marker beyond them).
 EXPIRY_WORKER_BYTES = 128
 
 
-def expiry_error(record: Record) -> ErrorFields:
-    """The last error an expire op records for the leased `record`, derived from the record alone.
+def expiry_error(row: rows.Row) -> rows.ErrorFields:
+    """The last error an expire op records for the leased task of `row`, derived from the row alone.
 
     Nothing is written for it: the expire op is what it always was, and
     replaying it gives the same error, so a reap costs no more bytes. The
@@ -410,10 +477,10 @@ def expiry_error(record: Record) -> ErrorFields:
     is cut to `EXPIRY_WORKER_BYTES`, so that the error fits in any record
     (validate.LAST_ERROR_ROOM): at most about 1,000 bytes of JSON.
     """
-    worker, deadline = record.worker, record.deadline
+    worker, deadline = row[rows.WORKER], row[rows.DEADLINE]
     assert worker is not None and deadline is not None  # a leased record
     message = (
         f"worker {cut_text(worker, EXPIRY_WORKER_BYTES)} did not ack, release or extend"
-        f" lease {record.generation} by its deadline {deadline}"
+        f" lease {row[rows.GENERATION]} by its deadline {deadline}"
     )
-    return ("LeaseExpired", message, record.attempts, deadline)
+    return ("LeaseExpired", message, row[rows.ATTEMPTS], deadline)

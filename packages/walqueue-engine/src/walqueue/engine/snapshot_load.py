@@ -26,7 +26,8 @@ from typing import NamedTuple
 
 from walqueue.engine.gcpause import paused_gc
 from walqueue.engine.lanes import Lane, Lanes
-from walqueue.engine.records import (
+from walqueue.engine.records import InvalidTransaction, Record, last_error_member_size, tombstone_bytes, view
+from walqueue.engine.rows import (
     COMPLETED,
     DEAD,
     DIGEST_BYTES,
@@ -35,11 +36,8 @@ from walqueue.engine.records import (
     STATUSES,
     ErrorFields,
     HeapEntry,
-    InvalidTransaction,
-    Record,
-    TaskRecord,
-    Tombstone,
-    last_error_member_size,
+    Stored,
+    with_traceback,
 )
 from walqueue.engine.validate import (
     DEFAULT_QUEUE,
@@ -158,19 +156,19 @@ def _last_error(
     return fields, text
 
 
-def record_from_dict(value: object, *, decoded: bool = False) -> Record:
+def record_from_dict(value: object, *, decoded: bool = False) -> Record:  # (a view of what the state stores)
     """Check one decoded snapshot record completely and build it (`load_records` of that record alone).
 
     A `ValueError` (`InvalidTransaction`) names any flaw.
     """
     (record,) = load_records((value,), decoded=decoded).tasks.values()
-    return record
+    return view(record)
 
 
 class Loaded(NamedTuple):
     """What a snapshot's records make: the pieces of a `State` (state.py assembles them)."""
 
-    tasks: dict[str, Record]
+    tasks: dict[str, Stored]
     key_owner: dict[str, str]
     ready: list[HeapEntry]
     leases: list[HeapEntry]
@@ -224,7 +222,7 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
     objects per task and frees none of them, so the collections they would
     trigger only walk the growing state again and again (`gcpause`).
     """
-    tasks: dict[str, Record] = {}
+    tasks: dict[str, Stored] = {}
     key_owner: dict[str, str] = {}
     ready: list[HeapEntry] = []
     leases: list[HeapEntry] = []
@@ -239,7 +237,8 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
     ready_at = 0  # the last ready record's available_at: while they never decrease, every heap is in order
     in_order = True
     previous: str | None = None
-    record: Record
+    record: Stored
+    entry: HeapEntry = (0, "")
     with paused_gc():
         for index, value in enumerate(records):
             try:
@@ -329,33 +328,23 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
                 if stored_result is not _ABSENT:
                     results[task_id] = _result(stored_result, status)
                 if status is COMPLETED:
-                    record = Tombstone.of(
-                        task_id, key, digest, available_at, max_attempts, attempts, generation, queue, priority
-                    )
-                else:
-                    record = TaskRecord(
-                        task_id,
-                        key,
-                        status,
-                        digest + payload_json,
-                        available_at,
-                        max_attempts,
-                        attempts,
-                        generation,
-                        worker,
-                        deadline,
-                        last_error,
-                        traceback,
-                        queue,
-                        priority,
-                    )
+                    counters = (available_at, max_attempts, attempts, generation)
+                    record = tombstone_bytes(task_id, key, digest, counters, queue, priority)
+                else:  # a row (records.new_row's layout, inlined: one call less per record)
+                    entry = (available_at, task_id) if status is READY else (deadline, task_id)
+                    record = (
+                        task_id, key, status, digest + payload_json, available_at, max_attempts, attempts, worker,
+                        deadline, with_traceback(last_error, traceback), None if status is DEAD else entry,
+                    )  # fmt: skip
+                    if queue is not DEFAULT_QUEUE or priority != 0:
+                        record += (queue, priority)
             except (TypeError, ValueError) as exc:
                 raise InvalidTransaction(f"snapshot record {index}: {exc}") from None
             if previous is not None and not previous < task_id:
                 raise InvalidTransaction(f"snapshot record {index}: task {task_id!r:.100} is out of task-id order")
             previous = task_id
             if key != task_id:
-                if key in key_owner or (key in tasks and tasks[key].key == key):
+                if key in key_owner or (key in tasks and view(tasks[key]).key == key):
                     raise InvalidTransaction(f"snapshot record {index}: key {key!r:.100} is repeated")
                 key_owner[key] = task_id
             elif task_id in key_owner:
@@ -367,8 +356,6 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
             if status is not READY and queue is not DEFAULT_QUEUE:  # ready ones: counted by `_settle_lanes`
                 lanes.queues[queue].counts[status] += 1  # (a shared string: no copy per task)
             if status is READY:
-                assert type(record) is TaskRecord
-                record.entry = entry = (available_at, task_id)
                 if available_at < ready_at:
                     in_order = False
                 ready_at = available_at
@@ -379,8 +366,6 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
                         entry
                     )
             elif status is LEASED:
-                assert type(record) is TaskRecord
-                record.entry = entry = (deadline, task_id)
                 leases.append(entry)
     heapq.heapify(leases)
     _settle_lanes(lanes, counts, in_order)

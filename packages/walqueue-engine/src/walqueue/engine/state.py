@@ -25,19 +25,13 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from walqueue.engine.heaps import HEAP_SLACK, due, first_time, live_ids, pruned
 from walqueue.engine.invariants import check_invariants
 from walqueue.engine.lanes import Lanes, settings_from_json
 from walqueue.engine.opkinds import OP_KEYS, OP_KINDS
 from walqueue.engine.records import (
-    COMPLETED,
-    DEAD,
-    LEASED,
-    READY,
-    STATUSES,
-    HeapEntry,
     InvalidTransaction,
     Record,
     TaskRecord,
@@ -45,6 +39,28 @@ from walqueue.engine.records import (
     check_status_filter,
     decode_payload,
     identity_digest,
+    view,
+)
+from walqueue.engine.rows import (
+    ATTEMPTS,
+    COMPLETED,
+    DATA,
+    DEAD,
+    DEADLINE,
+    ENTRY,
+    GENERATION,
+    KEY,
+    LANE,
+    LEASED,
+    READY,
+    STATUS,
+    STATUSES,
+    TASK_ID,
+    WORKER,
+    HeapEntry,
+    Row,
+    Stored,
+    status_of,
 )
 from walqueue.engine.snapshot_load import Loaded, check_snapshot_seq, load_records
 from walqueue.engine.transitions import NOTHING_STAGED, OpError, Staging, Transition
@@ -62,6 +78,7 @@ __all__ = [
     "InvalidTransaction",
     "Record",
     "State",
+    "Stored",
     "TaskRecord",
     "Tombstone",
     "apply",
@@ -93,7 +110,7 @@ class State:
     def __init__(self) -> None:
         self.last_seq = 0
         #: task id -> record; read it, never write it (use `apply`).
-        self.tasks: dict[str, Record] = {}
+        self.tasks: dict[str, Stored] = {}
         self._key_owner: dict[str, str] = {}
         #: The ready order by queue and priority, and each queue's settings (lanes.py).
         self._lanes = Lanes()
@@ -126,7 +143,7 @@ class State:
         other_tasks = other.tasks
         for task_id, record in self.tasks.items():
             other_record = other_tasks.get(task_id)
-            if other_record is None or record.fields() != other_record.fields():
+            if other_record is None or view(record).fields() != view(other_record).fields():
                 return False
         return True
 
@@ -141,14 +158,14 @@ class State:
         if owner is not None:
             return owner
         record = self.tasks.get(key)
-        if record is not None and record.key == key:
+        if record is not None and (record[KEY] if type(record) is tuple else view(record).key) == key:
             return key
         return None
 
     def get_task(self, task_id: str) -> Task | None:
         """A fresh view of the task (its payload decoded anew, so a copy), or ``None``."""
         record = self.tasks.get(task_id)
-        return None if record is None else record.to_task()
+        return None if record is None else view(record).to_task()
 
     def list_tasks(self, status: str | None = None, queue: str | None = None) -> list[Task]:
         """Every task (or every task with `status`), ordered by task id.
@@ -170,8 +187,8 @@ class State:
         elif status == DEAD:
             ids = self._dead
         else:
-            ids = [task_id for task_id, record in tasks.items() if record.status == status]
-        return [tasks[task_id].to_task() for task_id in sorted(ids)]
+            ids = [task_id for task_id, record in tasks.items() if status_of(record) == status]
+        return [view(tasks[task_id]).to_task() for task_id in sorted(ids)]
 
     def _queue_ids(self, status: str | None, queue: str) -> list[str]:
         """The ids of queue `queue`'s tasks (with `status`): its lanes for ready ones, a walk otherwise."""
@@ -214,7 +231,7 @@ class State:
             return list(self._leases)
         if status == DEAD:
             return list(self._dead)
-        return [task_id for task_id, record in self.tasks.items() if record.status == status]
+        return [task_id for task_id, record in self.tasks.items() if status_of(record) == status]
 
     def result(self, task_id: str) -> tuple[int, bytes] | None:
         """A completed task's stored result: (expires, its JSON); None if there is none (or it was dropped)."""
@@ -256,22 +273,23 @@ class State:
 
     def identity(self, task_id: str) -> bytes:
         """The 32-byte identity digest of the task's original put (`KeyError` if unknown)."""
-        return self.tasks[task_id].identity
+        return view(self.tasks[task_id]).identity
 
     def lease_for(self, task_id: str) -> Lease:
         """The lease token of a leased task (`KeyError` if unknown, `ValueError` if not leased)."""
-        record = self.tasks[task_id]
-        if record.status != LEASED or record.worker is None or record.deadline is None:
-            raise ValueError(f"task {task_id!r} is {record.status}, not leased")
+        row = self.tasks[task_id]
+        if type(row) is not tuple or row[STATUS] != LEASED:
+            raise ValueError(f"task {task_id!r} is {status_of(row)}, not leased")
+        lane = row[LANE:] or (DEFAULT_QUEUE, 0)
         return new_lease(
-            record.task_id,
-            record.worker,
-            record.generation,
-            record.deadline,
-            record.attempts,
-            decode_payload(record.digest_and_payload),
-            record.queue,
-            record.priority,
+            row[TASK_ID],
+            row[WORKER],
+            row[GENERATION],
+            row[DEADLINE],
+            row[ATTEMPTS],
+            decode_payload(row[DATA]),
+            lane[0],
+            lane[1],
         )
 
     # -- planner support ------------------------------------------------------
@@ -298,7 +316,7 @@ class State:
         """Every task's snapshot record as canonical JSON bytes, in task-id order."""
         tasks = self.tasks
         for task_id in sorted(tasks):
-            yield tasks[task_id].record_json()
+            yield view(tasks[task_id]).record_json()  # (compaction writes rows with records.row_json)
 
     @classmethod
     def from_records(
@@ -343,7 +361,7 @@ class State:
 
     # -- commit (apply's second half) -----------------------------------------
 
-    def _commit(self, staged: Collection[tuple[str, Record]], seq: int) -> Sequence[str]:
+    def _commit(self, staged: Collection[tuple[str, Stored]], seq: int) -> Sequence[str]:
         """Install the staged (task id, record) pairs, each replacing the task's record, and advance to `seq`.
 
         Returns the ids of the tasks this created, in op order (the snapshot
@@ -360,26 +378,28 @@ class State:
         bulk = len(staged) > 1
         for task_id, record in staged:
             old = tasks.get(task_id)
-            status = record.status
+            row: Row = record if type(record) is tuple else ()  # (an ack's tombstone: no row)
+            status = row[STATUS] if row else COMPLETED
             if old is None:
-                if record.key != task_id:
-                    self._key_owner[record.key] = task_id
+                key: str = row[KEY] if row else view(record).key  # (created and acked in one transaction)
+                if key != task_id:
+                    self._key_owner[key] = task_id
                 if created is None:
                     created = [task_id]
                 else:
                     created.append(task_id)
             else:
-                counts[old.status] -= 1
-                if old.status == DEAD:
+                assert type(old) is tuple  # a completed task never changes
+                counts[old[STATUS]] -= 1
+                if old[STATUS] == DEAD:
                     dead.discard(task_id)
             counts[status] += 1
             if status == DEAD:
                 dead.add(task_id)
             tasks[task_id] = record
             if status == READY:
-                assert type(record) is TaskRecord
-                record.entry = entry = (record.available_at, task_id)
-                if bulk and old is None and record.queue is DEFAULT_QUEUE and record.priority == 0:
+                entry: HeapEntry = row[ENTRY]
+                if bulk and old is None and len(row) == LANE:  # (the default lane's rows have no lane items)
                     if added is None:
                         added, bulk = [], lanes.bulk_default()
                     if bulk:
@@ -387,9 +407,7 @@ class State:
                         continue
             lanes.moved(old, record, tasks)
             if status == LEASED:
-                assert type(record) is TaskRecord and record.deadline is not None
-                record.entry = entry = (record.deadline, task_id)
-                heapq.heappush(self._leases, entry)
+                heapq.heappush(self._leases, row[ENTRY])
         if added:
             lanes.added(added, tasks)
         self.last_seq = seq
@@ -434,7 +452,14 @@ def _describe(value: object) -> str:
     return f"{value!r:.80}"
 
 
-def _stage(state: State, staging: Staging, seq: int, index: int, op: object) -> Record | tuple[str, int]:
+class _Setting(NamedTuple):
+    """A store-level op's result (a "clock" op): the setting and its value, applied with the commit."""
+
+    name: str
+    value: int
+
+
+def _stage(state: State, staging: Staging, seq: int, index: int, op: object) -> Stored | _Setting:
     """The record op `index` of transaction `seq` leads to, or `InvalidTransaction`.
 
     The one place that admits an op. An op a planner made (`staging.planned`)
@@ -461,7 +486,7 @@ def _stage(state: State, staging: Staging, seq: int, index: int, op: object) -> 
             if not staging.planned:
                 kind.check_fields(op)
             setting: tuple[str, int] = kind.transition(state, staging, None, op)
-            return setting
+            return _Setting(*setting)
         task_id = op["task"]
         statuses = kind.statuses
         if statuses is None:  # the op creates its task
@@ -482,10 +507,11 @@ def _stage(state: State, staging: Staging, seq: int, index: int, op: object) -> 
                 raise OpError(f"unknown task {task_id!r:.100}")
             if not staging.planned:  # a flawed field is named before a wrong status
                 kind.check_fields(op)
-            if record.status not in statuses:
-                raise OpError(f"task {task_id!r:.100} is {record.status}, not {' or '.join(sorted(statuses))}")
+            status = COMPLETED if type(record) is bytes else record[STATUS]
+            if status not in statuses:
+                raise OpError(f"task {task_id!r:.100} is {status}, not {' or '.join(sorted(statuses))}")
         transition: Transition = kind.transition
-        return transition(state, staging, record, op)
+        return transition(state, staging, record, op)  # type: ignore[arg-type]  # (a row: no kind takes a completed task)
     except (OpError, TypeError, ValueError) as exc:  # a check's TypeError/ValueError names the field
         raise InvalidTransaction(f"transaction {seq} op {index} ({name}): {exc}") from None
 
@@ -523,29 +549,29 @@ def apply(state: State, tx: Mapping[str, Any], *, decoded: bool = False, _planne
         if type(op) is dict and op.get("op") == "configure":
             return _configure(state, seq, op, _planned)
         record = _stage(state, NOTHING_STAGED[decoded, _planned], seq, 0, op)
-        if isinstance(record, tuple):  # a store-level op's (setting, value)
+        if type(record) is _Setting:  # a store-level op's (setting, value)
             setattr(state, *record)
             state.last_seq = seq
             return ()
         created = state._commit(((op["task"], record),), seq)  # a valid op's task is its task id
         if "at" in op and op["op"] == "lease":
-            state._lanes.leased_at(record.queue, op["at"])
+            state._lanes.leased_at(view(record).queue, op["at"])
         return created
     staging = Staging(decoded, _planned)
     staged = staging.records
     for index, op in enumerate(ops):
         record = _stage(state, staging, seq, index, op)
-        if isinstance(record, tuple):  # a store-level op's (setting, value), applied after the records
-            staging.settings[record[0]] = record[1]
+        if type(record) is _Setting:  # a store-level op's (setting, value), applied after the records
+            staging.settings[record.name] = record.value
             continue
         task_id = op["task"]
-        if task_id not in staged and task_id not in state.tasks:  # the op created its task: its key is taken
-            staging.keys.add(record.key)
+        if task_id not in staged and task_id not in state.tasks and type(record) is tuple:
+            staging.keys.add(record[KEY])  # the op created its task (a row): its key is taken
         staged[task_id] = record
     results = staging.results
     if results:  # a result op's task must end the transaction completed (its ack follows)
         for task_id in results:
-            if staged[task_id].status != COMPLETED:
+            if status_of(staged[task_id]) != COMPLETED:
                 raise InvalidTransaction(f"transaction {seq}: the result of {task_id!r:.100} has no ack after it")
     created = state._commit(staged.items(), seq)
     if results:
@@ -554,7 +580,7 @@ def apply(state: State, tx: Mapping[str, Any], *, decoded: bool = False, _planne
         setattr(state, setting, value)
     for op in ops:
         if op["op"] == "lease" and "at" in op:
-            state._lanes.leased_at(state.tasks[op["task"]].queue, op["at"])
+            state._lanes.leased_at(view(state.tasks[op["task"]]).queue, op["at"])
     return created
 
 

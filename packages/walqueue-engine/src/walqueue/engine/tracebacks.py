@@ -13,7 +13,8 @@ it (within a few KiB of the frame bound), left out.
 from __future__ import annotations
 
 from walqueue.engine.optable import Op
-from walqueue.engine.records import ErrorFields, Record, check_error_fits
+from walqueue.engine.records import check_error_fits
+from walqueue.engine.rows import TASK_ID, ErrorFields, Row
 from walqueue.engine.state import OP_KINDS
 from walqueue.engine.validate import TRACEBACK_BYTES, cut_text_tail
 
@@ -22,12 +23,12 @@ __all__ = ["traceback_op"]
 _TRACEBACK = OP_KINDS["traceback"]
 
 
-def traceback_op(record: Record, last_error: ErrorFields, text: str) -> tuple[Op, bytes] | tuple[()]:
+def traceback_op(record: Row, last_error: ErrorFields, text: str) -> tuple[Op, bytes] | tuple[()]:
     """The traceback op (and its JSON) for `record` once its last error is `last_error`; ``()`` if it cannot fit."""
     text = cut_text_tail(text, TRACEBACK_BYTES)
     try:
         check_error_fits(record, last_error, text)
     except ValueError:
         return ()
-    op: Op = {"op": "traceback", "task": record.task_id, "text": text}
+    op: Op = {"op": "traceback", "task": record[TASK_ID], "text": text}
     return op, _TRACEBACK.encode(op)

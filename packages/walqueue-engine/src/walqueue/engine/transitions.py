@@ -22,17 +22,28 @@ from collections.abc import Callable
 from typing import Protocol
 
 from walqueue.engine.optable import Op
-from walqueue.engine.records import (
+from walqueue.engine.records import check_error_fits, expiry_error, identity_digest, pack_tombstone, queue_of
+from walqueue.engine.rows import (
+    ATTEMPTS,
+    AVAILABLE_AT,
+    DATA,
     DEAD,
+    DEADLINE,
+    ERROR,
+    GENERATION,
+    KEY,
+    LANE,
     LEASED,
+    MAX_ATTEMPTS,
     READY,
-    ErrorFields,
-    Record,
-    TaskRecord,
-    Tombstone,
-    check_error_fits,
-    expiry_error,
-    identity_digest,
+    STATUS,
+    TASK_ID,
+    WORKER,
+    Row,
+    Stored,
+    StoredError,
+    new_row,
+    with_traceback,
 )
 from walqueue.engine.types import WalQueueError
 from walqueue.engine.validate import DEFAULT_QUEUE, check_payload, check_record_fits, check_result
@@ -95,7 +106,7 @@ class Staging:
     __slots__ = ("records", "keys", "decoded", "planned", "settings", "results")
 
     def __init__(self, decoded: bool, planned: bool) -> None:
-        self.records: dict[str, Record] = {}
+        self.records: dict[str, Stored] = {}
         self.keys: set[str] = set()
         #: The store-level settings this transaction's ops set (a "clock" op), by name.
         self.settings: dict[str, int] = {}
@@ -112,49 +123,38 @@ for _shared in NOTHING_STAGED.values():
 
 
 def _with(
-    record: Record,
+    row: Row,
     status: str,
     available_at: int,
     max_attempts: int,
     worker: str | None,
     deadline: int | None,
-    last_error: ErrorFields | None,
-) -> TaskRecord:
-    """A not-completed record like `record` (same payload, attempts, generation) but for the fields given.
+    stored_error: StoredError | None,
+) -> Row:
+    """A row like `row` (same payload, attempts, generation, lane) but for the fields given, with its new entry.
 
-    The traceback belongs to the last error: kept with it, dropped when another error replaces it.
+    The traceback belongs to the last error: ``row[ERROR]`` keeps both, a
+    new error (`ErrorFields`, no traceback) replaces both.
     """
-    return TaskRecord(
-        record.task_id,
-        record.key,
-        status,
-        record.digest_and_payload,
-        available_at,
-        max_attempts,
-        record.attempts,
-        record.generation,
-        worker,
-        deadline,
-        last_error,
-        record.traceback if last_error is record.last_error else None,
-        record.queue,
-        record.priority,
-    )
+    task_id = row[TASK_ID]
+    entry = (available_at, task_id) if status == READY else (deadline, task_id) if status == LEASED else None
+    return (
+        task_id, row[KEY], status, row[DATA], available_at, max_attempts, row[ATTEMPTS], worker, deadline,
+        stored_error, entry,
+    ) + row[LANE:]  # fmt: skip
 
 
-def _unleased(record: Record, available_at: int, last_error: ErrorFields | None) -> TaskRecord:
+def _unleased(row: Row, available_at: int, stored_error: StoredError | None) -> Row:
     """Where expire and release send a leased task: ready again, or dead once its attempts are spent."""
-    status = DEAD if record.attempts >= record.max_attempts else READY
-    return _with(record, status, available_at, record.max_attempts, None, None, last_error)
+    status = DEAD if row[ATTEMPTS] >= row[MAX_ATTEMPTS] else READY
+    return _with(row, status, available_at, row[MAX_ATTEMPTS], None, None, stored_error)
 
 
-def _held(record: Record, op: Op) -> Record:
-    """The leased record an expire/ack/release op names, if the op's generation is the lease's."""
-    if op["generation"] != record.generation:
-        raise OpError(
-            f"task {record.task_id!r:.100} is leased with generation {record.generation}, not {op['generation']}"
-        )
-    return record
+def _held(row: Row, op: Op) -> Row:
+    """The leased row an expire/ack/release op names, if the op's generation is the lease's."""
+    if op["generation"] != row[GENERATION]:
+        raise OpError(f"task {row[TASK_ID]!r:.100} is leased with generation {row[GENERATION]}, not {op['generation']}")
+    return row
 
 
 # Each transition takes the task's current record (None for a kind that
@@ -162,7 +162,7 @@ def _held(record: Record, op: Op) -> Record:
 # keys and field values (unless a planner made it) and the record's status.
 
 
-def put(state: StateReads, staging: Staging, record: Record | None, op: Op) -> Record:
+def put(state: StateReads, staging: Staging, record: Row | None, op: Op) -> Stored:
     task_id, key, available_at, max_attempts = op["task"], op["key"], op["available_at"], op["max_attempts"]
     payload = op["payload"]
     if staging.planned:
@@ -178,148 +178,108 @@ def put(state: StateReads, staging: Staging, record: Record | None, op: Op) -> R
         )
     if key in staging.keys or state.lookup_key(key) is not None:
         raise OpError(f"key {key!r:.100} is already known")
-    queue = op.get("queue", DEFAULT_QUEUE)
+    queue, priority = op.get("queue", DEFAULT_QUEUE), op.get("priority", 0)
     if "put_at" in op and op["put_at"] > available_at:  # a stamped put is due from its put time (DECISIONS §46)
         available_at = op["put_at"]
-    return TaskRecord(
-        task_id,
-        key,
-        READY,
-        digest + payload_json,
-        available_at,
-        max_attempts,
-        0,
-        0,
-        None,
-        None,
-        None,
-        None,
-        queue if queue is DEFAULT_QUEUE else sys.intern(queue),  # one string per queue, not per task
-        op.get("priority", 0),
-    )
+    if queue is DEFAULT_QUEUE and priority == 0:  # (records.new_row, inlined: this is every put's path)
+        return (task_id, key, READY, digest + payload_json, available_at, max_attempts, 0, None, None, None,
+                (available_at, task_id))  # fmt: skip
+    # one string per queue, not per task (and "default" is DEFAULT_QUEUE itself)
+    queue = sys.intern(queue)
+    return new_row(task_id, key, READY, digest + payload_json, available_at, max_attempts, 0, None, None, None,
+                   queue, priority)  # fmt: skip
 
 
-def lease(state: StateReads, staging: Staging, record: Record | None, op: Op) -> Record:
+def lease(state: StateReads, staging: Staging, record: Row | None, op: Op) -> Stored:
     assert record is not None
     generation = op["generation"]
-    if generation != record.generation + 1:
-        raise OpError(f"lease generation must be {record.generation + 1}, not {generation}")
-    if ("at" in op) != state.rate_limited(record.queue):  # the limiter's input: written iff the queue has a rate
-        raise OpError(f"a lease in queue {record.queue!r} {'must not' if 'at' in op else 'must'} carry at")
-    return TaskRecord(
-        record.task_id,
-        record.key,
-        LEASED,
-        record.digest_and_payload,
-        record.available_at,
-        record.max_attempts,
-        record.attempts + 1,
-        generation,
-        op["worker"],
-        op["deadline"],
-        record.last_error,
-        record.traceback,
-        record.queue,
-        record.priority,
-    )
+    if generation != record[GENERATION] + 1:
+        raise OpError(f"lease generation must be {record[GENERATION] + 1}, not {generation}")
+    if ("at" in op) != state.rate_limited(queue_of(record)):  # the limiter's input: written iff the queue has a rate
+        raise OpError(f"a lease in queue {queue_of(record)!r} {'must not' if 'at' in op else 'must'} carry at")
+    task_id, deadline = record[TASK_ID], op["deadline"]
+    return (
+        task_id, record[KEY], LEASED, record[DATA], record[AVAILABLE_AT], record[MAX_ATTEMPTS], generation,
+        op["worker"], deadline, record[ERROR], (deadline, task_id),
+    ) + record[LANE:]  # fmt: skip
 
 
-def expire(state: StateReads, staging: Staging, record: Record | None, op: Op) -> Record:
-    assert record is not None and record.deadline is not None  # a leased record always has one
-    return _unleased(_held(record, op), record.deadline, expiry_error(record))
+def expire(state: StateReads, staging: Staging, record: Row | None, op: Op) -> Stored:
+    assert record is not None and record[DEADLINE] is not None  # a leased record always has one
+    return _unleased(_held(record, op), record[DEADLINE], expiry_error(record))
 
 
-def ack(state: StateReads, staging: Staging, record: Record | None, op: Op) -> Record:
+def ack(state: StateReads, staging: Staging, record: Row | None, op: Op) -> Stored:
     assert record is not None
-    _held(record, op)
-    return Tombstone.of(
-        record.task_id,
-        record.key,
-        record.identity,
-        record.available_at,
-        record.max_attempts,
-        record.attempts,
-        record.generation,
-        record.queue,
-        record.priority,
-    )
+    return pack_tombstone(_held(record, op))
 
 
-def release(state: StateReads, staging: Staging, record: Record | None, op: Op) -> Record:
+def release(state: StateReads, staging: Staging, record: Row | None, op: Op) -> Stored:
     assert record is not None
-    return _unleased(_held(record, op), op["available_at"], record.last_error)
+    return _unleased(_held(record, op), op["available_at"], record[ERROR])
 
 
-def extend(state: StateReads, staging: Staging, record: Record | None, op: Op) -> Record:
+def extend(state: StateReads, staging: Staging, record: Row | None, op: Op) -> Stored:
     assert record is not None
     _held(record, op)
     return _with(
-        record, LEASED, record.available_at, record.max_attempts, record.worker, op["deadline"], record.last_error
+        record, LEASED, record[AVAILABLE_AT], record[MAX_ATTEMPTS], record[WORKER], op["deadline"], record[ERROR]
     )
 
 
-def redrive(state: StateReads, staging: Staging, record: Record | None, op: Op) -> Record:
+def redrive(state: StateReads, staging: Staging, record: Row | None, op: Op) -> Stored:
     assert record is not None
     max_attempts = op["max_attempts"]
-    if max_attempts <= record.max_attempts:  # a redrive grants attempts; so a ready task has some left
-        raise OpError(f"redrive max_attempts must exceed {record.max_attempts}, not {max_attempts}")
-    return _with(record, READY, op["available_at"], max_attempts, None, None, record.last_error)
+    if max_attempts <= record[MAX_ATTEMPTS]:  # a redrive grants attempts; so a ready task has some left
+        raise OpError(f"redrive max_attempts must exceed {record[MAX_ATTEMPTS]}, not {max_attempts}")
+    return _with(record, READY, op["available_at"], max_attempts, None, None, record[ERROR])
 
 
-def cancel(state: StateReads, staging: Staging, record: Record | None, op: Op) -> Record:
+def cancel(state: StateReads, staging: Staging, record: Row | None, op: Op) -> Stored:
     assert record is not None
-    return _with(record, DEAD, record.available_at, record.max_attempts, None, None, record.last_error)
+    return _with(record, DEAD, record[AVAILABLE_AT], record[MAX_ATTEMPTS], None, None, record[ERROR])
 
 
-def fail(state: StateReads, staging: Staging, record: Record | None, op: Op) -> Record:
+def fail(state: StateReads, staging: Staging, record: Row | None, op: Op) -> Stored:
     """A permanent failure: the holder's task is dead at once, whatever its attempts left."""
     assert record is not None
     _held(record, op)
-    return _with(record, DEAD, record.available_at, record.max_attempts, None, None, record.last_error)
+    return _with(record, DEAD, record[AVAILABLE_AT], record[MAX_ATTEMPTS], None, None, record[ERROR])
 
 
-def error(state: StateReads, staging: Staging, record: Record | None, op: Op) -> Record:
+def error(state: StateReads, staging: Staging, record: Row | None, op: Op) -> Stored:
     """The task's last error becomes the op's, with the task's attempts; nothing else changes.
 
     The writer puts it just before the release, fail or cancel it explains,
     in the same transaction (the attempt is the record's, so it is not written).
     """
     assert record is not None
-    last_error = (op["type"], op["message"], record.attempts, op["at"])
+    last_error = (op["type"], op["message"], record[ATTEMPTS], op["at"])
     check_error_fits(record, last_error)  # a ValueError, named by apply like a field's
     return _with(
-        record, record.status, record.available_at, record.max_attempts, record.worker, record.deadline, last_error
-    )
+        record, record[STATUS], record[AVAILABLE_AT], record[MAX_ATTEMPTS], record[WORKER], record[DEADLINE],
+        last_error,
+    )  # fmt: skip
 
 
-def traceback(state: StateReads, staging: Staging, record: Record | None, op: Op) -> Record:
+def traceback(state: StateReads, staging: Staging, record: Row | None, op: Op) -> Stored:
     """The traceback of the task's last error: written just after the error op it belongs to (a format extension)."""
-    assert record is not None and type(record) is TaskRecord  # ready or leased
-    if record.last_error is None:
-        raise OpError(f"task {record.task_id!r:.100} has no last error for a traceback")
-    check_error_fits(record, record.last_error, op["text"])  # a ValueError, named by apply like a field's
-    return TaskRecord(
-        record.task_id,
-        record.key,
-        record.status,
-        record.digest_and_payload,
-        record.available_at,
-        record.max_attempts,
-        record.attempts,
-        record.generation,
-        record.worker,
-        record.deadline,
-        record.last_error,
-        op["text"],
-        record.queue,
-        record.priority,
-    )
+    assert type(record) is tuple  # ready or leased
+    stored: StoredError | None = record[ERROR]
+    if stored is None:
+        raise OpError(f"task {record[TASK_ID]!r:.100} has no last error for a traceback")
+    last_error = stored[:4]
+    check_error_fits(record, last_error, op["text"])  # a ValueError, named by apply like a field's
+    return _with(
+        record, record[STATUS], record[AVAILABLE_AT], record[MAX_ATTEMPTS], record[WORKER], record[DEADLINE],
+        with_traceback(last_error, op["text"]),
+    )  # fmt: skip
 
 
 # -- store-level kinds: they name no task; each returns (the setting, its new value) --
 
 
-def clock(state: StateReads, staging: Staging, record: Record | None, op: Op) -> tuple[str, int]:
+def clock(state: StateReads, staging: Staging, record: Row | None, op: Op) -> tuple[str, int]:
     """The store's clock unit, recorded once: a second "clock" op is refused, whatever its unit.
 
     The engine never reads a clock; this is only the agreement every tool
@@ -331,7 +291,7 @@ def clock(state: StateReads, staging: Staging, record: Record | None, op: Op) ->
     return ("clock", op["units_per_second"])
 
 
-def give_back(state: StateReads, staging: Staging, record: Record | None, op: Op) -> Record:
+def give_back(state: StateReads, staging: Staging, record: Row | None, op: Op) -> Stored:
     """An unstarted lease given back by its holder: the lease undone, so the task is as it was before it.
 
     Fenced like release (the lease's generation). Attempts and generation
@@ -342,25 +302,14 @@ def give_back(state: StateReads, staging: Staging, record: Record | None, op: Op
     """
     assert record is not None
     _held(record, op)
-    return TaskRecord(
-        record.task_id,
-        record.key,
-        READY,
-        record.digest_and_payload,
-        record.available_at,
-        record.max_attempts,
-        record.attempts - 1,
-        record.generation - 1,
-        None,
-        None,
-        record.last_error,
-        record.traceback,
-        record.queue,
-        record.priority,
-    )
+    task_id, available_at = record[TASK_ID], record[AVAILABLE_AT]
+    return (
+        task_id, record[KEY], READY, record[DATA], available_at, record[MAX_ATTEMPTS], record[ATTEMPTS] - 1,
+        None, None, record[ERROR], (available_at, task_id),
+    ) + record[LANE:]  # fmt: skip
 
 
-def result(state: StateReads, staging: Staging, record: Record | None, op: Op) -> Record:
+def result(state: StateReads, staging: Staging, record: Row | None, op: Op) -> Stored:
     """A leased task's result, stored when its ack in the same transaction completes it; the record is unchanged.
 
     Refused alone, or unless the ack of the same lease follows (`state.apply` checks the task ends completed).
@@ -373,13 +322,13 @@ def result(state: StateReads, staging: Staging, record: Record | None, op: Op) -
         raise OpError(f"a result expires at or after its time {op['at']}, not at {op['expires']}")
     value = op["value"]
     encoded: bytes = value.canonical if staging.planned else check_result(value, staging.decoded)
-    staging.results[record.task_id] = (op["at"], op["expires"], encoded)
+    staging.results[record[TASK_ID]] = (op["at"], op["expires"], encoded)
     return record
 
 
-Transition = Callable[[StateReads, Staging, Record | None, Op], Record]
+Transition = Callable[[StateReads, Staging, Row | None, Op], Stored]
 
 
-def configure(state: StateReads, staging: Staging, record: Record | None, op: Op) -> Record:
+def configure(state: StateReads, staging: Staging, record: Row | None, op: Op) -> Stored:
     """A configure op changes a queue, not a task: state.apply installs it itself (`state._configure`)."""
     raise OpError("a configure op stands alone in its transaction")
