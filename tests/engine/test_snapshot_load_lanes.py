@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from test_snapshot_load import SETTINGS, damaged_records, decoded, fields_of, valid_records
 
 from walqueue import Queue
+from walqueue.engine.records import view
 from walqueue.engine.state import READY, InvalidTransaction, State
 from walqueue.engine.validate import MAX_INT
 
@@ -56,7 +57,7 @@ def _outcome(records: list[Any], is_decoded: bool) -> tuple[Any, ...]:
         assert str(exc).startswith(prefix), exc
         return ("refused", str(exc)[len(prefix) :])
     state.check_invariants()
-    return ("loaded", fields_of(state.tasks[records[-1]["task"]]))
+    return ("loaded", fields_of(view(state.tasks[records[-1]["task"]])))
 
 
 @SETTINGS
