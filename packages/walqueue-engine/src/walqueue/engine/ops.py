@@ -136,13 +136,16 @@ class _EncodedPayload:
         return f"_EncodedPayload({self.canonical!r:.80})"
 
 
+_DEFAULT_AVAILABLE_AT, _DEFAULT_MAX_ATTEMPTS = 0, 3  # put's, which `put_op` tells by identity
+
+
 def put_op(
     task_id: object,
     payload: object,
     *,
     key: object = None,
-    available_at: object = 0,
-    max_attempts: object = 3,
+    available_at: object = _DEFAULT_AVAILABLE_AT,
+    max_attempts: object = _DEFAULT_MAX_ATTEMPTS,
     build: bool = True,
     queue: object = DEFAULT_QUEUE,
     priority: object = 0,
@@ -165,7 +168,10 @@ def put_op(
         "available_at": available_at,
         "max_attempts": max_attempts,
     }
-    _PUT.check_fields(op)  # key, available_at and max_attempts, as the table declares them
+    # `is` the default object itself: an exact int of the default's value (a bool or an int subclass never is).
+    usual = available_at is _DEFAULT_AVAILABLE_AT and max_attempts is _DEFAULT_MAX_ATTEMPTS
+    if not (usual and key is None):  # else key, available_at and max_attempts are the checked id and the defaults
+        _PUT.check_fields(op)  # key, available_at and max_attempts, as the table declares them
     if lanes := (queue is not DEFAULT_QUEUE or priority != 0 or type(priority) is not int):  # False: the default lane
         lane_fields(op, queue, priority)  # each written only when it differs from its default
     if put_at != 0 or type(put_at) is not int:  # the producer's time: written only when given, never in the identity
@@ -179,6 +185,8 @@ def put_op(
         return op
     if lanes:
         digest = identity_digest(task_json, payload_json, available_at, max_attempts, queue, priority)  # type: ignore[arg-type]
+    elif usual:  # the next case with its numbers at their defaults: joined around the payload, not formatted
+        digest = _sha256(_join_bytes((_USUAL_HEAD, payload_json, _USUAL_MIDDLE, task_json, _USUAL_TAIL))).digest()
     else:  # `identity_digest` spliced here, its lane members at their defaults (omitted): no call but sha256's
         digest = _sha256(_IDENTITY % (available_at, max_attempts, payload_json, task_json)).digest()
     op["payload"] = _EncodedPayload(
@@ -199,6 +207,11 @@ def put_op(
 
 
 _IDENTITY = b'{"available_at":%d,"max_attempts":%d,"payload":%b,"task":%b}'  # the default lane's (tests: equal)
+#: `_IDENTITY` at those defaults, in the three pieces around its payload and task.
+_USUAL_HEAD, _USUAL_MIDDLE, _USUAL_TAIL = (
+    _IDENTITY.replace(b"%b", b"%%b") % (_DEFAULT_AVAILABLE_AT, _DEFAULT_MAX_ATTEMPTS)
+).split(b"%b")
+_join_bytes = b"".join
 _PUT_ARGUMENTS = frozenset({"task_id", "payload", "key", "available_at", "max_attempts", "queue", "priority", "put_at"})
 
 

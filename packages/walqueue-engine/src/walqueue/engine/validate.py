@@ -248,8 +248,11 @@ def check_payload(payload: object, decoded: bool = False) -> bytes:
             pass
         else:
             size = len(encoded)
+            # A flat payload (not `decoded`: the set tests above held) nests one level by its types, so its
+            # depth needs no count of brackets; only the bound on its ints is left to its size.
             if size < _SHALLOW_PAYLOAD_BYTES or (
-                size < _SHORT_PAYLOAD_BYTES and encoded.count(b"{") + encoded.count(b"[") <= MAX_PAYLOAD_DEPTH
+                size < _SHORT_PAYLOAD_BYTES
+                and (not decoded or encoded.count(b"{") + encoded.count(b"[") <= MAX_PAYLOAD_DEPTH)
             ):
                 return encoded
     if type(payload) is not dict:
