@@ -136,7 +136,9 @@ class _EncodedPayload:
         return f"_EncodedPayload({self.canonical!r:.80})"
 
 
-_DEFAULT_AVAILABLE_AT, _DEFAULT_MAX_ATTEMPTS = 0, 3  # put's, which `put_op` tells by identity
+#: put's defaults, which `put_op` tells by identity: an argument that `is` one is an exact int of its value
+#: (a bool or an int subclass never is). An equal int that is another object merely takes the table's check.
+_DEFAULT_AVAILABLE_AT, _DEFAULT_MAX_ATTEMPTS = 0, 3
 
 
 def put_op(
@@ -168,7 +170,6 @@ def put_op(
         "available_at": available_at,
         "max_attempts": max_attempts,
     }
-    # `is` the default object itself: an exact int of the default's value (a bool or an int subclass never is).
     usual = available_at is _DEFAULT_AVAILABLE_AT and max_attempts is _DEFAULT_MAX_ATTEMPTS
     if not (usual and key is None):  # else key, available_at and max_attempts are the checked id and the defaults
         _PUT.check_fields(op)  # key, available_at and max_attempts, as the table declares them
@@ -262,7 +263,9 @@ def plan_puts(state: State, put_ops: Iterable[Op]) -> tuple[Plan, list[str]]:
     planned_ids: set[str] = set()
     tasks, lookup_key = state.tasks, state.lookup_key
     for index, op in enumerate(put_ops):
-        encoded = _encoded_payload(op, "plan_puts")
+        # `_encoded_payload`'s test, inline (this runs per item); it is called only to raise its error
+        if type(op) is not dict or op.get("op") != "put" or type(encoded := op.get("payload")) is not _EncodedPayload:
+            encoded = _encoded_payload(op, "plan_puts")
         key, task_id = op["key"], op["task"]
         task_ids.append(task_id)
         known = key in planned_keys or task_id in tasks or task_id in planned_ids or lookup_key(key) is not None
@@ -276,7 +279,8 @@ def plan_puts(state: State, put_ops: Iterable[Op]) -> tuple[Plan, list[str]]:
 
 def plan_put(state: State, op: Op) -> Plan | None:
     """`plan_puts` of a single put (`Queue.put`): the put's plan, or ``None`` for an identical retry."""
-    encoded = _encoded_payload(op, "plan_put")
+    if type(op) is not dict or op.get("op") != "put" or type(encoded := op.get("payload")) is not _EncodedPayload:
+        encoded = _encoded_payload(op, "plan_put")  # (`plan_puts`'s inline test) raises its error
     if (state.lookup_key(op["key"]) is None and op["task"] not in state.tasks) or _is_new(
         state, op, encoded.identity, {}, frozenset(), 0
     ):
