@@ -208,11 +208,10 @@ _SHORT_PAYLOAD_BYTES = 4215
 # Nesting one level deeper than MAX_PAYLOAD_DEPTH takes an opening and a
 # closing bracket per level: a shorter payload cannot do it.
 _SHALLOW_PAYLOAD_BYTES = 2 * (MAX_PAYLOAD_DEPTH + 1)
-# A dict whose keys are all of `_KEY_TYPES` and whose values are all of
+# A dict whose keys are all exact `str` and whose values are all of
 # `_FLAT_TYPES` is what the decoder could have built (one level, exact types):
 # its bytes settle the rest as they do for a decoded payload. Anything else
 # (nested containers, subclasses, other types) takes the walk.
-_KEY_TYPES = frozenset({str})
 _FLAT_TYPES = frozenset({str, int, float, bool, type(None)})
 
 
@@ -236,12 +235,18 @@ def check_payload(payload: object, decoded: bool = False) -> bytes:
     `_SHORT_PAYLOAD_BYTES`). Never pass `decoded=True` for a value built in
     Python.
 
-    A flat payload built in Python (most are) has the decoder's types, which two C-speed
-    set tests establish (`_FLAT_TYPES`): it takes the same path, without the walk.
+    A flat payload built in Python (most are) has the decoder's types, which one pass over
+    its items establishes (`_FLAT_TYPES`): it takes the same path, without the walk.
     """
-    if type(payload) is dict and (
-        decoded or (_KEY_TYPES.issuperset(map(type, payload)) and _FLAT_TYPES.issuperset(map(type, payload.values())))
-    ):
+    flat = decoded
+    if not decoded and type(payload) is dict:
+        # One pass over the items: for a payload of a few fields, half the cost of two set tests over `map(type, ...)`.
+        for item_key, item in payload.items():
+            if type(item_key) is not str or type(item) not in _FLAT_TYPES:
+                break
+        else:
+            flat = True
+    if flat and type(payload) is dict:
         try:
             encoded = canonical_json(payload)
         except ValueError:
