@@ -242,6 +242,25 @@ def test_mapping_item_that_is_not_a_put_call_is_type_error(item: Any) -> None:
         put_op_from_mapping(item)
 
 
+@SETTINGS
+@given(
+    st.dictionaries(
+        st.sampled_from(["task_id", "payload", "key", "available_at", "max_attempts", "worker", "task", 1]),
+        st.sampled_from(["t", {}, {"a": 1}, 0, 3, None]),
+        max_size=5,
+    )
+)
+def test_a_dict_item_is_judged_as_any_other_mapping(item: dict[Any, Any]) -> None:
+    """The exact dict's shortcut (two names alone need no keys view) gives the general mapping path's answer."""
+    answers = []
+    for form in (item, types.MappingProxyType(item)):
+        try:
+            answers.append(put_op_from_mapping(form))
+        except (TypeError, ValueError) as exc:
+            answers.append((type(exc), str(exc)))
+    assert answers[0] == answers[1]
+
+
 # -- plan_puts -----------------------------------------------------------------------
 
 

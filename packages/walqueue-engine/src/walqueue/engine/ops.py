@@ -222,8 +222,14 @@ def put_op_from_mapping(item: object, build: bool = True) -> Op:
     A missing `task_id` or `payload`, or any other key, is a `TypeError`,
     as the same mistake in a call to `put` would be.
     """
-    # The usual item (a dict of put's names, both required ones in it) is recognized at C speed.
-    if not (type(item) is dict and item.keys() <= _PUT_ARGUMENTS and "task_id" in item and "payload" in item):
+    # The usual item (a dict of put's names, both required ones in it) is recognized at C speed; one of
+    # exactly two names, both required ones, holds no other name (no keys view to compare).
+    if not (
+        type(item) is dict
+        and "task_id" in item
+        and "payload" in item
+        and (len(item) == 2 or item.keys() <= _PUT_ARGUMENTS)
+    ):
         if not isinstance(item, Mapping):
             raise TypeError(f"each put_many item must be a mapping, not {type(item).__name__}")
         unknown = [name for name in item if name not in _PUT_ARGUMENTS]
