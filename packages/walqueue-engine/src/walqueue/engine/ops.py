@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
 from hashlib import sha256 as _sha256
 
 from walqueue.engine.laneplans import lane_fields, stamp_lease_times
@@ -80,6 +81,8 @@ _FAIL = OP_KINDS["fail"]
 _ERROR = OP_KINDS["error"]
 
 Error = tuple[str, ...]  #: as `validate.check_error` returns it: (type, message[, traceback]), not yet cut
+#: put's defaults, told by identity: one that `is` is an exact, valid int (`put_op` then skips the field check).
+_DEFAULT_AVAILABLE_AT, _DEFAULT_MAX_ATTEMPTS = 0, 3
 
 
 class Plan:
@@ -109,6 +112,7 @@ class Plan:
         return f"Plan({self.ops!r:.200}, {len(self.op_json)} encoded)"
 
 
+@dataclass(slots=True, repr=False)  # equal when all three are; unhashable
 class _EncodedPayload:
     """A put's payload as `put_op` validated it: its canonical JSON, the put's identity digest, and the op's JSON.
 
@@ -118,27 +122,12 @@ class _EncodedPayload:
     dict, so that nothing can encode it as JSON by mistake; `apply` accepts it only in a `Plan`'s ops.
     """
 
-    __slots__ = ("canonical", "identity", "op_json")
-
-    def __init__(self, canonical: bytes, identity: bytes, op_json: bytes) -> None:
-        self.canonical = canonical
-        self.identity = identity
-        self.op_json = op_json
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, _EncodedPayload):
-            return NotImplemented
-        return self.canonical == other.canonical and self.identity == other.identity and self.op_json == other.op_json
-
-    __hash__ = None  # type: ignore[assignment]
+    canonical: bytes
+    identity: bytes
+    op_json: bytes
 
     def __repr__(self) -> str:
         return f"_EncodedPayload({self.canonical!r:.80})"
-
-
-#: put's defaults, which `put_op` tells by identity: an argument that `is` one is an exact int of its value
-#: (a bool or an int subclass never is). An equal int that is another object merely takes the table's check.
-_DEFAULT_AVAILABLE_AT, _DEFAULT_MAX_ATTEMPTS = 0, 3
 
 
 def put_op(
@@ -155,11 +144,8 @@ def put_op(
 ) -> Op:
     """Validate the arguments of `Queue.put` (`TypeError`/`ValueError`) and build the put's op.
 
-    `build=False` checks only (a client's check): no payload digest, no op JSON. A validated put is its op, as every
-    planner's output is. Its payload is an `_EncodedPayload`: the payload's canonical JSON (bytes, so the caller
-    mutating its own dict afterwards changes nothing), the 32-byte identity digest that decides whether a retry is
-    identical, and the op's JSON. No request object stands between validation and the op: on a durable put every
-    object and call layer costs more than its work (docs/PERFORMANCE.md).
+    `build=False` checks only (a client's check). No request object in between (each layer costs more than its work):
+    the op's payload is an `_EncodedPayload`, the payload's canonical JSON, its identity digest and the op's JSON.
     """
     task_id = check_name(task_id, "task_id")
     op: Op = {
@@ -170,8 +156,7 @@ def put_op(
         "available_at": available_at,
         "max_attempts": max_attempts,
     }
-    usual = available_at is _DEFAULT_AVAILABLE_AT and max_attempts is _DEFAULT_MAX_ATTEMPTS
-    if not (usual and key is None):  # else key, available_at and max_attempts are the checked id and the defaults
+    if not ((usual := available_at is _DEFAULT_AVAILABLE_AT and max_attempts is _DEFAULT_MAX_ATTEMPTS) and key is None):
         _PUT.check_fields(op)  # key, available_at and max_attempts, as the table declares them
     if lanes := (queue is not DEFAULT_QUEUE or priority != 0 or type(priority) is not int):  # False: the default lane
         lane_fields(op, queue, priority)  # each written only when it differs from its default
@@ -186,8 +171,8 @@ def put_op(
         return op
     if lanes:
         digest = identity_digest(task_json, payload_json, available_at, max_attempts, queue, priority)  # type: ignore[arg-type]
-    elif usual:  # the next case with its numbers at their defaults: joined around the payload, not formatted
-        digest = _sha256(_join_bytes((_USUAL_HEAD, payload_json, _USUAL_MIDDLE, task_json, _USUAL_TAIL))).digest()
+    elif usual:  # the next case at put's default numbers: joined around the payload and task, not formatted
+        digest = _sha256(b"".join((_USUAL_HEAD, payload_json, _USUAL_MIDDLE, task_json, _USUAL_TAIL))).digest()
     else:  # `identity_digest` spliced here, its lane members at their defaults (omitted): no call but sha256's
         digest = _sha256(_IDENTITY % (available_at, max_attempts, payload_json, task_json)).digest()
     op["payload"] = _EncodedPayload(
@@ -208,11 +193,7 @@ def put_op(
 
 
 _IDENTITY = b'{"available_at":%d,"max_attempts":%d,"payload":%b,"task":%b}'  # the default lane's (tests: equal)
-#: `_IDENTITY` at those defaults, in the three pieces around its payload and task.
-_USUAL_HEAD, _USUAL_MIDDLE, _USUAL_TAIL = (
-    _IDENTITY.replace(b"%b", b"%%b") % (_DEFAULT_AVAILABLE_AT, _DEFAULT_MAX_ATTEMPTS)
-).split(b"%b")
-_join_bytes = b"".join
+_USUAL_HEAD, _USUAL_MIDDLE, _USUAL_TAIL = (_IDENTITY.replace(b"%b", b"%%b") % (0, 3)).split(b"%b")  # at the defaults
 _PUT_ARGUMENTS = frozenset({"task_id", "payload", "key", "available_at", "max_attempts", "queue", "priority", "put_at"})
 
 
@@ -222,13 +203,9 @@ def put_op_from_mapping(item: object, build: bool = True) -> Op:
     A missing `task_id` or `payload`, or any other key, is a `TypeError`,
     as the same mistake in a call to `put` would be.
     """
-    # The usual item (a dict of put's names, both required ones in it) is recognized at C speed; one of
-    # exactly two names, both required ones, holds no other name (no keys view to compare).
-    if not (
-        type(item) is dict
-        and "task_id" in item
-        and "payload" in item
-        and (len(item) == 2 or item.keys() <= _PUT_ARGUMENTS)
+    # The usual item (a dict of put's names, both required ones in it: two names alone are those) is seen at C speed.
+    if type(item) is not dict or not (
+        "task_id" in item and "payload" in item and (len(item) == 2 or item.keys() <= _PUT_ARGUMENTS)
     ):
         if not isinstance(item, Mapping):
             raise TypeError(f"each put_many item must be a mapping, not {type(item).__name__}")
@@ -269,9 +246,7 @@ def plan_puts(state: State, put_ops: Iterable[Op]) -> tuple[Plan, list[str]]:
     planned_ids: set[str] = set()
     tasks, lookup_key = state.tasks, state.lookup_key
     for index, op in enumerate(put_ops):
-        # `_encoded_payload`'s test, inline (this runs per item); it is called only to raise its error
-        if type(op) is not dict or op.get("op") != "put" or type(encoded := op.get("payload")) is not _EncodedPayload:
-            encoded = _encoded_payload(op, "plan_puts")
+        encoded = _encoded_payload(op, "plan_puts")
         key, task_id = op["key"], op["task"]
         task_ids.append(task_id)
         known = key in planned_keys or task_id in tasks or task_id in planned_ids or lookup_key(key) is not None
@@ -285,8 +260,7 @@ def plan_puts(state: State, put_ops: Iterable[Op]) -> tuple[Plan, list[str]]:
 
 def plan_put(state: State, op: Op) -> Plan | None:
     """`plan_puts` of a single put (`Queue.put`): the put's plan, or ``None`` for an identical retry."""
-    if type(op) is not dict or op.get("op") != "put" or type(encoded := op.get("payload")) is not _EncodedPayload:
-        encoded = _encoded_payload(op, "plan_put")  # (`plan_puts`'s inline test) raises its error
+    encoded = _encoded_payload(op, "plan_put")
     if (state.lookup_key(op["key"]) is None and op["task"] not in state.tasks) or _is_new(
         state, op, encoded.identity, {}, frozenset(), 0
     ):
