@@ -123,6 +123,34 @@ def test_put_op_defaults_key_to_task_id_and_computes_the_identity() -> None:
     assert plan.op_json == [b'{"available_at":0,"key":"t","max_attempts":3,"op":"put","payload":{"x":[1]},"task":"t"}']
 
 
+class _Int(int):
+    pass
+
+
+# put's numbers as a caller may pass them: the defaults themselves, equal values of other types, other values.
+put_numbers = st.sampled_from([0, 3, 1, -1, MAX_INT, MAX_INT + 1, False, True, _Int(0), _Int(3), 0.0, 3.0, None, "3"])
+
+
+@SETTINGS
+@given(put_numbers, put_numbers, st.sampled_from([None, "t", "k", "", 1]), st.sampled_from(["t", "task-0-0001", "é"]))
+def test_put_op_at_its_defaults_gets_the_tables_verdict_and_the_identity(
+    available_at: Any, max_attempts: Any, key: Any, task_id: str
+) -> None:
+    """Skipping the table's field check at put's defaults changes no verdict, and the identity is the canonical one."""
+    try:
+        op: Any = put_op(task_id, {"x": 1}, key=key, available_at=available_at, max_attempts=max_attempts)
+    except (TypeError, ValueError) as exc:
+        op = (type(exc), str(exc))
+    fields = {"op": "put", "task": task_id, "key": task_id if key is None else key, "payload": None}
+    try:
+        OP_KINDS["put"].check_fields({**fields, "available_at": available_at, "max_attempts": max_attempts})
+    except (TypeError, ValueError) as exc:
+        assert op == (type(exc), str(exc))
+    else:
+        assert identity(op) == expected_identity(task_id, {"x": 1}, available_at, max_attempts)
+        assert plain(op) == {**fields, "payload": {"x": 1}, "available_at": available_at, "max_attempts": max_attempts}
+
+
 def test_put_op_holds_a_private_copy_of_the_payload() -> None:
     payload = {"x": [1]}
     op = put_op("t", payload)
@@ -213,6 +241,25 @@ def test_mapping_item_uses_put_defaults() -> None:
 def test_mapping_item_that_is_not_a_put_call_is_type_error(item: Any) -> None:
     with pytest.raises(TypeError):
         put_op_from_mapping(item)
+
+
+@SETTINGS
+@given(
+    st.dictionaries(
+        st.sampled_from(["task_id", "payload", "key", "available_at", "max_attempts", "worker", "task", 1]),
+        st.sampled_from(["t", {}, {"a": 1}, 0, 3, None]),
+        max_size=5,
+    )
+)
+def test_a_dict_item_is_judged_as_any_other_mapping(item: dict[Any, Any]) -> None:
+    """The exact dict's shortcut (two names alone need no keys view) gives the general mapping path's answer."""
+    answers = []
+    for form in (item, types.MappingProxyType(item)):
+        try:
+            answers.append(put_op_from_mapping(form))
+        except (TypeError, ValueError) as exc:
+            answers.append((type(exc), str(exc)))
+    assert answers[0] == answers[1]
 
 
 # -- plan_puts -----------------------------------------------------------------------

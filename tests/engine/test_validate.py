@@ -403,6 +403,8 @@ flat_values = (
     | st.sampled_from(
         [_Str("s"), _Int(1), _Float(0.5), enum.IntEnum("E", "A").A, math.nan, math.inf, (), b"x", "\ud800", 2**14001]
     )
+    | st.sampled_from(["{" * 70, "[" * 70, "{[" * 40, "[" * 4300])  # more brackets than levels; past the short size
+    | st.text(alphabet="{[]}", min_size=60, max_size=80)
 )
 flat_keys = st.text(max_size=4) | st.sampled_from([_Str("k"), 1, None, True, 1.5, "\udc00"])
 

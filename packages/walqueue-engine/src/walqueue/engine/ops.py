@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
 from hashlib import sha256 as _sha256
 
 from walqueue.engine import records, rows
@@ -80,6 +81,8 @@ _FAIL = OP_KINDS["fail"]
 _ERROR = OP_KINDS["error"]
 
 Error = tuple[str, ...]  #: as `validate.check_error` returns it: (type, message[, traceback]), not yet cut
+#: put's defaults, told by identity: one that `is` is an exact, valid int (`put_op` then skips the field check).
+_DEFAULT_AVAILABLE_AT, _DEFAULT_MAX_ATTEMPTS = 0, 3
 
 
 class Plan:
@@ -109,6 +112,7 @@ class Plan:
         return f"Plan({self.ops!r:.200}, {len(self.op_json)} encoded)"
 
 
+@dataclass(slots=True, repr=False)  # equal when all three are; unhashable
 class _EncodedPayload:
     """A put's payload as `put_op` validated it: its canonical JSON, the put's identity digest, and the op's JSON.
 
@@ -118,19 +122,9 @@ class _EncodedPayload:
     dict, so that nothing can encode it as JSON by mistake; `apply` accepts it only in a `Plan`'s ops.
     """
 
-    __slots__ = ("canonical", "identity", "op_json")
-
-    def __init__(self, canonical: bytes, identity: bytes, op_json: bytes) -> None:
-        self.canonical = canonical
-        self.identity = identity
-        self.op_json = op_json
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, _EncodedPayload):
-            return NotImplemented
-        return self.canonical == other.canonical and self.identity == other.identity and self.op_json == other.op_json
-
-    __hash__ = None  # type: ignore[assignment]
+    canonical: bytes
+    identity: bytes
+    op_json: bytes
 
     def __repr__(self) -> str:
         return f"_EncodedPayload({self.canonical!r:.80})"
@@ -141,8 +135,8 @@ def put_op(
     payload: object,
     *,
     key: object = None,
-    available_at: object = 0,
-    max_attempts: object = 3,
+    available_at: object = _DEFAULT_AVAILABLE_AT,
+    max_attempts: object = _DEFAULT_MAX_ATTEMPTS,
     build: bool = True,
     queue: object = DEFAULT_QUEUE,
     priority: object = 0,
@@ -150,11 +144,8 @@ def put_op(
 ) -> Op:
     """Validate the arguments of `Queue.put` (`TypeError`/`ValueError`) and build the put's op.
 
-    `build=False` checks only (a client's check): no payload digest, no op JSON. A validated put is its op, as every
-    planner's output is. Its payload is an `_EncodedPayload`: the payload's canonical JSON (bytes, so the caller
-    mutating its own dict afterwards changes nothing), the 32-byte identity digest that decides whether a retry is
-    identical, and the op's JSON. No request object stands between validation and the op: on a durable put every
-    object and call layer costs more than its work (docs/PERFORMANCE.md).
+    `build=False` checks only (a client's check). No request object in between (each layer costs more than its work):
+    the op's payload is an `_EncodedPayload`, the payload's canonical JSON, its identity digest and the op's JSON.
     """
     task_id = check_name(task_id, "task_id")
     op: Op = {
@@ -165,7 +156,8 @@ def put_op(
         "available_at": available_at,
         "max_attempts": max_attempts,
     }
-    _PUT.check_fields(op)  # key, available_at and max_attempts, as the table declares them
+    if not ((usual := available_at is _DEFAULT_AVAILABLE_AT and max_attempts is _DEFAULT_MAX_ATTEMPTS) and key is None):
+        _PUT.check_fields(op)  # key, available_at and max_attempts, as the table declares them
     if lanes := (queue is not DEFAULT_QUEUE or priority != 0 or type(priority) is not int):  # False: the default lane
         lane_fields(op, queue, priority)  # each written only when it differs from its default
     if put_at != 0 or type(put_at) is not int:  # the producer's time: written only when given, never in the identity
@@ -179,6 +171,8 @@ def put_op(
         return op
     if lanes:
         digest = identity_digest(task_json, payload_json, available_at, max_attempts, queue, priority)  # type: ignore[arg-type]
+    elif usual:  # the next case at put's default numbers: joined around the payload and task, not formatted
+        digest = _sha256(b"".join((_USUAL_HEAD, payload_json, _USUAL_MIDDLE, task_json, _USUAL_TAIL))).digest()
     else:  # `identity_digest` spliced here, its lane members at their defaults (omitted): no call but sha256's
         digest = _sha256(_IDENTITY % (available_at, max_attempts, payload_json, task_json)).digest()
     op["payload"] = _EncodedPayload(
@@ -199,6 +193,7 @@ def put_op(
 
 
 _IDENTITY = b'{"available_at":%d,"max_attempts":%d,"payload":%b,"task":%b}'  # the default lane's (tests: equal)
+_USUAL_HEAD, _USUAL_MIDDLE, _USUAL_TAIL = (_IDENTITY.replace(b"%b", b"%%b") % (0, 3)).split(b"%b")  # at the defaults
 _PUT_ARGUMENTS = frozenset({"task_id", "payload", "key", "available_at", "max_attempts", "queue", "priority", "put_at"})
 
 
@@ -208,8 +203,10 @@ def put_op_from_mapping(item: object, build: bool = True) -> Op:
     A missing `task_id` or `payload`, or any other key, is a `TypeError`,
     as the same mistake in a call to `put` would be.
     """
-    # The usual item (a dict of put's names, both required ones in it) is recognized at C speed.
-    if not (type(item) is dict and item.keys() <= _PUT_ARGUMENTS and "task_id" in item and "payload" in item):
+    # The usual item (a dict of put's names, both required ones in it: two names alone are those) is seen at C speed.
+    if type(item) is not dict or not (
+        "task_id" in item and "payload" in item and (len(item) == 2 or item.keys() <= _PUT_ARGUMENTS)
+    ):
         if not isinstance(item, Mapping):
             raise TypeError(f"each put_many item must be a mapping, not {type(item).__name__}")
         unknown = [name for name in item if name not in _PUT_ARGUMENTS]

@@ -131,15 +131,18 @@ class WalWriter:
 
     def write(self, data: bytes | memoryview) -> int:
         """Write `data` after the newest segment's last frame (not synced); return where the frames now end."""
-        fd = self.fd()
-        end = self._size + len(data)
+        fd = self._fd
+        if fd is None:
+            fd = self.fd()  # raises: `fd`'s rule, its call made only when it fails (this runs per write)
+        size = len(data)
+        end = self._size + size
         if end >= self._room:
             self._grow(fd, end)
         written = os.write(fd, data)
-        if written != len(data):
+        if written != size:
             write_rest(fd, data, written)
         self._size = end
-        self.wal_bytes += len(data)
+        self.wal_bytes += size
         return end
 
     def _grow(self, fd: int, end: int) -> None:
