@@ -125,6 +125,7 @@ class _RecordView:
 
     __slots__ = ()
 
+    # What a row stores, in its order (rows.FIELDS: positions TASK_ID..DEADLINE).
     task_id: str
     key: str
     status: str
@@ -132,9 +133,11 @@ class _RecordView:
     available_at: int
     max_attempts: int
     attempts: int
-    generation: int
     worker: str | None
     deadline: int | None
+    # What is derived from the stored fields, never stored on its own.
+    #: The lease's number: always equal to `attempts` (rows.GENERATION is rows.ATTEMPTS).
+    generation: int
     #: The last error (`ErrorFields`), None: none recorded.
     last_error: rows.ErrorFields | None
     #: The last error's traceback (the "traceback" op, a format extension); None: none recorded.
