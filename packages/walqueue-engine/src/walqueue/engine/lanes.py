@@ -41,8 +41,6 @@ from walqueue.engine.rows import (
     ENTRY,
     LANE,
     LEASED,
-    PRIORITY,
-    QUEUE,
     READY,
     STATUS,
     STATUSES,
@@ -220,8 +218,11 @@ class Lanes:
         if type(row) is not tuple:  # (created and completed in one transaction)
             name, priority = queue_of(row), priority_of(row)
         else:
-            name, priority = (row[QUEUE], row[PRIORITY]) if len(row) > LANE else (DEFAULT_QUEUE, 0)
-        q = self.default if name is DEFAULT_QUEUE else self.queue(name)
+            name, priority = row[LANE] if len(row) > LANE else (DEFAULT_QUEUE, 0)
+        if name is DEFAULT_QUEUE:
+            q = self.default
+        else:
+            q = self.queues.get(name) or self.queue(name)
         limited = q.configured()
         before = limited and q.blocked()
         counts = q.counts
