@@ -891,7 +891,11 @@ def test_new_lease_builds_the_same_token_as_the_constructor(
 def test_the_rows_of_one_lane_share_one_lane_key() -> None:
     """A lane row's one extra item is its lane's (queue, priority), one exact tuple for every task of the lane."""
     state = State()
-    run(state, *({**put(name), "queue": "emails", "priority": 2} for name in ("a", "b")), {**put("c"), "queue": "emails"})
+    run(
+        state,
+        *({**put(name), "queue": "emails", "priority": 2} for name in ("a", "b")),
+        {**put("c"), "queue": "emails"},
+    )
     a, b, c = (state.tasks[name][-1] for name in "abc")
     assert a == ("emails", 2) and type(a) is tuple and a is b
     assert c == ("emails", 0) and c is not a

@@ -84,8 +84,8 @@ class QueueIndex:
         self.rate: int | None = None
         self.window = 0
         self.paused = False
-        #: The `at` of the last `rate` leases, oldest first (only while a rate is set).
-        self.recent: deque[int] = deque()
+        #: The `at` of the last `rate` leases, oldest first (only while a rate is set: () costs a queue nothing).
+        self.recent: deque[int] | tuple[int, ...] = ()
         #: When the full rate window reopens (None: not blocked by the rate).
         self.rate_until: int | None = None
 
@@ -290,8 +290,9 @@ class Lanes:
     def leased_at(self, name: str, at: int) -> None:
         """A lease of queue `name` at `at` (its op's ``at``): the rate limiter keeps it; the window may close."""
         q = self.queues[name]
-        assert q.rate is not None
-        q.recent.append(at)
+        recent = q.recent
+        assert q.rate is not None and isinstance(recent, deque)
+        recent.append(at)
         self._rate_block(q)
 
     def configure(
@@ -308,7 +309,7 @@ class Lanes:
         q.concurrency = concurrency
         q.paused = paused
         if rate is None:
-            q.rate, q.window, q.recent = None, 0, deque()
+            q.rate, q.window, q.recent = None, 0, ()
         else:
             q.rate, q.window = rate
             q.recent = deque(q.recent, maxlen=q.rate)
@@ -503,7 +504,7 @@ class Lanes:
     def restore(self, settings: Mapping[str, Any], tasks: Mapping[str, Stored]) -> None:
         """Install a snapshot's settings (`settings_from_json`'s shape), the limiter's lease times with them."""
         for name, (concurrency, rate, paused, recent) in settings.items():
-            self.queue(name).recent.extend(recent)
+            self.queue(name).recent = deque(recent)
             self.configure(name, concurrency, rate, paused, tasks)
 
     def apply_configure(self, kind: Any, op: dict[str, Any], planned: bool, tasks: Mapping[str, Stored]) -> None:

@@ -202,9 +202,9 @@ def read_metrics(
     }
 
 
-def _put_queue(tx_ops: list[dict[str, Any]], task_id: str) -> str:
-    """The queue of task `task_id`, created by a put of this very transaction."""
-    queue: str = next(op.get("queue", DEFAULT_QUEUE) for op in tx_ops if op["op"] == "put" and op["task"] == task_id)
+def _created_queue(tx_ops: list[dict[str, Any]], task_id: str) -> str:
+    """The queue of task `task_id`, created by this very transaction: its first op there is the one that creates it."""
+    queue: str = next(op.get("queue", DEFAULT_QUEUE) for op in tx_ops if op.get("task") == task_id)
     return queue
 
 
@@ -272,7 +272,7 @@ class Metrics:
                 kind = op["op"]
                 if kind in _OP_COUNTERS:
                     stored = tasks.get(op["task"])
-                    queue = queue_of(stored) if stored is not None else _put_queue(tx_ops, op["task"])
+                    queue = queue_of(stored) if stored is not None else _created_queue(tx_ops, op["task"])
                     if queue is not DEFAULT_QUEUE and queue != DEFAULT_QUEUE:
                         by_kind = self.by_queue.get(queue)
                         if by_kind is None:

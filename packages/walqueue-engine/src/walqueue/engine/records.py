@@ -407,7 +407,11 @@ def pack_tombstone(row: rows.Row) -> bytes:
     attempts = row[rows.ATTEMPTS]
     counters = (row[rows.AVAILABLE_AT], row[rows.MAX_ATTEMPTS], attempts, attempts)
     return tombstone_bytes(
-        row[rows.TASK_ID], row[rows.KEY], row[rows.DATA][: rows.DIGEST_BYTES], counters, *(row[rows.LANE] if len(row) > rows.LANE else ())
+        row[rows.TASK_ID],
+        row[rows.KEY],
+        row[rows.DATA][: rows.DIGEST_BYTES],
+        counters,
+        *(row[rows.LANE] if len(row) > rows.LANE else ()),
     )
 
 

@@ -97,7 +97,8 @@ def lane_key(queue: str, priority: int) -> tuple[str, int]:
     key = (queue, priority)
     shared = _LANE_KEYS.get(key)
     if shared is None:
-        shared = _LANE_KEYS[key] = (sys.intern(queue), priority)
+        shared = key if type(queue) is str and sys.intern(queue) is queue else (sys.intern(queue), priority)
+        _LANE_KEYS[shared] = shared  # the key is its own value: one tuple per lane
     return shared
 
 
