@@ -48,6 +48,7 @@ from walqueue.engine.rows import (
     HeapEntry,
     Row,
     Stored,
+    lane_key,
     status_of,
 )
 from walqueue.engine.validate import DEFAULT_QUEUE, MAX_INT, check_int, check_queue_name, check_rate
@@ -61,11 +62,13 @@ Seat = tuple[Any, ...]
 class Lane:
     """One (queue, priority): its heap of ready entries, how many of them are live, and its seat (or None)."""
 
-    __slots__ = ("queue", "priority", "heap", "live", "entry")
+    __slots__ = ("queue", "priority", "heap", "live", "entry", "key")
 
     def __init__(self, queue: QueueIndex, priority: int) -> None:
         self.queue = queue
         self.priority = priority
+        #: The lane key its rows hold (rows.lane_key), at hand for snapshot loading.
+        self.key = lane_key(queue.name, priority)
         self.heap: list[HeapEntry] = []
         self.live = 0
         self.entry: Seat | None = None

@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, NotRequired, TypedDict
 
 from walqueue.engine.records import queue_of
+from walqueue.engine.rows import LANE
 from walqueue.engine.state import OP_KINDS
 from walqueue.engine.validate import DEFAULT_QUEUE, check_int
 
@@ -272,7 +273,10 @@ class Metrics:
                 kind = op["op"]
                 if kind in _OP_COUNTERS:
                     stored = tasks.get(op["task"])
-                    queue = queue_of(stored) if stored is not None else _created_queue(tx_ops, op["task"])
+                    if type(stored) is tuple:  # a row (records.queue_of, inlined: every lane op's path)
+                        queue = stored[LANE][0] if len(stored) > LANE else DEFAULT_QUEUE
+                    else:
+                        queue = queue_of(stored) if stored is not None else _created_queue(tx_ops, op["task"])
                     if queue is not DEFAULT_QUEUE and queue != DEFAULT_QUEUE:
                         by_kind = self.by_queue.get(queue)
                         if by_kind is None:
