@@ -888,11 +888,24 @@ def test_new_lease_builds_the_same_token_as_the_constructor(
     assert hash((fast.task_id, fast.generation)) == hash((slow.task_id, slow.generation))
 
 
+def test_the_rows_of_one_lane_share_one_lane_key() -> None:
+    """A lane row's one extra item is its lane's (queue, priority), one exact tuple for every task of the lane."""
+    state = State()
+    run(
+        state,
+        *({**put(name), "queue": "emails", "priority": 2} for name in ("a", "b")),
+        {**put("c"), "queue": "emails"},
+    )
+    a, b, c = (state.tasks[name][-1] for name in "abc")
+    assert a == ("emails", 2) and type(a) is tuple and a is b
+    assert c == ("emails", 0) and c is not a
+
+
 def test_a_default_lane_record_stores_no_lane_and_no_traceback() -> None:
     """A task in the default queue at priority 0 pays no item for its lane; the traceback rides in the error."""
     state = State()
     run(state, put("d"), {**put("q"), "queue": "emails"}, {**put("p"), "priority": 3})
     plain, lanes = state.tasks["d"], [state.tasks["q"], state.tasks["p"]]
     assert type(plain) is tuple and (record_view(plain).queue, record_view(plain).priority) == ("default", 0)
-    assert all(type(row) is tuple and len(row) == len(plain) + 2 for row in lanes)
+    assert all(type(row) is tuple and len(row) == len(plain) + 1 for row in lanes)
     assert [(record_view(r).queue, record_view(r).priority) for r in lanes] == [("emails", 0), ("default", 3)]

@@ -41,8 +41,6 @@ from walqueue.engine.rows import (
     ENTRY,
     LANE,
     LEASED,
-    PRIORITY,
-    QUEUE,
     READY,
     STATUS,
     STATUSES,
@@ -50,6 +48,7 @@ from walqueue.engine.rows import (
     HeapEntry,
     Row,
     Stored,
+    lane_key,
     status_of,
 )
 from walqueue.engine.validate import DEFAULT_QUEUE, MAX_INT, check_int, check_queue_name, check_rate
@@ -63,11 +62,13 @@ Seat = tuple[Any, ...]
 class Lane:
     """One (queue, priority): its heap of ready entries, how many of them are live, and its seat (or None)."""
 
-    __slots__ = ("queue", "priority", "heap", "live", "entry")
+    __slots__ = ("queue", "priority", "heap", "live", "entry", "key")
 
     def __init__(self, queue: QueueIndex, priority: int) -> None:
         self.queue = queue
         self.priority = priority
+        #: The lane key its rows hold (rows.lane_key), at hand for snapshot loading.
+        self.key = lane_key(queue.name, priority)
         self.heap: list[HeapEntry] = []
         self.live = 0
         self.entry: Seat | None = None
@@ -86,8 +87,8 @@ class QueueIndex:
         self.rate: int | None = None
         self.window = 0
         self.paused = False
-        #: The `at` of the last `rate` leases, oldest first (only while a rate is set).
-        self.recent: deque[int] = deque()
+        #: The `at` of the last `rate` leases, oldest first (only while a rate is set: () costs a queue nothing).
+        self.recent: deque[int] | tuple[int, ...] = ()
         #: When the full rate window reopens (None: not blocked by the rate).
         self.rate_until: int | None = None
 
@@ -220,8 +221,11 @@ class Lanes:
         if type(row) is not tuple:  # (created and completed in one transaction)
             name, priority = queue_of(row), priority_of(row)
         else:
-            name, priority = (row[QUEUE], row[PRIORITY]) if len(row) > LANE else (DEFAULT_QUEUE, 0)
-        q = self.default if name is DEFAULT_QUEUE else self.queue(name)
+            name, priority = row[LANE] if len(row) > LANE else (DEFAULT_QUEUE, 0)
+        if name is DEFAULT_QUEUE:
+            q = self.default
+        else:
+            q = self.queues.get(name) or self.queue(name)
         limited = q.configured()
         before = limited and q.blocked()
         counts = q.counts
@@ -289,8 +293,9 @@ class Lanes:
     def leased_at(self, name: str, at: int) -> None:
         """A lease of queue `name` at `at` (its op's ``at``): the rate limiter keeps it; the window may close."""
         q = self.queues[name]
-        assert q.rate is not None
-        q.recent.append(at)
+        recent = q.recent
+        assert q.rate is not None and isinstance(recent, deque)
+        recent.append(at)
         self._rate_block(q)
 
     def configure(
@@ -307,7 +312,7 @@ class Lanes:
         q.concurrency = concurrency
         q.paused = paused
         if rate is None:
-            q.rate, q.window, q.recent = None, 0, deque()
+            q.rate, q.window, q.recent = None, 0, ()
         else:
             q.rate, q.window = rate
             q.recent = deque(q.recent, maxlen=q.rate)
@@ -502,7 +507,7 @@ class Lanes:
     def restore(self, settings: Mapping[str, Any], tasks: Mapping[str, Stored]) -> None:
         """Install a snapshot's settings (`settings_from_json`'s shape), the limiter's lease times with them."""
         for name, (concurrency, rate, paused, recent) in settings.items():
-            self.queue(name).recent.extend(recent)
+            self.queue(name).recent = deque(recent)
             self.configure(name, concurrency, rate, paused, tasks)
 
     def apply_configure(self, kind: Any, op: dict[str, Any], planned: bool, tasks: Mapping[str, Stored]) -> None:

@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, NotRequired, TypedDict
 
 from walqueue.engine.records import queue_of
+from walqueue.engine.rows import LANE
 from walqueue.engine.state import OP_KINDS
 from walqueue.engine.validate import DEFAULT_QUEUE, check_int
 
@@ -202,6 +203,12 @@ def read_metrics(
     }
 
 
+def _created_queue(tx_ops: list[dict[str, Any]], task_id: str) -> str:
+    """The queue of task `task_id`, created by this very transaction: its first op there is the one that creates it."""
+    queue: str = next(op.get("queue", DEFAULT_QUEUE) for op in tx_ops if op.get("task") == task_id)
+    return queue
+
+
 class Metrics:
     """One queue's counters and histograms.
 
@@ -244,26 +251,32 @@ class Metrics:
         self.replica: Callable[[], dict[str, Any]] | None = None
 
     def counted(self, tx_ops: list[dict[str, Any]], state: Any) -> None:
-        """Count a committed transaction's ops by kind, and by queue off the default one (`Queue._commit`).
+        """Count a written transaction's ops by kind, and by queue off the default one (`Queue._commit`).
 
-        The queue is the task's own (its record, applied already); the default
+        Called before the transaction is applied: the queue is the task's own,
+        read from its row as it was (a task never changes lane; an ack's
+        tombstone would have to be decoded) or from its put. The default
         queue's figures are derived when read. Until the store knows a queue
-        but the default one (`state.has_lanes`, asked after each transaction
-        that names a queue), every task is in the default queue, so a store
-        without lanes pays one key test per op and nothing else.
+        but the default one (an op naming another, or `state.has_lanes`),
+        every task is in the default queue, so a store without lanes pays one
+        key test per op and nothing else.
         """
         counts = self.ops
         lanes = self.lanes
         for op in tx_ops:
             counts[op["op"]] += 1
             if not lanes and "queue" in op:  # a put off the default queue, or a queue's settings
-                lanes = self.lanes = state.has_lanes()
+                lanes = self.lanes = op["queue"] != DEFAULT_QUEUE or state.has_lanes()
         if lanes:
             tasks = state.tasks
             for op in tx_ops:
                 kind = op["op"]
                 if kind in _OP_COUNTERS:
-                    queue = queue_of(tasks[op["task"]])
+                    stored = tasks.get(op["task"])
+                    if type(stored) is tuple:  # a row (records.queue_of, inlined: every lane op's path)
+                        queue = stored[LANE][0] if len(stored) > LANE else DEFAULT_QUEUE
+                    else:
+                        queue = queue_of(stored) if stored is not None else _created_queue(tx_ops, op["task"])
                     if queue is not DEFAULT_QUEUE and queue != DEFAULT_QUEUE:
                         by_kind = self.by_queue.get(queue)
                         if by_kind is None:

@@ -215,6 +215,7 @@ def row_json(row: rows.Row) -> bytes:
         row[rows.DATA],
         row[rows.LANE :],
     )
+    lane = lane[0] if lane else lane
     return (
         b'{"attempts":%d,"available_at":%d,"deadline":%b,"generation":%d,"identity":"%b","key":%b,%b'
         b'"max_attempts":%d,"payload":%b,%b"status":"%b","task":%b,%b"worker":%b}'
@@ -239,18 +240,28 @@ def row_json(row: rows.Row) -> bytes:
 
 def queue_of(stored: rows.Stored) -> str:
     """The task's queue: a lane row's item, DEFAULT_QUEUE for a default-lane row, decoded from a tombstone."""
-    if isinstance(stored, bytes):
-        return Tombstone(stored).queue
-    queue: str = stored[rows.QUEUE] if len(stored) > rows.LANE else DEFAULT_QUEUE
-    return queue
+    if isinstance(stored, tuple):
+        queue: str = stored[rows.LANE][0] if len(stored) > rows.LANE else DEFAULT_QUEUE
+        return queue
+    return _tombstone_queue(stored)
+
+
+def _tombstone_queue(stored: bytes) -> str:
+    """A tombstone's queue, read from its header alone (a counter by queue reads it at every ack of a lane task)."""
+    colon = stored.index(b":", rows.DIGEST_BYTES)
+    numbers = stored[rows.DIGEST_BYTES : colon].split()
+    if len(numbers) == 4:
+        return DEFAULT_QUEUE
+    start = colon + 1 + int(numbers[3])
+    return stored[start : start + int(numbers[5])].decode("ascii")
 
 
 def priority_of(stored: rows.Stored) -> int:
     """The task's priority (see `queue_of`)."""
-    if isinstance(stored, bytes):
-        return Tombstone(stored).priority
-    priority: int = stored[rows.PRIORITY] if len(stored) > rows.LANE else 0
-    return priority
+    if isinstance(stored, tuple):
+        priority: int = stored[rows.LANE][1] if len(stored) > rows.LANE else 0
+        return priority
+    return Tombstone(stored).priority
 
 
 class TaskRecord(_RecordView, tuple[Any, ...]):
@@ -396,7 +407,11 @@ def pack_tombstone(row: rows.Row) -> bytes:
     attempts = row[rows.ATTEMPTS]
     counters = (row[rows.AVAILABLE_AT], row[rows.MAX_ATTEMPTS], attempts, attempts)
     return tombstone_bytes(
-        row[rows.TASK_ID], row[rows.KEY], row[rows.DATA][: rows.DIGEST_BYTES], counters, *row[rows.LANE :]
+        row[rows.TASK_ID],
+        row[rows.KEY],
+        row[rows.DATA][: rows.DIGEST_BYTES],
+        counters,
+        *(row[rows.LANE] if len(row) > rows.LANE else ()),
     )
 
 

@@ -37,6 +37,7 @@ from walqueue.engine.rows import (
     ErrorFields,
     HeapEntry,
     Stored,
+    lane_key,
     with_traceback,
 )
 from walqueue.engine.validate import (
@@ -337,7 +338,7 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
                         deadline, with_traceback(last_error, traceback), None if status is DEAD else entry,
                     )  # fmt: skip
                     if queue is not DEFAULT_QUEUE or priority != 0:
-                        record += (queue, priority)
+                        record += (lane_key(queue, priority) if lane is None else lane.key,)
             except (TypeError, ValueError) as exc:
                 raise InvalidTransaction(f"snapshot record {index}: {exc}") from None
             if previous is not None and not previous < task_id:

@@ -280,7 +280,7 @@ class State:
         row = self.tasks[task_id]
         if type(row) is not tuple or row[STATUS] != LEASED:
             raise ValueError(f"task {task_id!r} is {status_of(row)}, not leased")
-        lane = row[LANE:] or (DEFAULT_QUEUE, 0)
+        lane = row[LANE] if len(row) > LANE else (DEFAULT_QUEUE, 0)
         return new_lease(
             row[TASK_ID],
             row[WORKER],

@@ -17,7 +17,6 @@ kinds, `opkinds.OP_KINDS`, imports it for the transition of each row).
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from typing import Protocol
 
@@ -184,8 +183,7 @@ def put(state: StateReads, staging: Staging, record: Row | None, op: Op) -> Stor
     if queue is DEFAULT_QUEUE and priority == 0:  # (records.new_row, inlined: this is every put's path)
         return (task_id, key, READY, digest + payload_json, available_at, max_attempts, 0, None, None, None,
                 (available_at, task_id))  # fmt: skip
-    # one string per queue, not per task (and "default" is DEFAULT_QUEUE itself)
-    queue = sys.intern(queue)
+    # (new_row shares one lane key, with one interned queue string, among the lane's rows)
     return new_row(task_id, key, READY, digest + payload_json, available_at, max_attempts, 0, None, None, None,
                    queue, priority)  # fmt: skip
 
