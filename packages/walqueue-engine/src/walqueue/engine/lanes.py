@@ -35,22 +35,8 @@ from typing import Any
 
 from walqueue.engine.ages import ready_ages
 from walqueue.engine.heaps import HEAP_SLACK
-from walqueue.engine.records import priority_of, queue_of, view
-from walqueue.engine.rows import (
-    DEAD,
-    ENTRY,
-    LANE,
-    LEASED,
-    READY,
-    STATUS,
-    STATUSES,
-    TASK_ID,
-    HeapEntry,
-    Row,
-    Stored,
-    lane_key,
-    status_of,
-)
+from walqueue.engine.records import DEAD, LEASED, READY, STATUSES, priority_of, queue_of, view
+from walqueue.engine.rows import ENTRY, LANE, STATUS, TASK_ID, HeapEntry, Row, Stored, lane_key, status_of
 from walqueue.engine.validate import DEFAULT_QUEUE, MAX_INT, check_int, check_queue_name, check_rate
 
 __all__ = ["Lane", "Lanes", "QueueIndex", "settings_from_json"]
