@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Unpack
 
 from walqueue import KeyConflict
 from walqueue.format.canonical import canonical_json
+from walqueue.protocol.shaping import PutOptions
 
 from .rules import (
     MAX_FRAME_BYTES,
@@ -25,21 +26,9 @@ from .state import ModelState
 class PutCalls(ModelState):
     """`put` and `put_many`: the task's identity, the key's check, one transaction for every new task."""
 
-    def put(
-        self,
-        task_id: str,
-        payload: dict[str, Any],
-        *,
-        key: str | None = None,
-        available_at: int = 0,
-        max_attempts: int = 3,
-        queue: str = "default",
-        priority: int = 0,
-        put_at: int = 0,
-    ) -> str:
-        """Create a task, or return `task_id` for an identical retry (CONTRACT §2 put)."""
-        request = self._request(task_id, payload, key, available_at, max_attempts, queue, priority, put_at)
-        return self._put_requests([request])[0]
+    def put(self, task_id: str, payload: dict[str, Any], **options: Unpack[PutOptions]) -> str:
+        """Create a task, or return `task_id` for an identical retry (CONTRACT §2 put); options as `_request`'s."""
+        return self._put_requests([self._request(task_id, payload, **options)])[0]
 
     def put_many(self, tasks: Iterable[Mapping[str, Any]]) -> list[str]:
         """All-or-nothing: one transaction for every new task (CONTRACT §2 put_many)."""
@@ -55,31 +44,21 @@ class PutCalls(ModelState):
             for required in ("task_id", "payload"):
                 if required not in item:
                     raise TypeError(f"put_many item without {required!r}")
-            requests.append(
-                self._request(
-                    item["task_id"],
-                    item["payload"],
-                    item.get("key"),
-                    item.get("available_at", 0),
-                    item.get("max_attempts", 3),
-                    item.get("queue", "default"),
-                    item.get("priority", 0),
-                    item.get("put_at", 0),
-                )
-            )
+            requests.append(self._request(**item))  # its keys: PUT_FIELDS, the two required ones among them
         return self._put_requests(requests)
 
     def _request(
         self,
         task_id: object,
         payload: object,
-        key: object,
-        available_at: object,
-        max_attempts: object,
+        key: object = None,
+        available_at: object = 0,
+        max_attempts: object = 3,
         queue: object = "default",
         priority: object = 0,
         put_at: object = 0,
     ) -> dict[str, Any]:
+        """A put's checked request; the defaults of `put`'s options and of a `put_many` item, written once."""
         task_id = check_name(task_id, "task_id")
         key = task_id if key is None else check_name(key, "key")
         available_at = check_int(available_at, "available_at", 0)
