@@ -69,7 +69,9 @@ With --processes, the first process alone runs --schedule, and the
 supervisor logs one summary line for all of them."""
 
 
+@functools.cache
 def _parser() -> UsageParser:
+    """The command's parser, made once: a child forked by the supervisor parses its own line with the same one."""
     parser = UsageParser(
         prog=PROG,
         usage=f"{PROG} (DIR | --socket PATH) MODULE:CALLABLE [options]",

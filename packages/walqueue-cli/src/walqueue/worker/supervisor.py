@@ -79,8 +79,10 @@ _LONGEST_WAIT = 1.0  # the loop's select wakes at least this often (a SIGCHLD no
 _ENTRIES = {"walqueue.worker": "walqueue.worker.cli", "walqueue.serve": "walqueue.serve.cli"}
 #: A forked child's process name (its command line is the supervisor's): the command it runs.
 _NAMES = {"walqueue.worker": "walqueue-worker", "walqueue.serve": "walqueue-serve"}
-#: What a worker child imports on its way to its first task: imported once, before the forks.
-_WORKER_PRELOAD = ("walqueue.client", "walqueue.worker.runner", "walqueue.worker.monitor")
+#: What the server and every worker child import alike (the protocol): imported once, before the first fork.
+_SHARED_PRELOAD = ("walqueue.client",)
+#: What a worker child imports on its way to its first task: imported once, before the workers' forks.
+_WORKER_PRELOAD = ("walqueue.worker.runner", "walqueue.worker.monitor")
 _SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD)
 
 
@@ -298,7 +300,7 @@ class Supervisor:
         """
         self._choose_start_method()
         if self.server is None:
-            self._preload(_ENTRIES["walqueue.worker"], *_WORKER_PRELOAD)
+            self._preload(_ENTRIES["walqueue.worker"], *_SHARED_PRELOAD, *_WORKER_PRELOAD)
             for child in self.children:
                 self._start(child)
         else:
@@ -330,9 +332,11 @@ class Supervisor:
     def _preload(self, *modules: str) -> None:
         """Import what a forked child would import on its way to its first act: once, here, not in each fork.
 
-        Measured (PERFORMANCE §12.4): the server's modules imported here
-        before its fork cost less in all than a forked server importing
-        them beside this process's own imports, on a loaded machine.
+        What the server and the workers share is imported before the server's
+        fork; the server's own modules (its loop, the requests' executor,
+        its options) it imports itself, on another core while this process
+        imports the workers' (DECISIONS §59): the same CPU in all as
+        importing them here, but off the way to the first task.
         """
         if self.start_method == "fork":
             for module in modules:
@@ -340,8 +344,8 @@ class Supervisor:
 
     def _start_server_and_children(self, ready_read: int) -> bool:
         assert self.server is not None
-        self._preload(_ENTRIES["walqueue.serve"])
-        self._start(self.server)  # first: it has the most to do (open the store, listen)
+        self._preload(*_SHARED_PRELOAD)
+        self._start(self.server)  # first: it has the most to do (import its own modules, open the store, listen)
         self._preload(_ENTRIES["walqueue.worker"], *_WORKER_PRELOAD)
         for child in self.children:
             self._start(child, ready_read)
