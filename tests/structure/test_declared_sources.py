@@ -32,6 +32,11 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     ("worker/retry.py", "getattr", "self"): "the policy's own fields, checked by name",
     ("worker/sync_only.py", "getattr", "handler"): "the handler's own __call__, to refuse an async one",
     ("dashboard/__init__.py", "getattr", "http"): "the package's lazy import of its own module (PEP 562)",
+    (
+        "worker/__init__.py",
+        "getattr",
+        "importlib.import_module(_HOMES[name])",
+    ): "the package's lazy import of its public names (PEP 562)",
 }
 #: Calls that end a lease, and the only worker modules that make them on a source.
 ENDING_CALLS = {"ack", "ack_many", "release", "fail", "give_back", "complete"}

@@ -12,7 +12,6 @@ import argparse
 import importlib.util
 import math
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 from walqueue.backup.settings import DEFAULT_MAX_HOLD_BYTES, duration
 
@@ -80,6 +79,8 @@ def check_replicate_arguments(arguments: argparse.Namespace) -> str | None:
         if arguments.replicate_retain is not None:
             companion = "--replicate-retain"
         return None if companion is None else f"{companion} needs --replicate URL"
+    from urllib.parse import urlsplit  # here: walqueue-serve without --replicate never imports urllib
+
     parts = urlsplit(url)
     if parts.scheme == "file":
         if parts.netloc not in ("", "localhost") or not parts.path.startswith("/"):

@@ -33,19 +33,20 @@ import argparse
 import enum
 import json
 import math
-import socket
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, BinaryIO, TextIO
+from typing import TYPE_CHECKING, Any, BinaryIO, TextIO
 
 from walqueue import QueueClosed, WrongStatus
 from walqueue.cli.shellput import add_put_parser, check_put, run_put
 from walqueue.engine.validate import check_queue_name
 from walqueue.format import cmdline
 from walqueue.format.cmdline import EX_USAGE, EXIT_INTERRUPTED, UsageParser, interrupted, silence_stdout, version_line
-from walqueue.protocol.exchange import socket_address
 from walqueue.protocol.requests import request_lines
+
+if TYPE_CHECKING:  # the socket is imported for --socket only: `walqueue DIR` never opens one
+    import socket
 
 __all__ = ["VERBS", "ShellExit", "main", "wants_directory_verb", "wants_shell"]
 
@@ -240,6 +241,8 @@ def _settings(arguments: argparse.Namespace) -> dict[str, Any]:
 
 
 def _connect(path: str) -> socket.socket:
+    import socket
+
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.connect(path)
@@ -444,6 +447,8 @@ def main(argv: Sequence[str] | None = None, *, directory: str | None = None) -> 
         except (TypeError, ValueError) as error:
             parser.error(str(error))  # exit 64, before any connection
     if arguments.socket is not None:
+        from walqueue.protocol.exchange import socket_address
+
         arguments.socket = socket_address(arguments.socket)  # once: a later chdir must not move it
     try:
         if directory is not None:

@@ -1,4 +1,7 @@
-"""Where the dashboard runs: a `wsgiref` server on its own threads, and the ``--http`` options that place it.
+"""Where the dashboard runs: a `wsgiref` server on its own threads, placed by the ``--http`` options.
+
+The options themselves are declared and checked in `options.py` (re-exported
+here), which walqueue-serve imports without this module.
 
 Why its own threads: the queue server's request path must not wait for a
 browser. `serve_in_thread` answers each HTTP connection on a daemon thread
@@ -24,18 +27,16 @@ port before it opens or creates the store: a busy port then leaves nothing.
 
 from __future__ import annotations
 
-import argparse
 import functools
-import ipaddress
 import logging
-import os
 import socket
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from walqueue.dashboard.hosts import DEFAULT_HOSTS, check_host_name
+from walqueue.dashboard.hosts import DEFAULT_HOSTS
+from walqueue.dashboard.options import HttpOptions, add_http_arguments, http_options, is_loopback, parse_address
 from walqueue.dashboard.web import SOCKET_KEY
 
 if TYPE_CHECKING:
@@ -63,8 +64,6 @@ CONNECTION_TIMEOUT: Final = 10.0
 SAMPLE_SECONDS: Final = 5.0
 #: The listening socket's backlog (the kernel caps it at net.core.somaxconn).
 LISTEN_BACKLOG: Final = 1024
-#: The environment variable that may hold the access token.
-TOKEN_ENVIRONMENT: Final = "WALQUEUE_HTTP_TOKEN"
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
@@ -193,93 +192,3 @@ def _sampling(sample: Callable[[], None], stopping: threading.Event) -> None:
             sample()
         except Exception:
             log.exception("the dashboard's sampler failed (it keeps trying)")
-
-
-def parse_address(text: str) -> tuple[str, int]:
-    """``HOST:PORT``, ``[IPV6]:PORT`` or ``:PORT`` (loopback) as ``(host, port)``; `ValueError` naming the fault."""
-    host, colon, port_text = text.rpartition(":")
-    if not colon or not port_text.isascii() or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
-        raise ValueError(f"--http wants HOST:PORT with a port from 0 to 65535, not {text!r}")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    host = host or "127.0.0.1"
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        if host != "localhost":
-            raise ValueError(f"--http wants an IP address (or localhost), not {host!r}") from None
-    return host, int(port_text)
-
-
-def is_loopback(host: str) -> bool:
-    """Whether `host` (an IP address or ``localhost``) is reachable from this machine only."""
-    return host == "localhost" or ipaddress.ip_address(host).is_loopback
-
-
-@dataclass(frozen=True)
-class HttpOptions:
-    """Where and how to serve the dashboard, checked: a non-loopback host always has a token."""
-
-    host: str
-    port: int
-    actions: bool
-    token: str | None
-    hosts: tuple[str, ...] = ()
-
-
-def add_http_arguments(parser: argparse.ArgumentParser) -> None:
-    """The ``--http`` options, for `walqueue-serve` (or any command that serves a dashboard)."""
-    group = parser.add_argument_group("dashboard")
-    group.add_argument(
-        "--http",
-        metavar="HOST:PORT",
-        help="serve the dashboard, /metrics and the JSON API here (loopback, e.g. 127.0.0.1:8080)",
-    )
-    group.add_argument(
-        "--http-allow-remote",
-        action="store_true",
-        help="allow a non-loopback --http address (then an access token is required)",
-    )
-    group.add_argument(
-        "--http-token-file", metavar="PATH", help=f"read the access token from PATH (or set {TOKEN_ENVIRONMENT})"
-    )
-    group.add_argument(
-        "--http-host",
-        metavar="NAME",
-        action="append",
-        default=[],
-        help="also accept requests whose Host is NAME (repeatable; the bound address and the loopback names are; "
-        "any other Host is refused with 421, against DNS rebinding)",
-    )
-    group.add_argument(
-        "--http-actions",
-        action="store_true",
-        help="enable redrive and cancel from the dashboard (POST with the page's token; logged)",
-    )
-
-
-def http_options(arguments: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> HttpOptions | None:
-    """The checked options, or None without ``--http``; `ValueError` (a usage error) naming what is wrong."""
-    if arguments.http is None:
-        if arguments.http_allow_remote or arguments.http_token_file or arguments.http_actions or arguments.http_host:
-            raise ValueError("--http-allow-remote, --http-token-file, --http-host and --http-actions need --http")
-        return None
-    host, port = parse_address(arguments.http)
-    token = environ.get(TOKEN_ENVIRONMENT) or None
-    if arguments.http_token_file:
-        try:
-            with open(arguments.http_token_file, encoding="utf-8") as file:
-                token = file.read().strip()
-        except (OSError, UnicodeDecodeError) as error:
-            raise ValueError(f"cannot read --http-token-file: {error}") from None
-    if token is not None:
-        from walqueue.dashboard.web import check_access_token
-
-        check_access_token(token)
-    if not is_loopback(host):
-        if not arguments.http_allow_remote:
-            raise ValueError(f"--http {host} is not a loopback address: add --http-allow-remote (and a token)")
-        if token is None:
-            raise ValueError(f"a non-loopback --http needs an access token: --http-token-file or {TOKEN_ENVIRONMENT}")
-    hosts = tuple(check_host_name(name) for name in arguments.http_host)
-    return HttpOptions(host, port, bool(arguments.http_actions), token, hosts)

@@ -22,8 +22,7 @@ label included.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from walqueue.engine.records import STATUSES
 from walqueue.engine.types import Lease, Task, WalQueueError, plain_lease
@@ -79,8 +78,7 @@ def describe(value: Any) -> str:
     return "an object"
 
 
-@dataclass(frozen=True, slots=True)
-class Kind:
+class Kind(NamedTuple):
     """One kind of argument: its JSON shape, its value rule, its encoding by a client.
 
     `accept(json_value, label)` turns a JSON value of the right shape into
@@ -91,6 +89,10 @@ class Kind:
     iterator once, before it is checked and encoded). `plain`: `encode`
     returns the value itself once the rule accepts it (so a value already
     checked by the same rule is sent as it is).
+
+    A `NamedTuple`, as the other rows of the call table are: immutable, and
+    made at import without the code a dataclass compiles for each class
+    (DECISIONS §59).
     """
 
     name: str
@@ -320,8 +322,7 @@ KINDS: Final[dict[str, Kind]] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class AnswerKind:
+class AnswerKind(NamedTuple):
     """How a result becomes its answer field's JSON (`to_json`) and back (`from_json`)."""
 
     name: str

@@ -32,9 +32,10 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from walqueue.backup.serving import add_replicate_arguments, check_replicate_arguments, start_replicator
-from walqueue.dashboard.http import HttpOptions, RunningServer, add_http_arguments, bind, http_options, start_dashboard
+from walqueue.dashboard.options import HttpOptions, add_http_arguments, http_options
 from walqueue.format.cmdline import EX_USAGE, EXIT_CANNOT_OPEN, EXIT_FATAL, EXIT_OK, UsageParser, version_line
 from walqueue.serve.listener import SocketInUse
 from walqueue.serve.parentpipe import add_parent_pipe_argument, watch_parent
@@ -46,6 +47,9 @@ from walqueue.serve.server import (
     Server,
     StartFailed,
 )
+
+if TYPE_CHECKING:  # the dashboard is imported with --http only (DECISIONS §59)
+    from walqueue.dashboard.http import RunningServer
 
 __all__ = ["DEFAULT_MAX_CLIENTS", "DEFAULT_MODE", "EXIT_USAGE", "Server", "SocketInUse", "main"]
 
@@ -165,11 +169,15 @@ def _start(server: Server, http: HttpOptions | None, address: str | None) -> _St
     port leaves nothing behind; a dashboard that then cannot start closes
     what the start opened.
     """
-    try:
-        bound = None if http is None else bind(http.host, http.port)
-    except OSError as error:
-        print(f"walqueue-serve: cannot serve the dashboard on {address}: {error}", file=sys.stderr)
-        return EXIT_SOCKET
+    bound = None
+    if http is not None:
+        from walqueue.dashboard.http import bind
+
+        try:
+            bound = bind(http.host, http.port)
+        except OSError as error:
+            print(f"walqueue-serve: cannot serve the dashboard on {address}: {error}", file=sys.stderr)
+            return EXIT_SOCKET
     try:
         server.start()
     except StartFailed as failure:
@@ -179,6 +187,8 @@ def _start(server: Server, http: HttpOptions | None, address: str | None) -> _St
         return failure.status
     if http is None:
         return _Started(None)
+    from walqueue.dashboard.http import start_dashboard
+
     try:
         return _Started(start_dashboard(server.dashboard_backend(), http, on_commit=server.poke, bound=bound))
     except OSError as error:

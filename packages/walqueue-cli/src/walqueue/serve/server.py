@@ -21,8 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from pathlib import Path
-from typing import TypedDict, Unpack
+from typing import TYPE_CHECKING, TypedDict, Unpack
 
 from walqueue import CorruptStore, DirectoryLocked, Queue, WalQueueError
 from walqueue.engine.metrics import RequestSeconds
@@ -33,6 +32,9 @@ from walqueue.protocol.exchange import socket_address
 from walqueue.protocol.lines import MAX_LINE_BYTES
 from walqueue.serve.eventloop import DEFAULT_TURN_CAP, Limits, Loop
 from walqueue.serve.listener import SocketInUse, bind_socket, remove_socket_file
+
+if TYPE_CHECKING:  # the directory as a Path is made on demand: serving never imports pathlib
+    from pathlib import Path
 
 __all__ = [
     "DEFAULT_MAX_CLIENTS",
@@ -91,7 +93,7 @@ class Server:
         create: bool = True,
         **limits: Unpack[ServerLimits],
     ) -> None:
-        self.directory = Path(directory)
+        self._directory = directory
         self._absolute_directory = os.path.abspath(directory)  # resolved once, as the socket path is
         self.socket_path = socket_address(socket_path)
         self.mode = mode
@@ -115,9 +117,16 @@ class Server:
 
     # -- starting --------------------------------------------------------------------
 
+    @property
+    def directory(self) -> Path:
+        """The queue directory, as a `Path` (made here: the server itself never needs pathlib)."""
+        from pathlib import Path
+
+        return Path(self._directory)
+
     def opens_first(self) -> bool:
         """Whether the directory is opened before the socket is bound: when it exists (see the module)."""
-        return os.path.lexists(self.directory) or not self.create
+        return os.path.lexists(self._directory) or not self.create
 
     def start(self) -> None:
         """Open the queue and bind the socket, in the safe order; `StartFailed` undoes what was done."""
@@ -150,7 +159,7 @@ class Server:
         try:
             self.open_queue()
         except (CorruptStore, DirectoryLocked, OSError) as error:
-            message = f"cannot open {self.directory}: {type(error).__name__}: {error}"
+            message = f"cannot open {os.fspath(self._directory)}: {type(error).__name__}: {error}"
             if isinstance(error, FileNotFoundError) and not self.create:
                 message += " (--no-create: the queue must exist already; create it first, or drop --no-create)"
             raise StartFailed(EXIT_CANNOT_OPEN, message) from error
@@ -177,7 +186,7 @@ class Server:
         return self.queue
 
     def open_queue(self) -> None:
-        self._queue = Queue(self.directory, sync=self.sync, create=self.create)
+        self._queue = Queue(self._directory, sync=self.sync, create=self.create)
         self._queue.attach_request_seconds(self.request_seconds)
 
     def close_queue(self) -> None:
@@ -243,7 +252,7 @@ class Server:
         limits = self.limits
         log.info(
             "serving %s on %s (mode %o, at most %d clients, pid %d)",
-            self.directory,
+            os.fspath(self._directory),
             self.socket_path,
             self.mode,
             limits.max_clients,
@@ -267,5 +276,5 @@ class Server:
             self.unbind()
             os.close(self._stop_read)
             os.close(self._stop_write)
-            log.info("stopped serving %s", self.directory)
+            log.info("stopped serving %s", os.fspath(self._directory))
         return self._exit_status

@@ -37,18 +37,24 @@ SIGTERM, several threads or processes, and periodic tasks. The map:
 
 from __future__ import annotations
 
-from walqueue.worker.app import App, TaskFunction
-from walqueue.worker.chains import chain
-from walqueue.worker.clock import MILLISECONDS, Clock, milliseconds
-from walqueue.worker.context import Context, Job
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# Imported now: the function `current` has the name of its module, which would hide it once imported.
 from walqueue.worker.current import TaskContext, current
-from walqueue.worker.errors import LeaseLost, Permanent, Retry, UnknownKind
-from walqueue.worker.handles import ResultTooLarge, TaskFailed, TaskHandle
-from walqueue.worker.retry import RetryPolicy
-from walqueue.worker.router import Handler, Router
-from walqueue.worker.runner import Worker
-from walqueue.worker.schedule import Periodic, firing_key
-from walqueue.worker.settings import WorkerSettings
+
+if TYPE_CHECKING:
+    from walqueue.worker.app import App, TaskFunction
+    from walqueue.worker.chains import chain
+    from walqueue.worker.clock import MILLISECONDS, Clock, milliseconds
+    from walqueue.worker.context import Context, Job
+    from walqueue.worker.errors import LeaseLost, Permanent, Retry, UnknownKind
+    from walqueue.worker.handles import ResultTooLarge, TaskFailed, TaskHandle
+    from walqueue.worker.retry import RetryPolicy
+    from walqueue.worker.router import Handler, Router
+    from walqueue.worker.runner import Worker
+    from walqueue.worker.schedule import Periodic, firing_key
+    from walqueue.worker.settings import WorkerSettings
 
 __all__ = [
     "MILLISECONDS",
@@ -76,3 +82,35 @@ __all__ = [
     "firing_key",
     "milliseconds",
 ]
+
+#: Where each public name lives, by module: imported from it on first use (PEP 562), so that importing one
+#: module of the package (`python -m walqueue.worker`, a handler's `from walqueue.worker import Retry`)
+#: imports only what that needs: not the scheduler (tomllib, cron) of a worker without a schedule.
+_HOMES: dict[str, str] = {
+    name: f"walqueue.worker.{module}"
+    for module, names in (
+        ("app", ("App", "TaskFunction")),
+        ("chains", ("chain",)),
+        ("clock", ("MILLISECONDS", "Clock", "milliseconds")),
+        ("context", ("Context", "Job")),
+        ("errors", ("LeaseLost", "Permanent", "Retry", "UnknownKind")),
+        ("handles", ("ResultTooLarge", "TaskFailed", "TaskHandle")),
+        ("retry", ("RetryPolicy",)),
+        ("router", ("Handler", "Router")),
+        ("runner", ("Worker",)),
+        ("schedule", ("Periodic", "firing_key")),
+        ("settings", ("WorkerSettings",)),
+    )
+    for name in names
+}
+
+
+def __getattr__(name: str) -> Any:
+    """A public name on first use, imported from its module."""
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(_HOMES[name]), name)
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_HOMES))

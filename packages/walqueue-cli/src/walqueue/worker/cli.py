@@ -24,7 +24,7 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 from types import FrameType
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from walqueue import WalQueueError
 from walqueue.engine.events import JsonLinesFormatter
@@ -32,9 +32,11 @@ from walqueue.engine.validate import check_queues_filter
 from walqueue.format.cmdline import EX_USAGE, EXIT_CANNOT_OPEN, EXIT_FATAL, EXIT_OK, UsageParser, version_line
 from walqueue.serve.parentpipe import add_parent_pipe_argument, add_ready_pipe_argument, wait_until_ready, watch_parent
 from walqueue.worker.clock import MILLISECONDS
-from walqueue.worker.schedule import Periodic, load_schedule
 from walqueue.worker.summaries import add_summary_fd_argument, send_summary
 from walqueue.worker.sync_only import AsyncHandler, refuse_async
+
+if TYPE_CHECKING:  # the scheduler (tomllib, cron) is imported only for --schedule
+    from walqueue.worker.schedule import Periodic
 
 __all__ = ["EXIT_SERVER", "StopSignals", "main", "open_store", "resolve_handler", "until_stopped"]
 
@@ -67,7 +69,9 @@ With --processes, the first process alone runs --schedule, and the
 supervisor logs one summary line for all of them."""
 
 
+@functools.cache
 def _parser() -> UsageParser:
+    """The command's parser, made once: a child forked by the supervisor parses its own line with the same one."""
     parser = UsageParser(
         prog=PROG,
         usage=f"{PROG} (DIR | --socket PATH) MODULE:CALLABLE [options]",
@@ -327,6 +331,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _usage(parser, f"the handler {spec}: {error}")
     schedule: list[Periodic] = []
     if arguments.schedule is not None:
+        from walqueue.worker.schedule import load_schedule
+
         try:
             schedule = load_schedule(arguments.schedule, MILLISECONDS)
         except ValueError as error:

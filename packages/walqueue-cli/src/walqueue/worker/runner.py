@@ -43,7 +43,6 @@ from walqueue.worker.monitor import Monitor
 from walqueue.worker.pending import Pending
 from walqueue.worker.report import Report, log
 from walqueue.worker.router import Handler
-from walqueue.worker.schedule import Scheduler
 from walqueue.worker.settings import (
     DEFAULT_GRACE,
     DEFAULT_IDLE_WAIT,
@@ -179,6 +178,8 @@ class Worker:
             self._spawn(self._executor.run, f"executor-{number}")
         self._spawn(self._monitor_thread, "monitor")
         if settings.schedule:
+            from walqueue.worker.schedule import Scheduler  # only with a schedule: tomllib and cron stay unimported
+
             scheduler = Scheduler(settings.schedule, self.source, units_per_second=settings.units_per_second)
             self._spawn(lambda: scheduler.run_forever(settings.clock, self._signals.stopping), "scheduler")
         if self._completer.acks is not None:

@@ -16,13 +16,15 @@ import os
 import socket
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 from walqueue.engine.validate import check_queues_filter
 from walqueue.worker.clock import MILLISECONDS, Clock, milliseconds
 from walqueue.worker.retry import RetryPolicy
-from walqueue.worker.schedule import Periodic
 from walqueue.worker.source import Grouping
+
+if TYPE_CHECKING:  # annotations only: a worker without a schedule never imports the scheduler (tomllib, cron)
+    from walqueue.worker.schedule import Periodic
 
 __all__ = [
     "DEFAULT_GRACE",

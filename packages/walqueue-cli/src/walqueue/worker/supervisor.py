@@ -79,8 +79,10 @@ _LONGEST_WAIT = 1.0  # the loop's select wakes at least this often (a SIGCHLD no
 _ENTRIES = {"walqueue.worker": "walqueue.worker.cli", "walqueue.serve": "walqueue.serve.cli"}
 #: A forked child's process name (its command line is the supervisor's): the command it runs.
 _NAMES = {"walqueue.worker": "walqueue-worker", "walqueue.serve": "walqueue-serve"}
-#: What a worker child imports on its way to its first task: imported once, before the forks.
-_WORKER_PRELOAD = ("walqueue.client", "walqueue.worker.runner", "walqueue.worker.monitor")
+#: What the server and every worker child import alike (the protocol): imported once, before the first fork.
+_SHARED_PRELOAD = ("walqueue.client",)
+#: What a worker child imports on its way to its first task: imported once, before the workers' forks.
+_WORKER_PRELOAD = ("walqueue.worker.runner", "walqueue.worker.monitor")
 _SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD)
 
 
@@ -175,6 +177,8 @@ class Supervisor:
         #: The read end of the server's stdout: its "listening" line, then output that is read and dropped.
         self._server_out: int | None = None
         self._ready_write: int | None = None
+        #: What the server printed so far (its tail), until its "listening" line.
+        self._server_said = b""
         self._wake: tuple[int, int] | None = None
         self._received: list[int] = []
         self._acted = 0
@@ -298,7 +302,7 @@ class Supervisor:
         """
         self._choose_start_method()
         if self.server is None:
-            self._preload(_ENTRIES["walqueue.worker"], *_WORKER_PRELOAD)
+            self._preload(_ENTRIES["walqueue.worker"], *_SHARED_PRELOAD, *_WORKER_PRELOAD)
             for child in self.children:
                 self._start(child)
         else:
@@ -307,8 +311,7 @@ class Supervisor:
                 started = self._start_server_and_children(ready_read)
             finally:
                 os.close(ready_read)
-                os.close(self._ready_write)  # the children go on: to the server, or to an error if it failed
-                self._ready_write = None
+                self._release_children()  # the children go on: to the server, or to an error if it failed
             if not started:
                 self._stop_unconnected_children()
                 return False
@@ -330,9 +333,7 @@ class Supervisor:
     def _preload(self, *modules: str) -> None:
         """Import what a forked child would import on its way to its first act: once, here, not in each fork.
 
-        Measured (PERFORMANCE §12.4): the server's modules imported here
-        before its fork cost less in all than a forked server importing
-        them beside this process's own imports, on a loaded machine.
+        The server imports its own modules itself, beside this process's import of the workers' (DECISIONS §59).
         """
         if self.start_method == "fork":
             for module in modules:
@@ -340,11 +341,12 @@ class Supervisor:
 
     def _start_server_and_children(self, ready_read: int) -> bool:
         assert self.server is not None
-        self._preload(_ENTRIES["walqueue.serve"])
-        self._start(self.server)  # first: it has the most to do (open the store, listen)
+        self._preload(*_SHARED_PRELOAD)
+        self._start(self.server)  # first: it has the most to do (import its own modules, open the store, listen)
         self._preload(_ENTRIES["walqueue.worker"], *_WORKER_PRELOAD)
         for child in self.children:
             self._start(child, ready_read)
+            self._release_if_listening()  # a server that listens already need not wait for the last fork
         for attempt in range(_SERVER_START_TRIES):
             if attempt:
                 self._start(self.server)
@@ -355,6 +357,19 @@ class Supervisor:
                 return False  # it refused to start (2: DIR cannot be opened, 3: the socket): say so
             log.warning("walqueue-serve was killed while starting; starting it again")
         return False
+
+    def _release_if_listening(self) -> None:
+        """Release the children forked so far if the server has printed its "listening" line (no wait)."""
+        assert self._server_out is not None
+        heard, self._server_said = _read_until_listening(self._server_out, 0.0, self._server_said)
+        if heard:
+            self._release_children()
+
+    def _release_children(self) -> None:
+        """Close this process's write end of the ready pipe (once): every child waiting on it goes on."""
+        if self._ready_write is not None:
+            os.close(self._ready_write)
+            self._ready_write = None
 
     def _start(self, child: _Child, ready: int | None = None) -> None:
         """Start `child` by this supervisor's start method; `ready`: the read end of the ready pipe (a first start)."""
@@ -388,7 +403,7 @@ class Supervisor:
                     os.close(write)
             output = read
         if piped:
-            self._server_out = output
+            self._server_out, self._server_said = output, b""
         child.started = time.monotonic()
         child.restart_at = None
 
@@ -419,7 +434,10 @@ class Supervisor:
         """
         assert self.server is not None and self.server.process is not None and self._server_out is not None
         process = self.server.process
-        if _read_until_listening(self._server_out, time.monotonic() + _SERVER_START_SECONDS):
+        heard, self._server_said = _read_until_listening(
+            self._server_out, time.monotonic() + _SERVER_START_SECONDS, self._server_said
+        )
+        if heard:
             return True
         if process.poll() is None:
             log.error("walqueue-serve did not listen on %s within %.0f s", self.socket_path, _SERVER_START_SECONDS)
@@ -487,18 +505,20 @@ def _run_entry(module: str, argv: list[str]) -> int:
     return main(argv)
 
 
-def _read_until_listening(fd: int, give_up: float) -> bool:
-    """Read `fd` until a line holding ``listening`` (True), its end or `give_up` (False)."""
-    seen = b""
+def _read_until_listening(fd: int, give_up: float, seen: bytes = b"") -> tuple[bool, bytes]:
+    """Read `fd` until a line holding ``listening`` (True), its end or `give_up` (False); and the tail read.
+
+    `seen`: the tail an earlier call read. A `give_up` already past reads only what is there (it never waits).
+    """
     while b"listening" not in seen:
-        remaining = give_up - time.monotonic()
-        if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
-            return False
+        remaining = max(0.0, give_up - time.monotonic())
+        if not select.select([fd], [], [], remaining)[0]:
+            return False, seen
         chunk = os.read(fd, 4096)
         if not chunk:
-            return False  # the server closed its stdout: it exited
+            return False, seen  # the server closed its stdout: it exited
         seen = seen[-16:] + chunk
-    return True
+    return True, seen
 
 
 def _child_command(socket_path: str, spec: str, arguments: Any, *, schedule: bool = True) -> list[str]:

@@ -12,7 +12,6 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Sequence
-from importlib import resources
 from typing import Any
 
 from walqueue.format.cmdline import EX_USAGE, EXIT_INTERRUPTED, UsageParser, interrupted, version_line
@@ -74,6 +73,8 @@ class _HelpRepair(argparse.Action):
 
 def repair_guide() -> str:
     """The repair procedure (docs/REPAIR.md), as shipped inside the installed package."""
+    from importlib import resources  # here: pathlib, tempfile and shutil, for --help-repair alone
+
     return resources.files("walqueue.format.fsck").joinpath("REPAIR.md").read_text(encoding="utf-8")
 
 
