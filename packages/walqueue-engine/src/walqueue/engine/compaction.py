@@ -17,6 +17,7 @@ import stat
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from itertools import chain
 from typing import Any
 
 from walqueue.engine.records import row_json, view
@@ -162,7 +163,12 @@ class SnapshotSource:
     the snapshot's own thread, in runs of at most `SORT_RUN` ids: one sort
     of them all (hundreds of thousands after a long run of puts) would be
     one C call that holds the interpreter lock, and every caller would wait
-    for it. Records are immutable (a transition
+    for it. The ordered ids are tuples of about `ID_CHUNK` ids: the collector
+    walks a list item by item (tens of milliseconds at a million, in whichever
+    call triggers it) and a list is always tracked, but a tuple of strings is
+    untracked by the first collection that sees it. The ids a published
+    snapshot replaced are freed by its thread, chunk by chunk, after the
+    lock (`FrozenState.release`). Records are immutable (a transition
     replaces a task's record), so the view of sequence S is the live dict
     plus the pre-images of the tasks that changed after S, which the queue
     records before applying each transaction (`before_change`) while a
@@ -172,10 +178,10 @@ class SnapshotSource:
     __slots__ = ("_sorted", "_new", "_preimages", "_merged")
 
     def __init__(self, state: State) -> None:
-        self._sorted: list[str] = sorted(state.tasks)
+        self._sorted: list[tuple[str, ...]] = _chunks(sorted(state.tasks))  # opening: nobody waits yet
         self._new: list[str] = []
         self._preimages: dict[str, Stored | None] | None = None
-        self._merged: list[str] = []
+        self._merged: list[tuple[str, ...]] = []
 
     def created(self, task_ids: Iterable[str]) -> None:
         """A transaction created the tasks `task_ids` (what `apply` reports, under the queue's lock)."""
@@ -207,19 +213,27 @@ class SnapshotSource:
         return frozen
 
     def thaw(self, frozen: FrozenState, *, written: bool) -> None:
-        """The snapshot of `frozen` is done (`written`) or abandoned: stop keeping pre-images."""
+        """The snapshot of `frozen` is done (`written`) or abandoned: stop keeping pre-images.
+
+        What is no longer needed (the pre-images, the replaced ids, the
+        frozen copies) goes to `frozen.retired` instead of being freed here,
+        under the queue's lock, in one long C call (`FrozenState.release`).
+        """
+        retired: list[Any] = [self._preimages, frozen.results, frozen.new]
         self._preimages = None
-        if written and len(self._merged) == frozen.count:
+        if written and sum(map(len, self._merged)) == frozen.count:
+            retired += self._sorted
             self._sorted = self._merged
         else:
             self._new = frozen.new + self._new
         self._merged = []
+        frozen.retired, frozen.new, frozen.results = retired, [], {}
 
 
 class FrozenState:
     """The state at one sequence, as a snapshot reads it: every task's record in task-id order."""
 
-    __slots__ = ("_source", "seq", "count", "_tasks", "new", "clock", "_results", "queues")
+    __slots__ = ("_source", "seq", "count", "_tasks", "new", "clock", "results", "queues", "retired")
 
     def __init__(
         self,
@@ -231,7 +245,7 @@ class FrozenState:
         clock: int | None = None,
         results: Mapping[str, bytes] | None = None,
     ):
-        self._results = results or {}  # the completed tasks' results at `seq` (a copy: see State.results_copy)
+        self.results = results or {}  # the completed tasks' results at `seq` (a copy: see State.results_copy)
         self._source = source
         self.clock = clock  # the store's clock unit at `seq` (the snapshot header's "clock")
         self.seq = seq
@@ -240,6 +254,26 @@ class FrozenState:
         self.new = new
         #: The queues' settings at `seq` (lanes), for the header; empty: none.
         self.queues: dict[str, Any] = {}
+        #: What the snapshot no longer needs once thawed, for `release` to free piece by piece.
+        self.retired: list[Any] = []
+
+    def release(self, step: Callable[[], None]) -> None:
+        """Free what `thaw` retired a chunk (or `ID_CHUNK` items) at a time, `step` between two.
+
+        Dropping a million ids at once is one C call of several milliseconds
+        holding the interpreter lock; the snapshot's thread calls this after publishing.
+        """
+        retired = self.retired
+        while retired:
+            item = retired[-1]
+            if type(item) is list and len(item) > ID_CHUNK:
+                del item[-ID_CHUNK:]
+            elif type(item) is dict and len(item) > ID_CHUNK:
+                for _ in range(ID_CHUNK):
+                    item.popitem()
+            else:
+                retired.pop()
+            step()
 
     def record_json(self, pause: Callable[[], None] | None = None, every: int = 16) -> Iterator[bytes]:
         """Each task's snapshot record, in task-id order, as it was at `seq`.
@@ -255,11 +289,12 @@ class FrozenState:
         preimages = source._preimages
         assert preimages is not None, "a frozen state is read once, while it is frozen"
         merged = source._merged
-        keep = merged.append
+        chunk: list[str] = []
+        keep = chunk.append
         missing = _MISSING
         runs = self._sorted_runs(pause)
-        results = self._results
-        for count, task_id in enumerate(heapq.merge(source._sorted, *runs), 1):
+        results = self.results
+        for count, task_id in enumerate(heapq.merge(chain.from_iterable(source._sorted), *runs), 1):
             record = tasks[task_id]
             earlier = preimages.get(task_id, missing)
             if earlier is not missing:
@@ -269,8 +304,14 @@ class FrozenState:
             stored = results.get(task_id) if results else None
             text = row_json(record) if type(record) is tuple else view(record).record_json()
             yield text if stored is None else with_result(text, stored)
-            if pause is not None and not count % every:
-                pause()
+            if not count % every:
+                if len(chunk) >= ID_CHUNK:
+                    merged.append(tuple(chunk))  # a short list to walk, whatever the state's size
+                    chunk.clear()
+                if pause is not None:
+                    pause()
+        if chunk:
+            merged.append(tuple(chunk))
 
     def _sorted_runs(self, pause: Callable[[], None] | None) -> list[list[str]]:
         """The ids created since the last snapshot as sorted runs of at most `SORT_RUN` ids each.
@@ -304,6 +345,13 @@ def with_result(record_json: bytes, stored: bytes) -> bytes:
 
 #: The most ids one sort of the snapshot's thread takes at a time (a few milliseconds of the interpreter lock).
 SORT_RUN = 8192
+#: About how many ordered ids one tuple of `SnapshotSource` holds (see there).
+ID_CHUNK = 8192
+
+
+def _chunks(ids: list[str]) -> list[tuple[str, ...]]:
+    """`ids` as consecutive tuples of `ID_CHUNK` ids (the last one shorter)."""
+    return [tuple(ids[start : start + ID_CHUNK]) for start in range(0, len(ids), ID_CHUNK)]
 
 
 def seal(wal: WalWriter, hook: Hook) -> None:
@@ -493,6 +541,7 @@ class BackgroundSnapshot:
             self._write_and_publish(directory)
         finally:
             directory.close()
+            self._frozen.release(_step_aside)  # the lock released: callers run between two pieces
 
     def _write_and_publish(self, directory: StoreDirectory) -> None:
         name = snapshot_name(self._frozen.seq)
@@ -531,6 +580,10 @@ class BackgroundSnapshot:
         if info is not None:
             _remove_quietly(directory, name)  # cancelled: the queue is closing, nothing publishes it
         self._finish(self._frozen, None, None)
+
+
+def _step_aside() -> None:
+    time.sleep(_YIELD_SECONDS)
 
 
 def _remove_quietly(directory: StoreDirectory, name: str) -> None:
