@@ -26,6 +26,7 @@ from model import Model, view
 from walqueue import Queue, QueueClosed
 from walqueue.engine import background, compaction
 from walqueue.format.fsck import EXIT_HEALTHY, check
+from walqueue.format.names import wal_name
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -270,4 +271,22 @@ def test_current_tmp_is_written_and_synced_before_the_lock_and_renamed_under_it(
     assert not (qdir / "CURRENT.tmp").exists()
     assert check(qdir, replay=True).exit_code == EXIT_HEALTHY
     with Queue(qdir, sync=False) as reopened:
+        assert view(reopened) == view(model)
+
+
+def test_a_publication_postponed_by_an_obstacle_leaves_no_current_tmp(qdir: Path, gate: Gate) -> None:
+    queue = Queue(qdir, sync=False, compact_bytes=20_000)
+    model = Model()
+    _fill(queue, model, "a", 300)
+    assert gate.reached.wait(30)
+    obstacle = qdir / wal_name(queue._compactor.wal.newest + 1)  # noqa: SLF001
+    obstacle.mkdir()  # in the way of the next rotation: the publication is postponed
+    gate.opened.set()
+    _wait_for(lambda: not queue._compactor.running())  # noqa: SLF001
+    assert queue.stats()["snapshot_seq"] == 0  # postponed, nothing lost
+    assert not (qdir / "CURRENT.tmp").exists()  # written before the lock, removed when not published
+    _fill(queue, model, "b", 10)
+    queue.close()
+    obstacle.rmdir()
+    with Queue(qdir, sync=False, compact_bytes=None) as reopened:
         assert view(reopened) == view(model)

@@ -33,7 +33,7 @@ log = logging.getLogger("walqueue")
 
 #: What the queue's side does with a written snapshot, under its lock (`Compactor._finish`): the
 #: frozen state, the snapshot's info and its CURRENT.tmp (None: nothing to publish), the failure
-#: if any; returns the files to delete once the lock is released.
+#: if any; returns the files to delete once the lock is released (None: nothing was published).
 Finish = Callable[[FrozenState, SnapshotInfo | None, Current | None, BaseException | None], list[str] | None]
 
 #: How long the snapshot thread steps aside when calls are being made (see `BackgroundSnapshot._pause`).
@@ -160,6 +160,8 @@ class BackgroundSnapshot:
             finally:
                 self._lock.release()
             if published:
+                if covered is None and current is not None:
+                    _remove_quietly(directory, CURRENT_TMP_NAME)  # not published after all: nothing will read it
                 if covered:
                     try:
                         delete_files(directory, covered, sync=self._sync)
