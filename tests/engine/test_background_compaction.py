@@ -274,11 +274,16 @@ def test_current_tmp_is_written_and_synced_before_the_lock_and_renamed_under_it(
         assert view(reopened) == view(model)
 
 
-def test_a_publication_postponed_by_an_obstacle_leaves_no_current_tmp(qdir: Path, gate: Gate) -> None:
-    queue = Queue(qdir, sync=False, compact_bytes=20_000)
-    model = Model()
+def _snapshot_at_the_gate(qdir: Path, gate: Gate) -> tuple[Queue, Model]:
+    """A queue whose background snapshot has started and waits at the gate, and its model."""
+    queue, model = Queue(qdir, sync=False, compact_bytes=20_000), Model()
     _fill(queue, model, "a", 300)
     assert gate.reached.wait(30)
+    return queue, model
+
+
+def test_a_publication_postponed_by_an_obstacle_leaves_no_current_tmp(qdir: Path, gate: Gate) -> None:
+    queue, model = _snapshot_at_the_gate(qdir, gate)
     obstacle = qdir / wal_name(queue._compactor.wal.newest + 1)  # noqa: SLF001
     obstacle.mkdir()  # in the way of the next rotation: the publication is postponed
     gate.opened.set()
