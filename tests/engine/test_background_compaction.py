@@ -18,13 +18,15 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from model import Model, view
 from walqueue import Queue, QueueClosed
-from walqueue.engine import compaction
+from walqueue.engine import background, compaction
 from walqueue.format.fsck import EXIT_HEALTHY, check
+from walqueue.format.names import wal_name
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -40,14 +42,14 @@ class Gate:
 @pytest.fixture
 def gate(monkeypatch: pytest.MonkeyPatch) -> Iterator[Gate]:
     held = Gate()
-    original = compaction.BackgroundSnapshot._run
+    original = background.BackgroundSnapshot._run
 
-    def run(self: compaction.BackgroundSnapshot) -> None:
+    def run(self: background.BackgroundSnapshot) -> None:
         held.reached.set()
         held.opened.wait(30)
         original(self)
 
-    monkeypatch.setattr(compaction.BackgroundSnapshot, "_run", run)
+    monkeypatch.setattr(background.BackgroundSnapshot, "_run", run)
     yield held
     held.opened.set()
 
@@ -198,13 +200,13 @@ def test_with_a_hook_automatic_compaction_runs_in_the_call_with_every_phase(qdir
 def test_the_covered_files_are_deleted_after_the_lock_is_released(qdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     queue = Queue(qdir, sync=False, compact_bytes=20_000)
     held: list[bool] = []
-    original = compaction.delete_files
+    original = background.delete_files
 
     def delete_files(directory: object, names: list[str], *, sync: bool) -> None:
         held.append(queue._guard.mutex._is_owned())  # type: ignore[attr-defined]  # noqa: SLF001
         original(directory, names, sync=sync)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(compaction, "delete_files", delete_files)
+    monkeypatch.setattr(background, "delete_files", delete_files)
     model = Model()
     _fill(queue, model, "a", 300)
     _wait_for(lambda: queue.stats()["snapshot_seq"] > 0 and not queue._compactor.running())  # noqa: SLF001
@@ -240,4 +242,56 @@ def test_a_signal_handler_closing_the_queue_while_compact_joins_the_snapshot_thr
     with pytest.raises(QueueClosed):
         queue.put("after", {})
     with Queue(qdir, sync=False) as reopened:  # the close released the directory
+        assert view(reopened) == view(model)
+
+
+def test_current_tmp_is_written_and_synced_before_the_lock_and_renamed_under_it(
+    qdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    queue = Queue(qdir, sync=True, compact_bytes=20_000)
+    held: dict[str, list[bool]] = {"written": [], "renamed": []}
+    write_current, publish_current = background.write_current, compaction.publish_current
+
+    def written(*args: Any, **kwargs: Any) -> Any:
+        held["written"].append(queue._guard.mutex._is_owned())  # type: ignore[attr-defined]  # noqa: SLF001
+        return write_current(*args, **kwargs)
+
+    def renamed(*args: Any, **kwargs: Any) -> None:
+        held["renamed"].append(queue._guard.mutex._is_owned())  # type: ignore[attr-defined]  # noqa: SLF001
+        publish_current(*args, **kwargs)
+
+    monkeypatch.setattr(background, "write_current", written)
+    monkeypatch.setattr(compaction, "publish_current", renamed)
+    model = Model()
+    _fill(queue, model, "a", 300)
+    _wait_for(lambda: queue.stats()["snapshot_seq"] > 0 and not queue._compactor.running())  # noqa: SLF001
+    assert held["written"] and not any(held["written"])
+    assert held["renamed"] and all(held["renamed"])
+    queue.close()
+    assert not (qdir / "CURRENT.tmp").exists()
+    assert check(qdir, replay=True).exit_code == EXIT_HEALTHY
+    with Queue(qdir, sync=False) as reopened:
+        assert view(reopened) == view(model)
+
+
+def _snapshot_at_the_gate(qdir: Path, gate: Gate) -> tuple[Queue, Model]:
+    """A queue whose background snapshot has started and waits at the gate, and its model."""
+    queue, model = Queue(qdir, sync=False, compact_bytes=20_000), Model()
+    _fill(queue, model, "a", 300)
+    assert gate.reached.wait(30)
+    return queue, model
+
+
+def test_a_publication_postponed_by_an_obstacle_leaves_no_current_tmp(qdir: Path, gate: Gate) -> None:
+    queue, model = _snapshot_at_the_gate(qdir, gate)
+    obstacle = qdir / wal_name(queue._compactor.wal.newest + 1)  # noqa: SLF001
+    obstacle.mkdir()  # in the way of the next rotation: the publication is postponed
+    gate.opened.set()
+    _wait_for(lambda: not queue._compactor.running())  # noqa: SLF001
+    assert queue.stats()["snapshot_seq"] == 0  # postponed, nothing lost
+    assert not (qdir / "CURRENT.tmp").exists()  # written before the lock, removed when not published
+    _fill(queue, model, "b", 10)
+    queue.close()
+    obstacle.rmdir()
+    with Queue(qdir, sync=False, compact_bytes=None) as reopened:
         assert view(reopened) == view(model)

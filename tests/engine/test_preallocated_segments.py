@@ -8,6 +8,7 @@ tests open such copies, damage them, and ask fsck the same question.
 from __future__ import annotations
 
 import errno
+import os
 import shutil
 from pathlib import Path
 
@@ -162,6 +163,28 @@ def test_a_sealed_segment_holds_exactly_its_frames(tmp_path: Path) -> None:
         queue.put("t", {})
         queue.compact()
     assert len(sizes) == 1 and sizes[0][0] == sizes[0][1] > 0
+
+
+@pytest.mark.parametrize("preallocated", [True, False])
+def test_sealing_a_segment_syncs_it_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, preallocated: bool) -> None:
+    # Each sync of the put that triggers a compaction is one more wait on the disk (DECISIONS §60).
+    from walqueue.engine import wal
+
+    if not preallocated:
+        monkeypatch.setattr(wal, "preallocate", lambda fd, offset, length: False)
+    syncs: list[str] = []
+
+    def hook(phase: str) -> None:
+        if phase == "wal.rotate.before":
+            monkeypatch.setattr(os, "fsync", lambda fd, real=os.fsync: (syncs.append("fsync"), real(fd))[1])
+            monkeypatch.setattr(os, "fdatasync", lambda fd, real=os.fdatasync: (syncs.append("fdatasync"), real(fd))[1])
+        elif phase == "wal.rotate.after":
+            monkeypatch.undo()
+
+    with Queue(tmp_path / "q", sync=True, hook=hook, compact_bytes=None) as queue:
+        queue.put("t", {})
+        queue.compact()
+    assert len(syncs) == 2  # the sealed segment once (fsync with its cut, or fdatasync), the directory once
 
 
 def test_a_file_system_that_refuses_preallocation_grows_the_segment_at_each_write(

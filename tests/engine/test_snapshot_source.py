@@ -10,6 +10,7 @@ at the frozen sequence.
 
 from __future__ import annotations
 
+import gc
 import json
 
 import pytest
@@ -85,3 +86,41 @@ def test_every_snapshot_lists_each_task_once_in_order_whatever_the_run_length(
             source.thaw(frozen, written=keep)
     finally:
         compaction.SORT_RUN = original
+
+
+def test_the_ordered_ids_are_short_tuples_the_collector_untracks(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A list of every id is walked item by item by each collection that sees it (tens of ms at a million).
+    monkeypatch.setattr(compaction, "ID_CHUNK", 32)
+    state = State()
+    source = SnapshotSource(state)
+    _put(state, source, [f"id-{n:04d}" for n in range(500)])
+    source = SnapshotSource(state)  # as opening builds it
+    _put(state, source, [f"new-{n:04d}" for n in reversed(range(300))])
+    frozen = source.freeze(state)
+    assert _listed(frozen) == sorted(state.tasks)
+    source.thaw(frozen, written=True)
+    for chunks in (source._sorted, SnapshotSource(state)._sorted):
+        assert [task_id for chunk in chunks for task_id in chunk] == sorted(state.tasks)
+        assert all(type(chunk) is tuple and len(chunk) < 32 + 16 for chunk in chunks)
+        gc.collect()
+        assert not any(gc.is_tracked(chunk) for chunk in chunks)
+
+
+@pytest.mark.parametrize("written", [True, False])
+def test_a_thawed_snapshot_frees_what_it_no_longer_needs_piece_by_piece(
+    monkeypatch: pytest.MonkeyPatch, written: bool
+) -> None:
+    monkeypatch.setattr(compaction, "ID_CHUNK", 16)
+    state = State()
+    source = SnapshotSource(state)
+    _put(state, source, [f"id-{n:03d}" for n in range(200)])
+    frozen = source.freeze(state)
+    _listed(frozen)
+    _put(state, source, [f"after-{n:03d}" for n in range(100)])  # pre-images kept while frozen
+    source.thaw(frozen, written=written)  # under the queue's lock: nothing freed there
+    assert frozen.retired and frozen.new == [] and frozen.results == {}
+    steps: list[int] = []
+    frozen.release(lambda: steps.append(1))
+    assert frozen.retired == []
+    assert len(steps) >= 200 // 16 if written else len(steps) >= 3
+    assert _listed(source.freeze(state)) == sorted(state.tasks)  # what the source keeps is intact

@@ -427,3 +427,31 @@ def test_a_directory_in_place_of_the_snapshot_is_corrupt(tmp_path: Path) -> None
     path = tmp_path / snapshot_name(1)
     path.mkdir()
     assert assert_corrupt(path).offset is None
+
+
+def test_a_synced_snapshot_goes_out_in_writes_and_syncs_of_about_a_mebibyte(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A WAL fdatasync that overlaps one of the snapshot's writes or syncs waits for it (DECISIONS §60).
+    calls: list[tuple[str, int]] = []
+    real_write, real_fdatasync = os.write, os.fdatasync
+
+    def write(fd: int, data: Any) -> int:
+        calls.append(("write", len(data)))
+        return real_write(fd, data)
+
+    def fdatasync(fd: int) -> None:
+        calls.append(("sync", 0))
+        real_fdatasync(fd)
+
+    monkeypatch.setattr(os, "write", write)
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    records = [canonical_json({"task": f"t{n:06d}", "pad": "x" * 200}) for n in range(25_000)]  # about 5.5 MiB
+    write_snapshot(tmp_path / "snapshot.snap", 1, len(records), records, sync=True)
+    written = [size for what, size in calls if what == "write"]
+    assert sum(written) > 5 << 20
+    assert max(written) <= 2 << 20  # one body frame (about 1 MiB) and what was pending before it
+    unsynced = 0
+    for what, size in calls:
+        unsynced = 0 if what == "sync" else unsynced + size
+        assert unsynced <= 3 << 20

@@ -74,6 +74,40 @@ class _Compactions(logging.Handler):
             self.published.append((time.perf_counter(), int(record.args[-1])))  # type: ignore[index, arg-type]
 
 
+class _Collector:
+    """The cyclic collector's passes during the windows of one mode: how many per generation, and the longest.
+
+    A pass over a large young container (a million-entry dict or list) stalls
+    whichever call triggers it for tens of milliseconds; this says whether
+    one happened (docs/DECISIONS.md §60). Recording allocates nothing the
+    collector tracks.
+    """
+
+    def __init__(self) -> None:
+        self.count = [0, 0, 0]
+        self.longest = [0.0, 0.0, 0.0]
+        self._started = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+            return
+        generation = info["generation"]
+        self.count[generation] += 1
+        self.longest[generation] = max(self.longest[generation], time.perf_counter() - self._started)
+
+    def watching(self, window: Callable[[], Any]) -> Any:
+        gc.callbacks.append(self)
+        try:
+            return window()
+        finally:
+            gc.callbacks.remove(self)
+
+    def summary(self) -> dict[str, list[float]]:
+        """Per generation: [collections, longest in ms]."""
+        return {f"gen{n}": [self.count[n], round(self.longest[n] * 1e3, 3)] for n in range(3)}
+
+
 def _window(
     queue: Any, prefix: str, pairs: int, until: Callable[[], bool] | None = None
 ) -> tuple[list[float], list[float], list[float]]:
@@ -160,11 +194,12 @@ class _Rounds:
         self.snapshot_bytes: list[int] = []
         self.none_compactions = 0
         self.slowest: dict[str, list[list[float]]] = {"put": [], "cycle": []}
+        self.collector = {"compaction": _Collector(), "none": _Collector()}
 
     def none_window(self, rep: int, pairs: int) -> None:
         before = len(self.watcher.published)
         gc.collect()
-        put_s, cycle_s, _ = _window(self.none_queue, f"n{rep}", pairs)
+        put_s, cycle_s, _ = self.collector["none"].watching(lambda: _window(self.none_queue, f"n{rep}", pairs))
         self.none_compactions += len(self.watcher.published) - before
         self.lat["put"]["none"] += put_s
         self.lat["cycle"]["none"] += cycle_s
@@ -179,7 +214,9 @@ class _Rounds:
             snapshot_seq = queue.stats()["snapshot_seq"]
             gc.collect()
             start = time.perf_counter()
-            put_s, cycle_s, started = _window(queue, f"c{rep}", self.min_pairs, lambda: len(watcher.published) > before)
+            put_s, cycle_s, started = self.collector["compaction"].watching(
+                lambda: _window(queue, f"c{rep}", self.min_pairs, lambda: len(watcher.published) > before)
+            )
             published = watcher.published[before:]
             if queue.stats()["snapshot_seq"] == snapshot_seq:
                 raise RuntimeError(
@@ -286,6 +323,7 @@ def _params(measured: _Rounds, sizes: dict[str, int]) -> dict[str, Any]:
         "snapshot_bytes": measured.snapshot_bytes,
         "next_compaction_after_wal_bytes": [2 * size for size in measured.snapshot_bytes],
         "compactions_with_compaction_disabled": measured.none_compactions,
+        "collector": {mode: collector.summary() for mode, collector in measured.collector.items()},
         "slowest_while_compacting": {
             "columns": ["seconds", "round", "started after the trigger (s)", "started before the publication (s)"],
             **{kind: sorted(rows, reverse=True)[:10] for kind, rows in measured.slowest.items()},

@@ -93,6 +93,7 @@ def run(ctx: Context) -> dict[str, Any]:
             "pairs_per_window": measured.pairs_per_round,
             "compaction_seconds": [round(x, 3) for x in measured.compaction_seconds],
             "slowest_puts_while_compacting": sorted(measured.slowest["put"], reverse=True)[:10],
+            "collector": {mode: collector.summary() for mode, collector in measured.collector.items()},
         }
     return {
         "clock": "wall",

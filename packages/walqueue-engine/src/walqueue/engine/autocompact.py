@@ -22,9 +22,9 @@ from __future__ import annotations
 import logging
 import os
 
+from walqueue.engine.background import BackgroundSnapshot
 from walqueue.engine.callguard import CallGuard
 from walqueue.engine.compaction import (
-    BackgroundSnapshot,
     FrozenState,
     SnapshotSource,
     check_room,
@@ -38,6 +38,7 @@ from walqueue.engine.durability import Durability
 from walqueue.engine.recovery import Recovered
 from walqueue.engine.state import State
 from walqueue.engine.wal import Hook, no_hook
+from walqueue.format.current import Current
 from walqueue.format.directory import StoreDirectory
 from walqueue.format.snapshot import SnapshotInfo
 
@@ -164,6 +165,7 @@ class Compactor:
             sync=self._sync,
             lock=guard.mutex,
             finish=self._finish,
+            newest=self.wal.newest,
             activity=lambda: guard.entered,  # changes with every call: the thread steps aside
         )
         self.background = background
@@ -186,8 +188,10 @@ class Compactor:
         assert threshold is not None  # only the size trigger gets here
         self.at = self.wal.wal_bytes + threshold
 
-    def _finish(self, frozen: FrozenState, info: SnapshotInfo | None, error: BaseException | None) -> list[str] | None:
-        """Publish a background snapshot; return the files its thread deletes next, after the lock.
+    def _finish(
+        self, frozen: FrozenState, info: SnapshotInfo | None, written: Current | None, error: BaseException | None
+    ) -> list[str] | None:
+        """Publish a background snapshot (its CURRENT.tmp `written`); return the files its thread deletes next.
 
         Called by its thread, holding the lock unless the queue is closing.
         """
@@ -210,7 +214,9 @@ class Compactor:
             self._postpone()
             return None
         try:
-            current = publish(self.store, self.wal, frozen, info, hook=no_hook, sync=self._sync, delete=False)
+            current = publish(
+                self.store, self.wal, frozen, info, hook=no_hook, sync=self._sync, delete=False, written=written
+            )
             covered = covered_files(self.store, self.wal.deletable_below(), frozen.seq)
         except BaseException as exc:
             self.source.thaw(frozen, written=False)

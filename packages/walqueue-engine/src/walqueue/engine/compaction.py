@@ -14,28 +14,28 @@ import errno
 import heapq
 import logging
 import stat
-import threading
-import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from itertools import chain
 from typing import Any
 
 from walqueue.engine.records import row_json, view
 from walqueue.engine.state import State, Stored
-from walqueue.engine.wal import Hook, WalWriter, no_hook
+from walqueue.engine.wal import Hook, WalWriter
 from walqueue.format.current import Current, publish_current, write_current_tmp
 from walqueue.format.directory import StoreDirectory, describe_file_type
 from walqueue.format.names import CURRENT_TMP_NAME, list_directory, snapshot_name, wal_name
 from walqueue.format.snapshot import SnapshotInfo, write_snapshot
 
 __all__ = [
-    "BackgroundSnapshot",
     "FrozenState",
     "SnapshotSource",
     "check_room",
     "compact",
     "compaction_threshold",
     "publish",
+    "remove_entry",
     "seal",
+    "write_current",
     "write_frozen_snapshot",
 ]
 
@@ -69,19 +69,19 @@ def _delete_leftovers(directory: StoreDirectory, wal: WalWriter, keep_snapshot: 
     for number in listing.segment_numbers:
         if number >= wal.deletable_below():
             break
-        _remove_entry(directory, listing.segments[number])
+        remove_entry(directory, listing.segments[number])
         deleted = True
         hook("segment.deleted")
     for name in listing.snapshots.values():
         if name != keep_snapshot:
             # An older snapshot or an orphan of an interrupted compaction: no
             # longer named by CURRENT, so nothing can ever read it again.
-            if _remove_entry(directory, name):
+            if remove_entry(directory, name):
                 deleted = True
     return deleted
 
 
-def _remove_entry(directory: StoreDirectory, name: str) -> bool:
+def remove_entry(directory: StoreDirectory, name: str) -> bool:
     """Unlink a file (or a symlink, never its target) that nothing reads any more.
 
     A directory under such a name is an operator's, not ours: it is left
@@ -117,7 +117,7 @@ def delete_files(directory: StoreDirectory, names: list[str], *, sync: bool) -> 
     """Delete what `covered_files` listed, then sync the directory if anything went."""
     deleted = False
     for name in names:
-        deleted = _remove_entry(directory, name) or deleted
+        deleted = remove_entry(directory, name) or deleted
     if deleted and sync:
         directory.fsync()
 
@@ -162,7 +162,12 @@ class SnapshotSource:
     the snapshot's own thread, in runs of at most `SORT_RUN` ids: one sort
     of them all (hundreds of thousands after a long run of puts) would be
     one C call that holds the interpreter lock, and every caller would wait
-    for it. Records are immutable (a transition
+    for it. The ordered ids are tuples of about `ID_CHUNK` ids: the collector
+    walks a list item by item (tens of milliseconds at a million, in whichever
+    call triggers it) and a list is always tracked, but a tuple of strings is
+    untracked by the first collection that sees it. The ids a published
+    snapshot replaced are freed by its thread, chunk by chunk, after the
+    lock (`FrozenState.release`). Records are immutable (a transition
     replaces a task's record), so the view of sequence S is the live dict
     plus the pre-images of the tasks that changed after S, which the queue
     records before applying each transaction (`before_change`) while a
@@ -172,10 +177,10 @@ class SnapshotSource:
     __slots__ = ("_sorted", "_new", "_preimages", "_merged")
 
     def __init__(self, state: State) -> None:
-        self._sorted: list[str] = sorted(state.tasks)
+        self._sorted: list[tuple[str, ...]] = _chunks(sorted(state.tasks))  # opening: nobody waits yet
         self._new: list[str] = []
         self._preimages: dict[str, Stored | None] | None = None
-        self._merged: list[str] = []
+        self._merged: list[tuple[str, ...]] = []
 
     def created(self, task_ids: Iterable[str]) -> None:
         """A transaction created the tasks `task_ids` (what `apply` reports, under the queue's lock)."""
@@ -207,19 +212,27 @@ class SnapshotSource:
         return frozen
 
     def thaw(self, frozen: FrozenState, *, written: bool) -> None:
-        """The snapshot of `frozen` is done (`written`) or abandoned: stop keeping pre-images."""
+        """The snapshot of `frozen` is done (`written`) or abandoned: stop keeping pre-images.
+
+        What is no longer needed (the pre-images, the replaced ids, the
+        frozen copies) goes to `frozen.retired` instead of being freed here,
+        under the queue's lock, in one long C call (`FrozenState.release`).
+        """
+        retired: list[Any] = [self._preimages, frozen.results, frozen.new]
         self._preimages = None
-        if written and len(self._merged) == frozen.count:
+        if written and sum(map(len, self._merged)) == frozen.count:
+            retired += self._sorted
             self._sorted = self._merged
         else:
             self._new = frozen.new + self._new
         self._merged = []
+        frozen.retired, frozen.new, frozen.results = retired, [], {}
 
 
 class FrozenState:
     """The state at one sequence, as a snapshot reads it: every task's record in task-id order."""
 
-    __slots__ = ("_source", "seq", "count", "_tasks", "new", "clock", "_results", "queues")
+    __slots__ = ("_source", "seq", "count", "_tasks", "new", "clock", "results", "queues", "retired")
 
     def __init__(
         self,
@@ -231,7 +244,7 @@ class FrozenState:
         clock: int | None = None,
         results: Mapping[str, bytes] | None = None,
     ):
-        self._results = results or {}  # the completed tasks' results at `seq` (a copy: see State.results_copy)
+        self.results = results or {}  # the completed tasks' results at `seq` (a copy: see State.results_copy)
         self._source = source
         self.clock = clock  # the store's clock unit at `seq` (the snapshot header's "clock")
         self.seq = seq
@@ -240,6 +253,26 @@ class FrozenState:
         self.new = new
         #: The queues' settings at `seq` (lanes), for the header; empty: none.
         self.queues: dict[str, Any] = {}
+        #: What the snapshot no longer needs once thawed, for `release` to free piece by piece.
+        self.retired: list[Any] = []
+
+    def release(self, step: Callable[[], None]) -> None:
+        """Free what `thaw` retired a chunk (or `ID_CHUNK` items) at a time, `step` between two.
+
+        Dropping a million ids at once is one C call of several milliseconds
+        holding the interpreter lock; the snapshot's thread calls this after publishing.
+        """
+        retired = self.retired
+        while retired:
+            item = retired[-1]
+            if type(item) is list and len(item) > ID_CHUNK:
+                del item[-ID_CHUNK:]
+            elif type(item) is dict and len(item) > ID_CHUNK:
+                for _ in range(ID_CHUNK):
+                    item.popitem()
+            else:
+                retired.pop()
+            step()
 
     def record_json(self, pause: Callable[[], None] | None = None, every: int = 16) -> Iterator[bytes]:
         """Each task's snapshot record, in task-id order, as it was at `seq`.
@@ -255,11 +288,12 @@ class FrozenState:
         preimages = source._preimages
         assert preimages is not None, "a frozen state is read once, while it is frozen"
         merged = source._merged
-        keep = merged.append
+        chunk: list[str] = []
+        keep = chunk.append
         missing = _MISSING
         runs = self._sorted_runs(pause)
-        results = self._results
-        for count, task_id in enumerate(heapq.merge(source._sorted, *runs), 1):
+        results = self.results
+        for count, task_id in enumerate(heapq.merge(chain.from_iterable(source._sorted), *runs), 1):
             record = tasks[task_id]
             earlier = preimages.get(task_id, missing)
             if earlier is not missing:
@@ -269,8 +303,14 @@ class FrozenState:
             stored = results.get(task_id) if results else None
             text = row_json(record) if type(record) is tuple else view(record).record_json()
             yield text if stored is None else with_result(text, stored)
-            if pause is not None and not count % every:
-                pause()
+            if not count % every:
+                if len(chunk) >= ID_CHUNK:
+                    merged.append(tuple(chunk))  # a short list to walk, whatever the state's size
+                    chunk.clear()
+                if pause is not None:
+                    pause()
+        if chunk:
+            merged.append(tuple(chunk))
 
     def _sorted_runs(self, pause: Callable[[], None] | None) -> list[list[str]]:
         """The ids created since the last snapshot as sorted runs of at most `SORT_RUN` ids each.
@@ -304,6 +344,13 @@ def with_result(record_json: bytes, stored: bytes) -> bytes:
 
 #: The most ids one sort of the snapshot's thread takes at a time (a few milliseconds of the interpreter lock).
 SORT_RUN = 8192
+#: About how many ordered ids one tuple of `SnapshotSource` holds (see there).
+ID_CHUNK = 8192
+
+
+def _chunks(ids: list[str]) -> list[tuple[str, ...]]:
+    """`ids` as consecutive tuples of `ID_CHUNK` ids (the last one shorter)."""
+    return [tuple(ids[start : start + ID_CHUNK]) for start in range(0, len(ids), ID_CHUNK)]
 
 
 def seal(wal: WalWriter, hook: Hook) -> None:
@@ -340,6 +387,20 @@ def write_frozen_snapshot(
     return info
 
 
+def write_current(
+    directory: StoreDirectory, newest: int, frozen: FrozenState, info: SnapshotInfo, *, sync: bool
+) -> Current:
+    """Write (and sync) CURRENT.tmp naming the snapshot of `frozen`, replayed from segment `newest` (step one).
+
+    Nothing reads CURRENT.tmp, so a background snapshot writes it before it
+    takes the queue's lock, and holds the lock only for the rename.
+    """
+    name = snapshot_name(frozen.seq)
+    current = Current(snapshot=name, seq=frozen.seq, size=info.size, sha256=info.sha256, wal=newest)
+    write_current_tmp(directory, current, sync=sync)
+    return current
+
+
 def publish(
     directory: StoreDirectory,
     wal: WalWriter,
@@ -349,16 +410,20 @@ def publish(
     hook: Hook,
     sync: bool,
     delete: bool = True,
+    written: Current | None = None,
 ) -> Current:
     """Publish the snapshot through CURRENT (the commit point), then delete what it covers.
 
     `delete=False` leaves the deletions to the caller (`covered_files`,
     `delete_files`): the background snapshot deletes after releasing the
-    queue's lock, since unlinking a large segment takes a while.
+    queue's lock, since unlinking a large segment takes a while. `written`:
+    CURRENT.tmp is already written and synced for this very snapshot and
+    segment (`write_current`).
     """
     name = snapshot_name(frozen.seq)
-    new_current = Current(snapshot=name, seq=frozen.seq, size=info.size, sha256=info.sha256, wal=wal.newest)
-    write_current_tmp(directory, new_current, sync=sync)
+    new_current = written
+    if new_current is None or new_current.wal != wal.newest or new_current.snapshot != name:
+        new_current = write_current(directory, wal.newest, frozen, info, sync=sync)
     hook("current.written")
     publish_current(directory, sync=sync)
     hook("current.published")
@@ -403,144 +468,3 @@ def compact(
     finally:
         source.thaw(frozen, written=written)
     return publish(directory, wal, frozen, info, hook=hook, sync=sync), info.size
-
-
-#: How long the snapshot thread steps aside when calls are being made (see `BackgroundSnapshot._pause`).
-_YIELD_SECONDS = 0.0001
-
-
-class BackgroundSnapshot:
-    """A snapshot of a frozen state written by a thread of its own, then published under the queue's lock.
-
-    Only the writing of the snapshot file, which costs time proportional to
-    the whole state, runs in the background; the rotation before it and the
-    publication after it (CURRENT) take the queue's lock like any call, so
-    the order rotate -> snapshot -> CURRENT -> delete and the orphan rules
-    are those of `compact`. The files the publication made unreadable are
-    listed under the lock and deleted after it is released: unlinking a
-    large segment takes a while, and nothing reads those files any more.
-    The thread pauses every few hundred records so that callers waiting for
-    the interpreter lock run. The queue keeps the thread until it ends (its
-    deletions included), so that `close()` joins it before the ownership
-    goes.
-
-    A failure while writing the snapshot loses nothing (the WAL holds every
-    transaction, CURRENT is untouched): it is logged, the partial file
-    removed, and the next trigger tries again. A failure while publishing
-    poisons the queue, as in `compact`; a failure of the deletions after it
-    only leaves leftovers, which opening skips and the next compaction
-    deletes.
-    """
-
-    def __init__(
-        self,
-        directory: StoreDirectory,
-        frozen: FrozenState,
-        *,
-        sync: bool,
-        lock: threading.RLock,
-        finish: Callable[[FrozenState, SnapshotInfo | None, BaseException | None], list[str] | None],
-        activity: Callable[[], int] | None = None,
-    ) -> None:
-        self._activity = activity
-        self._seen = None if activity is None else activity()
-        self._directory = directory
-        self._frozen = frozen
-        self._sync = sync
-        self._lock = lock
-        self._finish = finish
-        self._cancelled = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"walqueue-snapshot-{frozen.seq}", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def cancel(self) -> None:
-        """Ask the thread to stop; it abandons an unpublished snapshot (an orphan nothing reads)."""
-        self._cancelled.set()
-
-    def join(self) -> None:
-        if self._thread is not threading.current_thread():
-            self._thread.join()
-
-    @property
-    def running(self) -> bool:
-        return self._thread.is_alive()
-
-    def _pause(self) -> None:
-        """Between two runs of records: stop if cancelled, and let the callers have the interpreter.
-
-        `time.sleep(0)` releases the interpreter lock, but this thread
-        usually takes it back before a waiting caller is even scheduled, so
-        a caller would wait for the switch interval. When calls were made
-        since the last pause (`activity` moved), a real sleep, a short one,
-        lets them in; the snapshot then takes longer, but no call waits for it.
-        """
-        if self._cancelled.is_set():
-            raise _Cancelled
-        activity = self._activity
-        if activity is not None:
-            seen = activity()
-            if seen != self._seen:
-                self._seen = seen
-                time.sleep(_YIELD_SECONDS)
-                return
-        time.sleep(0)
-
-    def _run(self) -> None:
-        directory = self._directory
-        try:
-            self._write_and_publish(directory)
-        finally:
-            directory.close()
-
-    def _write_and_publish(self, directory: StoreDirectory) -> None:
-        name = snapshot_name(self._frozen.seq)
-        info: SnapshotInfo | None = None
-        error: BaseException | None = None
-        try:
-            info = write_frozen_snapshot(directory, self._frozen, hook=no_hook, sync=self._sync, pause=self._pause)
-        except _Cancelled:
-            pass
-        except Exception as exc:  # noqa: BLE001 - reported through `finish`, never lost
-            error = exc
-        if info is None:
-            _remove_quietly(directory, name)  # a partial file: an orphan nobody will publish
-        # Publication takes the queue's lock. A queue that is closing holds it
-        # while it cancels and joins this thread, so never wait for it blindly.
-        while not self._lock.acquire(timeout=0.05):
-            if self._cancelled.is_set():
-                break
-        else:
-            try:
-                if not self._cancelled.is_set():
-                    covered = self._finish(self._frozen, info, error)
-                    published = True
-                else:
-                    published = False
-            finally:
-                self._lock.release()
-            if published:
-                if covered:
-                    try:
-                        delete_files(directory, covered, sync=self._sync)
-                    except OSError as exc:
-                        # Published already: what is left is leftovers, which opening skips.
-                        log.warning("deleting what the snapshot through %d covers failed: %s", self._frozen.seq, exc)
-                return
-        if info is not None:
-            _remove_quietly(directory, name)  # cancelled: the queue is closing, nothing publishes it
-        self._finish(self._frozen, None, None)
-
-
-def _remove_quietly(directory: StoreDirectory, name: str) -> None:
-    """Remove an unpublished snapshot (an orphan nothing reads) if it is there; never raises."""
-    try:
-        if _remove_entry(directory, name):
-            directory.fsync()
-    except OSError:
-        pass
-
-
-class _Cancelled(Exception):
-    """The queue closed while its background snapshot was being written."""

@@ -40,6 +40,7 @@ from walqueue.engine.rows import (
     lane_key,
     with_traceback,
 )
+from walqueue.engine.taskmap import TaskMap
 from walqueue.engine.validate import (
     DEFAULT_QUEUE,
     FITTING_PAYLOAD_BYTES,
@@ -223,7 +224,7 @@ def load_records(records: Iterable[object], *, decoded: bool = False) -> Loaded:
     objects per task and frees none of them, so the collections they would
     trigger only walk the growing state again and again (`gcpause`).
     """
-    tasks: dict[str, Stored] = {}
+    tasks: dict[str, Stored] = TaskMap()  # as State keeps it (taskmap.py)
     key_owner: dict[str, str] = {}
     ready: list[HeapEntry] = []
     leases: list[HeapEntry] = []

@@ -63,6 +63,7 @@ from walqueue.engine.rows import (
     status_of,
 )
 from walqueue.engine.snapshot_load import Loaded, check_snapshot_seq, load_records
+from walqueue.engine.taskmap import TaskMap
 from walqueue.engine.transitions import NOTHING_STAGED, OpError, Staging, Transition
 from walqueue.engine.types import Lease, Task, new_lease
 from walqueue.engine.validate import DEFAULT_QUEUE, MAX_INT, check_int, check_name, check_queue_name
@@ -110,7 +111,7 @@ class State:
     def __init__(self) -> None:
         self.last_seq = 0
         #: task id -> record; read it, never write it (use `apply`).
-        self.tasks: dict[str, Stored] = {}
+        self.tasks: dict[str, Stored] = TaskMap()  # stays tracked: young collections never walk it
         self._key_owner: dict[str, str] = {}
         #: The ready order by queue and priority, and each queue's settings (lanes.py).
         self._lanes = Lanes()

@@ -203,8 +203,10 @@ class WalWriter:
 
     def rotate(self) -> None:
         """Seal the newest segment (cut to its frames, synced) and start the next one (its name made durable)."""
-        self.trim()
-        self.sync()
+        if self._room != self._size:
+            self.trim()  # its fsync makes the frames durable with the cut: no second sync (DECISIONS §60)
+        else:
+            self.sync()
         self.close()
         self._adopt(create_segment(self.directory, self.newest + 1, sync=self._sync))
         self.newest += 1

@@ -35,12 +35,16 @@ __all__ = [
 BODY_TARGET_BYTES = 1 << 20
 _BODY_OPEN = b'{"tasks":['
 _BODY_CLOSE = b"]}"
-_WRITE_BUFFER = 4 << 20
+#: One `write` at most this size: a WAL `fdatasync` that overlaps a larger
+#: one waited for it (docs/DECISIONS.md §60: up to 40-50 ms with 4 MiB).
+_WRITE_BUFFER = 1 << 20
 #: With `sync`, the file is synced every this many bytes while it is written,
 #: not only at the end: on a journaling file system an fsync of the WAL made
 #: meanwhile waits for the dirty data of every file in the same journal
-#: transaction, so a whole snapshot left unsynced would stall it.
-SYNC_STEP_BYTES = 8 << 20
+#: transaction, so a whole snapshot left unsynced would stall it; a WAL
+#: `fdatasync` that overlaps one of these syncs waits for its step, so the
+#: step is small (8 MiB: up to 25-40 ms at a million tasks, 1 MiB: 9-16 ms).
+SYNC_STEP_BYTES = 1 << 20
 _HEADER_FIELDS = frozenset({"snapshot", "seq", "tasks"})
 #: Header fields a format extension adds, each omitted at its default (docs/FORMAT.md):
 #: "clock", the store's clock unit (units per second) once a "clock" op recorded it.
