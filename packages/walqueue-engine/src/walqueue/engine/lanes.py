@@ -35,7 +35,7 @@ from typing import Any
 
 from walqueue.engine.ages import ready_ages
 from walqueue.engine.heaps import HEAP_SLACK
-from walqueue.engine.records import DEAD, LEASED, READY, STATUSES, priority_of, queue_of, view
+from walqueue.engine.records import COMPLETED, DEAD, LEASED, READY, STATUSES, priority_of, queue_of, view
 from walqueue.engine.rows import ENTRY, LANE, STATUS, TASK_ID, HeapEntry, Row, Stored, lane_key, status_of
 from walqueue.engine.validate import DEFAULT_QUEUE, MAX_INT, check_int, check_queue_name, check_rate
 
@@ -63,7 +63,18 @@ class Lane:
 class QueueIndex:
     """One named queue: its lanes, its task counts by status, its settings and its rate limiter's lease times."""
 
-    __slots__ = ("name", "lanes", "counts", "concurrency", "rate", "window", "paused", "recent", "rate_until")
+    __slots__ = (
+        "name",
+        "lanes",
+        "counts",
+        "concurrency",
+        "rate",
+        "window",
+        "paused",
+        "recent",
+        "rate_until",
+        "limited",
+    )
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -77,6 +88,8 @@ class QueueIndex:
         self.recent: deque[int] | tuple[int, ...] = ()
         #: When the full rate window reopens (None: not blocked by the rate).
         self.rate_until: int | None = None
+        #: `configured()`, kept by `Lanes.configure` (the one place settings change), read on every commit and reserve.
+        self.limited = False
 
     def configured(self) -> bool:
         return self.paused or self.concurrency is not None or self.rate is not None
@@ -136,6 +149,7 @@ class Lanes:
         "rate_open",
         "rate_full",
         "lane_count",
+        "now",
     )
 
     def __init__(self) -> None:
@@ -149,6 +163,8 @@ class Lanes:
         #: Every queue whose rate window is full (`rate_until` set), parked or open.
         self.rate_full: set[str] = set()
         self.lane_count = 0
+        #: The latest `now` a reserve has promoted to (-1: none yet): a head it has reached is seated in `due` at once.
+        self.now = -1
         self.default = self.queue(DEFAULT_QUEUE)
         self.default_lane = self.lane(self.default, 0)
 
@@ -167,14 +183,30 @@ class Lanes:
 
     # -- seats ----------------------------------------------------------------
 
-    def place(self, lane: Lane, available_at: int, task_id: str) -> None:
-        """Seat `lane` in `waiting` by its head (available_at, task id)."""
-        seat = (available_at, task_id, lane)
+    def place(self, lane: Lane, available_at: int, task_id: str, now: int | None = None) -> None:
+        """Seat `lane` by its head (available_at, task id): in `due` if `now` (None: the latest reserve's) reached it.
+
+        Seated in `due` at once, the lane a lease just moved on costs the next
+        reserve no promotion; a reserve with an earlier `now` moves it back
+        (`pick`). Its former seat, if it is the top of that heap (the usual
+        case: the best lane's head was leased), is replaced in one step
+        rather than left for a later pop.
+        """
+        old = lane.entry
+        if available_at <= (self.now if now is None else now):
+            seat: Seat = (-lane.priority, available_at, task_id, lane)
+            heap = self.due
+        else:
+            seat = (available_at, task_id, lane)
+            heap = self.waiting
         lane.entry = seat
-        heapq.heappush(self.waiting, seat)
-        if len(self.waiting) > 2 * self.lane_count + HEAP_SLACK:
-            self.waiting = [s for s in self.waiting if s[2].entry is s]
-            heapq.heapify(self.waiting)
+        if heap and heap[0] is old:
+            heapq.heapreplace(heap, seat)
+            return
+        heapq.heappush(heap, seat)
+        if len(heap) > 2 * self.lane_count + HEAP_SLACK:  # rebuilt in place: a running `pick` holds `due`
+            heap[:] = [s for s in heap if s[-1].entry is s]
+            heapq.heapify(heap)
 
     def _seat(self, lane: Lane, tasks: Mapping[str, Stored]) -> None:
         """Seat `lane` by its first live entry, or leave it unseated if it has none."""
@@ -206,24 +238,27 @@ class Lanes:
         row = new if old is None else old  # a task keeps its lane; an ack's tombstone would have to decode it
         if type(row) is not tuple:  # (created and completed in one transaction)
             name, priority = queue_of(row), priority_of(row)
+        elif len(row) > LANE:
+            name, priority = row[LANE]
         else:
-            name, priority = row[LANE] if len(row) > LANE else (DEFAULT_QUEUE, 0)
+            name, priority = DEFAULT_QUEUE, 0
         if name is DEFAULT_QUEUE:
             q = self.default
         else:
             q = self.queues.get(name) or self.queue(name)
-        limited = q.configured()
+        limited = q.limited
         before = limited and q.blocked()
         counts = q.counts
-        if old is not None:
-            counts[old[STATUS]] -= 1
-            if old[STATUS] == READY:
+        was = None if old is None else old[STATUS]
+        if was is not None:
+            counts[was] -= 1
+            if was == READY:
                 lane = q.lanes[priority]
                 lane.live -= 1
                 seat = lane.entry
                 if seat is not None and seat[-2] == old[TASK_ID]:
                     self._seat(lane, tasks)
-        status = status_of(new)
+        status = COMPLETED if type(new) is bytes else new[STATUS]  # (rows.status_of, inlined: every commit's path)
         counts[status] += 1
         if status == READY:
             assert type(new) is tuple
@@ -238,13 +273,14 @@ class Lanes:
                 seat = lane.entry
                 if seat is None or entry < (seat[-3], seat[-2]):
                     self.place(lane, entry[0], entry[1])
-        if limited and q.blocked() != before:
-            if before:
-                self._reopen(q, tasks)
-            else:
-                self._park(q)
-        if q.rate_until is not None and (status == READY or (old is not None and old[STATUS] == LEASED)):
-            heapq.heappush(self.rate_wait, (q.rate_until, name))  # a reserve past the window looks again
+        if limited:  # (only a limited queue blocks, or has a rate window)
+            if q.blocked() != before:
+                if before:
+                    self._reopen(q, tasks)
+                else:
+                    self._park(q)
+            if q.rate_until is not None and (status == READY or was == LEASED):
+                heapq.heappush(self.rate_wait, (q.rate_until, name))  # a reserve past the window looks again
 
     def bulk_default(self) -> bool:
         """Whether new ready tasks of the default lane may go in through `added`: its queue has no setting or block."""
@@ -302,6 +338,7 @@ class Lanes:
         else:
             q.rate, q.window = rate
             q.recent = deque(q.recent, maxlen=q.rate)
+        q.limited = q.configured()
         self._rate_block(q)
         after = q.blocked()
         if before and not after:
@@ -329,6 +366,8 @@ class Lanes:
 
     def promote(self, now: int, tasks: Mapping[str, Stored]) -> None:
         """Reopen the rate windows `now` has passed; move the lanes whose head is due from `waiting` to `due`."""
+        if now > self.now:
+            self.now = now
         rate_wait = self.rate_wait
         while rate_wait and rate_wait[0][0] <= now:
             until, name = heapq.heappop(rate_wait)
@@ -344,14 +383,15 @@ class Lanes:
                 lane.entry = moved
                 heapq.heappush(due, moved)
         if len(due) > 2 * self.lane_count + HEAP_SLACK:
-            self.due = [s for s in due if s[3].entry is s]
-            heapq.heapify(self.due)
+            due[:] = [s for s in due if s[3].entry is s]
+            heapq.heapify(due)
 
     def pick(self, now: int, limit: int, names: Iterable[str] | None, tasks: Mapping[str, Stored]) -> list[str]:
         """Up to `limit` due ready task ids, best first, within each queue's budget; changes no seat's meaning.
 
-        Entries popped to look past them are pushed back; the lease ops a
-        reserve then commits move the lanes for real (`moved`).
+        The best is read off the top of its heap and popped only to look past
+        it (so a reserve of one pops nothing); what was popped is pushed back,
+        and the lease ops a reserve then commits move the lanes for real (`moved`).
         """
         self.promote(now, tasks)
         chosen: list[str] = []
@@ -360,15 +400,16 @@ class Lanes:
         taken_seats: list[Seat] = []
         taken: list[tuple[Lane, HeapEntry]] = []
         due = self.due
-        for name in list(self.rate_open) if names is None else names:
-            q = self.queues.get(name)
-            if q is None or q.paused or (q.concurrency is not None and q.counts[LEASED] >= q.concurrency):
-                self.rate_open.discard(name)  # a resume or a freed slot pushes it to `rate_wait` again
-            elif names is None and not q.counts[READY]:
-                self.rate_open.discard(name)  # a put pushes it again
-            else:
-                _seed(q, now, candidates, tasks)
-        while len(chosen) < limit:
+        if names is not None or self.rate_open:
+            for name in list(self.rate_open) if names is None else names:
+                q = self.queues.get(name)
+                if q is None or q.paused or (q.concurrency is not None and q.counts[LEASED] >= q.concurrency):
+                    self.rate_open.discard(name)  # a resume or a freed slot pushes it to `rate_wait` again
+                elif names is None and not q.counts[READY]:
+                    self.rate_open.discard(name)  # a put pushes it again
+                else:
+                    _seed(q, now, candidates, tasks)
+        while True:
             if names is None:
                 while due:
                     seat = due[0]
@@ -377,29 +418,27 @@ class Lanes:
                         heapq.heappop(due)
                     elif seat[1] > now:  # seated by a later `now` than this caller's
                         heapq.heappop(due)
-                        self.place(lane, seat[1], seat[2])
+                        self.place(lane, seat[1], seat[2], now)
                     else:
                         break
-                if due and (not candidates or due[0] < candidates[0]):
-                    item = heapq.heappop(due)
-                    taken_seats.append(item)
-                elif candidates:
-                    item = heapq.heappop(candidates)
-                else:
-                    break
-            elif candidates:
-                item = heapq.heappop(candidates)
-            else:
+            top = due if names is None and due and (not candidates or due[0] < candidates[0]) else candidates
+            if not top:
                 break
+            item = top[0]
             lane = item[3]
             q = lane.queue
-            budget = budgets.get(q.name)
-            if budget is None:
-                budget = q.budget(now)
-            budgets[q.name] = budget - 1
-            if budget <= 0:
-                continue
+            if q.limited:  # (an unlimited queue's budget never runs out)
+                budget = budgets.get(q.name)
+                if budget is None:
+                    budget = q.budget(now)
+                budgets[q.name] = budget - 1
+                if budget <= 0:
+                    _taken(top, due, taken_seats)
+                    continue
             chosen.append(item[2])
+            if len(chosen) == limit:
+                break
+            _taken(top, due, taken_seats)
             following = _after(lane, item[2], tasks, taken)
             if following is not None and following[0] <= now:
                 heapq.heappush(candidates, (-lane.priority, following[0], following[1], lane))
@@ -546,6 +585,13 @@ def _seed(q: QueueIndex, now: int, candidates: list[Seat], tasks: Mapping[str, S
             heapq.heappop(heap)
         if heap and heap[0][0] <= now:
             heapq.heappush(candidates, (-lane.priority, heap[0][0], heap[0][1], lane))
+
+
+def _taken(top: list[Seat], due: list[Seat], taken_seats: list[Seat]) -> None:
+    """Pop the best off `top`, kept in `taken_seats` (to be pushed back) if `top` is `due`."""
+    item = heapq.heappop(top)
+    if top is due:
+        taken_seats.append(item)
 
 
 def _after(
