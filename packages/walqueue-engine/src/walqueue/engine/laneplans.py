@@ -8,7 +8,6 @@ from __future__ import annotations
 from typing import Any
 
 from walqueue.engine.optable import Op
-from walqueue.engine.records import queue_of
 from walqueue.engine.state import OP_KINDS, State
 from walqueue.engine.validate import DEFAULT_QUEUE, check_int, check_priority, check_queue_name, check_rate
 
@@ -42,7 +41,7 @@ def stamp_lease_times(state: State, planned: list[Op], now: int) -> None:
     """Give each lease of a rate-limited queue its reserve's `now` (``at``): the limiter reads it from the log."""
     tasks = state.tasks
     for op in planned:
-        if state.rate_limited(queue_of(tasks[op["task"]])):
+        if state.rate_limited(tasks[op["task"]]):
             op["at"] = now
 
 

@@ -150,6 +150,7 @@ class Lanes:
         "rate_full",
         "lane_count",
         "now",
+        "rated",
     )
 
     def __init__(self) -> None:
@@ -162,6 +163,8 @@ class Lanes:
         self.rate_open: set[str] = set()
         #: Every queue whose rate window is full (`rate_until` set), parked or open.
         self.rate_full: set[str] = set()
+        #: Every queue with a rate (its leases carry ``at``): empty, a lease's check costs one test.
+        self.rated: set[str] = set()
         self.lane_count = 0
         #: The latest `now` a reserve has promoted to (-1: none yet): a head it has reached is seated in `due` at once.
         self.now = -1
@@ -335,9 +338,11 @@ class Lanes:
         q.paused = paused
         if rate is None:
             q.rate, q.window, q.recent = None, 0, ()
+            self.rated.discard(name)
         else:
             q.rate, q.window = rate
             q.recent = deque(q.recent, maxlen=q.rate)
+            self.rated.add(name)
         q.limited = q.configured()
         self._rate_block(q)
         after = q.blocked()
@@ -393,7 +398,9 @@ class Lanes:
         it (so a reserve of one pops nothing); what was popped is pushed back,
         and the lease ops a reserve then commits move the lanes for real (`moved`).
         """
-        self.promote(now, tasks)
+        waiting, rate_wait = self.waiting, self.rate_wait
+        if now > self.now or (waiting and waiting[0][0] <= now) or (rate_wait and rate_wait[0][0] <= now):
+            self.promote(now, tasks)  # (else it has nothing to do: the usual reserve at an unchanged `now`)
         chosen: list[str] = []
         budgets: dict[str, int] = {}
         candidates: list[Seat] = []
@@ -493,10 +500,6 @@ class Lanes:
 
     def iter_queues(self) -> Iterator[QueueIndex]:
         return iter(self.queues.values())
-
-    def rate_limited(self, name: str) -> bool:
-        q = self.queues.get(name)
-        return q is not None and q.rate is not None
 
     def settings_of(self, name: str) -> dict[str, Any]:
         q = self.queues.get(name)

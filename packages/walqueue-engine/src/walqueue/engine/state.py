@@ -39,6 +39,7 @@ from walqueue.engine.records import (
     check_status_filter,
     decode_payload,
     identity_digest,
+    queue_of,
     view,
 )
 from walqueue.engine.rows import (
@@ -194,9 +195,10 @@ class State:
         """The ids of queue `queue`'s tasks (with `status`): its lanes for ready ones, a walk otherwise."""
         return self._lanes.task_ids(self.tasks, status, queue, live_ids(self._leases, self.tasks), self._dead)
 
-    def rate_limited(self, queue: str) -> bool:
-        """Whether `queue` has a rate limit (its lease ops then carry their reserve's `now` as ``at``)."""
-        return self._lanes.rate_limited(queue)
+    def rate_limited(self, record: Stored) -> bool:
+        """Whether task `record`'s queue has a rate limit (its lease ops then carry their reserve's `now` as ``at``)."""
+        rated = self._lanes.rated
+        return queue_of(record) in rated if rated else False  # (no rate in the store: no lane to read)
 
     def queues(self) -> list[dict[str, Any]]:
         """`Queue.queues`: every queue that holds a task or has a setting (lanes.Lanes.describe)."""

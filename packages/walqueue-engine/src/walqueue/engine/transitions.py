@@ -79,7 +79,7 @@ class StateReads(Protocol):
 
     def lookup_key(self, key: str) -> str | None: ...
 
-    def rate_limited(self, queue: str) -> bool: ...
+    def rate_limited(self, record: Stored) -> bool: ...
 
 
 class OpError(WalQueueError):
@@ -193,7 +193,7 @@ def lease(state: StateReads, staging: Staging, record: Row | None, op: Op) -> St
     generation = op["generation"]
     if generation != record[GENERATION] + 1:
         raise OpError(f"lease generation must be {record[GENERATION] + 1}, not {generation}")
-    if ("at" in op) != state.rate_limited(queue_of(record)):  # the limiter's input: written iff the queue has a rate
+    if ("at" in op) != state.rate_limited(record):  # the limiter's input: written iff the queue has a rate
         raise OpError(f"a lease in queue {queue_of(record)!r} {'must not' if 'at' in op else 'must'} carry at")
     task_id, deadline = record[TASK_ID], op["deadline"]
     return (
