@@ -63,18 +63,8 @@ class Lane:
 class QueueIndex:
     """One named queue: its lanes, its task counts by status, its settings and its rate limiter's lease times."""
 
-    __slots__ = (
-        "name",
-        "lanes",
-        "counts",
-        "concurrency",
-        "rate",
-        "window",
-        "paused",
-        "recent",
-        "rate_until",
-        "limited",
-    )
+    __slots__ = ("name", "lanes", "counts", "concurrency", "rate", "window", "paused", "recent", "rate_until",
+                 "limited")  # fmt: skip
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -139,19 +129,8 @@ class QueueIndex:
 class Lanes:
     """Every queue, every lane, and the two heaps of seated lanes (see the module's docstring)."""
 
-    __slots__ = (
-        "queues",
-        "default",
-        "default_lane",
-        "waiting",
-        "due",
-        "rate_wait",
-        "rate_open",
-        "rate_full",
-        "lane_count",
-        "now",
-        "rated",
-    )
+    __slots__ = ("queues", "default", "default_lane", "waiting", "due", "rate_wait", "rate_open", "rate_full",
+                 "lane_count", "now", "rated")  # fmt: skip
 
     def __init__(self) -> None:
         self.queues: dict[str, QueueIndex] = {}
