@@ -231,8 +231,9 @@ class Lanes:
         limited = q.limited
         before = limited and q.blocked()
         counts = q.counts
-        was = None if old is None else old[STATUS]
-        if was is not None:
+        was = None
+        if old is not None:
+            was = old[STATUS]
             counts[was] -= 1
             if was == READY:
                 lane = q.lanes[priority]
@@ -240,7 +241,7 @@ class Lanes:
                 seat = lane.entry
                 if seat is not None and seat[-2] == old[TASK_ID]:
                     self._seat(lane, tasks)
-        status = COMPLETED if type(new) is bytes else new[STATUS]  # (rows.status_of, inlined: every commit's path)
+        status = COMPLETED if type(new) is not tuple else new[STATUS]  # (rows.status_of, inlined: every commit's path)
         counts[status] += 1
         if status == READY:
             assert type(new) is tuple

@@ -400,7 +400,8 @@ def plan_lease(
         }
         for task_id in state.peek_ready(now, limit, queues)
     ]
-    stamp_lease_times(state, planned, now)
+    if state.rated:  # (a lease of a rate-limited queue carries at)
+        stamp_lease_times(state, planned, now)
     encode = _LEASE.encode
     lease_json = [encode(op) for op in planned]
     if _surely_fits(len(planned), _LEASE.max_json, max_frame_bytes):

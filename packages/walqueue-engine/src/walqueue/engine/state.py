@@ -39,7 +39,6 @@ from walqueue.engine.records import (
     check_status_filter,
     decode_payload,
     identity_digest,
-    queue_of,
     view,
 )
 from walqueue.engine.rows import (
@@ -100,6 +99,7 @@ class State:
         "tasks",
         "_key_owner",
         "_lanes",
+        "rated",
         "_leases",
         "_counts",
         "_dead",
@@ -115,6 +115,8 @@ class State:
         self._key_owner: dict[str, str] = {}
         #: The ready order by queue and priority, and each queue's settings (lanes.py).
         self._lanes = Lanes()
+        #: The names of the queues with a rate (their lease ops carry ``at``): the lanes' own set, read on every lease.
+        self.rated = self._lanes.rated
         self._leases: list[HeapEntry] = []
         self._counts: dict[str, int] = dict.fromkeys(STATUSES, 0)
         #: The ids of the dead tasks (the ready and leased ones are in their heaps).
@@ -194,11 +196,6 @@ class State:
     def _queue_ids(self, status: str | None, queue: str) -> list[str]:
         """The ids of queue `queue`'s tasks (with `status`): its lanes for ready ones, a walk otherwise."""
         return self._lanes.task_ids(self.tasks, status, queue, live_ids(self._leases, self.tasks), self._dead)
-
-    def rate_limited(self, record: Stored) -> bool:
-        """Whether task `record`'s queue has a rate limit (its lease ops then carry their reserve's `now` as ``at``)."""
-        rated = self._lanes.rated
-        return queue_of(record) in rated if rated else False  # (no rate in the store: no lane to read)
 
     def queues(self) -> list[dict[str, Any]]:
         """`Queue.queues`: every queue that holds a task or has a setting (lanes.Lanes.describe)."""
@@ -346,6 +343,7 @@ class State:
         state._key_owner = loaded.key_owner
         assert loaded.lanes is not None
         state._lanes = loaded.lanes
+        state.rated = loaded.lanes.rated
         state._leases = loaded.leases
         state._counts = loaded.counts
         state._dead = loaded.dead
