@@ -11,10 +11,13 @@ nor for queues that are paused or at a limit. Each lane whose queue can
 lease is seated in exactly one of them by its head (its first live entry):
 `waiting`, keyed ``(available_at, task id)``, until a reserve's `now`
 reaches the head; then `due`, keyed ``(-priority, available_at, task id)``.
-A reserve promotes what became due (each lane once per head) and pops the
-best lane. A blocked queue's lanes are in neither: blocking clears their
-seats (their heap entries go stale), and the event that reopens the queue
-(a lease that ends, a resume, a rate window that passes) seats them again.
+A reserve promotes what became due (each lane once per head) and reads the
+best lane off the top of `due`; a head the latest reserve's `now` has
+reached is seated in `due` at once (the usual reserve+ack cycle: one pop
+off the lane, one replace at the top of `due`, DECISIONS §57). A blocked
+queue's lanes are in neither: blocking clears their seats (their heap
+entries go stale), and the event that reopens the queue (a lease that
+ends, a resume, a rate window that passes) seats them again.
 A lane's seat is live only while it is the very tuple the lane points at
 (``lane.entry is seat``), the heaps' rule of lazy deletion.
 
@@ -168,11 +171,8 @@ class Lanes:
     def place(self, lane: Lane, available_at: int, task_id: str, now: int | None = None) -> None:
         """Seat `lane` by its head (available_at, task id): in `due` if `now` (None: the latest reserve's) reached it.
 
-        Seated in `due` at once, the lane a lease just moved on costs the next
-        reserve no promotion; a reserve with an earlier `now` moves it back
-        (`pick`). Its former seat, if it is the top of that heap (the usual
-        case: the best lane's head was leased), is replaced in one step
-        rather than left for a later pop.
+        An earlier reserve moves it back (`pick`). Its former seat, if at the top of that heap (the best
+        lane's head was leased, the usual case), is replaced in one step rather than left for a later pop.
         """
         old = lane.entry
         if available_at <= (self.now if now is None else now):
