@@ -219,19 +219,15 @@ class Lanes:
         """
         row = new if old is None else old  # a task keeps its lane; an ack's tombstone would have to decode it
         if type(row) is not tuple:  # (created and completed in one transaction)
-            name, priority = queue_of(row), priority_of(row)
-        elif len(row) > LANE:
+            q, priority = self.queue(queue_of(row)), priority_of(row)
+        elif len(row) == LANE:  # (the default lane's rows have no lane item)
+            q, priority = self.default, 0
+        else:
             name, priority = row[LANE]
-        else:
-            name, priority = DEFAULT_QUEUE, 0
-        if name is DEFAULT_QUEUE:
-            q = self.default
-        else:
             q = self.queues.get(name) or self.queue(name)
         limited = q.limited
         before = limited and q.blocked()
         counts = q.counts
-        was = None
         if old is not None:
             was = old[STATUS]
             counts[was] -= 1
@@ -262,8 +258,8 @@ class Lanes:
                     self._reopen(q, tasks)
                 else:
                     self._park(q)
-            if q.rate_until is not None and (status == READY or was == LEASED):
-                heapq.heappush(self.rate_wait, (q.rate_until, name))  # a reserve past the window looks again
+            if q.rate_until is not None and (status == READY or (old is not None and old[STATUS] == LEASED)):
+                heapq.heappush(self.rate_wait, (q.rate_until, q.name))  # a reserve past the window looks again
 
     def bulk_default(self) -> bool:
         """Whether new ready tasks of the default lane may go in through `added`: its queue has no setting or block."""
@@ -378,15 +374,10 @@ class Lanes:
         it (so a reserve of one pops nothing); what was popped is pushed back,
         and the lease ops a reserve then commits move the lanes for real (`moved`).
         """
-        waiting, rate_wait = self.waiting, self.rate_wait
+        waiting, rate_wait, due = self.waiting, self.rate_wait, self.due
         if now > self.now or (waiting and waiting[0][0] <= now) or (rate_wait and rate_wait[0][0] <= now):
             self.promote(now, tasks)  # (else it has nothing to do: the usual reserve at an unchanged `now`)
-        chosen: list[str] = []
-        budgets: dict[str, int] = {}
         candidates: list[Seat] = []
-        taken_seats: list[Seat] = []
-        taken: list[tuple[Lane, HeapEntry]] = []
-        due = self.due
         if names is not None or self.rate_open:
             for name in list(self.rate_open) if names is None else names:
                 q = self.queues.get(name)
@@ -396,6 +387,9 @@ class Lanes:
                     self.rate_open.discard(name)  # a put pushes it again
                 else:
                     _seed(q, now, candidates, tasks)
+        chosen: list[str] = []
+        budgets: dict[str, int] = {}
+        popped: list[tuple[list[Any], Any]] = []  # (heap, item) popped to look past it, pushed back at the end
         while True:
             if names is None:
                 while due:
@@ -408,7 +402,9 @@ class Lanes:
                         self.place(lane, seat[1], seat[2], now)
                     else:
                         break
-            top = due if names is None and due and (not candidates or due[0] < candidates[0]) else candidates
+                top = due if due and (not candidates or due[0] < candidates[0]) else candidates
+            else:
+                top = candidates
             if not top:
                 break
             item = top[0]
@@ -420,19 +416,17 @@ class Lanes:
                     budget = q.budget(now)
                 budgets[q.name] = budget - 1
                 if budget <= 0:
-                    _taken(top, due, taken_seats)
+                    popped.append((top, heapq.heappop(top)))
                     continue
             chosen.append(item[2])
             if len(chosen) == limit:
                 break
-            _taken(top, due, taken_seats)
-            following = _after(lane, item[2], tasks, taken)
+            popped.append((top, heapq.heappop(top)))
+            following = _after(lane, item[2], tasks, popped)
             if following is not None and following[0] <= now:
                 heapq.heappush(candidates, (-lane.priority, following[0], following[1], lane))
-        for seat in taken_seats:
-            heapq.heappush(due, seat)
-        for lane, entry in taken:
-            heapq.heappush(lane.heap, entry)
+        for heap, entry in popped:
+            heapq.heappush(heap, entry)
         return chosen
 
     def next_available_at(self, tasks: Mapping[str, Stored]) -> int | None:
@@ -570,24 +564,17 @@ def _seed(q: QueueIndex, now: int, candidates: list[Seat], tasks: Mapping[str, S
             heapq.heappush(candidates, (-lane.priority, heap[0][0], heap[0][1], lane))
 
 
-def _taken(top: list[Seat], due: list[Seat], taken_seats: list[Seat]) -> None:
-    """Pop the best off `top`, kept in `taken_seats` (to be pushed back) if `top` is `due`."""
-    item = heapq.heappop(top)
-    if top is due:
-        taken_seats.append(item)
-
-
 def _after(
-    lane: Lane, task_id: str, tasks: Mapping[str, Stored], taken: list[tuple[Lane, HeapEntry]]
+    lane: Lane, task_id: str, tasks: Mapping[str, Stored], popped: list[tuple[list[Any], Any]]
 ) -> HeapEntry | None:
-    """Take `task_id`, the live top of `lane`'s heap, off it (kept in `taken`); the live entry after it."""
+    """Take `task_id`, the live top of `lane`'s heap, off it (kept in `popped`); the live entry after it."""
     heap = lane.heap
     while heap:
         entry = heap[0]
         if tasks[entry[1]][ENTRY] is not entry:
             heapq.heappop(heap)
         elif entry[1] == task_id:
-            taken.append((lane, heapq.heappop(heap)))
+            popped.append((heap, heapq.heappop(heap)))
         else:
             found: HeapEntry = entry
             return found
