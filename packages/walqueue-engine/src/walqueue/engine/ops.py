@@ -319,7 +319,7 @@ def plan_reap(
     tasks = state.tasks
     expire_ops: list[Op] = [
         {"op": "expire", "task": task_id, "generation": tasks[task_id][rows.GENERATION]}
-        for task_id in state.peek_expired(now)
+        for task_id in state.peek_expired(now, _checked=True)
     ]
     if not expire_ops:
         return []
@@ -398,7 +398,7 @@ def plan_lease(
             "generation": tasks[task_id][rows.GENERATION] + 1,
             "deadline": deadline,
         }
-        for task_id in state.peek_ready(now, limit, queues)
+        for task_id in state.peek_ready(now, limit, queues, _checked=True)
     ]
     if state.rated:  # (a lease of a rate-limited queue carries at)
         stamp_lease_times(state, planned, now)

@@ -293,20 +293,25 @@ class State:
 
     # -- planner support ------------------------------------------------------
 
-    def peek_ready(self, now: int, limit: int, queues: Iterable[str] | None = None) -> list[str]:
+    def peek_ready(
+        self, now: int, limit: int, queues: Iterable[str] | None = None, *, _checked: bool = False
+    ) -> list[str]:
         """Up to `limit` ready task ids with ``available_at <= now`` that `reserve` would lease, best first.
 
         Best: higher priority, then (available_at, task id); only from `queues`
         (None: every queue), and within each queue's limits at `now`.
         O(k log n) for k results, plus one step per lane made due (lanes.py).
+        `_checked=True` is for the planners (ops.py), which checked `now` and `limit` already.
         """
-        check_int(now, "now")
-        check_int(limit, "limit", 1)
+        if not _checked:
+            check_int(now, "now")
+            check_int(limit, "limit", 1)
         return self._lanes.pick(now, limit, queues, self.tasks)
 
-    def peek_expired(self, now: int) -> list[str]:
-        """Every leased task id with ``deadline <= now``, in (deadline, task id) order."""
-        check_int(now, "now")
+    def peek_expired(self, now: int, *, _checked: bool = False) -> list[str]:
+        """Every leased task id with ``deadline <= now``, in (deadline, task id) order (`_checked`: as `peek_ready`)."""
+        if not _checked:
+            check_int(now, "now")
         return due(self._leases, self.tasks, now, MAX_INT)
 
     # -- snapshot support -----------------------------------------------------
