@@ -12,7 +12,7 @@ lease is seated in exactly one of them by its head (its first live entry):
 `waiting`, keyed ``(available_at, task id)``, until a reserve's `now`
 reaches the head; then `due`, keyed ``(-priority, available_at, task id)``.
 A reserve promotes what became due (each lane once per head) and reads the
-best lane off the top of `due`; a head the latest reserve's `now` has
+best lane off the top of `due`; a head the largest `now` yet has
 reached is seated in `due` at once (the usual reserve+ack cycle: one pop
 off the lane, one replace at the top of `due`, DECISIONS §57). A blocked
 queue's lanes are in neither: blocking clears their seats (their heap
@@ -148,7 +148,7 @@ class Lanes:
         #: Every queue with a rate (its leases carry ``at``): empty, a lease's check costs one test.
         self.rated: set[str] = set()
         self.lane_count = 0
-        #: The latest `now` a reserve has promoted to (-1: none yet): a head it has reached is seated in `due` at once.
+        #: The largest `now` a reserve has promoted to (-1: none yet): a head it has reached is seated in `due` at once.
         self.now = -1
         self.default = self.queue(DEFAULT_QUEUE)
         self.default_lane = self.lane(self.default, 0)
@@ -169,7 +169,7 @@ class Lanes:
     # -- seats ----------------------------------------------------------------
 
     def place(self, lane: Lane, available_at: int, task_id: str, now: int | None = None) -> None:
-        """Seat `lane` by its head (available_at, task id): in `due` if `now` (None: the latest reserve's) reached it.
+        """Seat `lane` by its head (available_at, task id): in `due` if `now` (None: `Lanes.now`) has reached it.
 
         An earlier reserve moves it back (`pick`). Its former seat, if at the top of that heap (the best
         lane's head was leased, the usual case), is replaced in one step rather than left for a later pop.
