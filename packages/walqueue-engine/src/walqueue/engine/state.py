@@ -113,9 +113,8 @@ class State:
         #: task id -> record; read it, never write it (use `apply`).
         self.tasks: dict[str, Stored] = {}
         self._key_owner: dict[str, str] = {}
-        #: The ready order by queue and priority, and each queue's settings (lanes.py).
+        #: The ready order by queue and priority, and each queue's settings (lanes.py); `rated`: its rated queues.
         self._lanes = Lanes()
-        #: The names of the queues with a rate (their lease ops carry ``at``): the lanes' own set, read on every lease.
         self.rated = self._lanes.rated
         self._leases: list[HeapEntry] = []
         self._counts: dict[str, int] = dict.fromkeys(STATUSES, 0)
@@ -299,9 +298,8 @@ class State:
         """Up to `limit` ready task ids with ``available_at <= now`` that `reserve` would lease, best first.
 
         Best: higher priority, then (available_at, task id); only from `queues`
-        (None: every queue), and within each queue's limits at `now`.
-        O(k log n) for k results, plus one step per lane made due (lanes.py).
-        `_checked=True` is for the planners (ops.py), which checked `now` and `limit` already.
+        (None: every queue), and within each queue's limits at `now`. O(k log n)
+        for k results, plus one step per lane made due (lanes.py). `_checked`: the planners checked `now`, `limit`.
         """
         if not _checked:
             check_int(now, "now")
