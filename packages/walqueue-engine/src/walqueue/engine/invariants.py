@@ -97,3 +97,6 @@ def check_invariants(indexes: Loaded, lookup_key: Callable[[str], str | None]) -
                 if record.queue == q.name:
                     found_q[record.status] += 1
             require(found_q == q.counts, f"queue {q.name} counts {q.counts}, not {found_q}")
+            require(q.limited == q.configured(), f"queue {q.name}'s limited flag is {q.limited}, not its settings'")
+        rated = {q.name for q in lanes.iter_queues() if q.rate is not None}
+        require(lanes.rated == rated, f"the lanes' rate-limited queues are {sorted(lanes.rated)}, not {sorted(rated)}")

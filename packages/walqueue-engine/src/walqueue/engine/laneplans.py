@@ -39,10 +39,13 @@ def lane_fields(op: Op, queue: object, priority: object) -> None:
 
 
 def stamp_lease_times(state: State, planned: list[Op], now: int) -> None:
-    """Give each lease of a rate-limited queue its reserve's `now` (``at``): the limiter reads it from the log."""
-    tasks = state.tasks
+    """Give each lease of a rate-limited queue its reserve's `now` (``at``): the limiter reads it from the log.
+
+    Its caller skips it while no queue has a rate (`State.rated` empty), the usual store.
+    """
+    tasks, rated = state.tasks, state.rated
     for op in planned:
-        if state.rate_limited(queue_of(tasks[op["task"]])):
+        if queue_of(tasks[op["task"]]) in rated:
             op["at"] = now
 
 

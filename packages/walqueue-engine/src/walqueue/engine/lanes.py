@@ -11,10 +11,13 @@ nor for queues that are paused or at a limit. Each lane whose queue can
 lease is seated in exactly one of them by its head (its first live entry):
 `waiting`, keyed ``(available_at, task id)``, until a reserve's `now`
 reaches the head; then `due`, keyed ``(-priority, available_at, task id)``.
-A reserve promotes what became due (each lane once per head) and pops the
-best lane. A blocked queue's lanes are in neither: blocking clears their
-seats (their heap entries go stale), and the event that reopens the queue
-(a lease that ends, a resume, a rate window that passes) seats them again.
+A reserve promotes what became due (each lane once per head) and reads the
+best lane off the top of `due`; a head the largest `now` yet has
+reached is seated in `due` at once (the usual reserve+ack cycle: one pop
+off the lane, one replace at the top of `due`, DECISIONS §57). A blocked
+queue's lanes are in neither: blocking clears their seats (their heap
+entries go stale), and the event that reopens the queue (a lease that
+ends, a resume, a rate window that passes) seats them again.
 A lane's seat is live only while it is the very tuple the lane points at
 (``lane.entry is seat``), the heaps' rule of lazy deletion.
 
@@ -35,7 +38,7 @@ from typing import Any
 
 from walqueue.engine.ages import ready_ages
 from walqueue.engine.heaps import HEAP_SLACK
-from walqueue.engine.records import DEAD, LEASED, READY, STATUSES, priority_of, queue_of, view
+from walqueue.engine.records import COMPLETED, DEAD, LEASED, READY, STATUSES, priority_of, queue_of, view
 from walqueue.engine.rows import ENTRY, LANE, STATUS, TASK_ID, HeapEntry, Row, Stored, lane_key, status_of
 from walqueue.engine.validate import DEFAULT_QUEUE, MAX_INT, check_int, check_queue_name, check_rate
 
@@ -63,7 +66,8 @@ class Lane:
 class QueueIndex:
     """One named queue: its lanes, its task counts by status, its settings and its rate limiter's lease times."""
 
-    __slots__ = ("name", "lanes", "counts", "concurrency", "rate", "window", "paused", "recent", "rate_until")
+    __slots__ = ("name", "lanes", "counts", "concurrency", "rate", "window", "paused", "recent", "rate_until",
+                 "limited")  # fmt: skip
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -77,6 +81,8 @@ class QueueIndex:
         self.recent: deque[int] | tuple[int, ...] = ()
         #: When the full rate window reopens (None: not blocked by the rate).
         self.rate_until: int | None = None
+        #: `configured()`, kept by `Lanes.configure` (the one place settings change), read on every commit and reserve.
+        self.limited = False
 
     def configured(self) -> bool:
         return self.paused or self.concurrency is not None or self.rate is not None
@@ -126,17 +132,8 @@ class QueueIndex:
 class Lanes:
     """Every queue, every lane, and the two heaps of seated lanes (see the module's docstring)."""
 
-    __slots__ = (
-        "queues",
-        "default",
-        "default_lane",
-        "waiting",
-        "due",
-        "rate_wait",
-        "rate_open",
-        "rate_full",
-        "lane_count",
-    )
+    __slots__ = ("queues", "default", "default_lane", "waiting", "due", "rate_wait", "rate_open", "rate_full",
+                 "lane_count", "now", "rated")  # fmt: skip
 
     def __init__(self) -> None:
         self.queues: dict[str, QueueIndex] = {}
@@ -148,7 +145,11 @@ class Lanes:
         self.rate_open: set[str] = set()
         #: Every queue whose rate window is full (`rate_until` set), parked or open.
         self.rate_full: set[str] = set()
+        #: Every queue with a rate (its leases carry ``at``): empty, a lease's check costs one test.
+        self.rated: set[str] = set()
         self.lane_count = 0
+        #: The largest `now` a reserve has promoted to (-1: none yet): a head it has reached is seated in `due` at once.
+        self.now = -1
         self.default = self.queue(DEFAULT_QUEUE)
         self.default_lane = self.lane(self.default, 0)
 
@@ -167,14 +168,27 @@ class Lanes:
 
     # -- seats ----------------------------------------------------------------
 
-    def place(self, lane: Lane, available_at: int, task_id: str) -> None:
-        """Seat `lane` in `waiting` by its head (available_at, task id)."""
-        seat = (available_at, task_id, lane)
+    def place(self, lane: Lane, available_at: int, task_id: str, now: int | None = None) -> None:
+        """Seat `lane` by its head (available_at, task id): in `due` if `now` (None: `Lanes.now`) has reached it.
+
+        An earlier reserve moves it back (`pick`). Its former seat, if at the top of that heap (the best
+        lane's head was leased, the usual case), is replaced in one step rather than left for a later pop.
+        """
+        old = lane.entry
+        if available_at <= (self.now if now is None else now):
+            seat: Seat = (-lane.priority, available_at, task_id, lane)
+            heap = self.due
+        else:
+            seat = (available_at, task_id, lane)
+            heap = self.waiting
         lane.entry = seat
-        heapq.heappush(self.waiting, seat)
-        if len(self.waiting) > 2 * self.lane_count + HEAP_SLACK:
-            self.waiting = [s for s in self.waiting if s[2].entry is s]
-            heapq.heapify(self.waiting)
+        if heap and heap[0] is old:
+            heapq.heapreplace(heap, seat)
+            return
+        heapq.heappush(heap, seat)
+        if len(heap) > 2 * self.lane_count + HEAP_SLACK:  # rebuilt in place: a running `pick` holds `due`
+            heap[:] = [s for s in heap if s[-1].entry is s]
+            heapq.heapify(heap)
 
     def _seat(self, lane: Lane, tasks: Mapping[str, Stored]) -> None:
         """Seat `lane` by its first live entry, or leave it unseated if it has none."""
@@ -205,25 +219,25 @@ class Lanes:
         """
         row = new if old is None else old  # a task keeps its lane; an ack's tombstone would have to decode it
         if type(row) is not tuple:  # (created and completed in one transaction)
-            name, priority = queue_of(row), priority_of(row)
+            q, priority = self.queue(queue_of(row)), priority_of(row)
+        elif len(row) == LANE:  # (the default lane's rows have no lane item)
+            q, priority = self.default, 0
         else:
-            name, priority = row[LANE] if len(row) > LANE else (DEFAULT_QUEUE, 0)
-        if name is DEFAULT_QUEUE:
-            q = self.default
-        else:
+            name, priority = row[LANE]
             q = self.queues.get(name) or self.queue(name)
-        limited = q.configured()
+        limited = q.limited
         before = limited and q.blocked()
         counts = q.counts
         if old is not None:
-            counts[old[STATUS]] -= 1
-            if old[STATUS] == READY:
+            was = old[STATUS]
+            counts[was] -= 1
+            if was == READY:
                 lane = q.lanes[priority]
                 lane.live -= 1
                 seat = lane.entry
                 if seat is not None and seat[-2] == old[TASK_ID]:
                     self._seat(lane, tasks)
-        status = status_of(new)
+        status = COMPLETED if type(new) is not tuple else new[STATUS]  # (rows.status_of, inlined: every commit's path)
         counts[status] += 1
         if status == READY:
             assert type(new) is tuple
@@ -238,13 +252,14 @@ class Lanes:
                 seat = lane.entry
                 if seat is None or entry < (seat[-3], seat[-2]):
                     self.place(lane, entry[0], entry[1])
-        if limited and q.blocked() != before:
-            if before:
-                self._reopen(q, tasks)
-            else:
-                self._park(q)
-        if q.rate_until is not None and (status == READY or (old is not None and old[STATUS] == LEASED)):
-            heapq.heappush(self.rate_wait, (q.rate_until, name))  # a reserve past the window looks again
+        if limited:  # (only a limited queue blocks, or has a rate window)
+            if q.blocked() != before:
+                if before:
+                    self._reopen(q, tasks)
+                else:
+                    self._park(q)
+            if q.rate_until is not None and (status == READY or (old is not None and old[STATUS] == LEASED)):
+                heapq.heappush(self.rate_wait, (q.rate_until, q.name))  # a reserve past the window looks again
 
     def bulk_default(self) -> bool:
         """Whether new ready tasks of the default lane may go in through `added`: its queue has no setting or block."""
@@ -299,9 +314,12 @@ class Lanes:
         q.paused = paused
         if rate is None:
             q.rate, q.window, q.recent = None, 0, ()
+            self.rated.discard(name)
         else:
             q.rate, q.window = rate
             q.recent = deque(q.recent, maxlen=q.rate)
+            self.rated.add(name)
+        q.limited = q.configured()
         self._rate_block(q)
         after = q.blocked()
         if before and not after:
@@ -329,6 +347,8 @@ class Lanes:
 
     def promote(self, now: int, tasks: Mapping[str, Stored]) -> None:
         """Reopen the rate windows `now` has passed; move the lanes whose head is due from `waiting` to `due`."""
+        if now > self.now:
+            self.now = now
         rate_wait = self.rate_wait
         while rate_wait and rate_wait[0][0] <= now:
             until, name = heapq.heappop(rate_wait)
@@ -344,31 +364,33 @@ class Lanes:
                 lane.entry = moved
                 heapq.heappush(due, moved)
         if len(due) > 2 * self.lane_count + HEAP_SLACK:
-            self.due = [s for s in due if s[3].entry is s]
-            heapq.heapify(self.due)
+            due[:] = [s for s in due if s[3].entry is s]
+            heapq.heapify(due)
 
     def pick(self, now: int, limit: int, names: Iterable[str] | None, tasks: Mapping[str, Stored]) -> list[str]:
         """Up to `limit` due ready task ids, best first, within each queue's budget; changes no seat's meaning.
 
-        Entries popped to look past them are pushed back; the lease ops a
-        reserve then commits move the lanes for real (`moved`).
+        The best is read off the top of its heap and popped only to look past
+        it (so a reserve of one pops nothing); what was popped is pushed back,
+        and the lease ops a reserve then commits move the lanes for real (`moved`).
         """
-        self.promote(now, tasks)
+        waiting, rate_wait, due = self.waiting, self.rate_wait, self.due
+        if now > self.now or (waiting and waiting[0][0] <= now) or (rate_wait and rate_wait[0][0] <= now):
+            self.promote(now, tasks)  # (else it has nothing to do: the usual reserve at an unchanged `now`)
+        candidates: list[Seat] = []
+        if names is not None or self.rate_open:
+            for name in list(self.rate_open) if names is None else names:
+                q = self.queues.get(name)
+                if q is None or q.paused or (q.concurrency is not None and q.counts[LEASED] >= q.concurrency):
+                    self.rate_open.discard(name)  # a resume or a freed slot pushes it to `rate_wait` again
+                elif names is None and not q.counts[READY]:
+                    self.rate_open.discard(name)  # a put pushes it again
+                else:
+                    _seed(q, now, candidates, tasks)
         chosen: list[str] = []
         budgets: dict[str, int] = {}
-        candidates: list[Seat] = []
-        taken_seats: list[Seat] = []
-        taken: list[tuple[Lane, HeapEntry]] = []
-        due = self.due
-        for name in list(self.rate_open) if names is None else names:
-            q = self.queues.get(name)
-            if q is None or q.paused or (q.concurrency is not None and q.counts[LEASED] >= q.concurrency):
-                self.rate_open.discard(name)  # a resume or a freed slot pushes it to `rate_wait` again
-            elif names is None and not q.counts[READY]:
-                self.rate_open.discard(name)  # a put pushes it again
-            else:
-                _seed(q, now, candidates, tasks)
-        while len(chosen) < limit:
+        popped: list[tuple[list[Any], Any]] = []  # (heap, item) popped to look past it, pushed back at the end
+        while True:
             if names is None:
                 while due:
                     seat = due[0]
@@ -377,36 +399,34 @@ class Lanes:
                         heapq.heappop(due)
                     elif seat[1] > now:  # seated by a later `now` than this caller's
                         heapq.heappop(due)
-                        self.place(lane, seat[1], seat[2])
+                        self.place(lane, seat[1], seat[2], now)
                     else:
                         break
-                if due and (not candidates or due[0] < candidates[0]):
-                    item = heapq.heappop(due)
-                    taken_seats.append(item)
-                elif candidates:
-                    item = heapq.heappop(candidates)
-                else:
-                    break
-            elif candidates:
-                item = heapq.heappop(candidates)
+                top = due if due and (not candidates or due[0] < candidates[0]) else candidates
             else:
+                top = candidates
+            if not top:
                 break
+            item = top[0]
             lane = item[3]
             q = lane.queue
-            budget = budgets.get(q.name)
-            if budget is None:
-                budget = q.budget(now)
-            budgets[q.name] = budget - 1
-            if budget <= 0:
-                continue
+            if q.limited:  # (an unlimited queue's budget never runs out)
+                budget = budgets.get(q.name)
+                if budget is None:
+                    budget = q.budget(now)
+                budgets[q.name] = budget - 1
+                if budget <= 0:
+                    popped.append((top, heapq.heappop(top)))
+                    continue
             chosen.append(item[2])
-            following = _after(lane, item[2], tasks, taken)
+            if len(chosen) == limit:
+                break
+            popped.append((top, heapq.heappop(top)))
+            following = _after(lane, item[2], tasks, popped)
             if following is not None and following[0] <= now:
                 heapq.heappush(candidates, (-lane.priority, following[0], following[1], lane))
-        for seat in taken_seats:
-            heapq.heappush(due, seat)
-        for lane, entry in taken:
-            heapq.heappush(lane.heap, entry)
+        for heap, entry in popped:
+            heapq.heappush(heap, entry)
         return chosen
 
     def next_available_at(self, tasks: Mapping[str, Stored]) -> int | None:
@@ -454,10 +474,6 @@ class Lanes:
 
     def iter_queues(self) -> Iterator[QueueIndex]:
         return iter(self.queues.values())
-
-    def rate_limited(self, name: str) -> bool:
-        q = self.queues.get(name)
-        return q is not None and q.rate is not None
 
     def settings_of(self, name: str) -> dict[str, Any]:
         q = self.queues.get(name)
@@ -549,16 +565,16 @@ def _seed(q: QueueIndex, now: int, candidates: list[Seat], tasks: Mapping[str, S
 
 
 def _after(
-    lane: Lane, task_id: str, tasks: Mapping[str, Stored], taken: list[tuple[Lane, HeapEntry]]
+    lane: Lane, task_id: str, tasks: Mapping[str, Stored], popped: list[tuple[list[Any], Any]]
 ) -> HeapEntry | None:
-    """Take `task_id`, the live top of `lane`'s heap, off it (kept in `taken`); the live entry after it."""
+    """Take `task_id`, the live top of `lane`'s heap, off it (kept in `popped`); the live entry after it."""
     heap = lane.heap
     while heap:
         entry = heap[0]
         if tasks[entry[1]][ENTRY] is not entry:
             heapq.heappop(heap)
         elif entry[1] == task_id:
-            taken.append((lane, heapq.heappop(heap)))
+            popped.append((heap, heapq.heappop(heap)))
         else:
             found: HeapEntry = entry
             return found

@@ -319,7 +319,7 @@ def plan_reap(
     tasks = state.tasks
     expire_ops: list[Op] = [
         {"op": "expire", "task": task_id, "generation": tasks[task_id][rows.GENERATION]}
-        for task_id in state.peek_expired(now)
+        for task_id in state.peek_expired(now, _checked=True)
     ]
     if not expire_ops:
         return []
@@ -398,9 +398,10 @@ def plan_lease(
             "generation": tasks[task_id][rows.GENERATION] + 1,
             "deadline": deadline,
         }
-        for task_id in state.peek_ready(now, limit, queues)
+        for task_id in state.peek_ready(now, limit, queues, _checked=True)
     ]
-    stamp_lease_times(state, planned, now)
+    if state.rated:  # (a lease of a rate-limited queue carries at)
+        stamp_lease_times(state, planned, now)
     encode = _LEASE.encode
     lease_json = [encode(op) for op in planned]
     if _surely_fits(len(planned), _LEASE.max_json, max_frame_bytes):

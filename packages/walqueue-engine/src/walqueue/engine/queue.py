@@ -361,7 +361,7 @@ class Queue(LaneCalls, ReadCalls):
         """
         self._check_open()
         ops.validate_reserve_args(worker, now, lease_seconds, limit)
-        names = check_queues_filter(queues)
+        names = None if queues is None else check_queues_filter(queues)  # (None, the usual: no call)
         with self._guard:
             for reap in ops.plan_reap(self._state, now, self._state.last_seq + 1, _checked=True):
                 self._commit(reap)

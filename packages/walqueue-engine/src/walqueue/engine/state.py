@@ -100,6 +100,7 @@ class State:
         "tasks",
         "_key_owner",
         "_lanes",
+        "rated",
         "_leases",
         "_counts",
         "_dead",
@@ -113,8 +114,9 @@ class State:
         #: task id -> record; read it, never write it (use `apply`).
         self.tasks: dict[str, Stored] = TaskMap()  # stays tracked: young collections never walk it
         self._key_owner: dict[str, str] = {}
-        #: The ready order by queue and priority, and each queue's settings (lanes.py).
+        #: The ready order by queue and priority, and each queue's settings (lanes.py); `rated`: its rated queues.
         self._lanes = Lanes()
+        self.rated = self._lanes.rated
         self._leases: list[HeapEntry] = []
         self._counts: dict[str, int] = dict.fromkeys(STATUSES, 0)
         #: The ids of the dead tasks (the ready and leased ones are in their heaps).
@@ -194,10 +196,6 @@ class State:
     def _queue_ids(self, status: str | None, queue: str) -> list[str]:
         """The ids of queue `queue`'s tasks (with `status`): its lanes for ready ones, a walk otherwise."""
         return self._lanes.task_ids(self.tasks, status, queue, live_ids(self._leases, self.tasks), self._dead)
-
-    def rate_limited(self, queue: str) -> bool:
-        """Whether `queue` has a rate limit (its lease ops then carry their reserve's `now` as ``at``)."""
-        return self._lanes.rate_limited(queue)
 
     def queues(self) -> list[dict[str, Any]]:
         """`Queue.queues`: every queue that holds a task or has a setting (lanes.Lanes.describe)."""
@@ -295,20 +293,24 @@ class State:
 
     # -- planner support ------------------------------------------------------
 
-    def peek_ready(self, now: int, limit: int, queues: Iterable[str] | None = None) -> list[str]:
+    def peek_ready(
+        self, now: int, limit: int, queues: Iterable[str] | None = None, *, _checked: bool = False
+    ) -> list[str]:
         """Up to `limit` ready task ids with ``available_at <= now`` that `reserve` would lease, best first.
 
         Best: higher priority, then (available_at, task id); only from `queues`
-        (None: every queue), and within each queue's limits at `now`.
-        O(k log n) for k results, plus one step per lane made due (lanes.py).
+        (None: every queue), and within each queue's limits at `now`. O(k log n)
+        for k results, plus one step per lane made due (lanes.py). `_checked`: the planners checked `now`, `limit`.
         """
-        check_int(now, "now")
-        check_int(limit, "limit", 1)
+        if not _checked:
+            check_int(now, "now")
+            check_int(limit, "limit", 1)
         return self._lanes.pick(now, limit, queues, self.tasks)
 
-    def peek_expired(self, now: int) -> list[str]:
-        """Every leased task id with ``deadline <= now``, in (deadline, task id) order."""
-        check_int(now, "now")
+    def peek_expired(self, now: int, *, _checked: bool = False) -> list[str]:
+        """Every leased task id with ``deadline <= now``, in (deadline, task id) order (`_checked`: as `peek_ready`)."""
+        if not _checked:
+            check_int(now, "now")
         return due(self._leases, self.tasks, now, MAX_INT)
 
     # -- snapshot support -----------------------------------------------------
@@ -345,6 +347,7 @@ class State:
         state._key_owner = loaded.key_owner
         assert loaded.lanes is not None
         state._lanes = loaded.lanes
+        state.rated = loaded.lanes.rated
         state._leases = loaded.leases
         state._counts = loaded.counts
         state._dead = loaded.dead

@@ -18,6 +18,7 @@ kinds, `opkinds.OP_KINDS`, imports it for the transition of each row).
 from __future__ import annotations
 
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from typing import Protocol
 
 from walqueue.engine.optable import Op
@@ -79,7 +80,8 @@ class StateReads(Protocol):
 
     def lookup_key(self, key: str) -> str | None: ...
 
-    def rate_limited(self, queue: str) -> bool: ...
+    #: The names of the queues with a rate limit: a lease in one of them carries its reserve's `now` as ``at``.
+    rated: AbstractSet[str]
 
 
 class OpError(WalQueueError):
@@ -193,7 +195,8 @@ def lease(state: StateReads, staging: Staging, record: Row | None, op: Op) -> St
     generation = op["generation"]
     if generation != record[GENERATION] + 1:
         raise OpError(f"lease generation must be {record[GENERATION] + 1}, not {generation}")
-    if ("at" in op) != state.rate_limited(queue_of(record)):  # the limiter's input: written iff the queue has a rate
+    rated = state.rated  # the limiter's input, `at`, is written iff the queue has a rate
+    if ("at" in op) != (queue_of(record) in rated if rated else False):
         raise OpError(f"a lease in queue {queue_of(record)!r} {'must not' if 'at' in op else 'must'} carry at")
     task_id, deadline = record[TASK_ID], op["deadline"]
     return (
