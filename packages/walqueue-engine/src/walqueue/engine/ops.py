@@ -91,11 +91,12 @@ class Plan:
     A `__slots__` class, not a `NamedTuple`: one is made per write, and a named tuple's `__new__` costs more.
     """
 
-    __slots__ = ("ops", "op_json")
+    __slots__ = ("ops", "op_json", "fresh_puts")
 
-    def __init__(self, ops: list[Op], op_json: list[bytes]) -> None:
+    def __init__(self, ops: list[Op], op_json: list[bytes], fresh_puts: bool = False) -> None:
         self.ops = ops
         self.op_json = op_json
+        self.fresh_puts = fresh_puts  # `plan_puts`' new tasks alone (`state.apply`'s `_fresh_puts`)
 
     def body(self, seq: int) -> bytes:
         """The canonical JSON of ``{"ops": ops, "seq": seq}``, spliced from the ops' own JSON."""
@@ -255,7 +256,7 @@ def plan_puts(state: State, put_ops: Iterable[Op]) -> tuple[Plan, list[str]]:
             planned_ids.add(task_id)
             new.append(op)
             op_json.append(encoded.op_json)
-    return Plan(new, op_json), task_ids
+    return Plan(new, op_json, True), task_ids
 
 
 def plan_put(state: State, op: Op) -> Plan | None:

@@ -63,7 +63,7 @@ from walqueue.engine.rows import (
     status_of,
 )
 from walqueue.engine.snapshot_load import Loaded, check_snapshot_seq, load_records
-from walqueue.engine.transitions import NOTHING_STAGED, OpError, Staging, Transition
+from walqueue.engine.transitions import NOTHING_STAGED, OpError, Staging, Transition, stage_new_puts
 from walqueue.engine.types import Lease, Task, new_lease
 from walqueue.engine.validate import DEFAULT_QUEUE, MAX_INT, check_int, check_name, check_queue_name
 
@@ -516,7 +516,9 @@ def _stage(state: State, staging: Staging, seq: int, index: int, op: object) -> 
         raise InvalidTransaction(f"transaction {seq} op {index} ({name}): {exc}") from None
 
 
-def apply(state: State, tx: Mapping[str, Any], *, decoded: bool = False, _planned: bool = False) -> Sequence[str]:
+def apply(
+    state: State, tx: Mapping[str, Any], *, decoded: bool = False, _planned: bool = False, _fresh_puts: bool = False
+) -> Sequence[str]:
     """Apply transaction `tx` (``{"seq": S, "ops": [...]}``) to `state`, whole or not at all; return the new task ids.
 
     Every op is checked first, against the state as the earlier ops of the
@@ -531,7 +533,8 @@ def apply(state: State, tx: Mapping[str, Any], *, decoded: bool = False, _planne
     `_planned=True`, like h11's ``_parsed``, is for `Queue` alone: the ops are
     a planner's (ops.py), whose fields were checked when they were planned
     and whose puts carry their payload encoded. Everything that depends on
-    the state is checked either way.
+    the state is checked either way. `_fresh_puts=True` (with `_planned`): the
+    ops are `plan_puts`' new tasks, staged by `transitions.stage_new_puts`.
     """
     if type(tx) is not dict:
         raise InvalidTransaction(f"a transaction must be a dict, not {type(tx).__name__}")
@@ -559,6 +562,9 @@ def apply(state: State, tx: Mapping[str, Any], *, decoded: bool = False, _planne
         return created
     staging = Staging(decoded, _planned)
     staged = staging.records
+    if _fresh_puts and _planned:  # ops.plan_puts' new tasks: nothing in them but records to stage and commit
+        stage_new_puts(state, state.tasks, staging, seq, ops)
+        return state._commit(staged.items(), seq)
     for index, op in enumerate(ops):
         record = _stage(state, staging, seq, index, op)
         if type(record) is _Setting:  # a store-level op's (setting, value), applied after the records

@@ -1,0 +1,83 @@
+"""`apply`'s staging of `plan_puts`' new tasks (`_fresh_puts`): the state and answers of `_stage`'s, any batch."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from walqueue.engine.ops import plan_puts, put_op_from_mapping
+from walqueue.engine.state import InvalidTransaction, State, apply
+from walqueue.engine.types import KeyConflict
+
+NAMES = st.sampled_from(["a", "b", "c", "d", "e", "f"])
+ITEMS = st.fixed_dictionaries(
+    {"task_id": NAMES, "payload": st.dictionaries(st.sampled_from(["x", "y"]), st.integers(0, 3), max_size=2)},
+    optional={
+        "key": NAMES,
+        "available_at": st.integers(0, 5),
+        "max_attempts": st.integers(1, 4),
+        "queue": st.sampled_from(["default", "mail"]),
+        "priority": st.integers(-1, 1),
+        "put_at": st.integers(0, 7),
+    },
+)
+
+
+def _state(history: list[dict[str, Any]]) -> State:
+    """A state after `history` was put one item at a time (the conflicts among them skipped)."""
+    state = State()
+    for item in history:
+        try:
+            plan, _ = plan_puts(state, [put_op_from_mapping(item)])
+        except KeyConflict:
+            continue
+        if plan.ops:
+            apply(state, {"seq": state.last_seq + 1, "ops": plan.ops}, _planned=True)
+    return state
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(ITEMS, max_size=6), st.lists(ITEMS, max_size=8))
+def test_fresh_puts_leave_the_state_the_general_staging_leaves(
+    history: list[dict[str, Any]], batch: list[dict[str, Any]]
+) -> None:
+    fresh, general = _state(history), _state(history)
+    try:
+        plan, _ = plan_puts(fresh, [put_op_from_mapping(item) for item in batch])
+    except KeyConflict:
+        return
+    if not plan.ops:
+        return
+    assert plan.fresh_puts
+    tx = {"seq": fresh.last_seq + 1, "ops": plan.ops}
+    created = apply(fresh, tx, _planned=True, _fresh_puts=True)
+    assert list(created) == list(apply(general, dict(tx), _planned=True)) == [op["task"] for op in plan.ops]
+    assert fresh == general
+    assert fresh.indexes().lanes.describe(fresh.tasks) == general.indexes().lanes.describe(general.tasks)
+    fresh.check_invariants()
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "reason"),
+    [
+        ({"task_id": "t", "payload": {}}, {"task_id": "t", "payload": {"n": 1}}, "op 1 (put): task 't' already exists"),
+        ({"task_id": "t", "payload": {}, "key": "k"}, {"task_id": "u", "payload": {}, "key": "k"}, "op 1 (put): key"),
+    ],
+)
+def test_fresh_puts_refuse_what_the_state_refuses_and_change_nothing(
+    first: dict[str, Any], second: dict[str, Any], reason: str
+) -> None:
+    # Planned against an empty state, applied to one that already holds the first item's task: the planner's
+    # verdict is stale, and the staging still refuses the whole transaction.
+    items = [{"task_id": "other", "payload": {}}, second]
+    ops = plan_puts(State(), [put_op_from_mapping(item) for item in items])[0].ops
+    state = _state([first])
+    before = _state([first])
+    with pytest.raises(InvalidTransaction, match=re.escape(f"transaction 2 {reason}")):
+        apply(state, {"seq": 2, "ops": ops}, _planned=True, _fresh_puts=True)
+    assert state == before
+    state.check_invariants()
