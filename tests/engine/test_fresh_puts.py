@@ -1,4 +1,4 @@
-"""`apply`'s staging of `plan_puts`' new tasks (`_fresh_puts`): the state and answers of `_stage`'s, any batch."""
+"""`apply`'s staging of `plan_puts`' new tasks (`_fresh_puts`): the state and answers of `stage`'s, any batch."""
 
 from __future__ import annotations
 

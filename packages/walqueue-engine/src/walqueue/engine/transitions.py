@@ -17,12 +17,11 @@ kinds, `opkinds.OP_KINDS`, imports it for the transition of each row).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Protocol
 
 from walqueue.engine.optable import Op
 from walqueue.engine.records import (
-    InvalidTransaction,
     check_error_fits,
     expiry_error,
     identity_digest,
@@ -164,7 +163,7 @@ def _held(row: Row, op: Op) -> Row:
 
 
 # Each transition takes the task's current record (None for a kind that
-# creates its task) and a valid op of its kind: `_stage` has checked the op's
+# creates its task) and a valid op of its kind: `admission.stage` has checked the op's
 # keys and field values (unless a planner made it) and the record's status.
 
 
@@ -193,26 +192,6 @@ def put(state: StateReads, staging: Staging, record: Row | None, op: Op) -> Stor
     # (new_row shares one lane key, with one interned queue string, among the lane's rows)
     return new_row(task_id, key, READY, digest + payload_json, available_at, max_attempts, 0, None, None, None,
                    queue, priority)  # fmt: skip
-
-
-def stage_new_puts(state: StateReads, tasks: Mapping[str, Stored], staging: Staging, seq: int, ops: list[Op]) -> None:
-    """Stage the puts that `ops.plan_puts` judged new against this very state (`state.apply`'s `_fresh_puts`).
-
-    Their shape is `put_op`'s by construction (the planner takes no other op), so `_stage`'s admission of each
-    op's type, kind, keys and status is not made again; what depends on the state is checked as it checks it:
-    the task id is unknown (in `tasks`, then in this transaction), and `put` checks the key. A refusal is
-    `InvalidTransaction` naming the transaction and the op, as `_stage`'s, with nothing staged committed.
-    """
-    staged, keys = staging.records, staging.keys
-    for index, op in enumerate(ops):
-        task_id = op["task"]
-        try:
-            if task_id in tasks or task_id in staged:
-                raise OpError(f"task {task_id!r:.100} already exists")
-            staged[task_id] = row = put(state, staging, None, op)
-        except OpError as exc:
-            raise InvalidTransaction(f"transaction {seq} op {index} (put): {exc}") from None
-        keys.add(row[KEY])  # type: ignore[arg-type]  # (a put's record is a row)
 
 
 def lease(state: StateReads, staging: Staging, record: Row | None, op: Op) -> Stored:
