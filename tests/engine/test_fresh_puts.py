@@ -9,7 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from walqueue.engine import ops
 from walqueue.engine.ops import plan_puts, put_op_from_mapping
+from walqueue.engine.records import view
 from walqueue.engine.state import InvalidTransaction, State, apply
 from walqueue.engine.types import KeyConflict
 
@@ -81,3 +83,51 @@ def test_fresh_puts_refuse_what_the_state_refuses_and_change_nothing(
         apply(state, {"seq": 2, "ops": ops}, _planned=True, _fresh_puts=True)
     assert state == before
     state.check_invariants()
+
+
+def _planned(state: State, batch: list[dict[str, Any]]) -> tuple[list[bytes], list[str]] | str:
+    """What `plan_puts` makes of `batch`: the plan's op JSON and the task ids, or the conflict's message."""
+    try:
+        plan, task_ids = plan_puts(state, [put_op_from_mapping(item) for item in batch])
+    except KeyConflict as exc:
+        return str(exc)
+    return plan.op_json, task_ids
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(ITEMS, max_size=6), st.lists(ITEMS, max_size=8))
+def test_a_batch_judged_whole_gets_the_verdict_of_the_items_judged_one_by_one(
+    history: list[dict[str, Any]], batch: list[dict[str, Any]]
+) -> None:
+    state = _state(history)
+    whole = _planned(state, batch)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ops, "_fresh_batch", lambda state, put_ops: None)
+        assert _planned(state, batch) == whole
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(ITEMS, max_size=6), st.lists(ITEMS, min_size=1, max_size=8))
+def test_put_many_leaves_the_state_the_puts_one_by_one_leave(
+    history: list[dict[str, Any]], batch: list[dict[str, Any]]
+) -> None:
+    together, apart = _state(history), _state(history)
+    try:
+        plan, task_ids = plan_puts(together, [put_op_from_mapping(item) for item in batch])
+    except KeyConflict:
+        plan = None
+    for count, item in enumerate(batch, 1):
+        try:
+            plan_puts(apart, [put_op_from_mapping(item)])
+        except KeyConflict:
+            assert plan is None  # a conflict one by one is a conflict of the batch
+            return
+        apart = _state([*history, *batch[:count]])
+    assert plan is not None
+    assert task_ids == [item["task_id"] for item in batch]
+    if plan.ops:
+        apply(together, {"seq": together.last_seq + 1, "ops": plan.ops}, _planned=True, _fresh_puts=True)
+    assert {task_id: view(record).fields() for task_id, record in together.tasks.items()} == {
+        task_id: view(record).fields() for task_id, record in apart.tasks.items()
+    }
+    together.check_invariants()

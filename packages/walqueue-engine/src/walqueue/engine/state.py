@@ -150,6 +150,19 @@ class State:
 
     __hash__ = None  # type: ignore[assignment]
 
+    def knows_none(self, task_ids: Collection[str], keys: Collection[str]) -> bool:
+        """Whether no task has one of `task_ids` or `keys` as its id, and no task owns one of `keys` (at C speed).
+
+        True means `lookup_key` of each key is None and no task id is taken (`ops.plan_puts`' new batch); False
+        may also mean a key is a task's id without being its key: the caller then asks item by item.
+        """
+        ids = self.tasks.keys()
+        return (
+            ids.isdisjoint(task_ids)
+            and (keys is task_ids or ids.isdisjoint(keys))
+            and not (self._key_owner and not self._key_owner.keys().isdisjoint(keys))
+        )
+
     def lookup_key(self, key: str) -> str | None:
         """The id of the task that owns `key`, or ``None`` if the key is unknown.
 
@@ -421,6 +434,30 @@ class State:
             self._leases = pruned(self._leases, tasks, counts[LEASED])
         return () if created is None else created
 
+    def _commit_new(self, staged: dict[str, Stored], seq: int) -> list[str]:
+        """`_commit` of new ready rows alone (`apply`'s `_fresh_puts`): installed at once, the default lane's in bulk.
+
+        The same end as `_commit`'s loop (which takes such a transaction from the log): every row is new (no
+        record replaced, none dead), so the tasks and the ready count take them in one step each, and the lanes
+        take the default lane's entries through `added`, in bulk, while it has no setting; the others in op order.
+        """
+        tasks, lanes, owners = self.tasks, self._lanes, self._key_owner
+        tasks.update(staged)
+        self._counts[READY] += len(staged)
+        added: list[HeapEntry] = []
+        bulk = lanes.bulk_default()
+        for task_id, row in staged.items():
+            if row[KEY] != task_id:
+                owners[row[KEY]] = task_id  # type: ignore[index]  # (rows, from the put transition)
+            if bulk and len(row) == LANE:
+                added.append(row[ENTRY])  # type: ignore[arg-type]
+            else:
+                lanes.moved(None, row, tasks)
+        if added:
+            lanes.added(added, tasks)
+        self.last_seq = seq
+        return list(staged)
+
     def check_invariants(self) -> None:
         """Verify every index against the records; `AssertionError` names the first broken one.
 
@@ -494,7 +531,7 @@ def apply(
     staged = staging.records
     if _fresh_puts and _planned:  # ops.plan_puts' new tasks: nothing in them but records to stage and commit
         stage_new_puts(state, staging, seq, ops)
-        return state._commit(staged.items(), seq)
+        return state._commit_new(staged, seq)
     for index, op in enumerate(ops):
         record = stage(state, staging, seq, index, op)
         if type(record) is Setting:  # a store-level op's (setting, value), applied after the records
