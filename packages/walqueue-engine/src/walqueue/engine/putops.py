@@ -17,6 +17,7 @@ from walqueue.engine.state import OP_KINDS, identity_digest
 from walqueue.engine.validate import (
     DEFAULT_QUEUE,
     FITTING_PAYLOAD_BYTES,
+    MAX_NAME_BYTES,
     check_int,
     check_name,
     check_payload,
@@ -67,7 +68,8 @@ def put_op(
     `build=False` checks only (a client's check). No request object in between (each layer costs more than its work):
     the op's payload is an `_EncodedPayload`, the payload's canonical JSON, its identity digest and the op's JSON.
     """
-    task_id = check_name(task_id, "task_id")
+    if type(task_id) is not str or not (0 < len(task_id) <= MAX_NAME_BYTES and task_id.isascii()):
+        task_id = check_name(task_id, "task_id")  # (the usual name passes `check_name`'s first test, made inline)
     op: Op = {
         "op": "put",
         "task": task_id,
@@ -104,9 +106,9 @@ def put_op(
             max_attempts=max_attempts,
             payload=payload_json,
             task=task_json,
-            queue=canonical_str(op["queue"]) if "queue" in op else None,
-            priority=op.get("priority"),
-            put_at=op.get("put_at"),
+            queue=canonical_str(op["queue"]) if lanes and "queue" in op else None,
+            priority=op.get("priority") if lanes else None,
+            put_at=op.get("put_at") if len(op) > 6 else None,  # (the op holds more than put's six keys only with them)
         ),
     )
     return op
