@@ -145,7 +145,7 @@ def _fresh_batch(state: State, put_ops: list[Op]) -> tuple[Plan, list[str]] | No
     if not put_ops or {*map(type, put_ops)} != {dict}:
         return None
     try:
-        names, task_ids, keys, carriers = zip(*map(_PUT_FIELDS, put_ops), strict=True)
+        names, task_ids, keys, carriers = [list(map(field, put_ops)) for field in _PUT_FIELDS]
     except KeyError:  # (not put_op's: the loop names it)
         return None
     count = len(put_ops)
@@ -157,10 +157,10 @@ def _fresh_batch(state: State, put_ops: list[Op]) -> tuple[Plan, list[str]] | No
         return None
     if not state.knows_none(task_ids, keys):
         return None
-    return Plan(put_ops.copy(), list(map(_OP_JSON, carriers)), True), list(task_ids)
+    return Plan(put_ops.copy(), list(map(_OP_JSON, carriers)), True), task_ids
 
 
-_PUT_FIELDS, _OP_JSON = itemgetter("op", "task", "key", "payload"), attrgetter("op_json")
+_PUT_FIELDS, _OP_JSON = tuple(map(itemgetter, ("op", "task", "key", "payload"))), attrgetter("op_json")
 
 
 def plan_put(state: State, op: Op) -> Plan | None:

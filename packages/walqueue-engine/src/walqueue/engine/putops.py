@@ -70,14 +70,8 @@ def put_op(
     """
     if type(task_id) is not str or not (0 < len(task_id) <= MAX_NAME_BYTES and task_id.isascii()):
         task_id = check_name(task_id, "task_id")  # (the usual name passes `check_name`'s first test, made inline)
-    op: Op = {
-        "op": "put",
-        "task": task_id,
-        "key": task_id if key is None else key,
-        "payload": None,
-        "available_at": available_at,
-        "max_attempts": max_attempts,
-    }
+    op: Op = {"op": "put", "task": task_id, "key": task_id if key is None else key, "payload": None,
+              "available_at": available_at, "max_attempts": max_attempts}  # fmt: skip
     if not ((usual := available_at is _DEFAULT_AVAILABLE_AT and max_attempts is _DEFAULT_MAX_ATTEMPTS) and key is None):
         _PUT.check_fields(op)  # key, available_at and max_attempts, as the table declares them
     if lanes := (queue is not DEFAULT_QUEUE or priority != 0 or type(priority) is not int):  # False: the default lane

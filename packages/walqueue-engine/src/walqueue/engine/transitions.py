@@ -183,9 +183,12 @@ def put(state: StateReads, staging: Staging, record: Row | None, op: Op) -> Stor
         )
     if key in staging.keys or state.lookup_key(key) is not None:
         raise OpError(f"key {key!r:.100} is already known")
-    queue, priority = op.get("queue", DEFAULT_QUEUE), op.get("priority", 0)
-    if "put_at" in op and op["put_at"] > available_at:  # a stamped put is due from its put time (DECISIONS §46)
-        available_at = op["put_at"]
+    if len(op) == 6:  # put's six keys alone: the default lane, no put time (the optional fields are omitted)
+        queue, priority = DEFAULT_QUEUE, 0
+    else:
+        queue, priority = op.get("queue", DEFAULT_QUEUE), op.get("priority", 0)
+        if "put_at" in op and op["put_at"] > available_at:  # a stamped put is due from its put time (DECISIONS §46)
+            available_at = op["put_at"]
     if queue is DEFAULT_QUEUE and priority == 0:  # (records.new_row, inlined: this is every put's path)
         return (task_id, key, READY, digest + payload_json, available_at, max_attempts, 0, None, None, None,
                 (available_at, task_id))  # fmt: skip
