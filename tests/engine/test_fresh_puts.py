@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from walqueue.engine import ops
-from walqueue.engine.ops import plan_puts, put_op_from_mapping
+from walqueue.engine.ops import Plan, plan_puts, put_op_from_mapping
 from walqueue.engine.records import view
 from walqueue.engine.state import InvalidTransaction, State, apply
 from walqueue.engine.types import KeyConflict
@@ -42,17 +42,22 @@ def _state(history: list[dict[str, Any]]) -> State:
     return state
 
 
+def _plan(state: State, batch: list[dict[str, Any]]) -> Plan | None:
+    """`plan_puts`' plan of `batch`'s items against `state`, or None for a `KeyConflict`."""
+    try:
+        return plan_puts(state, [put_op_from_mapping(item) for item in batch])[0]
+    except KeyConflict:
+        return None
+
+
 @settings(max_examples=150, deadline=None)
 @given(st.lists(ITEMS, max_size=6), st.lists(ITEMS, max_size=8))
 def test_fresh_puts_leave_the_state_the_general_staging_leaves(
     history: list[dict[str, Any]], batch: list[dict[str, Any]]
 ) -> None:
     fresh, general = _state(history), _state(history)
-    try:
-        plan, _ = plan_puts(fresh, [put_op_from_mapping(item) for item in batch])
-    except KeyConflict:
-        return
-    if not plan.ops:
+    plan = _plan(fresh, batch)
+    if plan is None or not plan.ops:
         return
     assert plan.fresh_puts
     tx = {"seq": fresh.last_seq + 1, "ops": plan.ops}
@@ -111,11 +116,7 @@ def test_a_batch_judged_whole_gets_the_verdict_of_the_items_judged_one_by_one(
 def test_put_many_leaves_the_state_the_puts_one_by_one_leave(
     history: list[dict[str, Any]], batch: list[dict[str, Any]]
 ) -> None:
-    together, apart = _state(history), _state(history)
-    try:
-        plan, task_ids = plan_puts(together, [put_op_from_mapping(item) for item in batch])
-    except KeyConflict:
-        plan = None
+    plan, apart = _plan(together := _state(history), batch), _state(history)
     for count, item in enumerate(batch, 1):
         try:
             plan_puts(apart, [put_op_from_mapping(item)])
@@ -124,7 +125,6 @@ def test_put_many_leaves_the_state_the_puts_one_by_one_leave(
             return
         apart = _state([*history, *batch[:count]])
     assert plan is not None
-    assert task_ids == [item["task_id"] for item in batch]
     if plan.ops:
         apply(together, {"seq": together.last_seq + 1, "ops": plan.ops}, _planned=True, _fresh_puts=True)
     assert {task_id: view(record).fields() for task_id, record in together.tasks.items()} == {
