@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import types
 from typing import Any
 
 import pytest
@@ -131,3 +132,19 @@ def test_put_many_leaves_the_state_the_puts_one_by_one_leave(
         task_id: view(record).fields() for task_id, record in apart.tasks.items()
     }
     together.check_invariants()
+
+
+@pytest.mark.parametrize(
+    "spoil",
+    [
+        lambda op: {**op, "op": []},  # unhashable: refused by the loop's message, not by a set
+        lambda op: {**op, "op": "lease"},
+        lambda op: {key: value for key, value in op.items() if key != "payload"},
+        lambda op: {**op, "payload": {"n": 1}},
+        types.MappingProxyType,
+    ],
+)
+def test_a_batch_with_an_op_not_from_put_op_is_refused_as_the_loop_refuses_it(spoil: Any) -> None:
+    good, other = (put_op_from_mapping({"task_id": name, "payload": {}}) for name in ("a", "b"))
+    with pytest.raises(TypeError, match="plan_puts takes put ops built by put_op"):
+        plan_puts(State(), [good, spoil(other)])

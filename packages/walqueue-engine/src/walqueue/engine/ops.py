@@ -149,13 +149,13 @@ def _fresh_batch(state: State, put_ops: list[Op]) -> tuple[Plan, list[str]] | No
     except KeyError:  # (not put_op's: the loop names it)
         return None
     count = len(put_ops)
+    if {*map(type, carriers)} != {_EncodedPayload} or names.count("put") != count:  # (no value hashed before)
+        return None
     if keys == task_ids:  # every key its task id (put's default)
         keys = task_ids
     elif len({*keys}) != count:
         return None
-    if {*names} != {"put"} or {*map(type, carriers)} != {_EncodedPayload} or len({*task_ids}) != count:
-        return None
-    if not state.knows_none(task_ids, keys):
+    if len({*task_ids}) != count or not state.knows_none(task_ids, keys):
         return None
     return Plan(put_ops.copy(), list(map(_OP_JSON, carriers)), True), task_ids
 
