@@ -82,25 +82,17 @@ class Plan:
     A `__slots__` class, not a `NamedTuple`: one is made per write, and a named tuple's `__new__` costs more.
     """
 
-    __slots__ = ("ops", "op_json", "fresh_puts")
+    __slots__ = ("ops", "op_json")
+    #: Whether the ops are `plan_puts`' new tasks alone (`state.apply`'s `_fresh_puts`): a `_NewPuts`.
+    fresh_puts = False
 
-    def __init__(self, ops: list[Op], op_json: list[bytes], fresh_puts: bool = False) -> None:
+    def __init__(self, ops: list[Op], op_json: list[bytes]) -> None:
         self.ops = ops
         self.op_json = op_json
-        self.fresh_puts = fresh_puts  # `plan_puts`' new tasks alone (`state.apply`'s `_fresh_puts`)
 
     def body(self, seq: int) -> bytes:
-        """The canonical JSON of ``{"ops": ops, "seq": seq}``, spliced from the ops' own JSON.
-
-        Of several ops, in one join, the brackets riding on the first and last op: a put_many(1000)'s body is
-        about 200 KB, and each large copy made on the way costs about half its SHA-256 (DECISIONS §58).
-        """
-        op_json = self.op_json
-        if len(op_json) < 2:  # (one op: the formatting is cheaper than the list)
-            return b'{"ops":[%b],"seq":%d}' % (b",".join(op_json), seq)
-        pieces = [b'{"ops":[' + op_json[0], *op_json[1:]]
-        pieces[-1] += b'],"seq":%d}' % seq
-        return b",".join(pieces)
+        """The canonical JSON of ``{"ops": ops, "seq": seq}``, spliced from the ops' own JSON."""
+        return b'{"ops":[%b],"seq":%d}' % (b",".join(self.op_json), seq)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Plan):
@@ -111,6 +103,26 @@ class Plan:
 
     def __repr__(self) -> str:
         return f"Plan({self.ops!r:.200}, {len(self.op_json)} encoded)"
+
+
+class _NewPuts(Plan):
+    """`plan_puts`' plan: new tasks alone (`state.apply`'s `_fresh_puts`), its body made in one join.
+
+    put_many(1000)'s body is about 200 KB, and each large copy made on the way costs about half its SHA-256
+    (DECISIONS §58), so the brackets ride on the first and last op's JSON instead of a `%` around the join.
+    A plan of one op keeps `Plan.body` (the list costs more than it saves there).
+    """
+
+    __slots__ = ()
+    fresh_puts = True
+
+    def body(self, seq: int) -> bytes:
+        op_json = self.op_json
+        if len(op_json) < 2:
+            return super().body(seq)
+        pieces = [b'{"ops":[' + op_json[0], *op_json[1:]]
+        pieces[-1] += b'],"seq":%d}' % seq
+        return b",".join(pieces)
 
 
 def plan_puts(state: State, put_ops: Iterable[Op]) -> tuple[Plan, list[str]]:
@@ -141,7 +153,7 @@ def plan_puts(state: State, put_ops: Iterable[Op]) -> tuple[Plan, list[str]]:
             planned_ids.add(task_id)
             new.append(op)
             op_json.append(encoded.op_json)
-    return Plan(new, op_json, True), task_ids
+    return _NewPuts(new, op_json), task_ids
 
 
 def _fresh_batch(state: State, put_ops: list[Op]) -> tuple[Plan, list[str]] | None:
@@ -166,7 +178,7 @@ def _fresh_batch(state: State, put_ops: list[Op]) -> tuple[Plan, list[str]] | No
         return None
     if len({*task_ids}) != count or not state.knows_none(task_ids, keys):
         return None
-    return Plan(put_ops.copy(), list(map(_OP_JSON, carriers)), True), task_ids
+    return _NewPuts(put_ops.copy(), list(map(_OP_JSON, carriers))), task_ids
 
 
 _PUT_FIELDS, _OP_JSON = tuple(map(itemgetter, ("op", "task", "key", "payload"))), attrgetter("op_json")
