@@ -8,8 +8,9 @@ The floor is what any implementation of this store does per task (the
 payload's canonical JSON, the identity's SHA-256, the task id's and the
 op's JSON, and its share of the frame's splice, SHA-256 and write), each
 timed alone over the bench's 1,000 items (tools/bench `put_items`),
-collector off. Beside it: validation alone (`put_op_from_mapping`) and the
-whole `put_many` (sync=False, collector on). Each figure is the best of
+collector off. Beside it: validation alone (`put_op_from_mapping`), planning
+(`plan_puts`) and applying (`apply`) alone, and the whole `put_many`
+(sync=False, collector on). Each figure is the best of
 `--reps` runs of thread CPU time, so other processes on a shared machine
 count less than in wall time; compare trees in interleaved runs. Nothing
 here is a test.
@@ -27,6 +28,7 @@ import time
 from collections.abc import Callable
 from hashlib import sha256
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -34,7 +36,7 @@ from bench.inputs import put_items  # noqa: E402 - tools/ on the path first
 
 from walqueue import Queue  # noqa: E402
 from walqueue.engine import ops  # noqa: E402
-from walqueue.engine.state import OP_KINDS  # noqa: E402
+from walqueue.engine.state import OP_KINDS, State, apply  # noqa: E402
 from walqueue.format.canonical import canonical_json, encode_str  # noqa: E402
 from walqueue.format.frame import encode_body  # noqa: E402
 
@@ -89,6 +91,7 @@ def measure(reps: int) -> dict[str, float]:
             figures["validation alone (put_op_from_mapping)"] = best(
                 lambda: [ops.put_op_from_mapping(i) for i in items], reps
             )
+            figures.update(_planned_and_applied(items, reps))
         finally:
             gc.enable()
             os.close(fd)
@@ -97,6 +100,20 @@ def measure(reps: int) -> dict[str, float]:
             queue.put_many(next(batches))
             figures["whole put_many (sync=False, collector on)"] = best(lambda: queue.put_many(next(batches)), reps)
     return figures
+
+
+def _planned_and_applied(items: list[dict[str, Any]], reps: int) -> dict[str, float]:
+    """`plan_puts` of the batch's ops, and `apply` of its plan as `Queue` applies it, each into an empty state."""
+    put_ops = [ops.put_op_from_mapping(item) for item in items]
+    plan, _ = ops.plan_puts(State(), put_ops)
+    # `_fresh_puts` as `Queue._commit` passes it, where the tree has it (a tree before DECISIONS §58 has not).
+    fresh = {"_fresh_puts": True} if getattr(plan, "fresh_puts", False) else {}
+    return {
+        "planning (plan_puts)": best(lambda: ops.plan_puts(State(), put_ops), reps),
+        "applying the plan (apply)": best(
+            lambda: apply(State(), {"seq": 1, "ops": plan.ops}, _planned=True, **fresh), reps
+        ),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

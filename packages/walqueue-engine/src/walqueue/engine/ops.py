@@ -6,8 +6,8 @@ to `state.apply`. A planner reads the state and never changes it, so a call refu
 `KeyConflict`, `StaleLease`) has written nothing and changed nothing.
 
 Every op's JSON comes from its kind's template (`OpKind.encode`, derived from `state.OP_KINDS`), so `Queue` never
-chooses an encoder and no kind can lack one. A put's payload travels in the op as `_EncodedPayload`, this module's
-private carrier: its canonical JSON and identity digest, computed once here; `apply` reads it only for a `Plan`'s
+chooses an encoder and no kind can lack one. A put's payload travels in the op as `_EncodedPayload`, putops.py's
+private carrier: its canonical JSON and identity digest, computed once there; `apply` reads it only for a `Plan`'s
 ops (its `_planned` flag).
 
 Every planner that may split or cut a transaction takes the frame bound as a keyword (`max_frame_bytes`), so that
@@ -18,35 +18,29 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
-from hashlib import sha256 as _sha256
+from operator import attrgetter, itemgetter
 
 from walqueue.engine import records, rows
-from walqueue.engine.laneplans import lane_fields, stamp_lease_times
+from walqueue.engine.laneplans import stamp_lease_times
 from walqueue.engine.optable import Op, OpKind
-from walqueue.engine.state import LEASED, OP_KINDS, State, identity_digest
+from walqueue.engine.putops import _EncodedPayload, put_op, put_op_from_mapping
+from walqueue.engine.state import LEASED, OP_KINDS, State
 from walqueue.engine.tracebacks import traceback_op
 from walqueue.engine.txsize import fixed_size as _fixed_size
 from walqueue.engine.txsize import surely_fits as _surely_fits
 from walqueue.engine.txsize import transaction_size
 from walqueue.engine.types import KeyConflict, Lease, StaleLease, WrongStatus, plain_lease
 from walqueue.engine.validate import (
-    DEFAULT_QUEUE,
     ERROR_MESSAGE_BYTES,
     ERROR_TYPE_BYTES,
-    FITTING_PAYLOAD_BYTES,
     MAX_FRAME_BYTES,
     MAX_INT,
     TIGHT_ERROR_MESSAGE_BYTES,
     TIGHT_ERROR_TYPE_BYTES,
     check_int,
     check_name,
-    check_payload,
-    check_record_fits,
     cut_text,
 )
-from walqueue.format.canonical import canonical_str
-from walqueue.format.canonical import encode_str as _encode_str
 
 __all__ = [
     "Op",
@@ -69,7 +63,6 @@ __all__ = [
     "validate_reserve_args",
 ]
 
-_PUT = OP_KINDS["put"]
 _LEASE = OP_KINDS["lease"]
 _EXPIRE = OP_KINDS["expire"]
 _ACK = OP_KINDS["ack"]
@@ -81,8 +74,6 @@ _FAIL = OP_KINDS["fail"]
 _ERROR = OP_KINDS["error"]
 
 Error = tuple[str, ...]  #: as `validate.check_error` returns it: (type, message[, traceback]), not yet cut
-#: put's defaults, told by identity: one that `is` is an exact, valid int (`put_op` then skips the field check).
-_DEFAULT_AVAILABLE_AT, _DEFAULT_MAX_ATTEMPTS = 0, 3
 
 
 class Plan:
@@ -92,6 +83,8 @@ class Plan:
     """
 
     __slots__ = ("ops", "op_json")
+    #: Whether the ops are `plan_puts`' new tasks alone (`state.apply`'s `_fresh_puts`): a `_NewPuts`.
+    fresh_puts = False
 
     def __init__(self, ops: list[Op], op_json: list[bytes]) -> None:
         self.ops = ops
@@ -112,122 +105,24 @@ class Plan:
         return f"Plan({self.ops!r:.200}, {len(self.op_json)} encoded)"
 
 
-@dataclass(slots=True, repr=False)  # equal when all three are; unhashable
-class _EncodedPayload:
-    """A put's payload as `put_op` validated it: its canonical JSON, the put's identity digest, and the op's JSON.
+class _NewPuts(Plan):
+    """`plan_puts`' plan: new tasks alone (`state.apply`'s `_fresh_puts`), its body made in one join.
 
-    Made only here, from the very task id, key, available_at and max_attempts of the same op, so that `apply` and
-    the frame reuse the bytes and the digest instead of walking, encoding and hashing the payload again, and the
-    plan frames `op_json` (spliced by the put kind while the names' bytes are at hand) as it is. Deliberately not a
-    dict, so that nothing can encode it as JSON by mistake; `apply` accepts it only in a `Plan`'s ops.
+    put_many(1000)'s body is about 200 KB, and each large copy made on the way costs about half its SHA-256
+    (DECISIONS §58), so the brackets ride on the first and last op's JSON instead of a `%` around the join.
+    A plan of one op keeps `Plan.body` (the list costs more than it saves there).
     """
 
-    canonical: bytes
-    identity: bytes
-    op_json: bytes
+    __slots__ = ()
+    fresh_puts = True
 
-    def __repr__(self) -> str:
-        return f"_EncodedPayload({self.canonical!r:.80})"
-
-
-def put_op(
-    task_id: object,
-    payload: object,
-    *,
-    key: object = None,
-    available_at: object = _DEFAULT_AVAILABLE_AT,
-    max_attempts: object = _DEFAULT_MAX_ATTEMPTS,
-    build: bool = True,
-    queue: object = DEFAULT_QUEUE,
-    priority: object = 0,
-    put_at: object = 0,
-) -> Op:
-    """Validate the arguments of `Queue.put` (`TypeError`/`ValueError`) and build the put's op.
-
-    `build=False` checks only (a client's check). No request object in between (each layer costs more than its work):
-    the op's payload is an `_EncodedPayload`, the payload's canonical JSON, its identity digest and the op's JSON.
-    """
-    task_id = check_name(task_id, "task_id")
-    op: Op = {
-        "op": "put",
-        "task": task_id,
-        "key": task_id if key is None else key,
-        "payload": None,
-        "available_at": available_at,
-        "max_attempts": max_attempts,
-    }
-    if not ((usual := available_at is _DEFAULT_AVAILABLE_AT and max_attempts is _DEFAULT_MAX_ATTEMPTS) and key is None):
-        _PUT.check_fields(op)  # key, available_at and max_attempts, as the table declares them
-    if lanes := (queue is not DEFAULT_QUEUE or priority != 0 or type(priority) is not int):  # False: the default lane
-        lane_fields(op, queue, priority)  # each written only when it differs from its default
-    if put_at != 0 or type(put_at) is not int:  # the producer's time: written only when given, never in the identity
-        op["put_at"] = check_int(put_at, "put_at")
-    payload_json = check_payload(payload)
-    task_json = _encode_str(task_id).encode()  # canonical_str, inlined: a checked name always encodes
-    key_json = task_json if key is None or key == task_id else canonical_str(op["key"])
-    if len(payload_json) > FITTING_PAYLOAD_BYTES:
-        check_record_fits(payload_json, task_json, key_json)
-    if not build:
-        return op
-    if lanes:
-        digest = identity_digest(task_json, payload_json, available_at, max_attempts, queue, priority)  # type: ignore[arg-type]
-    elif usual:  # the next case at put's default numbers: joined around the payload and task, not formatted
-        digest = _sha256(b"".join((_USUAL_HEAD, payload_json, _USUAL_MIDDLE, task_json, _USUAL_TAIL))).digest()
-    else:  # `identity_digest` spliced here, its lane members at their defaults (omitted): no call but sha256's
-        digest = _sha256(_IDENTITY % (available_at, max_attempts, payload_json, task_json)).digest()
-    op["payload"] = _EncodedPayload(
-        payload_json,
-        digest,
-        _PUT.splice(
-            available_at=available_at,
-            key=key_json,
-            max_attempts=max_attempts,
-            payload=payload_json,
-            task=task_json,
-            queue=canonical_str(op["queue"]) if "queue" in op else None,
-            priority=op.get("priority"),
-            put_at=op.get("put_at"),
-        ),
-    )
-    return op
-
-
-_IDENTITY = b'{"available_at":%d,"max_attempts":%d,"payload":%b,"task":%b}'  # the default lane's (tests: equal)
-_USUAL_HEAD, _USUAL_MIDDLE, _USUAL_TAIL = (_IDENTITY.replace(b"%b", b"%%b") % (0, 3)).split(b"%b")  # at the defaults
-_PUT_ARGUMENTS = frozenset({"task_id", "payload", "key", "available_at", "max_attempts", "queue", "priority", "put_at"})
-
-
-def put_op_from_mapping(item: object, build: bool = True) -> Op:
-    """Validate one `put_many` item: a mapping with exactly `put`'s keyword names (`build` as for `put_op`).
-
-    A missing `task_id` or `payload`, or any other key, is a `TypeError`,
-    as the same mistake in a call to `put` would be.
-    """
-    # The usual item (a dict of put's names, both required ones in it: two names alone are those) is seen at C speed.
-    if type(item) is not dict or not (
-        "task_id" in item and "payload" in item and (len(item) == 2 or item.keys() <= _PUT_ARGUMENTS)
-    ):
-        if not isinstance(item, Mapping):
-            raise TypeError(f"each put_many item must be a mapping, not {type(item).__name__}")
-        unknown = [name for name in item if name not in _PUT_ARGUMENTS]
-        if unknown:
-            raise TypeError(f"unexpected put argument(s) {sorted(map(repr, unknown))}")
-        missing = [name for name in ("task_id", "payload") if name not in item]
-        if missing:
-            raise TypeError(f"put_many item lacks {', '.join(missing)}")
-    if len(item) == 2:  # the two required names alone: every other argument at its default, passed by put_op
-        return put_op(item["task_id"], item["payload"], build=build)
-    return put_op(
-        item["task_id"],
-        item["payload"],
-        key=item.get("key"),
-        available_at=item.get("available_at", 0),
-        max_attempts=item.get("max_attempts", 3),
-        build=build,
-        queue=item.get("queue", DEFAULT_QUEUE),
-        priority=item.get("priority", 0),
-        put_at=item.get("put_at", 0),
-    )
+    def body(self, seq: int) -> bytes:
+        op_json = self.op_json
+        if len(op_json) < 2:
+            return super().body(seq)
+        pieces = [b'{"ops":[' + op_json[0], *op_json[1:]]
+        pieces[-1] += b'],"seq":%d}' % seq
+        return b",".join(pieces)
 
 
 def plan_puts(state: State, put_ops: Iterable[Op]) -> tuple[Plan, list[str]]:
@@ -239,6 +134,9 @@ def plan_puts(state: State, put_ops: Iterable[Op]) -> tuple[Plan, list[str]]:
     known key with another identity, or a new key with a known task id, is
     a `KeyConflict` that fails the whole list. A plan without ops writes nothing.
     """
+    put_ops = put_ops if type(put_ops) is list else list(put_ops)
+    if (fresh := _fresh_batch(state, put_ops)) is not None:
+        return fresh
     new: list[Op] = []
     op_json: list[bytes] = []
     task_ids: list[str] = []
@@ -255,7 +153,35 @@ def plan_puts(state: State, put_ops: Iterable[Op]) -> tuple[Plan, list[str]]:
             planned_ids.add(task_id)
             new.append(op)
             op_json.append(encoded.op_json)
-    return Plan(new, op_json), task_ids
+    return _NewPuts(new, op_json), task_ids
+
+
+def _fresh_batch(state: State, put_ops: list[Op]) -> tuple[Plan, list[str]] | None:
+    """`plan_puts`' answer for the usual batch, judged whole at C speed; None: it must be judged item by item.
+
+    The usual batch: `put_op`'s ops alone (exact dicts, put ops with their carrier), whose task ids are distinct,
+    whose keys are distinct, and none of them known to the state (`State.knows_none`). Each of its puts is then
+    new, the verdict the item-by-item loop reaches for each, and the plan is the whole batch.
+    """
+    if not put_ops or {*map(type, put_ops)} != {dict}:
+        return None
+    try:
+        names, task_ids, keys, carriers = [list(map(field, put_ops)) for field in _PUT_FIELDS]
+    except KeyError:  # (not put_op's: the loop names it)
+        return None
+    count = len(put_ops)
+    if {*map(type, carriers)} != {_EncodedPayload} or names.count("put") != count:  # (no value hashed before)
+        return None
+    if keys == task_ids:  # every key its task id (put's default)
+        keys = task_ids
+    elif len({*keys}) != count:
+        return None
+    if len({*task_ids}) != count or not state.knows_none(task_ids, keys):
+        return None
+    return _NewPuts(put_ops.copy(), list(map(_OP_JSON, carriers))), task_ids
+
+
+_PUT_FIELDS, _OP_JSON = tuple(map(itemgetter, ("op", "task", "key", "payload"))), attrgetter("op_json")
 
 
 def plan_put(state: State, op: Op) -> Plan | None:

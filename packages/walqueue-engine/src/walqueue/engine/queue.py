@@ -258,7 +258,7 @@ class Queue(LaneCalls, ReadCalls):
             source.before_change(tx_ops, state.tasks)  # a running snapshot keeps what these ops replace
             held = events.before(tx_ops, state.tasks) if events.listening else None  # None: events are off
             self._metrics.counted(tx_ops, state)  # Queue.metrics's counters: by kind, and by queue (rows before)
-            created = apply(state, {"seq": seq, "ops": tx_ops}, _planned=True)
+            created = apply(state, {"seq": seq, "ops": tx_ops}, _planned=True, _fresh_puts=plan.fresh_puts)
             if held is not None:
                 events.emit_transaction(tx_ops, held, state.tasks, seq)
             if created:

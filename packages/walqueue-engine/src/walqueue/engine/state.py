@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
+from walqueue.engine.admission import Setting, describe_value, stage, stage_new_puts
 from walqueue.engine.heaps import HEAP_SLACK, due, first_time, live_ids, pruned
 from walqueue.engine.invariants import check_invariants
 from walqueue.engine.lanes import Lanes, settings_from_json
@@ -64,9 +65,9 @@ from walqueue.engine.rows import (
 )
 from walqueue.engine.snapshot_load import Loaded, check_snapshot_seq, load_records
 from walqueue.engine.taskmap import TaskMap
-from walqueue.engine.transitions import NOTHING_STAGED, OpError, Staging, Transition
+from walqueue.engine.transitions import NOTHING_STAGED, Staging
 from walqueue.engine.types import Lease, Task, new_lease
-from walqueue.engine.validate import DEFAULT_QUEUE, MAX_INT, check_int, check_name, check_queue_name
+from walqueue.engine.validate import DEFAULT_QUEUE, MAX_INT, check_int, check_queue_name
 
 __all__ = [
     "COMPLETED",
@@ -151,6 +152,19 @@ class State:
         return True
 
     __hash__ = None  # type: ignore[assignment]
+
+    def knows_none(self, task_ids: Collection[str], keys: Collection[str]) -> bool:
+        """Whether no task has one of `task_ids` or `keys` as its id, and no task owns one of `keys` (at C speed).
+
+        True means `lookup_key` of each key is None and no task id is taken (`ops.plan_puts`' new batch); False
+        may also mean a key is a task's id without being its key: the caller then asks item by item.
+        """
+        ids = self.tasks.keys()
+        return (
+            ids.isdisjoint(task_ids)
+            and (keys is task_ids or ids.isdisjoint(keys))
+            and not (self._key_owner and not self._key_owner.keys().isdisjoint(keys))
+        )
 
     def lookup_key(self, key: str) -> str | None:
         """The id of the task that owns `key`, or ``None`` if the key is unknown.
@@ -424,6 +438,30 @@ class State:
             self._leases = pruned(self._leases, tasks, counts[LEASED])
         return () if created is None else created
 
+    def _commit_new(self, staged: dict[str, Stored], seq: int) -> list[str]:
+        """`_commit` of new ready rows alone (`apply`'s `_fresh_puts`): installed at once, the default lane's in bulk.
+
+        The same end as `_commit`'s loop (which takes such a transaction from the log): every row is new (no
+        record replaced, none dead), so the tasks and the ready count take them in one step each, and the lanes
+        take the default lane's entries through `added`, in bulk, while it has no setting; the others in op order.
+        """
+        tasks, lanes, owners = self.tasks, self._lanes, self._key_owner
+        tasks.update(staged)
+        self._counts[READY] += len(staged)
+        added: list[HeapEntry] = []
+        bulk = lanes.bulk_default()
+        for task_id, row in staged.items():
+            if row[KEY] != task_id:
+                owners[row[KEY]] = task_id  # type: ignore[index]  # (rows, from the put transition)
+            if bulk and len(row) == LANE:
+                added.append(row[ENTRY])  # type: ignore[arg-type]
+            else:
+                lanes.moved(None, row, tasks)
+        if added:
+            lanes.added(added, tasks)
+        self.last_seq = seq
+        return list(staged)
+
     def check_invariants(self) -> None:
         """Verify every index against the records; `AssertionError` names the first broken one.
 
@@ -449,78 +487,9 @@ class State:
 # -- apply ---------------------------------------------------------------------
 
 
-def _describe(value: object) -> str:
-    """A short repr that never fails (a huge int's repr can raise) and never floods a message."""
-    if type(value) is int and value.bit_length() > 64:
-        return f"an int of {value.bit_length()} bits"
-    return f"{value!r:.80}"
-
-
-class _Setting(NamedTuple):
-    """A store-level op's result (a "clock" op): the setting and its value, applied with the commit."""
-
-    name: str
-    value: int
-
-
-def _stage(state: State, staging: Staging, seq: int, index: int, op: object) -> Stored | _Setting:
-    """The record op `index` of transaction `seq` leads to, or `InvalidTransaction`.
-
-    The one place that admits an op. An op a planner made (`staging.planned`)
-    skips only the field checks its planner already made; its keys, its
-    task's status and every rule of its transition are checked all the same.
-    """
-    if type(op) is not dict:
-        raise InvalidTransaction(f"transaction {seq} op {index}: an op must be a dict, not {type(op).__name__}")
-    name = op.get("op")
-    kind = OP_KINDS.get(name) if type(name) is str else None
-    if kind is None:
-        raise InvalidTransaction(f"transaction {seq} op {index}: unknown op {_describe(name)}")
-    if op.keys() != kind.keys and not (kind.optional and kind.keys <= op.keys() <= kind.all_keys):
-        wanted = sorted(kind.keys)
-        if kind.optional:
-            wanted.append(f"(and {', '.join(sorted(kind.all_keys - kind.keys))}, if any)")
-        raise InvalidTransaction(
-            f"transaction {seq} op {index} ({name}): keys must be exactly {wanted}, not {sorted(map(repr, op))}"
-        )
-    if kind.subject[0] != "task":
-        raise InvalidTransaction(f"transaction {seq} op {index} ({name}): a {name} op stands alone in its transaction")
-    try:
-        if kind.store:  # a store-level op: its transition returns (setting, value), applied with the commit
-            if not staging.planned:
-                kind.check_fields(op)
-            setting: tuple[str, int] = kind.transition(state, staging, None, op)
-            return _Setting(*setting)
-        task_id = op["task"]
-        statuses = kind.statuses
-        if statuses is None:  # the op creates its task
-            if not staging.planned:
-                check_name(task_id, "task")
-            if task_id in state.tasks or task_id in staging.records:
-                raise OpError(f"task {task_id!r:.100} already exists")
-            if not staging.planned:
-                kind.check_fields(op)
-            record = None
-        else:
-            if type(task_id) is not str:
-                raise OpError(f"task must be a str, not {type(task_id).__name__}")
-            record = staging.records.get(task_id)
-            if record is None:
-                record = state.tasks.get(task_id)
-            if record is None:
-                raise OpError(f"unknown task {task_id!r:.100}")
-            if not staging.planned:  # a flawed field is named before a wrong status
-                kind.check_fields(op)
-            status = COMPLETED if type(record) is bytes else record[STATUS]
-            if status not in statuses:
-                raise OpError(f"task {task_id!r:.100} is {status}, not {' or '.join(sorted(statuses))}")
-        transition: Transition = kind.transition
-        return transition(state, staging, record, op)  # type: ignore[arg-type]  # (a row: no kind takes a completed task)
-    except (OpError, TypeError, ValueError) as exc:  # a check's TypeError/ValueError names the field
-        raise InvalidTransaction(f"transaction {seq} op {index} ({name}): {exc}") from None
-
-
-def apply(state: State, tx: Mapping[str, Any], *, decoded: bool = False, _planned: bool = False) -> Sequence[str]:
+def apply(
+    state: State, tx: Mapping[str, Any], *, decoded: bool = False, _planned: bool = False, _fresh_puts: bool = False
+) -> Sequence[str]:
     """Apply transaction `tx` (``{"seq": S, "ops": [...]}``) to `state`, whole or not at all; return the new task ids.
 
     Every op is checked first, against the state as the earlier ops of the
@@ -535,7 +504,8 @@ def apply(state: State, tx: Mapping[str, Any], *, decoded: bool = False, _planne
     `_planned=True`, like h11's ``_parsed``, is for `Queue` alone: the ops are
     a planner's (ops.py), whose fields were checked when they were planned
     and whose puts carry their payload encoded. Everything that depends on
-    the state is checked either way.
+    the state is checked either way. `_fresh_puts=True` (with `_planned`): the
+    ops are `plan_puts`' new tasks, staged by `admission.stage_new_puts`.
     """
     if type(tx) is not dict:
         raise InvalidTransaction(f"a transaction must be a dict, not {type(tx).__name__}")
@@ -543,7 +513,7 @@ def apply(state: State, tx: Mapping[str, Any], *, decoded: bool = False, _planne
         raise InvalidTransaction(f"a transaction has exactly the keys ops and seq, not {sorted(map(repr, tx))}")
     seq = tx["seq"]
     if type(seq) is not int or seq != state.last_seq + 1:
-        raise InvalidTransaction(f"transaction sequence must be {state.last_seq + 1}, not {_describe(seq)}")
+        raise InvalidTransaction(f"transaction sequence must be {state.last_seq + 1}, not {describe_value(seq)}")
     ops = tx["ops"]
     if type(ops) is not list or not ops:
         raise InvalidTransaction(f"transaction {seq}: ops must be a non-empty list")
@@ -552,8 +522,8 @@ def apply(state: State, tx: Mapping[str, Any], *, decoded: bool = False, _planne
         op = ops[0]
         if type(op) is dict and op.get("op") == "configure":
             return _configure(state, seq, op, _planned)
-        record = _stage(state, NOTHING_STAGED[decoded, _planned], seq, 0, op)
-        if type(record) is _Setting:  # a store-level op's (setting, value)
+        record = stage(state, NOTHING_STAGED[decoded, _planned], seq, 0, op)
+        if type(record) is Setting:  # a store-level op's (setting, value)
             setattr(state, *record)
             state.last_seq = seq
             return ()
@@ -563,9 +533,12 @@ def apply(state: State, tx: Mapping[str, Any], *, decoded: bool = False, _planne
         return created
     staging = Staging(decoded, _planned)
     staged = staging.records
+    if _fresh_puts and _planned:  # ops.plan_puts' new tasks: nothing in them but records to stage and commit
+        stage_new_puts(state, staging, seq, ops)
+        return state._commit_new(staged, seq)
     for index, op in enumerate(ops):
-        record = _stage(state, staging, seq, index, op)
-        if type(record) is _Setting:  # a store-level op's (setting, value), applied after the records
+        record = stage(state, staging, seq, index, op)
+        if type(record) is Setting:  # a store-level op's (setting, value), applied after the records
             staging.settings[record.name] = record.value
             continue
         task_id = op["task"]

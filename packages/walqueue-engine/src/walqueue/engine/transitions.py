@@ -22,7 +22,13 @@ from collections.abc import Set as AbstractSet
 from typing import Protocol
 
 from walqueue.engine.optable import Op
-from walqueue.engine.records import check_error_fits, expiry_error, identity_digest, pack_tombstone, queue_of
+from walqueue.engine.records import (
+    check_error_fits,
+    expiry_error,
+    identity_digest,
+    pack_tombstone,
+    queue_of,
+)
 from walqueue.engine.rows import (
     ATTEMPTS,
     AVAILABLE_AT,
@@ -80,8 +86,9 @@ class StateReads(Protocol):
 
     def lookup_key(self, key: str) -> str | None: ...
 
-    #: The names of the queues with a rate limit: a lease in one of them carries its reserve's `now` as ``at``.
-    rated: AbstractSet[str]
+    @property
+    def rated(self) -> AbstractSet[str]:
+        """The names of the queues with a rate limit: a lease in one of them carries its reserve's `now` as ``at``."""
 
 
 class OpError(WalQueueError):
@@ -159,7 +166,7 @@ def _held(row: Row, op: Op) -> Row:
 
 
 # Each transition takes the task's current record (None for a kind that
-# creates its task) and a valid op of its kind: `_stage` has checked the op's
+# creates its task) and a valid op of its kind: `admission.stage` has checked the op's
 # keys and field values (unless a planner made it) and the record's status.
 
 
@@ -179,9 +186,12 @@ def put(state: StateReads, staging: Staging, record: Row | None, op: Op) -> Stor
         )
     if key in staging.keys or state.lookup_key(key) is not None:
         raise OpError(f"key {key!r:.100} is already known")
-    queue, priority = op.get("queue", DEFAULT_QUEUE), op.get("priority", 0)
-    if "put_at" in op and op["put_at"] > available_at:  # a stamped put is due from its put time (DECISIONS §46)
-        available_at = op["put_at"]
+    if len(op) == 6:  # put's six keys alone: the default lane, no put time (the optional fields are omitted)
+        queue, priority = DEFAULT_QUEUE, 0
+    else:
+        queue, priority = op.get("queue", DEFAULT_QUEUE), op.get("priority", 0)
+        if "put_at" in op and op["put_at"] > available_at:  # a stamped put is due from its put time (DECISIONS §46)
+            available_at = op["put_at"]
     if queue is DEFAULT_QUEUE and priority == 0:  # (records.new_row, inlined: this is every put's path)
         return (task_id, key, READY, digest + payload_json, available_at, max_attempts, 0, None, None, None,
                 (available_at, task_id))  # fmt: skip

@@ -19,7 +19,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from walqueue.format.canonical import canonical_json
+from walqueue.format.canonical import canonical_json, encode_chunks
 from walqueue.format.frame import MAX_FRAME_BYTES
 
 __all__ = [
@@ -246,8 +246,8 @@ def check_payload(payload: object, decoded: bool = False) -> bytes:
             flat = True
     if flat and type(payload) is dict:
         try:
-            encoded = canonical_json(payload)
-        except ValueError:
+            encoded = "".join(encode_chunks(payload, 0)).encode()  # canonical_json's bytes, without its wrapper
+        except (ValueError, RecursionError):
             pass
         else:
             size, depth = len(encoded), MAX_PAYLOAD_DEPTH if decoded else 1  # flat: one level, by its types

@@ -7,7 +7,7 @@ their bytes and a digest of those bytes names the request (CONTRACT §3).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 _ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
@@ -59,6 +59,15 @@ def canonical_str(value: str) -> bytes:
 #: The str form of `canonical_str` (``canonical_str(v) == encode_str(v).encode()``): for a caller
 #: that has just checked `v` is a storable name and calls it on every operation, without the wrapper.
 encode_str: Callable[[str], str] = _c_encode_str
+
+
+def _python_chunks(value: Any, _indent: int) -> tuple[str]:  # pragma: no cover - without the C encoder
+    return (_ENCODER.encode(value),)
+
+
+#: The encoder's chunks of `value` (``"".join(chunks).encode()`` is `canonical_json`'s bytes; a cycle or too deep
+#: a value raises RecursionError): for a caller that encodes on every operation, without that function's wrapper.
+encode_chunks: Callable[[Any, int], Sequence[str]] = _python_chunks if _C_ENCODE is None else _C_ENCODE
 
 
 def _reject_constant(name: str) -> Any:

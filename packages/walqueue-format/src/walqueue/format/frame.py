@@ -62,7 +62,7 @@ def encode_body(body: bytes) -> bytes:
     size = len(body)
     if size < 1 or size > MAX_FRAME_BYTES:
         raise ValueError(f"frame body of {size} bytes is outside 1..{MAX_FRAME_BYTES}")
-    return size.to_bytes(LENGTH_BYTES, "big") + body + hashlib.sha256(body).digest()
+    return b"".join((size.to_bytes(LENGTH_BYTES, "big"), body, hashlib.sha256(body).digest()))  # one copy of body
 
 
 def encode_frame(value: Any) -> bytes:

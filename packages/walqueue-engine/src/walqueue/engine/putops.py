@@ -1,0 +1,146 @@
+"""A put's op: `put_op` and `put_op_from_mapping` validate a put's arguments and build its op, encoded once.
+
+The op's payload is `_EncodedPayload`, the carrier `ops.plan_puts`/`plan_put` take: the payload's canonical JSON,
+the put's identity digest and the op's own JSON, computed here once, so that the planner, the frame and `apply`
+reuse them instead of walking, encoding and hashing the payload again. Pure: nothing here reads a state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from hashlib import sha256 as _sha256
+
+from walqueue.engine.laneplans import lane_fields
+from walqueue.engine.optable import Op
+from walqueue.engine.state import OP_KINDS, identity_digest
+from walqueue.engine.validate import (
+    DEFAULT_QUEUE,
+    FITTING_PAYLOAD_BYTES,
+    MAX_NAME_BYTES,
+    check_int,
+    check_name,
+    check_payload,
+    check_record_fits,
+)
+from walqueue.format.canonical import canonical_str
+from walqueue.format.canonical import encode_str as _encode_str
+
+__all__ = ["put_op", "put_op_from_mapping"]
+
+_PUT = OP_KINDS["put"]
+#: put's defaults, told by identity: one that `is` is an exact, valid int (`put_op` then skips the field check).
+_DEFAULT_AVAILABLE_AT, _DEFAULT_MAX_ATTEMPTS = 0, 3
+
+
+@dataclass(slots=True, repr=False)  # equal when all three are; unhashable
+class _EncodedPayload:
+    """A put's payload as `put_op` validated it: its canonical JSON, the put's identity digest, and the op's JSON.
+
+    Made only here, from the very task id, key, available_at and max_attempts of the same op, so that `apply` and
+    the frame reuse the bytes and the digest instead of walking, encoding and hashing the payload again, and the
+    plan frames `op_json` (spliced by the put kind while the names' bytes are at hand) as it is. Deliberately not a
+    dict, so that nothing can encode it as JSON by mistake; `apply` accepts it only in a `Plan`'s ops.
+    """
+
+    canonical: bytes
+    identity: bytes
+    op_json: bytes
+
+    def __repr__(self) -> str:
+        return f"_EncodedPayload({self.canonical!r:.80})"
+
+
+def put_op(
+    task_id: object,
+    payload: object,
+    *,
+    key: object = None,
+    available_at: object = _DEFAULT_AVAILABLE_AT,
+    max_attempts: object = _DEFAULT_MAX_ATTEMPTS,
+    build: bool = True,
+    queue: object = DEFAULT_QUEUE,
+    priority: object = 0,
+    put_at: object = 0,
+) -> Op:
+    """Validate the arguments of `Queue.put` (`TypeError`/`ValueError`) and build the put's op.
+
+    `build=False` checks only (a client's check). No request object in between (each layer costs more than its work):
+    the op's payload is an `_EncodedPayload`, the payload's canonical JSON, its identity digest and the op's JSON.
+    """
+    if type(task_id) is not str or not (0 < len(task_id) <= MAX_NAME_BYTES and task_id.isascii()):
+        task_id = check_name(task_id, "task_id")  # (the usual name passes `check_name`'s first test, made inline)
+    op: Op = {"op": "put", "task": task_id, "key": task_id if key is None else key, "payload": None,
+              "available_at": available_at, "max_attempts": max_attempts}  # fmt: skip
+    if not ((usual := available_at is _DEFAULT_AVAILABLE_AT and max_attempts is _DEFAULT_MAX_ATTEMPTS) and key is None):
+        _PUT.check_fields(op)  # key, available_at and max_attempts, as the table declares them
+    if lanes := (queue is not DEFAULT_QUEUE or priority != 0 or type(priority) is not int):  # False: the default lane
+        lane_fields(op, queue, priority)  # each written only when it differs from its default
+    if put_at != 0 or type(put_at) is not int:  # the producer's time: written only when given, never in the identity
+        op["put_at"] = check_int(put_at, "put_at")
+    payload_json = check_payload(payload)
+    task_json = _encode_str(task_id).encode()  # canonical_str, inlined: a checked name always encodes
+    key_json = task_json if key is None or key == task_id else canonical_str(op["key"])
+    if len(payload_json) > FITTING_PAYLOAD_BYTES:
+        check_record_fits(payload_json, task_json, key_json)
+    if not build:
+        return op
+    if lanes:
+        digest = identity_digest(task_json, payload_json, available_at, max_attempts, queue, priority)  # type: ignore[arg-type]
+    elif usual:  # the next case at put's default numbers: joined around the payload and task, not formatted
+        digest = _sha256(b"".join((_USUAL_HEAD, payload_json, _USUAL_MIDDLE, task_json, _USUAL_TAIL))).digest()
+    else:  # `identity_digest` spliced here, its lane members at their defaults (omitted): no call but sha256's
+        digest = _sha256(_IDENTITY % (available_at, max_attempts, payload_json, task_json)).digest()
+    op["payload"] = _EncodedPayload(
+        payload_json,
+        digest,
+        _PUT.splice(
+            available_at=available_at,
+            key=key_json,
+            max_attempts=max_attempts,
+            payload=payload_json,
+            task=task_json,
+            queue=canonical_str(op["queue"]) if lanes and "queue" in op else None,
+            priority=op.get("priority") if lanes else None,
+            put_at=op.get("put_at") if len(op) > 6 else None,  # (the op holds more than put's six keys only with them)
+        ),
+    )
+    return op
+
+
+_IDENTITY = b'{"available_at":%d,"max_attempts":%d,"payload":%b,"task":%b}'  # the default lane's (tests: equal)
+_USUAL_HEAD, _USUAL_MIDDLE, _USUAL_TAIL = (_IDENTITY.replace(b"%b", b"%%b") % (0, 3)).split(b"%b")  # at the defaults
+_PUT_ARGUMENTS = frozenset({"task_id", "payload", "key", "available_at", "max_attempts", "queue", "priority", "put_at"})
+
+
+def put_op_from_mapping(item: object, build: bool = True) -> Op:
+    """Validate one `put_many` item: a mapping with exactly `put`'s keyword names (`build` as for `put_op`).
+
+    A missing `task_id` or `payload`, or any other key, is a `TypeError`,
+    as the same mistake in a call to `put` would be.
+    """
+    # The usual item (a dict of put's names, both required ones in it: two names alone are those) is seen at C speed.
+    if type(item) is not dict or not (
+        "task_id" in item and "payload" in item and (len(item) == 2 or item.keys() <= _PUT_ARGUMENTS)
+    ):
+        if not isinstance(item, Mapping):
+            raise TypeError(f"each put_many item must be a mapping, not {type(item).__name__}")
+        unknown = [name for name in item if name not in _PUT_ARGUMENTS]
+        if unknown:
+            raise TypeError(f"unexpected put argument(s) {sorted(map(repr, unknown))}")
+        missing = [name for name in ("task_id", "payload") if name not in item]
+        if missing:
+            raise TypeError(f"put_many item lacks {', '.join(missing)}")
+    if len(item) == 2:  # the two required names alone: every other argument at its default, passed by put_op
+        return put_op(item["task_id"], item["payload"], build=build)
+    return put_op(
+        item["task_id"],
+        item["payload"],
+        key=item.get("key"),
+        available_at=item.get("available_at", 0),
+        max_attempts=item.get("max_attempts", 3),
+        build=build,
+        queue=item.get("queue", DEFAULT_QUEUE),
+        priority=item.get("priority", 0),
+        put_at=item.get("put_at", 0),
+    )
