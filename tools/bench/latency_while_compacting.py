@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import logging
 import math
+import os
 import shutil
 import time
 from collections.abc import Callable
@@ -144,6 +145,19 @@ def _percentile(ordered: list[float], fraction: float) -> float:
     return ordered[max(0, math.ceil(fraction * len(ordered)) - 1)]
 
 
+def _copy(template: Path, to: Path) -> None:
+    """A copy of the template, on the disk before a window opens.
+
+    The kernel writes a file's dirty pages back about 30 s after they were
+    written: without the sync, the copy's (and the template's) hundreds of
+    megabytes went to the disk in the middle of the first window and stalled
+    its commits' fdatasync there (DECISIONS §60). A real store's files are
+    on the disk already; the bench's setup must not be charged to a window.
+    """
+    shutil.copytree(template, to)
+    os.sync()
+
+
 def _template(ctx: Context, n: int, origin: str) -> tuple[Path, dict[str, int]]:
     """A store of `n` ready tasks whose live WAL is over the compaction threshold, and its sizes.
 
@@ -160,6 +174,7 @@ def _template(ctx: Context, n: int, origin: str) -> tuple[Path, dict[str, int]]:
     wal_bytes = queue.stats()["wal_bytes"]
     queue.close()
     del queue
+    os.sync()  # (written with sync=False: its writeback must not land in the first window; see _copy)
     snapshot_bytes = sum(path.stat().st_size for path in template.glob("snapshot-*"))
     if wal_bytes <= max(COMPACT_BYTES, 2 * snapshot_bytes):
         raise SystemExit(
@@ -206,7 +221,7 @@ class _Rounds:
 
     def compaction_window(self, rep: int) -> int:
         directory = self.ctx.dir(f"i-compaction-{self.template.parent.name}-{self.sync}-{rep}")
-        shutil.copytree(self.template, directory / "q")
+        _copy(self.template, directory / "q")
         queue = Queue(directory / "q", sync=self.sync, compact_bytes=COMPACT_BYTES)
         watcher = self.watcher
         try:
@@ -225,6 +240,7 @@ class _Rounds:
         finally:
             queue.close()
         shutil.rmtree(directory)
+        os.sync()  # (the removal's journal commit, too, before the next window)
         self.compaction_seconds.extend(at - start for at, _ in published)
         published_at = published[0][0]
         for kind, seconds in (("put", put_s), ("cycle", cycle_s)):
@@ -247,7 +263,7 @@ class _Rounds:
 def _measure(ctx: Context, template: Path, rounds: int, min_pairs: int, sync: bool, seconds: float = 0.0) -> _Rounds:
     """`rounds` compaction windows (and more until they add up to `seconds`), each followed by one without."""
     none_dir = ctx.dir(f"i-none-{template.parent.name}-{sync}") / "q"
-    shutil.copytree(template, none_dir)
+    _copy(template, none_dir)
     none_queue = Queue(none_dir, sync=sync, compact_bytes=None)
     warm_puts(none_queue, "warm")
     warm_cycles(none_queue)
