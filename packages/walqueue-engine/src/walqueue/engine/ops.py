@@ -91,8 +91,17 @@ class Plan:
         self.op_json = op_json
 
     def body(self, seq: int) -> bytes:
-        """The canonical JSON of ``{"ops": ops, "seq": seq}``, spliced from the ops' own JSON."""
-        return b'{"ops":[%b],"seq":%d}' % (b",".join(self.op_json), seq)
+        """The canonical JSON of ``{"ops": ops, "seq": seq}``, spliced from the ops' own JSON.
+
+        Several ops are joined once, the brackets riding on the first and the last op's JSON: put_many(1000)'s
+        body is about 200 KB, and each large copy made on the way costs about half its SHA-256 (DECISIONS §58).
+        """
+        op_json = self.op_json
+        if len(op_json) < 2:  # (one op: the list below costs more than the copy it saves)
+            return b'{"ops":[%b],"seq":%d}' % (b",".join(op_json), seq)
+        pieces = [b'{"ops":[' + op_json[0], *op_json[1:]]
+        pieces[-1] += b'],"seq":%d}' % seq
+        return b",".join(pieces)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Plan):
@@ -106,23 +115,10 @@ class Plan:
 
 
 class _NewPuts(Plan):
-    """`plan_puts`' plan: new tasks alone (`state.apply`'s `_fresh_puts`), its body made in one join.
-
-    put_many(1000)'s body is about 200 KB, and each large copy made on the way costs about half its SHA-256
-    (DECISIONS §58), so the brackets ride on the first and last op's JSON instead of a `%` around the join.
-    A plan of one op keeps `Plan.body` (the list costs more than it saves there).
-    """
+    """`plan_puts`' plan: new tasks alone (`state.apply`'s `_fresh_puts`)."""
 
     __slots__ = ()
     fresh_puts = True
-
-    def body(self, seq: int) -> bytes:
-        op_json = self.op_json
-        if len(op_json) < 2:
-            return super().body(seq)
-        pieces = [b'{"ops":[' + op_json[0], *op_json[1:]]
-        pieces[-1] += b'],"seq":%d}' % seq
-        return b",".join(pieces)
 
 
 def plan_puts(state: State, put_ops: Iterable[Op]) -> tuple[Plan, list[str]]:
