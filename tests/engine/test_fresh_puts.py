@@ -69,6 +69,29 @@ def test_fresh_puts_leave_the_state_the_general_staging_leaves(
     fresh.check_invariants()
 
 
+# Items in the default lane without a put time: the batch `stage_new_puts` checks whole and builds column-wise.
+DEFAULT_LANE_ITEMS = st.fixed_dictionaries(
+    {"task_id": NAMES, "payload": st.dictionaries(st.sampled_from(["x", "y"]), st.integers(0, 3), max_size=2)},
+    optional={"key": NAMES, "available_at": st.integers(0, 5), "max_attempts": st.integers(1, 4)},
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(ITEMS, max_size=6), st.lists(DEFAULT_LANE_ITEMS, min_size=2, max_size=8))
+def test_a_default_lane_batch_staged_whole_leaves_the_state_the_general_staging_leaves(
+    history: list[dict[str, Any]], batch: list[dict[str, Any]]
+) -> None:
+    fresh, general = _state(history), _state(history)
+    plan = _plan(fresh, batch)
+    if plan is None or len(plan.ops) < 2:
+        return
+    tx = {"seq": fresh.last_seq + 1, "ops": plan.ops}
+    assert list(apply(fresh, tx, _planned=True, _fresh_puts=True)) == list(apply(general, dict(tx), _planned=True))
+    assert fresh == general
+    assert [fresh.tasks[task_id] for task_id in fresh.tasks] == [general.tasks[task_id] for task_id in general.tasks]
+    fresh.check_invariants()
+
+
 @pytest.mark.parametrize(
     ("first", "second", "reason"),
     [

@@ -907,6 +907,23 @@ def test_a_put_plans_op_json_is_its_canonical_json(
     assert twice.body(seq) == canonical_json({"seq": seq, "ops": [plain(planned) for planned in twice.ops]})
 
 
+@settings(max_examples=100, deadline=None)
+@given(
+    task_id=storable_names,
+    payload=st.dictionaries(st.text(max_size=4), st.none() | st.integers() | st.text(), max_size=4),
+)
+def test_a_put_at_its_defaults_has_the_op_json_of_its_kinds_splice(task_id: str, payload: dict[str, Any]) -> None:
+    usual = put_op(task_id, payload)  # every argument at its default: the op's JSON from the default put's template
+    spliced = OP_KINDS["put"].splice(
+        available_at=0,
+        key=canonical_json(task_id),
+        max_attempts=3,
+        payload=canonical_json(payload),
+        task=canonical_json(task_id),
+    )
+    assert usual["payload"].op_json == spliced == canonical_json({**usual, "payload": payload})
+
+
 def test_queue_applies_only_plans_and_apply_refuses_a_carrier_outside_one() -> None:
     """A put op's payload carrier is admitted only with `_planned`: anywhere else it is not a JSON object."""
     op = put_op("t", {"x": 1})

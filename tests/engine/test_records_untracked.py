@@ -22,6 +22,7 @@ def _every_shape(queue: Queue) -> None:
     queue.put("retried", {"n": 5})
     queue.put("dead", {"n": 6}, max_attempts=1)
     queue.put("done", {"n": 7}, key="done-key", queue="emails", priority=-3)
+    queue.put_many([{"task_id": "many-1", "payload": {"n": 8}}, {"task_id": "many-2", "payload": {}, "key": "k"}])
     for lease in queue.reserve("worker-1", now=0, lease_seconds=60, limit=10):
         if lease.task_id == "retried":
             queue.release(lease, now=0, delay=5, error=ERROR)

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from walqueue.engine.records import tombstone_bytes
 from walqueue.engine.records import view as record_view
-from walqueue.engine.rows import ENTRY, new_row
+from walqueue.engine.rows import ENTRY, READY, new_ready_rows, new_row
 from walqueue.engine.state import (
     COMPLETED,
     DEAD,
@@ -822,6 +822,16 @@ ints = st.integers(0, MAX_INT)
 
 
 @SETTINGS
+@given(st.lists(st.tuples(names, names, st.binary(min_size=32, max_size=40), ints, st.integers(1, MAX_INT)), min_size=1))
+def test_ready_rows_built_by_columns_are_the_rows_new_row_builds(
+    columns: list[tuple[str, str, bytes, int, int]],
+) -> None:
+    task_ids, keys, data, available_at, max_attempts = (list(column) for column in zip(*columns, strict=True))
+    built = list(new_ready_rows(task_ids, keys, data, available_at, max_attempts))
+    assert built == [new_row(*fields[:2], READY, *fields[2:], 0, None, None, None) for fields in columns]
+    assert {type(row) for row in built} <= {tuple}
+
+
 @given(task_id=names, key=names | st.none(), available_at=ints, max_attempts=st.integers(1, MAX_INT), data=st.data())
 def test_a_tombstone_answers_every_field_it_packed(
     task_id: str, key: str | None, available_at: int, max_attempts: int, data: st.DataObject

@@ -426,6 +426,18 @@ def test_a_flat_payload_gets_the_walks_verdict_and_bytes(payload: dict[Any, Any]
 
 
 @SETTINGS
+@given(st.dictionaries(st.text(max_size=4), json_scalars, max_size=6), st.randoms(use_true_random=False))
+def test_a_flat_payload_has_the_same_bytes_whatever_the_order_of_its_keys(
+    payload: dict[str, Any], random: Any
+) -> None:
+    """Keys built in canonical order are encoded without the sort; any other order is sorted: the same bytes."""
+    shuffled = list(payload.items())
+    random.shuffle(shuffled)
+    orders = [dict(sorted(payload.items())), dict(sorted(payload.items(), reverse=True)), dict(shuffled)]
+    assert {check_payload(ordered) for ordered in orders} == {canonical_json(payload)}
+
+
+@SETTINGS
 @given(
     st.text(max_size=MAX_NAME_BYTES + 2)
     | st.text(st.characters(min_codepoint=0x80), min_size=300, max_size=600)

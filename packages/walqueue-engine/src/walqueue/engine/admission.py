@@ -8,12 +8,13 @@ is the same admission for `ops.plan_puts`' new tasks. Nothing here changes a `St
 
 from __future__ import annotations
 
+from operator import attrgetter, itemgetter
 from typing import NamedTuple, Protocol
 
 from walqueue.engine.opkinds import OP_KINDS
 from walqueue.engine.optable import Op
 from walqueue.engine.records import InvalidTransaction
-from walqueue.engine.rows import COMPLETED, KEY, STATUS, Stored
+from walqueue.engine.rows import COMPLETED, KEY, STATUS, Stored, new_ready_rows
 from walqueue.engine.transitions import OpError, Staging, StateReads, Transition, put
 from walqueue.engine.validate import check_name
 
@@ -105,8 +106,27 @@ def stage_new_puts(state: StateAdmits, staging: Staging, seq: int, ops: list[Op]
     op's type, kind, keys and status is not made again; what depends on the state is checked as it checks it:
     the task id is unknown (in `tasks`, then in this transaction), and `put` checks the key. A refusal is
     `InvalidTransaction` naming the transaction and the op, as `stage`'s, with nothing staged committed.
+
+    The usual batch is checked whole, at C speed, and its rows built column-wise (`rows.new_ready_rows`): every
+    op in the default lane without a put time (put's six keys alone), task ids and keys distinct, and none of
+    them known to the state (`knows_none`, which also says no key is owned). That is each op's verdict in the
+    loop below, where any other batch goes, and where a refusal is found and named.
     """
     staged, keys, tasks = staging.records, staging.keys, state.tasks
+    task_ids, op_keys, count = list(map(_TASK, ops)), list(map(_KEY, ops)), len(ops)
+    if (
+        not staged
+        and {*map(len, ops)} == {6}  # (put's six keys: the default lane, no put time)
+        and len({*task_ids}) == count
+        and len({*op_keys}) == count
+        and state.knows_none(task_ids, op_keys)
+    ):
+        carriers = list(map(_PAYLOAD, ops))
+        data = map(bytes.__add__, map(_IDENTITY, carriers), map(_CANONICAL, carriers))
+        rows = new_ready_rows(task_ids, op_keys, data, list(map(_AVAILABLE_AT, ops)), map(_MAX_ATTEMPTS, ops))
+        staged.update(zip(task_ids, rows))
+        keys.update(op_keys)
+        return
     for index, op in enumerate(ops):
         task_id = op["task"]
         try:
@@ -116,3 +136,9 @@ def stage_new_puts(state: StateAdmits, staging: Staging, seq: int, ops: list[Op]
         except OpError as exc:
             raise InvalidTransaction(f"transaction {seq} op {index} (put): {exc}") from None
         keys.add(row[KEY])  # type: ignore[arg-type]  # (a put's record is a row)
+
+
+_TASK, _KEY, _PAYLOAD, _AVAILABLE_AT, _MAX_ATTEMPTS = map(
+    itemgetter, ("task", "key", "payload", "available_at", "max_attempts")
+)
+_IDENTITY, _CANONICAL = attrgetter("identity"), attrgetter("canonical")  # (a planned put's carrier: putops.py)

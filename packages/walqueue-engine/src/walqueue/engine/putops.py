@@ -91,6 +91,9 @@ def put_op(
         digest = _sha256(b"".join((_USUAL_HEAD, payload_json, _USUAL_MIDDLE, task_json, _USUAL_TAIL))).digest()
     else:  # `identity_digest` spliced here, its lane members at their defaults (omitted): no call but sha256's
         digest = _sha256(_IDENTITY % (available_at, max_attempts, payload_json, task_json)).digest()
+    if usual and not lanes and key is None and len(op) == 6:  # the default put: its op's JSON is a fixed template
+        op["payload"] = _EncodedPayload(payload_json, digest, _USUAL_OP % (task_json, payload_json, task_json))
+        return op
     op["payload"] = _EncodedPayload(
         payload_json,
         digest,
@@ -110,6 +113,15 @@ def put_op(
 
 _IDENTITY = b'{"available_at":%d,"max_attempts":%d,"payload":%b,"task":%b}'  # the default lane's (tests: equal)
 _USUAL_HEAD, _USUAL_MIDDLE, _USUAL_TAIL = (_IDENTITY.replace(b"%b", b"%%b") % (0, 3)).split(b"%b")  # at the defaults
+#: The op's JSON of a put with every argument but the task id and payload at its default (the key: the task id),
+#: `_PUT.splice`'s own bytes with the key, payload and task left as ``%b`` (tests: equal to the splice).
+_USUAL_OP = (
+    _PUT.splice(available_at=0, key=b"\0", max_attempts=3, payload=b"\1", task=b"\2")
+    .replace(b"%", b"%%")
+    .replace(b"\0", b"%b")
+    .replace(b"\1", b"%b")
+    .replace(b"\2", b"%b")
+)
 _PUT_ARGUMENTS = frozenset({"task_id", "payload", "key", "available_at", "max_attempts", "queue", "priority", "put_at"})
 
 

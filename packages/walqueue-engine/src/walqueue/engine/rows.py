@@ -15,6 +15,8 @@ what reading a slot did; readers off the hot path use records.view.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable, Iterator, Sequence
+from itertools import repeat
 from typing import Any
 
 from walqueue.engine.validate import DEFAULT_QUEUE
@@ -32,6 +34,7 @@ __all__ = [
     "Stored",
     "StoredError",
     "lane_key",
+    "new_ready_rows",
     "new_row",
     "status_of",
     "with_traceback",
@@ -125,6 +128,24 @@ def new_row(
     if priority == 0 and (queue is DEFAULT_QUEUE or queue == DEFAULT_QUEUE):
         return (*row, stored_error, entry)
     return (*row, stored_error, entry, lane_key(queue, priority))
+
+
+def new_ready_rows(
+    task_ids: Sequence[str],
+    keys: Iterable[str],
+    digests_and_payloads: Iterable[bytes],
+    available_at: Sequence[int],
+    max_attempts: Iterable[int],
+) -> Iterator[Row]:
+    """`new_row` of one new ready task in the default lane per position of the columns, built by `zip` at C speed.
+
+    A put_many of new tasks builds a thousand rows at once (`admission.stage_new_puts`); one call per row costs
+    about as much again as the rows (tests: equal to `new_row`'s, for all inputs).
+    """
+    return zip(
+        task_ids, keys, repeat(READY), digests_and_payloads, available_at, max_attempts,
+        repeat(0), repeat(None), repeat(None), repeat(None), zip(available_at, task_ids),
+    )  # fmt: skip
 
 
 def status_of(stored: Stored) -> str:

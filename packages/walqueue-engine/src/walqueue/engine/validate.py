@@ -19,7 +19,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from walqueue.format.canonical import canonical_json, encode_chunks
+from walqueue.format.canonical import canonical_json, encode_chunks, encode_chunks_in_order
 from walqueue.format.frame import MAX_FRAME_BYTES
 
 __all__ = [
@@ -221,15 +221,12 @@ _FLAT_TYPES = frozenset({str, int, float, bool, type(None)})
 def check_payload(payload: object, decoded: bool = False) -> bytes:
     """Return the canonical JSON of `payload` if it survives a round trip unchanged.
 
-    A payload is an exact `dict` with `str` keys whose values are, at any
-    depth up to `MAX_PAYLOAD_DEPTH`, exact `dict`, `list`, `str`, `int` (at
-    most `MAX_PAYLOAD_INT_BITS` bits), finite `float`, `bool` or ``None``.
-    Anything else would come back changed from disk (a tuple as a list, a
-    non-str key as a str, a subclass as its base) or not at all (NaN, a lone
-    surrogate), and the queue promises that what it stores is what it gives
-    back. The walk is iterative and also bounds a lower estimate of the
-    encoded size, so a cyclic or hugely shared structure is refused quickly
-    instead of being expanded.
+    A payload is an exact `dict` with `str` keys whose values are, at any depth up to `MAX_PAYLOAD_DEPTH`, exact
+    `dict`, `list`, `str`, `int` (at most `MAX_PAYLOAD_INT_BITS` bits), finite `float`, `bool` or ``None``.
+    Anything else would come back changed from disk (a tuple as a list, a non-str key as a str, a subclass as its
+    base) or not at all (NaN, a lone surrogate), and the queue promises that what it stores is what it gives back.
+    The walk is iterative and also bounds a lower estimate of the encoded size, so a cyclic or hugely shared
+    structure is refused quickly instead of being expanded.
 
     `decoded=True` says that `payload` came straight out of the JSON decoder (recovery, a front end's request),
     as h11's ``_parsed`` says a header came from its own parser: the type walk is then skipped when the canonical
@@ -237,16 +234,20 @@ def check_payload(payload: object, decoded: bool = False) -> bytes:
     value built in Python. A flat payload built in Python (most are) takes the same path once one pass over its
     items finds the decoder's types (`_FLAT_TYPES`).
     """
-    flat = decoded
+    flat, encode = decoded, encode_chunks
     if not decoded and type(payload) is dict:
+        ordered, last = True, ""  # ("" is below every other key, and an empty key first is not below it)
         for item_key, item in payload.items():
             if type(item_key) is not str or type(item) not in _FLAT_TYPES:
                 break
-        else:
-            flat = True
+            if item_key < last:  # out of canonical order: the encoder sorts
+                ordered = False
+            last = item_key
+        else:  # keys ascending (a dict's keys are distinct): in canonical order already, nothing to sort
+            flat, encode = True, encode_chunks_in_order if ordered else encode_chunks
     if flat and type(payload) is dict:
         try:
-            encoded = "".join(encode_chunks(payload, 0)).encode()  # canonical_json's bytes, without its wrapper
+            encoded = "".join(encode(payload, 0)).encode()  # canonical_json's bytes, without its wrapper
         except (ValueError, RecursionError):
             pass
         else:
@@ -257,9 +258,8 @@ def check_payload(payload: object, decoded: bool = False) -> bytes:
                 return encoded
     if type(payload) is not dict:
         raise TypeError(f"payload must be a dict (a JSON object), not {type(payload).__name__}")
-    # A lower bound of the encoded size: every dict item costs at least its
-    # key, two quotes, a colon and a one-byte value; every list item a
-    # one-byte value and a comma (the brackets pay for the missing last one).
+    # A lower bound of the encoded size: every dict item costs at least its key, two quotes, a colon and a
+    # one-byte value; every list item a one-byte value and a comma (the brackets pay for the missing last one).
     budget = MAX_FRAME_BYTES
     stack: list[tuple[dict[Any, Any] | list[Any], int]] = [(payload, 1)]
     while stack:
