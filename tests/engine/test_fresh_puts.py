@@ -70,14 +70,18 @@ def test_fresh_puts_leave_the_state_the_general_staging_leaves(
 
 
 # Items in the default lane without a put time: the batch `stage_new_puts` checks whole and builds column-wise.
+MORE_NAMES = st.sampled_from(["a", "b", "g", "h", "i", "j", "k", "l"])  # (a few the history may know)
 DEFAULT_LANE_ITEMS = st.fixed_dictionaries(
-    {"task_id": NAMES, "payload": st.dictionaries(st.sampled_from(["x", "y"]), st.integers(0, 3), max_size=2)},
-    optional={"key": NAMES, "available_at": st.integers(0, 5), "max_attempts": st.integers(1, 4)},
+    {"task_id": MORE_NAMES, "payload": st.dictionaries(st.sampled_from(["x", "y"]), st.integers(0, 3), max_size=2)},
+    optional={"key": MORE_NAMES, "available_at": st.integers(0, 5), "max_attempts": st.integers(1, 4)},
 )
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.lists(ITEMS, max_size=6), st.lists(DEFAULT_LANE_ITEMS, min_size=2, max_size=8))
+@given(
+    st.lists(ITEMS, max_size=6),
+    st.lists(DEFAULT_LANE_ITEMS, min_size=2, max_size=6, unique_by=lambda item: item.get("key", item["task_id"])),
+)
 def test_a_default_lane_batch_staged_whole_leaves_the_state_the_general_staging_leaves(
     history: list[dict[str, Any]], batch: list[dict[str, Any]]
 ) -> None:

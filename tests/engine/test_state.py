@@ -822,7 +822,9 @@ ints = st.integers(0, MAX_INT)
 
 
 @SETTINGS
-@given(st.lists(st.tuples(names, names, st.binary(min_size=32, max_size=40), ints, st.integers(1, MAX_INT)), min_size=1))
+@given(
+    st.lists(st.tuples(names, names, st.binary(min_size=32, max_size=40), ints, st.integers(1, MAX_INT)), min_size=1)
+)
 def test_ready_rows_built_by_columns_are_the_rows_new_row_builds(
     columns: list[tuple[str, str, bytes, int, int]],
 ) -> None:

@@ -427,9 +427,7 @@ def test_a_flat_payload_gets_the_walks_verdict_and_bytes(payload: dict[Any, Any]
 
 @SETTINGS
 @given(st.dictionaries(st.text(max_size=4), json_scalars, max_size=6), st.randoms(use_true_random=False))
-def test_a_flat_payload_has_the_same_bytes_whatever_the_order_of_its_keys(
-    payload: dict[str, Any], random: Any
-) -> None:
+def test_a_flat_payload_has_the_same_bytes_whatever_the_order_of_its_keys(payload: dict[str, Any], random: Any) -> None:
     """Keys built in canonical order are encoded without the sort; any other order is sorted: the same bytes."""
     shuffled = list(payload.items())
     random.shuffle(shuffled)
