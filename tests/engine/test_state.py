@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from walqueue.engine.records import tombstone_bytes
 from walqueue.engine.records import view as record_view
-from walqueue.engine.rows import ENTRY, READY, new_ready_rows, new_row
+from walqueue.engine.rows import ENTRY, new_ready_rows, new_row
 from walqueue.engine.state import (
     COMPLETED,
     DEAD,

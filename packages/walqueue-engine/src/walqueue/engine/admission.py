@@ -8,6 +8,7 @@ is the same admission for `ops.plan_puts`' new tasks. Nothing here changes a `St
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from operator import attrgetter, itemgetter
 from typing import NamedTuple, Protocol
 
@@ -22,10 +23,12 @@ __all__ = ["Setting", "StateAdmits", "describe_value", "stage", "stage_new_puts"
 
 
 class StateAdmits(StateReads, Protocol):
-    """What admitting an op reads of the state: the transitions' reads, and the tasks (`State.tasks`)."""
+    """What admitting an op reads of the state: the transitions' reads, the tasks, and `State.knows_none`."""
 
     @property
     def tasks(self) -> dict[str, Stored]: ...
+
+    def knows_none(self, task_ids: Collection[str], keys: Collection[str]) -> bool: ...
 
 
 def describe_value(value: object) -> str:
@@ -124,7 +127,7 @@ def stage_new_puts(state: StateAdmits, staging: Staging, seq: int, ops: list[Op]
         carriers = list(map(_PAYLOAD, ops))
         data = map(bytes.__add__, map(_IDENTITY, carriers), map(_CANONICAL, carriers))
         rows = new_ready_rows(task_ids, op_keys, data, list(map(_AVAILABLE_AT, ops)), map(_MAX_ATTEMPTS, ops))
-        staged.update(zip(task_ids, rows))
+        staged.update(zip(task_ids, rows, strict=True))
         keys.update(op_keys)
         return
     for index, op in enumerate(ops):

@@ -142,9 +142,11 @@ def new_ready_rows(
     A put_many of new tasks builds a thousand rows at once (`admission.stage_new_puts`); one call per row costs
     about as much again as the rows (tests: equal to `new_row`'s, for all inputs).
     """
+    count = len(task_ids)
     return zip(
-        task_ids, keys, repeat(READY), digests_and_payloads, available_at, max_attempts,
-        repeat(0), repeat(None), repeat(None), repeat(None), zip(available_at, task_ids),
+        task_ids, keys, repeat(READY, count), digests_and_payloads, available_at, max_attempts, repeat(0, count),
+        repeat(None, count), repeat(None, count), repeat(None, count), zip(available_at, task_ids, strict=True),
+        strict=True,
     )  # fmt: skip
 
 

@@ -76,7 +76,7 @@ encode_chunks: Callable[[Any, int], Sequence[str]] = _python_chunks if _C_ENCODE
 #: about a third of encoding a dict of a few members (it copies the items into a list of pairs first), and a dict
 #: decoded from canonical JSON, or built in key order, has nothing to sort.
 encode_chunks_in_order: Callable[[Any, int], Sequence[str]] = (
-    _python_chunks if _C_ENCODE is None else _C_ENCODE_IN_ORDER
+    _python_chunks if _C_ENCODE_IN_ORDER is None else _C_ENCODE_IN_ORDER
 )
 
 
