@@ -924,6 +924,31 @@ def test_a_put_at_its_defaults_has_the_op_json_of_its_kinds_splice(task_id: str,
     assert usual["payload"].op_json == spliced == canonical_json({**usual, "payload": payload})
 
 
+PUT_ITEMS = st.fixed_dictionaries(
+    {
+        "task_id": st.sampled_from(["a", "b", "c"]) | st.just(""),
+        "payload": st.dictionaries(st.sampled_from(["x", "y", "z"]), st.integers(0, 3) | st.text(max_size=3))
+        | st.sampled_from([{"s": "\ud800"}, {"s": "},{"}, {"z": 1, "a": 2}, [], None]),
+    },
+    optional={"key": st.sampled_from(["k", "a"]), "max_attempts": st.integers(0, 2), "unknown": st.none()},
+)
+
+
+def _ops_or_error(build: Any, items: list[Any]) -> Any:
+    try:
+        return build(items)
+    except (TypeError, ValueError) as exc:
+        return type(exc), str(exc)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(PUT_ITEMS | st.sampled_from([None, [("task_id", "a")]]), max_size=6))
+def test_put_ops_of_a_batch_are_the_ops_of_its_items_one_by_one(items: list[Any]) -> None:
+    """Encoding the batch's payloads together changes no op and no error (the first bad item's, as one by one)."""
+    one_by_one = _ops_or_error(lambda items: [put_op_from_mapping(item) for item in items], items)
+    assert _ops_or_error(ops.put_ops_from_mappings, items) == one_by_one
+
+
 def test_queue_applies_only_plans_and_apply_refuses_a_carrier_outside_one() -> None:
     """A put op's payload carrier is admitted only with `_planned`: anywhere else it is not a JSON object."""
     op = put_op("t", {"x": 1})

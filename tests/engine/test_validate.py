@@ -21,6 +21,7 @@ from walqueue.engine.validate import (
     MAX_PAYLOAD_DEPTH,
     MAX_PAYLOAD_INT_BITS,
     RECORD_WORST_CASE_EXTRA,
+    check_flat_payloads,
     check_int,
     check_name,
     check_payload,
@@ -423,6 +424,33 @@ def test_a_flat_payload_gets_the_walks_verdict_and_bytes(payload: dict[Any, Any]
     except (TypeError, ValueError) as exc:
         shortcut = (type(exc), re.sub(r"position \d+", "", str(exc)))
     assert shortcut == walked
+
+
+@SETTINGS
+@given(st.lists(st.dictionaries(flat_keys, flat_values, max_size=3) | json_objects | st.sampled_from([None, [], "{}"])))
+def test_payloads_encoded_together_have_the_bytes_each_has_alone(payloads: list[Any]) -> None:
+    """Each payload the batch encodes gets `check_payload`'s bytes; the batch leaves every other one to it."""
+    for payload, encoded in zip(payloads, check_flat_payloads(payloads), strict=True):
+        if encoded is not None:
+            assert encoded == check_payload(payload)
+
+
+@pytest.mark.parametrize(
+    ("payloads", "taken"),
+    [
+        ([{"a": 1}, {"a": 2, "b": "x"}, {}], [True, True, True]),
+        ([{"a": 1}, {"b": 1, "a": 2}, {"c": None}], [True, False, True]),  # keys out of order: checked alone
+        ([{"a": "},{"}, {"a": 1}], [False, False]),  # a string holding the cut: none taken
+        ([{"a": "\ud800"}, {"a": 1}], [False, False]),  # not encodable: checked alone, and named there
+        ([{"a": math.nan}, {"a": 1}], [False, False]),
+        ([{"a": {"b": 1}}, {"a": 1}], [False, False]),  # not flat, and a batch of one is not encoded together
+        ([{"a": "x" * 5000}, {"a": 1}], [False, True]),  # past the flat payload's bound
+    ],
+)
+def test_the_batch_encodes_only_flat_payloads_in_key_order_it_can_cut_back(
+    payloads: list[Any], taken: list[bool]
+) -> None:
+    assert [encoded is not None for encoded in check_flat_payloads(payloads)] == taken
 
 
 @SETTINGS

@@ -62,7 +62,7 @@ def complete_args(lease: object, now: object, result: Any, result_ttl: object, p
     encoded = None if result is None else _EncodedResult(check_result(result))
     if isinstance(puts, (str, bytes, Mapping)) or not isinstance(puts, Iterable):
         raise TypeError("puts must be an iterable of put mappings (as put_many takes them)")
-    put_ops = [ops.put_op_from_mapping(item) for item in puts]
+    put_ops = ops.put_ops_from_mappings(puts)
     return CompleteArgs(token, checked_now, encoded, ttl, put_ops)
 
 

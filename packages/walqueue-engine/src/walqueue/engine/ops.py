@@ -23,7 +23,7 @@ from operator import attrgetter, itemgetter
 from walqueue.engine import records, rows
 from walqueue.engine.laneplans import stamp_lease_times
 from walqueue.engine.optable import Op, OpKind
-from walqueue.engine.putops import _EncodedPayload, put_op, put_op_from_mapping
+from walqueue.engine.putops import _EncodedPayload, put_op, put_op_from_mapping, put_ops_from_mappings
 from walqueue.engine.state import LEASED, OP_KINDS, State
 from walqueue.engine.tracebacks import traceback_op
 from walqueue.engine.txsize import fixed_size as _fixed_size
@@ -59,6 +59,7 @@ __all__ = [
     "plan_release",
     "put_op",
     "put_op_from_mapping",
+    "put_ops_from_mappings",
     "transaction_size",
     "validate_reserve_args",
 ]

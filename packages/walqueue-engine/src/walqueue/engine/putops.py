@@ -7,7 +7,7 @@ reuse them instead of walking, encoding and hashing the payload again. Pure: not
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from hashlib import sha256 as _sha256
 
@@ -18,6 +18,7 @@ from walqueue.engine.validate import (
     DEFAULT_QUEUE,
     FITTING_PAYLOAD_BYTES,
     MAX_NAME_BYTES,
+    check_flat_payloads,
     check_int,
     check_name,
     check_payload,
@@ -26,7 +27,7 @@ from walqueue.engine.validate import (
 from walqueue.format.canonical import canonical_str
 from walqueue.format.canonical import encode_str as _encode_str
 
-__all__ = ["put_op", "put_op_from_mapping"]
+__all__ = ["put_op", "put_op_from_mapping", "put_ops_from_mappings"]
 
 _PUT = OP_KINDS["put"]
 #: put's defaults, told by identity: one that `is` is an exact, valid int (`put_op` then skips the field check).
@@ -62,11 +63,14 @@ def put_op(
     queue: object = DEFAULT_QUEUE,
     priority: object = 0,
     put_at: object = 0,
+    _payload_json: bytes | None = None,
 ) -> Op:
     """Validate the arguments of `Queue.put` (`TypeError`/`ValueError`) and build the put's op.
 
     `build=False` checks only (a client's check). No request object in between (each layer costs more than its work):
     the op's payload is an `_EncodedPayload`, the payload's canonical JSON, its identity digest and the op's JSON.
+    `_payload_json`, like h11's ``_parsed``, is for `put_ops_from_mappings` alone: `check_flat_payloads`' bytes of
+    this very payload, which `check_payload` would return.
     """
     if type(task_id) is not str or not (0 < len(task_id) <= MAX_NAME_BYTES and task_id.isascii()):
         task_id = check_name(task_id, "task_id")  # (the usual name passes `check_name`'s first test, made inline)
@@ -78,7 +82,7 @@ def put_op(
         lane_fields(op, queue, priority)  # each written only when it differs from its default
     if put_at != 0 or type(put_at) is not int:  # the producer's time: written only when given, never in the identity
         op["put_at"] = check_int(put_at, "put_at")
-    payload_json = check_payload(payload)
+    payload_json = check_payload(payload) if _payload_json is None else _payload_json
     task_json = _encode_str(task_id).encode()  # canonical_str, inlined: a checked name always encodes
     key_json = task_json if key is None or key == task_id else canonical_str(op["key"])
     if len(payload_json) > FITTING_PAYLOAD_BYTES:
@@ -92,12 +96,9 @@ def put_op(
     else:  # `identity_digest` spliced here, its lane members at their defaults (omitted): no call but sha256's
         digest = _sha256(_IDENTITY % (available_at, max_attempts, payload_json, task_json)).digest()
     if usual and not lanes and key is None and len(op) == 6:  # the default put: its op's JSON is a fixed template
-        op["payload"] = _EncodedPayload(payload_json, digest, _USUAL_OP % (task_json, payload_json, task_json))
-        return op
-    op["payload"] = _EncodedPayload(
-        payload_json,
-        digest,
-        _PUT.splice(
+        op_json = _USUAL_OP % (task_json, payload_json, task_json)
+    else:
+        op_json = _PUT.splice(
             available_at=available_at,
             key=key_json,
             max_attempts=max_attempts,
@@ -106,8 +107,8 @@ def put_op(
             queue=canonical_str(op["queue"]) if lanes and "queue" in op else None,
             priority=op.get("priority") if lanes else None,
             put_at=op.get("put_at") if len(op) > 6 else None,  # (the op holds more than put's six keys only with them)
-        ),
-    )
+        )
+    op["payload"] = _EncodedPayload(payload_json, digest, op_json)
     return op
 
 
@@ -125,7 +126,18 @@ _USUAL_OP = (
 _PUT_ARGUMENTS = frozenset({"task_id", "payload", "key", "available_at", "max_attempts", "queue", "priority", "put_at"})
 
 
-def put_op_from_mapping(item: object, build: bool = True) -> Op:
+def put_ops_from_mappings(items: Iterable[object]) -> list[Op]:
+    """`put_op_from_mapping` of each item, in order (the same ops, or the first bad item's error), the batch's
+    flat payloads encoded together (`check_flat_payloads`): `Queue.put_many`'s and `complete`'s follow-ups."""
+    items = list(items)  # (the caller's iterable runs its code here, once)
+    payloads = [item.get("payload") if type(item) is dict else None for item in items]
+    return [
+        put_op_from_mapping(item, _payload_json=payload_json)
+        for item, payload_json in zip(items, check_flat_payloads(payloads), strict=True)
+    ]
+
+
+def put_op_from_mapping(item: object, build: bool = True, *, _payload_json: bytes | None = None) -> Op:
     """Validate one `put_many` item: a mapping with exactly `put`'s keyword names (`build` as for `put_op`).
 
     A missing `task_id` or `payload`, or any other key, is a `TypeError`,
@@ -144,7 +156,7 @@ def put_op_from_mapping(item: object, build: bool = True) -> Op:
         if missing:
             raise TypeError(f"put_many item lacks {', '.join(missing)}")
     if len(item) == 2:  # the two required names alone: every other argument at its default, passed by put_op
-        return put_op(item["task_id"], item["payload"], build=build)
+        return put_op(item["task_id"], item["payload"], build=build, _payload_json=_payload_json)
     return put_op(
         item["task_id"],
         item["payload"],
@@ -155,4 +167,5 @@ def put_op_from_mapping(item: object, build: bool = True) -> Op:
         queue=item.get("queue", DEFAULT_QUEUE),
         priority=item.get("priority", 0),
         put_at=item.get("put_at", 0),
+        _payload_json=_payload_json,
     )

@@ -335,7 +335,7 @@ class Queue(LaneCalls, ReadCalls):
             raise TypeError("put_many takes an iterable of mappings")
         # The caller's iterable and mappings run their own code: all of it
         # runs here, before the lock is taken (it may even call this queue).
-        put_ops = [ops.put_op_from_mapping(item) for item in tasks]
+        put_ops = ops.put_ops_from_mappings(tasks)
         with self._guard:
             plan, task_ids = ops.plan_puts(self._state, put_ops)
             if plan.ops:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from walqueue.format.canonical import canonical_json, encode_chunks, encode_chunks_in_order
@@ -48,11 +48,13 @@ __all__ = [
     "check_int",
     "check_last_error_fits",
     "check_name",
+    "check_flat_payloads",
     "check_payload",
     "check_queue_options",
     "check_record_fits",
     "check_timeout",
     "cut_text",
+    "flat_encoder",
 ]
 
 #: Task ids, keys and worker names are at most this many UTF-8 bytes (CONTRACT §2).
@@ -218,6 +220,49 @@ _SHALLOW_PAYLOAD_BYTES = 2 * (MAX_PAYLOAD_DEPTH + 1)
 _FLAT_TYPES = frozenset({str, int, float, bool, type(None)})
 
 
+def flat_encoder(payload: object) -> Callable[[Any, int], Sequence[str]] | None:
+    """How `check_payload` encodes a flat payload (an exact dict of `_FLAT_TYPES`, str keys); None: not flat.
+
+    `encode_chunks_in_order` when its keys are ascending, so already in canonical order (a dict's keys are
+    distinct): a payload built in key order, or decoded from canonical JSON, is then encoded without the sort.
+    """
+    if type(payload) is not dict:
+        return None
+    ordered, last = True, ""  # ("" is below every other key, and an empty key first is not below it)
+    for item_key, item in payload.items():
+        if type(item_key) is not str or type(item) not in _FLAT_TYPES:
+            return None
+        if item_key < last:  # out of canonical order: the encoder sorts
+            ordered = False
+        last = item_key
+    return encode_chunks_in_order if ordered else encode_chunks
+
+
+def check_flat_payloads(payloads: Sequence[object]) -> list[bytes | None]:
+    """`check_payload`'s bytes of each flat payload in key order (`flat_encoder`), from one call of the encoder.
+
+    None for every other payload: `check_payload` decides it alone. A put_many's payloads are mostly small flat
+    dicts built alike, and one call of the encoder costs about a third of encoding one. Their list's JSON is cut
+    back at ``},{`` (a payload's closing brace, the list's comma, the next one's opening brace): those are the n-1
+    places between n payloads exactly when the list holds n-1 of them (a string holding one adds one: then none
+    is taken from here). The flat payload's bound is `check_payload`'s: shorter than `_SHORT_PAYLOAD_BYTES`.
+    """
+    found: list[bytes | None] = [None] * len(payloads)
+    at = [index for index, payload in enumerate(payloads) if flat_encoder(payload) is encode_chunks_in_order]
+    if len(at) < 2:
+        return found
+    try:
+        text = "".join(encode_chunks_in_order([payloads[index] for index in at], 0)).encode()
+    except ValueError:  # not JSON (a float out of range, a lone surrogate): each is checked alone, and named
+        return found
+    parts = text[2:-2].split(b"},{")  # (the list's ``[{`` and ``}]`` cut first)
+    if len(parts) == len(at):
+        for index, part in zip(at, parts, strict=True):
+            if len(part) + 2 < _SHORT_PAYLOAD_BYTES:
+                found[index] = b"{%b}" % part
+    return found
+
+
 def check_payload(payload: object, decoded: bool = False) -> bytes:
     """Return the canonical JSON of `payload` if it survives a round trip unchanged.
 
@@ -234,18 +279,8 @@ def check_payload(payload: object, decoded: bool = False) -> bytes:
     value built in Python. A flat payload built in Python (most are) takes the same path once one pass over its
     items finds the decoder's types (`_FLAT_TYPES`).
     """
-    flat, encode = decoded, encode_chunks
-    if not decoded and type(payload) is dict:
-        ordered, last = True, ""  # ("" is below every other key, and an empty key first is not below it)
-        for item_key, item in payload.items():
-            if type(item_key) is not str or type(item) not in _FLAT_TYPES:
-                break
-            if item_key < last:  # out of canonical order: the encoder sorts
-                ordered = False
-            last = item_key
-        else:  # keys ascending (a dict's keys are distinct): in canonical order already, nothing to sort
-            flat, encode = True, encode_chunks_in_order if ordered else encode_chunks
-    if flat and type(payload) is dict:
+    encode = encode_chunks if decoded else flat_encoder(payload)
+    if encode is not None and type(payload) is dict:
         try:
             encoded = "".join(encode(payload, 0)).encode()  # canonical_json's bytes, without its wrapper
         except (ValueError, RecursionError):
