@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from walqueue.engine.batchpayloads import check_flat_payloads
 from walqueue.engine.validate import (
     MAX_FRAME_BYTES,
     MAX_INT,
@@ -21,7 +22,6 @@ from walqueue.engine.validate import (
     MAX_PAYLOAD_DEPTH,
     MAX_PAYLOAD_INT_BITS,
     RECORD_WORST_CASE_EXTRA,
-    check_flat_payloads,
     check_int,
     check_name,
     check_payload,
@@ -439,7 +439,8 @@ def test_payloads_encoded_together_have_the_bytes_each_has_alone(payloads: list[
     ("payloads", "taken"),
     [
         ([{"a": 1}, {"a": 2, "b": "x"}, {}], [True, True, True]),
-        ([{"a": 1}, {"b": 1, "a": 2}, {"c": None}], [True, False, True]),  # keys out of order: checked alone
+        ([{"a": 1}, {"b": 1, "a": 2}, {"c": None}], [True, False, True]),  # keys out of order: alone in its kind
+        ([{"a": 1}, {"b": 1, "a": 2}, {"c": None, "a": 0}], [False, True, True]),  # those sorted together
         ([{"a": "},{"}, {"a": 1}], [False, False]),  # a string holding the cut: none taken
         ([{"a": "\ud800"}, {"a": 1}], [False, False]),  # not encodable: checked alone, and named there
         ([{"a": math.nan}, {"a": 1}], [False, False]),

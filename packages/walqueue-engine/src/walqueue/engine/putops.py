@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from hashlib import sha256 as _sha256
 
+from walqueue.engine.batchpayloads import check_flat_payloads
 from walqueue.engine.laneplans import lane_fields
 from walqueue.engine.optable import Op
 from walqueue.engine.state import OP_KINDS, identity_digest
@@ -18,7 +19,6 @@ from walqueue.engine.validate import (
     DEFAULT_QUEUE,
     FITTING_PAYLOAD_BYTES,
     MAX_NAME_BYTES,
-    check_flat_payloads,
     check_int,
     check_name,
     check_payload,

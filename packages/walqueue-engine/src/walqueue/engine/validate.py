@@ -48,7 +48,6 @@ __all__ = [
     "check_int",
     "check_last_error_fits",
     "check_name",
-    "check_flat_payloads",
     "check_payload",
     "check_queue_options",
     "check_record_fits",
@@ -236,31 +235,6 @@ def flat_encoder(payload: object) -> Callable[[Any, int], Sequence[str]] | None:
             ordered = False
         last = item_key
     return encode_chunks_in_order if ordered else encode_chunks
-
-
-def check_flat_payloads(payloads: Sequence[object]) -> list[bytes | None]:
-    """`check_payload`'s bytes of each flat payload in key order (`flat_encoder`), from one call of the encoder.
-
-    None for every other payload: `check_payload` decides it alone. A put_many's payloads are mostly small flat
-    dicts built alike, and one call of the encoder costs about a third of encoding one. Their list's JSON is cut
-    back at ``},{`` (a payload's closing brace, the list's comma, the next one's opening brace): those are the n-1
-    places between n payloads exactly when the list holds n-1 of them (a string holding one adds one: then none
-    is taken from here). The flat payload's bound is `check_payload`'s: shorter than `_SHORT_PAYLOAD_BYTES`.
-    """
-    found: list[bytes | None] = [None] * len(payloads)
-    at = [index for index, payload in enumerate(payloads) if flat_encoder(payload) is encode_chunks_in_order]
-    if len(at) < 2:
-        return found
-    try:
-        text = "".join(encode_chunks_in_order([payloads[index] for index in at], 0)).encode()
-    except ValueError:  # not JSON (a float out of range, a lone surrogate): each is checked alone, and named
-        return found
-    parts = text[2:-2].split(b"},{")  # (the list's ``[{`` and ``}]`` cut first)
-    if len(parts) == len(at):
-        for index, part in zip(at, parts, strict=True):
-            if len(part) + 2 < _SHORT_PAYLOAD_BYTES:
-                found[index] = b"{%b}" % part
-    return found
 
 
 def check_payload(payload: object, decoded: bool = False) -> bytes:
