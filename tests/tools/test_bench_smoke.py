@@ -41,7 +41,13 @@ EXPECTED_FIGURES: dict[str, set[str]] = {
         "inplace_vs_append_sync",
         "append_fdatasync_vs_fsync",
     },
-    "put_many_durable": {"walqueue_vs_sqlite", "walqueue_vs_floor", "ceiling_vs_sqlite", "rules_share_of_sqlite"},
+    "put_many_durable": {
+        "walqueue_vs_sqlite",
+        "walqueue_vs_floor",
+        "keys_unsorted_vs_sqlite",
+        "ceiling_vs_sqlite",
+        "rules_share_of_sqlite",
+    },
     "cpu_per_call": {
         "put_walqueue_vs_sqlite",
         "cycle_walqueue_vs_sqlite",
@@ -266,7 +272,7 @@ def test_every_workload_and_figure_is_reported(tiny_run: tuple[dict[str, Any], s
         extra = {
             "put_durable": {"prealloc"},
             "reserve_ack_durable": {"prealloc", "sync_append_fsync", "sync_append_fdatasync", "sync_inplace_fdatasync"},
-            "put_many_durable": {"rules_sqlite", "rules_walqueue"},
+            "put_many_durable": {"rules_sqlite", "rules_walqueue", "walqueue_keys_unsorted"},
         }.get(key, set())
         for block in _backend_blocks(workloads[key]):
             assert set(block) == {"walqueue", "sqlite", "floor"} | extra, key
@@ -280,6 +286,7 @@ def test_every_workload_and_figure_is_reported(tiny_run: tuple[dict[str, Any], s
         ("reserve_ack_durable", "append_fdatasync_vs_fsync"),
         ("put_many_durable", "ceiling_vs_sqlite"),
         ("put_many_durable", "rules_share_of_sqlite"),
+        ("put_many_durable", "keys_unsorted_vs_sqlite"),
     ):
         fig = workloads[key]["ratios"][name]
         assert len(fig["samples"]) == reps, name

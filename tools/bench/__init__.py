@@ -29,8 +29,10 @@ syncs per cycle:
 In put_many_durable only, two more timed members that store nothing:
   rules_sqlite    the baseline's validation, canonical JSON and identity hash of every item
                   (what SqliteQueue.put_many does before its executemany).
-  rules_walqueue  walqueue's own `put_op_from_mapping` of every item (what
+  rules_walqueue  walqueue's own `put_ops_from_mappings` of the items (what
                   Queue.put_many does before planning and writing).
+and one more walqueue, walqueue_keys_unsorted, whose payloads have their keys in reverse
+order (none in canonical order already: the same work without the key-order shortcut).
 
 Method: every backend is set up and warmed up first; then each repetition runs
 one timed chunk per backend, the order rotating (A B C, B C A, C A B, ...), so

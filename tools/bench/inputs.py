@@ -34,3 +34,11 @@ def puts(prefix: str, start: int, count: int) -> list[tuple[str, dict[str, Any]]
 
 def put_items(prefix: str, start: int, count: int) -> list[dict[str, Any]]:
     return [{"task_id": task_id(prefix, i), "payload": payload(i)} for i in range(start, start + count)]
+
+
+def put_items_keys_reversed(prefix: str, start: int, count: int) -> list[dict[str, Any]]:
+    """`put_items` with each payload's keys in reverse order (the same payloads, out of canonical order)."""
+    return [
+        {"task_id": task_id(prefix, i), "payload": dict(reversed(payload(i).items()))}
+        for i in range(start, start + count)
+    ]
