@@ -39,6 +39,18 @@ class _Carrier:
         self.canonical = canonical_json(payload)
 
 
+class _PutCarrier(bytes):
+    """A stand-in for a planned put's carrier (putops.py): a digest, then the payload's JSON (and the payload)."""
+
+    payload: Any
+
+
+def _put_carrier(payload: Any) -> _PutCarrier:
+    carrier = _PutCarrier(bytes(32) + canonical_json(payload))
+    carrier.payload = payload
+    return carrier
+
+
 names = st.text(st.characters(exclude_categories=["Cs"]), min_size=1, max_size=8) | st.sampled_from(
     ['"', "\\", "\x00", "\u2028", "%", "%d", "é" * 3]
 )
@@ -49,7 +61,7 @@ VALUES: dict[Field, st.SearchStrategy[Any]] = {
     Field.NAME: names,
     Field.INT: st.integers(0, MAX_INT),
     Field.POSITIVE_INT: st.integers(1, MAX_INT),
-    Field.PAYLOAD: payloads.map(_Carrier),
+    Field.PAYLOAD: payloads.map(_put_carrier),
     Field.ERROR_TYPE: names,
     Field.ERROR_MESSAGE: st.text(st.characters(exclude_categories=["Cs"]), max_size=8) | st.sampled_from(["", "%s"]),
     Field.TRACEBACK: st.text(st.characters(exclude_categories=["Cs"]), max_size=8) | st.sampled_from(["", "%s"]),
@@ -88,7 +100,7 @@ WRONG: dict[Field, list[Any]] = {
 
 
 def _plain(op: dict[str, Any]) -> dict[str, Any]:
-    return {name: value.payload if isinstance(value, _Carrier) else value for name, value in op.items()}
+    return {name: value.payload if isinstance(value, (_Carrier, _PutCarrier)) else value for name, value in op.items()}
 
 
 def test_the_format_layers_op_names_are_the_tables() -> None:

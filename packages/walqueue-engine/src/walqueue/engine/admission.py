@@ -9,7 +9,7 @@ is the same admission for `ops.plan_puts`' new tasks. Nothing here changes a `St
 from __future__ import annotations
 
 from collections.abc import Collection
-from operator import attrgetter, itemgetter
+from operator import itemgetter
 from typing import NamedTuple, Protocol
 
 from walqueue.engine.opkinds import OP_KINDS
@@ -124,8 +124,7 @@ def stage_new_puts(state: StateAdmits, staging: Staging, seq: int, ops: list[Op]
         and len({*op_keys}) == count
         and state.knows_none(task_ids, op_keys)
     ):
-        carriers = list(map(_PAYLOAD, ops))
-        data = map(bytes.__add__, map(_IDENTITY, carriers), map(_CANONICAL, carriers))
+        data = map(_PAYLOAD, ops)  # (a planned put's carrier is its row's data: putops.py)
         rows = new_ready_rows(task_ids, op_keys, data, list(map(_AVAILABLE_AT, ops)), map(_MAX_ATTEMPTS, ops))
         staged.update(zip(task_ids, rows, strict=True))
         keys.update(op_keys)
@@ -144,4 +143,3 @@ def stage_new_puts(state: StateAdmits, staging: Staging, seq: int, ops: list[Op]
 _TASK, _KEY, _PAYLOAD, _AVAILABLE_AT, _MAX_ATTEMPTS = map(
     itemgetter, ("task", "key", "payload", "available_at", "max_attempts")
 )
-_IDENTITY, _CANONICAL = attrgetter("identity"), attrgetter("canonical")  # (a planned put's carrier: putops.py)

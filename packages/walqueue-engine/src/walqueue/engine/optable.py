@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from walqueue.engine.rows import DIGEST_BYTES
 from walqueue.engine.validate import (
     ERROR_MESSAGE_BYTES,
     ERROR_TYPE_BYTES,
@@ -113,7 +114,7 @@ _SPLICED = {
     Field.NAME: "canonical_str(op[{!r}])",
     Field.INT: "op[{!r}]",
     Field.POSITIVE_INT: "op[{!r}]",
-    Field.PAYLOAD: "op[{!r}].canonical",
+    Field.PAYLOAD: "op[{!r}][DIGEST_BYTES:]",  # (a planned put's carrier: its digest, then the payload's JSON)
     Field.ERROR_TYPE: "canonical_str(op[{!r}])",
     Field.ERROR_MESSAGE: "canonical_str(op[{!r}])",
     Field.TRACEBACK: "canonical_str(op[{!r}])",
@@ -183,7 +184,7 @@ class OpKind:
     max_json: int | None = field(init=False, repr=False)
     #: ``encode(op)``: the canonical JSON of `op`, an op of this kind whose values a planner
     #: checked. Ints are spliced with ``%d``, names through `canonical_str`, a payload as the
-    #: canonical bytes its carrier holds (``.canonical``), so nothing is encoded twice.
+    #: canonical bytes its carrier holds (after the digest: putops.py), so nothing is encoded twice.
     #: Byte-equal to `canonical_json` of the op with its payload decoded
     #: (tests/engine/test_optable.py checks every declared kind).
     encode: Callable[[Op], bytes] = field(init=False, repr=False)
@@ -250,7 +251,7 @@ class OpKind:
         setter(self, "all_keys", frozenset(order))
         setter(self, "template", template)
         setter(self, "max_json", None if size is None else size + 1)
-        namespace = {"template": template, "canonical_str": canonical_str}
+        namespace = {"template": template, "canonical_str": canonical_str, "DIGEST_BYTES": DIGEST_BYTES}
         setter(self, "encode", _compile("encode", "op", [encode_line], namespace))
         setter(self, "splice", _compile("splice", "*, " + ", ".join(parameters), [splice_line], namespace))
         setter(

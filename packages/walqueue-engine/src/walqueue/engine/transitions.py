@@ -95,13 +95,6 @@ class OpError(WalQueueError):
     """An op-level refusal; `apply` turns it into `InvalidTransaction`, naming the transaction and the op."""
 
 
-class _EncodedPut(Protocol):
-    """What a planned put carries as its payload (ops.py's carrier): its canonical JSON and identity digest."""
-
-    canonical: bytes
-    identity: bytes
-
-
 class Staging:
     """The records a transaction has touched so far, the keys its puts claimed, and where its ops come from.
 
@@ -172,18 +165,21 @@ def _held(row: Row, op: Op) -> Row:
 
 def put(state: StateReads, staging: Staging, record: Row | None, op: Op) -> Stored:
     task_id, key, available_at, max_attempts = op["task"], op["key"], op["available_at"], op["max_attempts"]
-    payload = op["payload"]
     if staging.planned:
-        # ops.put_op checked this op's names, numbers and payload, and encoded it, once.
-        encoded: _EncodedPut = payload
-        payload_json, digest = encoded.canonical, encoded.identity
+        # ops.put_op checked this op's names, numbers and payload, and encoded it, once: its carrier is the row's
+        # data, the identity digest and the payload's JSON (putops.py).
+        data: bytes = op["payload"]
     else:
-        payload_json = check_payload(payload, staging.decoded)
+        payload_json = check_payload(op["payload"], staging.decoded)
         task_json = canonical_str(task_id)
         check_record_fits(payload_json, task_json, task_json if key == task_id else canonical_str(key))
-        digest = identity_digest(
-            task_json, payload_json, available_at, max_attempts, op.get("queue", DEFAULT_QUEUE), op.get("priority", 0)
-        )
+        data = (
+            identity_digest(
+                task_json, payload_json, available_at, max_attempts, op.get("queue", DEFAULT_QUEUE),
+                op.get("priority", 0),
+            )
+            + payload_json
+        )  # fmt: skip
     if key in staging.keys or state.lookup_key(key) is not None:
         raise OpError(f"key {key!r:.100} is already known")
     if len(op) == 6:  # put's six keys alone: the default lane, no put time (the optional fields are omitted)
@@ -193,10 +189,10 @@ def put(state: StateReads, staging: Staging, record: Row | None, op: Op) -> Stor
         if "put_at" in op and op["put_at"] > available_at:  # a stamped put is due from its put time (DECISIONS §46)
             available_at = op["put_at"]
     if queue is DEFAULT_QUEUE and priority == 0:  # (records.new_row, inlined: this is every put's path)
-        return (task_id, key, READY, digest + payload_json, available_at, max_attempts, 0, None, None, None,
+        return (task_id, key, READY, data, available_at, max_attempts, 0, None, None, None,
                 (available_at, task_id))  # fmt: skip
     # (new_row shares one lane key, with one interned queue string, among the lane's rows)
-    return new_row(task_id, key, READY, digest + payload_json, available_at, max_attempts, 0, None, None, None,
+    return new_row(task_id, key, READY, data, available_at, max_attempts, 0, None, None, None,
                    queue, priority)  # fmt: skip
 
 
