@@ -25,10 +25,10 @@ from walqueue.engine.ops import (
     plan_release,
     put_op,
     put_op_from_mapping,
-    put_op_json,
     transaction_size,
     validate_reserve_args,
 )
+from walqueue.engine.optable import CARRIER_SEPARATOR
 from walqueue.engine.records import view
 from walqueue.engine.rows import DIGEST_BYTES
 from walqueue.engine.state import COMPLETED, DEAD, LEASED, OP_KINDS, READY, InvalidTransaction, State, apply
@@ -45,7 +45,13 @@ SETTINGS = settings(max_examples=60, deadline=None)
 def plain(op: Op) -> Op:
     """`op` with a put's payload carrier replaced by the payload it stands for: what the op's JSON encodes."""
     payload = op.get("payload")
-    return {**op, "payload": json.loads(payload[DIGEST_BYTES:])} if type(payload) is bytes else op
+    return {**op, "payload": json.loads(_data(op)[DIGEST_BYTES:])} if type(payload) is bytes else op
+
+
+def _data(op: Op) -> bytes:
+    """A planned put's row data, from its carrier (putops.py): the identity digest, then the payload's JSON."""
+    payload: bytes = op["payload"]
+    return payload.partition(CARRIER_SEPARATOR)[2]
 
 
 def commit(state: State, planned: Plan | list[Op]) -> None:
@@ -96,7 +102,7 @@ def body_size(tx_ops: list[dict[str, Any]], seq: int) -> int:
 
 def identity(op: Op) -> bytes:
     """The identity digest a put op carries."""
-    digest: bytes = op["payload"][:DIGEST_BYTES]
+    digest: bytes = _data(op)[:DIGEST_BYTES]
     return digest
 
 
@@ -110,7 +116,7 @@ def expected_identity(task_id: str, payload: Any, available_at: int = 0, max_att
 
 def test_put_op_defaults_key_to_task_id_and_computes_the_identity() -> None:
     op = put_op("t", {"x": [1]})
-    assert op["payload"][DIGEST_BYTES:] == b'{"x":[1]}'
+    assert _data(op)[DIGEST_BYTES:] == b'{"x":[1]}'
     assert identity(op) == expected_identity("t", {"x": [1]})
     assert plain(op) == {
         "op": "put",
@@ -157,7 +163,7 @@ def test_put_op_holds_a_private_copy_of_the_payload() -> None:
     payload = {"x": [1]}
     op = put_op("t", payload)
     payload["x"].append(2)
-    assert json.loads(op["payload"][DIGEST_BYTES:]) == {"x": [1]}
+    assert json.loads(_data(op)[DIGEST_BYTES:]) == {"x": [1]}
 
 
 def test_identity_includes_task_id_payload_available_at_and_max_attempts_but_not_key() -> None:
@@ -213,7 +219,7 @@ def test_bad_put_argument_is_refused(error: type[Exception], change: dict[str, A
 def test_task_whose_record_could_exceed_a_frame_is_refused() -> None:
     fitting = MAX_FRAME_BYTES - RECORD_WORST_CASE_EXTRA - len(b'"t"') * 2 - len(b'{"x":""}')
     op = put_op("t", {"x": "a" * fitting})
-    assert len(op["payload"]) - DIGEST_BYTES + 6 + RECORD_WORST_CASE_EXTRA == MAX_FRAME_BYTES
+    assert len(_data(op)) - DIGEST_BYTES + 6 + RECORD_WORST_CASE_EXTRA == MAX_FRAME_BYTES
     with pytest.raises(ValueError, match="too large"):
         put_op("t", {"x": "a" * (fitting + 1)})
 
@@ -923,7 +929,8 @@ def test_a_put_at_its_defaults_has_the_op_json_of_its_kinds_splice(task_id: str,
         payload=canonical_json(payload),
         task=canonical_json(task_id),
     )
-    assert put_op_json(usual) == spliced == canonical_json({**usual, "payload": payload})
+    assert plan_put(State(), usual) == Plan([usual], [spliced])
+    assert spliced == canonical_json({**usual, "payload": payload})
 
 
 PUT_ITEMS = st.fixed_dictionaries(

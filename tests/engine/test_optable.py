@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from walqueue.engine.optable import Field, OpKind
+from walqueue.engine.optable import CARRIER_SEPARATOR, Field, OpKind
 from walqueue.engine.state import OP_KEYS, OP_KINDS, STATUSES, InvalidTransaction, State, apply
 from walqueue.engine.validate import (
     ERROR_MESSAGE_BYTES,
@@ -40,13 +40,13 @@ class _Carrier:
 
 
 class _PutCarrier(bytes):
-    """A stand-in for a planned put's carrier (putops.py): a digest, then the payload's JSON (and the payload)."""
+    """A stand-in for a planned put's carrier (putops.py): what `OpKind.encode` reads after its separator."""
 
     payload: Any
 
 
 def _put_carrier(payload: Any) -> _PutCarrier:
-    carrier = _PutCarrier(bytes(32) + canonical_json(payload))
+    carrier = _PutCarrier(b"{}" + CARRIER_SEPARATOR + bytes(32) + canonical_json(payload))
     carrier.payload = payload
     return carrier
 

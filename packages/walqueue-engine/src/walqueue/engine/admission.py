@@ -9,11 +9,12 @@ is the same admission for `ops.plan_puts`' new tasks. Nothing here changes a `St
 from __future__ import annotations
 
 from collections.abc import Collection
+from itertools import repeat
 from operator import itemgetter
 from typing import NamedTuple, Protocol
 
 from walqueue.engine.opkinds import OP_KINDS
-from walqueue.engine.optable import Op
+from walqueue.engine.optable import CARRIER_SEPARATOR, Op
 from walqueue.engine.records import InvalidTransaction
 from walqueue.engine.rows import COMPLETED, KEY, STATUS, Stored, new_ready_rows
 from walqueue.engine.transitions import OpError, Staging, StateReads, Transition, put
@@ -124,7 +125,7 @@ def stage_new_puts(state: StateAdmits, staging: Staging, seq: int, ops: list[Op]
         and len({*op_keys}) == count
         and state.knows_none(task_ids, op_keys)
     ):
-        data = map(_PAYLOAD, ops)  # (a planned put's carrier is its row's data: putops.py)
+        data = map(_DATA, map(bytes.partition, map(_PAYLOAD, ops), repeat(CARRIER_SEPARATOR, count)))  # (putops.py)
         rows = new_ready_rows(task_ids, op_keys, data, list(map(_AVAILABLE_AT, ops)), map(_MAX_ATTEMPTS, ops))
         staged.update(zip(task_ids, rows, strict=True))
         keys.update(op_keys)
@@ -143,3 +144,4 @@ def stage_new_puts(state: StateAdmits, staging: Staging, seq: int, ops: list[Op]
 _TASK, _KEY, _PAYLOAD, _AVAILABLE_AT, _MAX_ATTEMPTS = map(
     itemgetter, ("task", "key", "payload", "available_at", "max_attempts")
 )
+_DATA = itemgetter(2)  # a carrier's partition: (op JSON, separator, the row's data)

@@ -7,8 +7,8 @@ to `state.apply`. A planner reads the state and never changes it, so a call refu
 
 Every op's JSON comes from its kind's template (`OpKind.encode`, derived from `state.OP_KINDS`), so `Queue` never
 chooses an encoder and no kind can lack one. A put's payload travels in the op as putops.py's carrier, exact
-bytes: its identity digest and canonical JSON, computed once there (`putops.put_op_json` splices the op's JSON from
-them); `apply` reads it only for a `Plan`'s ops (its `_planned` flag).
+bytes: the op's JSON, its identity digest and the payload's canonical JSON, computed once there; `apply` reads it
+only for a `Plan`'s ops (its `_planned` flag).
 
 Every planner that may split or cut a transaction takes the frame bound as a keyword (`max_frame_bytes`), so that
 tests can split with small bounds; the storage layer uses the default, `MAX_FRAME_BYTES`.
@@ -18,12 +18,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from collections.abc import Set as AbstractSet
+from itertools import repeat
 from operator import itemgetter
 
 from walqueue.engine import records, rows
 from walqueue.engine.laneplans import stamp_lease_times
-from walqueue.engine.optable import Op, OpKind
-from walqueue.engine.putops import put_op, put_op_from_mapping, put_op_json, put_ops_from_mappings, put_ops_json
+from walqueue.engine.optable import CARRIER_SEPARATOR, Op, OpKind
+from walqueue.engine.putops import put_op, put_op_from_mapping, put_ops_from_mappings
 from walqueue.engine.rows import DIGEST_BYTES
 from walqueue.engine.state import LEASED, OP_KINDS, State
 from walqueue.engine.tracebacks import traceback_op
@@ -142,7 +143,8 @@ def plan_puts(state: State, put_ops: Iterable[Op]) -> tuple[Plan, list[str]]:
     planned_ids: set[str] = set()
     tasks, lookup_key = state.tasks, state.lookup_key
     for index, op in enumerate(put_ops):
-        identity = _carrier(op, "plan_puts")[:DIGEST_BYTES]
+        json, _, data = _carrier(op, "plan_puts").partition(CARRIER_SEPARATOR)
+        identity = data[:DIGEST_BYTES]
         key, task_id = op["key"], op["task"]
         task_ids.append(task_id)
         known = key in planned_keys or task_id in tasks or task_id in planned_ids or lookup_key(key) is not None
@@ -150,7 +152,7 @@ def plan_puts(state: State, put_ops: Iterable[Op]) -> tuple[Plan, list[str]]:
             planned_keys[key] = identity
             planned_ids.add(task_id)
             new.append(op)
-            op_json.append(put_op_json(op))
+            op_json.append(json)
     return _NewPuts(new, op_json), task_ids
 
 
@@ -176,24 +178,25 @@ def _fresh_batch(state: State, put_ops: list[Op]) -> tuple[Plan, list[str]] | No
         return None
     if len({*task_ids}) != count or not state.knows_none(task_ids, keys):
         return None
-    return _NewPuts(put_ops.copy(), put_ops_json(put_ops)), task_ids
+    parts = map(bytes.partition, carriers, repeat(CARRIER_SEPARATOR, count))
+    return _NewPuts(put_ops.copy(), list(map(_JSON, parts))), task_ids
 
 
-_PUT_FIELDS = tuple(map(itemgetter, ("op", "task", "key", "payload")))
+_PUT_FIELDS, _JSON = tuple(map(itemgetter, ("op", "task", "key", "payload"))), itemgetter(0)  # (op JSON: putops.py)
 
 
 def plan_put(state: State, op: Op) -> Plan | None:
     """`plan_puts` of a single put (`Queue.put`): the put's plan, or ``None`` for an identical retry."""
-    carrier = _carrier(op, "plan_put")
+    json, _, data = _carrier(op, "plan_put").partition(CARRIER_SEPARATOR)
     if (state.lookup_key(op["key"]) is None and op["task"] not in state.tasks) or _is_new(
-        state, op, carrier[:DIGEST_BYTES], {}, frozenset(), 0
+        state, op, data[:DIGEST_BYTES], {}, frozenset(), 0
     ):
-        return Plan([op], [put_op_json(op)])
+        return Plan([op], [json])
     return None
 
 
 def _carrier(op: object, planner: str) -> bytes:
-    """The carrier of a put op built by `put_op` (its digest and payload JSON); `TypeError` for anything else."""
+    """The carrier of a put op built by `put_op` (putops.py); `TypeError` for anything else."""
     if type(op) is not dict or op.get("op") != "put" or type(payload := op.get("payload")) is not bytes:
         raise TypeError(f"{planner} takes put ops built by put_op, not {type(op).__name__}")
     return payload

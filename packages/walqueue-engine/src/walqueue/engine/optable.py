@@ -109,12 +109,15 @@ def check_true(value: object, what: str) -> None:
         raise ValueError(f"{what} must be true when present (false is written by omitting it), not {value!r:.80}")
 
 
+#: In a planned put's carrier (putops.py), the byte between the op's JSON and the row's data: UTF-8 never holds it.
+CARRIER_SEPARATOR = b"\xff"
+
 #: How each kind's value is spliced by `encode` (``{!r}`` is the field's name).
 _SPLICED = {
     Field.NAME: "canonical_str(op[{!r}])",
     Field.INT: "op[{!r}]",
     Field.POSITIVE_INT: "op[{!r}]",
-    Field.PAYLOAD: "op[{!r}][DIGEST_BYTES:]",  # (a planned put's carrier: its digest, then the payload's JSON)
+    Field.PAYLOAD: "op[{!r}].partition(CARRIER_SEPARATOR)[2][DIGEST_BYTES:]",  # (a planned put's carrier: putops.py)
     Field.ERROR_TYPE: "canonical_str(op[{!r}])",
     Field.ERROR_MESSAGE: "canonical_str(op[{!r}])",
     Field.TRACEBACK: "canonical_str(op[{!r}])",
@@ -123,6 +126,9 @@ _SPLICED = {
     Field.PRIORITY: "op[{!r}]",
     Field.TRUE: "op[{!r}]",
 }
+
+#: The names the `_SPLICED` expressions use.
+_SPLICED_NAMES = {"canonical_str": canonical_str, "DIGEST_BYTES": DIGEST_BYTES, "CARRIER_SEPARATOR": CARRIER_SEPARATOR}
 
 
 def _compile(name: str, parameters: str, source_lines: list[str], namespace: dict[str, Any]) -> Callable[..., Any]:
@@ -184,7 +190,7 @@ class OpKind:
     max_json: int | None = field(init=False, repr=False)
     #: ``encode(op)``: the canonical JSON of `op`, an op of this kind whose values a planner
     #: checked. Ints are spliced with ``%d``, names through `canonical_str`, a payload as the
-    #: canonical bytes its carrier holds (after the digest: putops.py), so nothing is encoded twice.
+    #: canonical bytes its carrier holds (putops.py), so nothing is encoded twice.
     #: Byte-equal to `canonical_json` of the op with its payload decoded
     #: (tests/engine/test_optable.py checks every declared kind).
     encode: Callable[[Op], bytes] = field(init=False, repr=False)
@@ -251,7 +257,7 @@ class OpKind:
         setter(self, "all_keys", frozenset(order))
         setter(self, "template", template)
         setter(self, "max_json", None if size is None else size + 1)
-        namespace = {"template": template, "canonical_str": canonical_str, "DIGEST_BYTES": DIGEST_BYTES}
+        namespace = {"template": template, **_SPLICED_NAMES}
         setter(self, "encode", _compile("encode", "op", [encode_line], namespace))
         setter(self, "splice", _compile("splice", "*, " + ", ".join(parameters), [splice_line], namespace))
         setter(

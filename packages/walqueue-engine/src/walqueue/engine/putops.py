@@ -1,24 +1,24 @@
 """A put's op: `put_op` and `put_op_from_mapping` validate a put's arguments and build its op, encoded once.
 
-The op's payload is its carrier, the bytes `ops.plan_puts`/`plan_put` take: the put's identity digest followed by
-the payload's canonical JSON (`DIGEST_BYTES` + JSON: the very bytes a row stores, `rows.DATA`), computed here once,
-so that the planner and `apply` reuse them instead of walking, encoding and hashing the payload again, and
-`put_op_json` splices the op's JSON from them. Exact bytes, so that the op stays a dict of atomic values that the
-cyclic collector never tracks (a put_many's thousand ops would otherwise be promoted by the young collections
-their own allocation triggers, and bring on full ones), and that nothing can encode it as JSON by mistake (bytes
-are not JSON). Pure: nothing here reads a state.
+The op's payload is its carrier, the bytes `ops.plan_puts`/`plan_put` take: the op's own canonical JSON, an
+`optable.CARRIER_SEPARATOR` byte, the put's identity digest and the payload's canonical JSON (those last two are
+the very bytes a row stores, `rows.DATA`), computed here once, so that the planner, the frame and `apply` reuse
+them instead of walking, encoding and hashing the payload again. ``carrier.partition(CARRIER_SEPARATOR)`` cuts it
+back in one call: the op's JSON is UTF-8, which never holds the byte 0xFF, so the first one is the separator.
+Exact bytes, so that the op stays a dict of atomic values the cyclic collector never tracks (a put_many's
+thousand ops would otherwise live through the young collections their own allocation triggers, be promoted, and
+bring on full ones), and so that nothing can encode it as JSON by mistake (bytes are not JSON). Pure: nothing
+here reads a state.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from hashlib import sha256 as _sha256
-from operator import itemgetter
 
 from walqueue.engine.batchpayloads import check_flat_payloads
 from walqueue.engine.laneplans import lane_fields
-from walqueue.engine.optable import Op
-from walqueue.engine.rows import DIGEST_BYTES
+from walqueue.engine.optable import CARRIER_SEPARATOR, Op
 from walqueue.engine.state import OP_KINDS, identity_digest
 from walqueue.engine.validate import (
     DEFAULT_QUEUE,
@@ -32,7 +32,7 @@ from walqueue.engine.validate import (
 from walqueue.format.canonical import canonical_str
 from walqueue.format.canonical import encode_str as _encode_str
 
-__all__ = ["put_op", "put_op_from_mapping", "put_op_json", "put_ops_from_mappings", "put_ops_json"]
+__all__ = ["put_op", "put_op_from_mapping", "put_ops_from_mappings"]
 
 _PUT = OP_KINDS["put"]
 #: put's defaults, told by identity: one that `is` is an exact, valid int (`put_op` then skips the field check).
@@ -55,7 +55,7 @@ def put_op(
     """Validate the arguments of `Queue.put` (`TypeError`/`ValueError`) and build the put's op.
 
     `build=False` checks only (a client's check). No request object in between (each layer costs more than its work):
-    the op's payload is its carrier, the identity digest and the payload's canonical JSON (the module's docstring).
+    the op's payload is its carrier: the op's JSON, a separator, the identity digest and the payload's JSON (above).
     `_payload_json`, like h11's ``_parsed``, is for `put_ops_from_mappings` alone: `check_flat_payloads`' bytes of
     this very payload, which `check_payload` would return.
     """
@@ -82,47 +82,23 @@ def put_op(
         digest = _sha256(b"".join((_USUAL_HEAD, payload_json, _USUAL_MIDDLE, task_json, _USUAL_TAIL))).digest()
     else:  # `identity_digest` spliced here, its lane members at their defaults (omitted): no call but sha256's
         digest = _sha256(_IDENTITY % (available_at, max_attempts, payload_json, task_json)).digest()
-    op["payload"] = digest + payload_json  # the carrier (the module's docstring)
+    if usual and not lanes and key is None and len(op) == 6:  # the default put: its op's JSON is a fixed template
+        op_json = _USUAL_OP % (task_json, payload_json, task_json)
+    else:
+        op_json = _PUT.splice(
+            available_at=available_at,
+            key=key_json,
+            max_attempts=max_attempts,
+            payload=payload_json,
+            task=task_json,
+            queue=canonical_str(op["queue"]) if lanes and "queue" in op else None,
+            priority=op.get("priority") if lanes else None,
+            put_at=op.get("put_at") if len(op) > 6 else None,  # (the op holds more than put's six keys only with them)
+        )
+    op["payload"] = b"".join((op_json, CARRIER_SEPARATOR, digest, payload_json))  # the carrier (the module's docstring)
     return op
 
 
-def put_op_json(op: Op) -> bytes:
-    """The canonical JSON of a put op `put_op` built: its fields, and the payload's JSON from its carrier.
-
-    A put at every default (the key its task id's very string) fills `_USUAL_OP`; any other takes the kind's
-    generated encoder. Both derive from the kind's declaration (tests: equal to `canonical_json` of the op).
-    """
-    task_id = op["task"]
-    if len(op) == 6 and op["key"] is task_id and op["available_at"] == 0 and op["max_attempts"] == 3:
-        task_json = _encode_str(task_id).encode()  # (a checked name always encodes)
-        return _USUAL_OP % (task_json, op["payload"][DIGEST_BYTES:], task_json)
-    return _PUT.encode(op)
-
-
-def put_ops_json(ops: list[Op]) -> list[bytes]:
-    """`put_op_json` of each op (put_op's), a batch of puts at every default at C speed, column by column.
-
-    Such a batch (put's six keys alone, each key its task id, `available_at` 0, `max_attempts` 3: put_op made
-    them exact ints) fills `_USUAL_OP` from three columns: the task ids' JSON, the payloads' JSON cut from the
-    carriers, the task ids' JSON again. Any other batch takes `put_op_json` op by op (tests: the same bytes).
-    """
-    task_ids = list(map(_TASK, ops))
-    if (
-        {*map(len, ops)} == {6}
-        and {*map(_AVAILABLE_AT, ops)} == {0}
-        and {*map(_MAX_ATTEMPTS, ops)} == {3}
-        and list(map(_KEY, ops)) == task_ids
-    ):
-        task_json = list(map(str.encode, map(_encode_str, task_ids)))  # (checked names always encode)
-        payload_json = map(_AFTER_DIGEST, map(_PAYLOAD, ops))
-        return list(map(_USUAL_OP.__mod__, zip(task_json, payload_json, task_json, strict=True)))
-    return list(map(put_op_json, ops))
-
-
-_TASK, _KEY, _PAYLOAD, _AVAILABLE_AT, _MAX_ATTEMPTS = map(
-    itemgetter, ("task", "key", "payload", "available_at", "max_attempts")
-)
-_AFTER_DIGEST = itemgetter(slice(DIGEST_BYTES, None))  # a carrier's payload JSON
 _IDENTITY = b'{"available_at":%d,"max_attempts":%d,"payload":%b,"task":%b}'  # the default lane's (tests: equal)
 _USUAL_HEAD, _USUAL_MIDDLE, _USUAL_TAIL = (_IDENTITY.replace(b"%b", b"%%b") % (0, 3)).split(b"%b")  # at the defaults
 #: The op's JSON of a put with every argument but the task id and payload at its default (the key: the task id),

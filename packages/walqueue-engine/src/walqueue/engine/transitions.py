@@ -21,7 +21,7 @@ from collections.abc import Callable
 from collections.abc import Set as AbstractSet
 from typing import Protocol
 
-from walqueue.engine.optable import Op
+from walqueue.engine.optable import CARRIER_SEPARATOR, Op
 from walqueue.engine.records import (
     check_error_fits,
     expiry_error,
@@ -166,9 +166,9 @@ def _held(row: Row, op: Op) -> Row:
 def put(state: StateReads, staging: Staging, record: Row | None, op: Op) -> Stored:
     task_id, key, available_at, max_attempts = op["task"], op["key"], op["available_at"], op["max_attempts"]
     if staging.planned:
-        # ops.put_op checked this op's names, numbers and payload, and encoded it, once: its carrier is the row's
-        # data, the identity digest and the payload's JSON (putops.py).
-        data: bytes = op["payload"]
+        # ops.put_op checked this op's names, numbers and payload, and encoded it, once: its carrier ends with the
+        # row's data, the identity digest and the payload's JSON (putops.py).
+        data: bytes = op["payload"].partition(CARRIER_SEPARATOR)[2]
     else:
         payload_json = check_payload(op["payload"], staging.decoded)
         task_json = canonical_str(task_id)
