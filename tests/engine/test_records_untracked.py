@@ -7,6 +7,7 @@ from pathlib import Path
 
 from walqueue import Queue
 from walqueue.engine import rows
+from walqueue.engine.putops import put_op_from_mapping, put_ops_from_mappings
 from walqueue.engine.records import TaskRecord, Tombstone, view
 from walqueue.engine.rows import Stored
 
@@ -89,3 +90,15 @@ def test_a_view_answers_each_field_from_its_position(tmp_path: Path) -> None:
                 record = view(row)
                 assert [getattr(record, name) for name in rows.FIELDS] == list(row[: rows.LANE])
                 assert record.generation == row[rows.ATTEMPTS] and record.entry is row[rows.ENTRY]
+
+
+def test_a_put_op_and_its_carrier_are_never_tracked() -> None:
+    """A planned put is a dict of atomic values (its carrier is bytes): a put_many's ops are never promoted."""
+    items = [
+        {"task_id": "a", "payload": {"n": 1, "nested": {"list": [1, 2]}}},
+        {"task_id": "b", "payload": {}, "key": "k", "available_at": 5, "max_attempts": 2},
+        {"task_id": "c", "payload": {"z": 1, "a": 2}, "queue": "emails", "priority": 3, "put_at": 7},
+    ]
+    for op in [*put_ops_from_mappings(items), *(put_op_from_mapping(item) for item in items)]:
+        assert not gc.is_tracked(op), op
+        assert type(op["payload"]) is bytes
