@@ -403,16 +403,14 @@ def view(stored: rows.Stored) -> Record:
 
 
 def pack_tombstone(row: rows.Row) -> bytes:
-    """A completed task's tombstone (exact bytes, as `State.tasks` stores it), from the row its ack completes."""
-    attempts = row[rows.ATTEMPTS]
-    counters = (row[rows.AVAILABLE_AT], row[rows.MAX_ATTEMPTS], attempts, attempts)
-    return tombstone_bytes(
-        row[rows.TASK_ID],
-        row[rows.KEY],
-        row[rows.DATA][: rows.DIGEST_BYTES],
-        counters,
-        *(row[rows.LANE] if len(row) > rows.LANE else ()),
-    )
+    """A completed task's tombstone (exact bytes, as `State.tasks` stores it), from the row its ack completes.
+
+    `_packed` without `tombstone_bytes`' checks: a row's digest has its 32 bytes and its generation is its
+    attempts (the ack's path, once per cycle: DECISIONS §61).
+    """
+    lane = row[rows.LANE] if len(row) > rows.LANE else _DEFAULT_LANE
+    return _packed(row[rows.TASK_ID], row[rows.KEY], row[rows.DATA][: rows.DIGEST_BYTES], row[rows.AVAILABLE_AT],
+                   row[rows.MAX_ATTEMPTS], row[rows.ATTEMPTS], lane[0], lane[1])  # fmt: skip
 
 
 def tombstone_bytes(
@@ -433,6 +431,23 @@ def tombstone_bytes(
         raise ValueError(f"generation {generation} differs from attempts {attempts}")
     if len(digest) != rows.DIGEST_BYTES:
         raise ValueError(f"an identity digest has {rows.DIGEST_BYTES} bytes, not {len(digest)}")
+    return _packed(task_id, key, digest, available_at, max_attempts, attempts, queue, priority)
+
+
+_DEFAULT_LANE = (DEFAULT_QUEUE, 0)
+
+
+def _packed(
+    task_id: str,
+    key: str,
+    digest: bytes,
+    available_at: int,
+    max_attempts: int,
+    attempts: int,
+    queue: str,
+    priority: int,
+) -> bytes:
+    """`Tombstone`'s layout of these fields, which the callers have checked."""
     task_bytes = task_id.encode("utf-8")
     lane = b"" if priority == 0 and queue == DEFAULT_QUEUE else b" %d %d" % (priority, len(queue))
     return b"%b%d %d %d %d%b:%b%b%b" % (
