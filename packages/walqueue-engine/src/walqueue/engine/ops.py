@@ -35,6 +35,7 @@ from walqueue.engine.validate import (
     ERROR_TYPE_BYTES,
     MAX_FRAME_BYTES,
     MAX_INT,
+    MAX_NAME_BYTES,
     TIGHT_ERROR_MESSAGE_BYTES,
     TIGHT_ERROR_TYPE_BYTES,
     check_int,
@@ -276,7 +277,15 @@ def plan_reap(
 
 
 def validate_reserve_args(worker: object, now: object, lease_seconds: object, limit: object) -> None:
-    """Check `reserve`'s arguments before anything (the reap included) is written."""
+    """Check `reserve`'s arguments before anything (the reap included) is written.
+
+    The usual arguments pass `check_int`'s and `check_name`'s first tests, made here without their four calls
+    (every reserve's path); anything else takes the checks themselves, which name the first flaw.
+    """
+    if type(now) is int and type(lease_seconds) is int and type(limit) is int and type(worker) is str:
+        if 0 <= now <= MAX_INT and 0 < lease_seconds <= MAX_INT and 0 < limit <= MAX_INT:
+            if 0 < len(worker) <= MAX_NAME_BYTES and worker.isascii():
+                return
     check_name(worker, "worker")
     check_int(now, "now")
     check_int(lease_seconds, "lease_seconds", 1)
@@ -373,8 +382,9 @@ def _owned_record_generation(state: State, lease: Lease, now: int) -> tuple[str,
 
 def plan_ack(state: State, lease: Lease, now: int, kind: OpKind = _ACK) -> Plan:
     """The one ack op (or `kind`'s, fenced alike: give_back) of a lease that still owns its task, else `StaleLease`."""
-    lease = _check_lease(lease)
-    now = check_int(now, "now")
+    lease = lease if type(lease) is Lease else _check_lease(lease)  # (a plain token, the usual one: no call)
+    if type(now) is not int or not 0 <= now <= MAX_INT:  # (check_int's test, its call made only when it fails)
+        check_int(now, "now")
     task_id, generation = _owned_record_generation(state, lease, now)
     op: Op = {"op": kind.name, "task": task_id, "generation": generation}
     return Plan([op], [kind.encode(op)])
