@@ -100,6 +100,41 @@ def test_close_from_a_signal_handler_ends_the_wait_and_releases_the_directory(qd
     Queue(qdir, sync=False).close()
 
 
+def test_a_call_from_a_signal_handler_that_interrupted_a_wait_is_reentrant(qdir: Path) -> None:
+    q = Queue(qdir, sync=False)
+    q.stats()
+    seen: list[BaseException] = []
+
+    def handler(signum: int, frame: object) -> None:
+        try:
+            q.stats()
+        except ReentrantCall as error:
+            seen.append(error)
+        q.close()
+
+    previous = signal.signal(signal.SIGALRM, handler)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.05)
+        with pytest.raises(QueueClosed):
+            q.wait(30)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert len(seen) == 1
+
+
+def test_calls_of_other_threads_and_after_a_wait_are_served(q: Queue) -> None:
+    """Only the waiting thread's own calls are refused: another thread's call, or its own once the wait ended, runs."""
+    done = threading.Event()
+    waiter = in_thread(lambda: (q.wait(0.3), done.set()))
+    time.sleep(0.05)
+    q.put("t", {})  # while the other thread waits (this commit ends its wait)
+    waiter.join(10)
+    assert done.is_set()
+    assert q.wait(0.01) is False
+    assert q.get("t") is not None
+
+
 def test_wait_on_a_closed_queue_is_queue_closed(qdir: Path) -> None:
     q = Queue(qdir, sync=False)
     q.close()
