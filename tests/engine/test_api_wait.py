@@ -8,10 +8,12 @@ own waits; pytest-timeout bounds the rest.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import signal
 import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,18 @@ def in_thread(work: Any, *, delay: float = 0.0) -> threading.Thread:
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     return thread
+
+
+@contextlib.contextmanager
+def alarm(handler: Callable[[], None]) -> Iterator[None]:
+    """`handler` runs as a SIGALRM handler 50 ms into the block (in this thread, as any signal handler)."""
+    previous = signal.signal(signal.SIGALRM, lambda signum, frame: handler())
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.05)
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def test_a_thread_that_never_called_waits_for_a_commit_from_now_on(q: Queue) -> None:
@@ -89,14 +103,8 @@ def test_close_from_another_thread_ends_the_wait_with_queue_closed(qdir: Path) -
 def test_close_from_a_signal_handler_ends_the_wait_and_releases_the_directory(qdir: Path) -> None:
     q = Queue(qdir, sync=False)
     q.stats()
-    previous = signal.signal(signal.SIGALRM, lambda signum, frame: q.close())
-    try:
-        signal.setitimer(signal.ITIMER_REAL, 0.05)
-        with pytest.raises(QueueClosed):
-            q.wait(30)
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+    with alarm(lambda: q.close()), pytest.raises(QueueClosed):
+        q.wait(30)
     Queue(qdir, sync=False).close()
 
 
@@ -105,21 +113,15 @@ def test_a_call_from_a_signal_handler_that_interrupted_a_wait_is_reentrant(qdir:
     q.stats()
     seen: list[BaseException] = []
 
-    def handler(signum: int, frame: object) -> None:
+    def handler() -> None:
         try:
             q.stats()
         except ReentrantCall as error:
             seen.append(error)
         q.close()
 
-    previous = signal.signal(signal.SIGALRM, handler)
-    try:
-        signal.setitimer(signal.ITIMER_REAL, 0.05)
-        with pytest.raises(QueueClosed):
-            q.wait(30)
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+    with alarm(handler), pytest.raises(QueueClosed):
+        q.wait(30)
     assert len(seen) == 1
 
 
