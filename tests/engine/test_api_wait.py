@@ -128,7 +128,12 @@ def test_a_call_from_a_signal_handler_that_interrupted_a_wait_is_reentrant(qdir:
 def test_calls_of_other_threads_and_after_a_wait_are_served(q: Queue) -> None:
     """Only the waiting thread's own calls are refused: another thread's call, or its own once the wait ended, runs."""
     done = threading.Event()
-    waiter = in_thread(lambda: (q.wait(0.3), done.set()))
+
+    def wait() -> None:
+        q.wait(0.3)
+        done.set()
+
+    waiter = in_thread(wait)
     time.sleep(0.05)
     q.put("t", {})  # while the other thread waits (this commit ends its wait)
     waiter.join(10)
