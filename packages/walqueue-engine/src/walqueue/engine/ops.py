@@ -239,13 +239,14 @@ def plan_reap(
     if not _checked:
         check_int(now, "now")
         check_int(first_seq, "first_seq", 1)
+    first = state.next_deadline()  # (the usual reserve's answer, nothing overdue, without a list of ids)
+    if first is None or first > now:
+        return []
     tasks = state.tasks
     expire_ops: list[Op] = [
         {"op": "expire", "task": task_id, "generation": tasks[task_id][rows.GENERATION]}
         for task_id in state.peek_expired(now, _checked=True)
     ]
-    if not expire_ops:
-        return []
     encode = _EXPIRE.encode
     expire_json = [encode(op) for op in expire_ops]
     if _surely_fits(len(expire_ops), _EXPIRE.max_json, max_frame_bytes):
@@ -319,7 +320,9 @@ def plan_lease(
         check_int(seq, "seq", 1)
     # Capped, not refused: reserve(now=MAX_INT) must be accepted so that it
     # can reap every lease ever granted (a lease granted that late is due).
-    deadline = min(now + lease_seconds, MAX_INT)
+    deadline = now + lease_seconds
+    if deadline > MAX_INT:
+        deadline = MAX_INT
     tasks = state.tasks
     planned: list[Op] = [
         {
