@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import json
 import sys
@@ -883,12 +884,15 @@ def test_new_lease_builds_the_same_token_as_the_constructor(
     task_id: str, worker: str, generation: int, deadline: int, attempts: int
 ) -> None:
     payload = {"n": [1, "x"]}
-    fast = new_lease(task_id, worker, generation, deadline, attempts, payload)
-    slow = Lease(task_id, worker, generation, deadline, attempts, payload)
+    fast = new_lease(task_id, worker, generation, deadline, attempts, payload, "emails", -3)
+    slow = Lease(task_id, worker, generation, deadline, attempts, payload, "emails", -3)
     assert type(fast) is Lease
     assert fast == slow
     assert repr(fast) == repr(slow)
     assert hash((fast.task_id, fast.generation)) == hash((slow.task_id, slow.generation))
+    assert copy.copy(fast) == slow
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.worker = "another"  # type: ignore[misc]
 
 
 def test_the_rows_of_one_lane_share_one_lane_key() -> None:
