@@ -555,7 +555,7 @@ def apply_one(state: State, seq: int, op: object, staging: Staging | None = None
 
     `Queue._commit` calls it directly for a planner's op (`staging` None: `apply`'s `_planned`), whose
     transaction is well formed by construction: building and checking its dict, and `apply`'s keyword call,
-    cost about 5,000 instructions a commit, every reserve's and ack's (DECISIONS §61).
+    cost about 4,400 instructions a commit, every reserve's and ack's (DECISIONS §61).
     """
     if staging is None:
         staging = _PLANNED_ALONE
