@@ -291,9 +291,7 @@ def new_lease(
     lease.generation = generation
     lease.deadline = deadline
     lease.attempts = attempts
-    lease.payload = payload
-    lease.queue = queue
-    lease.priority = priority
+    lease.payload, lease.queue, lease.priority = payload, queue, priority  # (the informational fields)
     lease.__class__ = Lease  # type: ignore[assignment]
     return lease  # type: ignore[return-value]
 
