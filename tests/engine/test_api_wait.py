@@ -8,10 +8,12 @@ own waits; pytest-timeout bounds the rest.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import signal
 import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,18 @@ def in_thread(work: Any, *, delay: float = 0.0) -> threading.Thread:
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     return thread
+
+
+@contextlib.contextmanager
+def alarm(handler: Callable[[], None]) -> Iterator[None]:
+    """`handler` runs as a SIGALRM handler 50 ms into the block (in this thread, as any signal handler)."""
+    previous = signal.signal(signal.SIGALRM, lambda signum, frame: handler())
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.05)
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def test_a_thread_that_never_called_waits_for_a_commit_from_now_on(q: Queue) -> None:
@@ -89,15 +103,43 @@ def test_close_from_another_thread_ends_the_wait_with_queue_closed(qdir: Path) -
 def test_close_from_a_signal_handler_ends_the_wait_and_releases_the_directory(qdir: Path) -> None:
     q = Queue(qdir, sync=False)
     q.stats()
-    previous = signal.signal(signal.SIGALRM, lambda signum, frame: q.close())
-    try:
-        signal.setitimer(signal.ITIMER_REAL, 0.05)
-        with pytest.raises(QueueClosed):
-            q.wait(30)
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+    with alarm(lambda: q.close()), pytest.raises(QueueClosed):
+        q.wait(30)
     Queue(qdir, sync=False).close()
+
+
+def test_a_call_from_a_signal_handler_that_interrupted_a_wait_is_reentrant(qdir: Path) -> None:
+    q = Queue(qdir, sync=False)
+    q.stats()
+    seen: list[BaseException] = []
+
+    def handler() -> None:
+        try:
+            q.stats()
+        except ReentrantCall as error:
+            seen.append(error)
+        q.close()
+
+    with alarm(handler), pytest.raises(QueueClosed):
+        q.wait(30)
+    assert len(seen) == 1
+
+
+def test_calls_of_other_threads_and_after_a_wait_are_served(q: Queue) -> None:
+    """Only the waiting thread's own calls are refused: another thread's call, or its own once the wait ended, runs."""
+    done = threading.Event()
+
+    def wait() -> None:
+        q.wait(0.3)
+        done.set()
+
+    waiter = in_thread(wait)
+    time.sleep(0.05)
+    q.put("t", {})  # while the other thread waits (this commit ends its wait)
+    waiter.join(10)
+    assert done.is_set()
+    assert q.wait(0.01) is False
+    assert q.get("t") is not None
 
 
 def test_wait_on_a_closed_queue_is_queue_closed(qdir: Path) -> None:

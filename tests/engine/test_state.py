@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import json
 import sys
@@ -13,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from walqueue.engine.records import tombstone_bytes
+from walqueue.engine.records import pack_tombstone, tombstone_bytes
 from walqueue.engine.records import view as record_view
 from walqueue.engine.rows import ENTRY, new_ready_rows, new_row
 from walqueue.engine.state import (
@@ -843,9 +844,12 @@ def test_a_tombstone_answers_every_field_it_packed(
     digest = hashlib.sha256(task_id.encode()).digest()
     queue = data.draw(st.sampled_from(["default", "emails", "a.b:c-d_e", "q" * 64]))
     priority = data.draw(st.integers(-100, 100))
-    stone = Tombstone(
-        tombstone_bytes(task_id, key, digest, (available_at, max_attempts, attempts, attempts), queue, priority)
-    )
+    packed = tombstone_bytes(task_id, key, digest, (available_at, max_attempts, attempts, attempts), queue, priority)
+    stone = Tombstone(packed)
+    # An ack packs its leased row (`pack_tombstone`, without the checks) into the very same bytes.
+    leased = new_row(task_id, key, LEASED, digest + b'{"n":1}', available_at, max_attempts, attempts, "w", 9, None,
+                     queue, priority)  # fmt: skip
+    assert pack_tombstone(leased) == packed
     fields = (task_id, key, COMPLETED, digest, available_at, max_attempts, attempts, attempts, None, None, None)
     plain = record_view(new_row(*fields[:7], *fields[8:], queue, priority))
     assert stone.fields() == plain.fields()
@@ -892,12 +896,15 @@ def test_new_lease_builds_the_same_token_as_the_constructor(
     task_id: str, worker: str, generation: int, deadline: int, attempts: int
 ) -> None:
     payload = {"n": [1, "x"]}
-    fast = new_lease(task_id, worker, generation, deadline, attempts, payload)
-    slow = Lease(task_id, worker, generation, deadline, attempts, payload)
+    fast = new_lease(task_id, worker, generation, deadline, attempts, payload, "emails", -3)
+    slow = Lease(task_id, worker, generation, deadline, attempts, payload, "emails", -3)
     assert type(fast) is Lease
     assert fast == slow
     assert repr(fast) == repr(slow)
     assert hash((fast.task_id, fast.generation)) == hash((slow.task_id, slow.generation))
+    assert copy.copy(fast) == slow
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.worker = "another"  # type: ignore[misc]
 
 
 def test_the_rows_of_one_lane_share_one_lane_key() -> None:

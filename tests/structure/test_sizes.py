@@ -47,10 +47,6 @@ LONG_FUNCTIONS: dict[str, str] = {
         "reserve's walk over the eligible lanes' heads, inline: it runs on every reserve, and the lanes bench "
         "(m) holds the cycle within 1.1x of one lane"
     ),
-    "packages/walqueue-engine/src/walqueue/engine/state.py:apply": (
-        "the one entry of every transition: the one-op fast path and the general path side by side, so that "
-        "both visibly do the same (a fast path as a flag inside the one function, never a second copy)"
-    ),
     "tools/model/lanes.py:LaneCalls.reserve": (
         "the reference model's reserve written plainly as the contract states it: the reap, then the lanes' "
         "order and limits; the model is read against CONTRACT.md, not optimised"

@@ -262,26 +262,32 @@ class Metrics:
         key test per op and nothing else.
         """
         counts = self.ops
-        lanes = self.lanes
-        for op in tx_ops:
-            counts[op["op"]] += 1
-            if not lanes and "queue" in op:  # a put off the default queue, or a queue's settings
-                lanes = self.lanes = op["queue"] != DEFAULT_QUEUE or state.has_lanes()
-        if lanes:
-            tasks = state.tasks
+        if not self.lanes:
+            lanes = False
             for op in tx_ops:
-                kind = op["op"]
-                if kind in _OP_COUNTERS:
-                    stored = tasks.get(op["task"])
-                    if type(stored) is tuple:  # a row (records.queue_of, inlined: every lane op's path)
-                        queue = stored[LANE][0] if len(stored) > LANE else DEFAULT_QUEUE
-                    else:
-                        queue = queue_of(stored) if stored is not None else _created_queue(tx_ops, op["task"])
-                    if queue is not DEFAULT_QUEUE and queue != DEFAULT_QUEUE:
-                        by_kind = self.by_queue.get(queue)
-                        if by_kind is None:
-                            by_kind = self.by_queue[queue] = dict.fromkeys(_OP_COUNTERS, 0)
-                        by_kind[kind] += 1
+                counts[op["op"]] += 1
+                if not lanes and "queue" in op:  # a put off the default queue, or a queue's settings
+                    lanes = self.lanes = op["queue"] != DEFAULT_QUEUE or state.has_lanes()
+            if not lanes:
+                return
+            counts = dict.fromkeys(OP_KINDS, 0)  # (counted above: the loop below counts by queue alone)
+        tasks, by_queue = state.tasks, self.by_queue
+        for op in tx_ops:  # (a store with lanes: one loop counts by kind and by queue)
+            kind = op["op"]
+            counts[kind] += 1
+            if kind in _OP_COUNTERS:
+                stored = tasks.get(op["task"])
+                if type(stored) is tuple:  # a row (records.queue_of, inlined: every lane op's path)
+                    if len(stored) == LANE:
+                        continue  # (the default lane's rows have no lane item)
+                    queue = stored[LANE][0]
+                else:
+                    queue = queue_of(stored) if stored is not None else _created_queue(tx_ops, op["task"])
+                if queue != DEFAULT_QUEUE:
+                    by_kind = by_queue.get(queue)
+                    if by_kind is None:
+                        by_kind = by_queue[queue] = dict.fromkeys(_OP_COUNTERS, 0)
+                    by_kind[kind] += 1
 
     def _queue_counters(self) -> dict[str, dict[str, int]]:
         """Every queue's counters by counter name: the default queue's are the totals less the others'."""

@@ -37,6 +37,7 @@ from walqueue.engine.validate import (
     ERROR_TYPE_BYTES,
     MAX_FRAME_BYTES,
     MAX_INT,
+    MAX_NAME_BYTES,
     TIGHT_ERROR_MESSAGE_BYTES,
     TIGHT_ERROR_TYPE_BYTES,
     check_int,
@@ -243,13 +244,14 @@ def plan_reap(
     if not _checked:
         check_int(now, "now")
         check_int(first_seq, "first_seq", 1)
+    first = state.next_deadline()  # (the usual reserve's answer, nothing overdue, without a list of ids)
+    if first is None or first > now:
+        return []
     tasks = state.tasks
     expire_ops: list[Op] = [
         {"op": "expire", "task": task_id, "generation": tasks[task_id][rows.GENERATION]}
         for task_id in state.peek_expired(now, _checked=True)
     ]
-    if not expire_ops:
-        return []
     encode = _EXPIRE.encode
     expire_json = [encode(op) for op in expire_ops]
     if _surely_fits(len(expire_ops), _EXPIRE.max_json, max_frame_bytes):
@@ -281,7 +283,15 @@ def plan_reap(
 
 
 def validate_reserve_args(worker: object, now: object, lease_seconds: object, limit: object) -> None:
-    """Check `reserve`'s arguments before anything (the reap included) is written."""
+    """Check `reserve`'s arguments before anything (the reap included) is written.
+
+    The usual arguments pass `check_int`'s and `check_name`'s first tests, made here without their four calls
+    (every reserve's path); anything else takes the checks themselves, which name the first flaw.
+    """
+    if type(now) is int and type(lease_seconds) is int and type(limit) is int and type(worker) is str:
+        if 0 <= now <= MAX_INT and 0 < lease_seconds <= MAX_INT and 0 < limit <= MAX_INT:
+            if 0 < len(worker) <= MAX_NAME_BYTES and worker.isascii():
+                return
     check_name(worker, "worker")
     check_int(now, "now")
     check_int(lease_seconds, "lease_seconds", 1)
@@ -315,7 +325,9 @@ def plan_lease(
         check_int(seq, "seq", 1)
     # Capped, not refused: reserve(now=MAX_INT) must be accepted so that it
     # can reap every lease ever granted (a lease granted that late is due).
-    deadline = min(now + lease_seconds, MAX_INT)
+    deadline = now + lease_seconds
+    if deadline > MAX_INT:
+        deadline = MAX_INT
     tasks = state.tasks
     planned: list[Op] = [
         {
@@ -378,8 +390,9 @@ def _owned_record_generation(state: State, lease: Lease, now: int) -> tuple[str,
 
 def plan_ack(state: State, lease: Lease, now: int, kind: OpKind = _ACK) -> Plan:
     """The one ack op (or `kind`'s, fenced alike: give_back) of a lease that still owns its task, else `StaleLease`."""
-    lease = _check_lease(lease)
-    now = check_int(now, "now")
+    lease = lease if type(lease) is Lease else _check_lease(lease)  # (a plain token, the usual one: no call)
+    if type(now) is not int or not 0 <= now <= MAX_INT:  # (check_int's test, its call made only when it fails)
+        check_int(now, "now")
     task_id, generation = _owned_record_generation(state, lease, now)
     op: Op = {"op": kind.name, "task": task_id, "generation": generation}
     return Plan([op], [kind.encode(op)])

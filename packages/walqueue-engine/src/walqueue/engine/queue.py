@@ -53,7 +53,7 @@ from walqueue.engine.ownership import DirectoryLock
 from walqueue.engine.readcalls import ReadCalls
 from walqueue.engine.recovery import recover
 from walqueue.engine.replication import ReplicationSeat
-from walqueue.engine.state import OP_KINDS, apply
+from walqueue.engine.state import OP_KINDS, apply, apply_one
 from walqueue.engine.types import Lease, QueueClosed, ReentrantCall, plain_lease
 from walqueue.engine.validate import check_error, check_queue_options, check_queues_filter, check_timeout
 from walqueue.engine.wal import Hook, append_with_phases, no_hook
@@ -258,7 +258,10 @@ class Queue(LaneCalls, ReadCalls):
             source.before_change(tx_ops, state.tasks)  # a running snapshot keeps what these ops replace
             held = events.before(tx_ops, state.tasks) if events.listening else None  # None: events are off
             self._metrics.counted(tx_ops, state)  # Queue.metrics's counters: by kind, and by queue (rows before)
-            created = apply(state, {"seq": seq, "ops": tx_ops}, _planned=True, _fresh_puts=plan.fresh_puts)
+            if len(tx_ops) == 1:  # (every reserve's and ack's: its transaction is well formed by construction)
+                created = apply_one(state, seq, tx_ops[0])
+            else:
+                created = apply(state, {"seq": seq, "ops": tx_ops}, _planned=True, _fresh_puts=plan.fresh_puts)
             if held is not None:
                 events.emit_transaction(tx_ops, held, state.tasks, seq)
             if created:
@@ -376,9 +379,8 @@ class Queue(LaneCalls, ReadCalls):
     def ack(self, lease: Lease, *, now: int) -> None:
         """Complete the leased task (its payload is dropped; it stays as a tombstone).
 
-        Raises `StaleLease`, writing nothing, unless the task is still leased
-        to `lease.worker` with `lease.generation` and ``now < deadline``;
-        `TypeError` if `lease` is not a `Lease`; `QueueClosed`.
+        Raises `StaleLease`, writing nothing, unless the task is still leased to `lease.worker` with
+        `lease.generation` and ``now < deadline``; `TypeError` if `lease` is not a `Lease`; `QueueClosed`.
 
         Example: ``queue.ack(lease, now=int(time.time()))``
         """

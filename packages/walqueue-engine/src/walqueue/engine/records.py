@@ -403,16 +403,20 @@ def view(stored: rows.Stored) -> Record:
 
 
 def pack_tombstone(row: rows.Row) -> bytes:
-    """A completed task's tombstone (exact bytes, as `State.tasks` stores it), from the row its ack completes."""
-    attempts = row[rows.ATTEMPTS]
-    counters = (row[rows.AVAILABLE_AT], row[rows.MAX_ATTEMPTS], attempts, attempts)
-    return tombstone_bytes(
-        row[rows.TASK_ID],
-        row[rows.KEY],
-        row[rows.DATA][: rows.DIGEST_BYTES],
-        counters,
-        *(row[rows.LANE] if len(row) > rows.LANE else ()),
-    )
+    """A completed task's tombstone (exact bytes, as `State.tasks` stores it), from the row its ack completes.
+
+    `_packed` without `tombstone_bytes`' checks: a row's digest has its 32 bytes and its generation is its
+    attempts (the ack's path, once per cycle: DECISIONS §61). A lane's part is made once per lane key.
+    """
+    if len(row) > rows.LANE:
+        lane_key = row[rows.LANE]
+        tail = _LANE_TAILS.get(lane_key)
+        if tail is None:
+            tail = _LANE_TAILS[lane_key] = _lane_tail(*lane_key)
+    else:
+        tail = _NO_TAIL
+    return _packed(row[rows.TASK_ID], row[rows.KEY], row[rows.DATA][: rows.DIGEST_BYTES], row[rows.AVAILABLE_AT],
+                   row[rows.MAX_ATTEMPTS], row[rows.ATTEMPTS], tail)  # fmt: skip
 
 
 def tombstone_bytes(
@@ -433,17 +437,41 @@ def tombstone_bytes(
         raise ValueError(f"generation {generation} differs from attempts {attempts}")
     if len(digest) != rows.DIGEST_BYTES:
         raise ValueError(f"an identity digest has {rows.DIGEST_BYTES} bytes, not {len(digest)}")
+    return _packed(task_id, key, digest, available_at, max_attempts, attempts, _lane_tail(queue, priority))
+
+
+#: A tombstone's lane part, ``(b" <priority> <queue length>", queue)``: nothing for the default lane.
+_NO_TAIL = (b"", b"")
+#: The lane part of each lane key a process has packed (bounded as rows' lane keys are: one a lane).
+_LANE_TAILS: dict[tuple[str, int], tuple[bytes, bytes]] = {}
+
+
+def _lane_tail(queue: str, priority: int) -> tuple[bytes, bytes]:
+    if priority == 0 and queue == DEFAULT_QUEUE:
+        return _NO_TAIL
+    return b" %d %d" % (priority, len(queue)), queue.encode("ascii")
+
+
+def _packed(
+    task_id: str,
+    key: str,
+    digest: bytes,
+    available_at: int,
+    max_attempts: int,
+    attempts: int,
+    tail: tuple[bytes, bytes],
+) -> bytes:
+    """`Tombstone`'s layout of these fields, which the callers have checked (`tail`: `_lane_tail`'s)."""
     task_bytes = task_id.encode("utf-8")
-    lane = b"" if priority == 0 and queue == DEFAULT_QUEUE else b" %d %d" % (priority, len(queue))
     return b"%b%d %d %d %d%b:%b%b%b" % (
         digest,
         available_at,
         max_attempts,
         attempts,
         len(task_bytes),
-        lane,
+        tail[0],
         task_bytes,
-        queue.encode("ascii") if lane else b"",
+        tail[1],
         b"" if key == task_id else key.encode("utf-8"),
     )
 
