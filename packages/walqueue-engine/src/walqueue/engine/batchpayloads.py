@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from walqueue.engine.validate import _SHORT_PAYLOAD_BYTES, flat_encoder
+from walqueue.engine.validate import SHORT_PAYLOAD_BYTES, flat_encoder
 from walqueue.format.canonical import encode_chunks, encode_chunks_in_order
 
 __all__ = ["check_flat_payloads"]
@@ -38,7 +38,7 @@ def _encode_together(
     The list's JSON is cut back at ``},{`` (a payload's closing brace, the list's comma, the next one's opening
     brace): those are the n-1 places between n payloads exactly when the list holds n-1 of them (a string holding
     one adds one: then none is set). The flat payload's bound is `check_payload`'s: shorter than
-    `_SHORT_PAYLOAD_BYTES`. A payload that is not JSON (a float out of range, a lone surrogate) sets none either,
+    `SHORT_PAYLOAD_BYTES`. A payload that is not JSON (a float out of range, a lone surrogate) sets none either,
     and `check_payload` then names it.
     """
     if len(at) < 2:
@@ -50,5 +50,5 @@ def _encode_together(
     parts = text[2:-2].split(b"},{")  # (the list's ``[{`` and ``}]`` cut first)
     if len(parts) == len(at):
         for index, part in zip(at, parts, strict=True):
-            if len(part) + 2 < _SHORT_PAYLOAD_BYTES:
+            if len(part) + 2 < SHORT_PAYLOAD_BYTES:
                 found[index] = b"{%b}" % part

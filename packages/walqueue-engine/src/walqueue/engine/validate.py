@@ -54,6 +54,7 @@ __all__ = [
     "check_timeout",
     "cut_text",
     "flat_encoder",
+    "SHORT_PAYLOAD_BYTES",
 ]
 
 #: Task ids, keys and worker names are at most this many UTF-8 bytes (CONTRACT §2).
@@ -192,7 +193,7 @@ def check_int(value: object, what: str, minimum: int = 0) -> int:
 # What `check_payload(decoded=True)` relies on. The JSON decoder builds only
 # exact dicts (with str keys), lists, strs, ints, floats, bools and None, so
 # the type walk cannot fail and is skipped when the canonical bytes settle
-# the bounds. Fewer than `_SHORT_PAYLOAD_BYTES` bytes hold no int of more
+# the bounds. Fewer than `SHORT_PAYLOAD_BYTES` bytes hold no int of more
 # than `MAX_PAYLOAD_INT_BITS` bits, and every level of nesting opens with
 # ``{`` or ``[``, so no more of those bytes than `MAX_PAYLOAD_DEPTH` means no
 # deeper nesting (brackets inside strings only make the count more
@@ -205,7 +206,7 @@ def check_int(value: object, what: str, minimum: int = 0) -> int:
 # An int of more than MAX_PAYLOAD_INT_BITS bits is at least 2**14000 > 10**4214,
 # so it has at least 4,215 decimal digits: a canonical payload shorter than
 # that can hold no such int.
-_SHORT_PAYLOAD_BYTES = 4215
+SHORT_PAYLOAD_BYTES = 4215
 # Nesting one level deeper than MAX_PAYLOAD_DEPTH takes an opening and a
 # closing bracket per level: a shorter payload cannot do it.
 _SHALLOW_PAYLOAD_BYTES = 2 * (MAX_PAYLOAD_DEPTH + 1)
@@ -249,7 +250,7 @@ def check_payload(payload: object, decoded: bool = False) -> bytes:
 
     `decoded=True` says that `payload` came straight out of the JSON decoder (recovery, a front end's request),
     as h11's ``_parsed`` says a header came from its own parser: the type walk is then skipped when the canonical
-    bytes settle the bounds (why that is sound: the comment above `_SHORT_PAYLOAD_BYTES`). Never pass it for a
+    bytes settle the bounds (why that is sound: the comment above `SHORT_PAYLOAD_BYTES`). Never pass it for a
     value built in Python. A flat payload built in Python (most are) takes the same path once one pass over its
     items finds the decoder's types (`_FLAT_TYPES`).
     """
@@ -262,7 +263,7 @@ def check_payload(payload: object, decoded: bool = False) -> bytes:
         else:
             size, depth = len(encoded), MAX_PAYLOAD_DEPTH if decoded else 1  # flat: one level, by its types
             if size < _SHALLOW_PAYLOAD_BYTES or (
-                size < _SHORT_PAYLOAD_BYTES and (depth == 1 or encoded.count(b"{") + encoded.count(b"[") <= depth)
+                size < SHORT_PAYLOAD_BYTES and (depth == 1 or encoded.count(b"{") + encoded.count(b"[") <= depth)
             ):
                 return encoded
     if type(payload) is not dict:
