@@ -24,12 +24,12 @@ __all__ = ["Setting", "StateAdmits", "describe_value", "stage", "stage_new_puts"
 
 
 class StateAdmits(StateReads, Protocol):
-    """What admitting an op reads of the state: the transitions' reads, the tasks, and `State.knows_none`."""
+    """What admitting an op reads of the state: the transitions' reads, the tasks, and `State.all_new`."""
 
     @property
     def tasks(self) -> dict[str, Stored]: ...
 
-    def knows_none(self, task_ids: Collection[str], keys: Collection[str]) -> bool: ...
+    def all_new(self, task_ids: Collection[str], keys: Collection[str]) -> bool: ...
 
 
 def describe_value(value: object) -> str:
@@ -113,18 +113,12 @@ def stage_new_puts(state: StateAdmits, staging: Staging, seq: int, ops: list[Op]
 
     The usual batch is checked whole, at C speed, and its rows built column-wise (`rows.new_ready_rows`): every
     op in the default lane without a put time (put's six keys alone), task ids and keys distinct, and none of
-    them known to the state (`knows_none`, which also says no key is owned). That is each op's verdict in the
+    them known to the state (`State.all_new`, which also says no key is owned). That is each op's verdict in the
     loop below, where any other batch goes, and where a refusal is found and named.
     """
     staged, keys, tasks = staging.records, staging.keys, state.tasks
     task_ids, op_keys, count = list(map(_TASK, ops)), list(map(_KEY, ops)), len(ops)
-    if (
-        not staged
-        and {*map(len, ops)} == {6}  # (put's six keys: the default lane, no put time)
-        and len({*task_ids}) == count
-        and len({*op_keys}) == count
-        and state.knows_none(task_ids, op_keys)
-    ):
+    if not staged and {*map(len, ops)} == {6} and state.all_new(task_ids, op_keys):  # (6 keys: the default lane)
         data = map(_DATA, map(bytes.partition, map(_PAYLOAD, ops), repeat(CARRIER_SEPARATOR, count)))  # (putops.py)
         rows = new_ready_rows(task_ids, op_keys, data, list(map(_AVAILABLE_AT, ops)), map(_MAX_ATTEMPTS, ops))
         staged.update(zip(task_ids, rows, strict=True))

@@ -161,7 +161,7 @@ def _fresh_batch(state: State, put_ops: list[Op]) -> tuple[Plan, list[str]] | No
     """`plan_puts`' answer for the usual batch, judged whole at C speed; None: it must be judged item by item.
 
     The usual batch: `put_op`'s ops alone (exact dicts, put ops with their carrier), whose task ids are distinct,
-    whose keys are distinct, and none of them known to the state (`State.knows_none`). Each of its puts is then
+    whose keys are distinct, and none of them known to the state (`State.all_new`). Each of its puts is then
     new, the verdict the item-by-item loop reaches for each, and the plan is the whole batch.
     """
     if not put_ops or {*map(type, put_ops)} != {dict}:
@@ -173,11 +173,7 @@ def _fresh_batch(state: State, put_ops: list[Op]) -> tuple[Plan, list[str]] | No
     count = len(put_ops)
     if {*map(type, carriers)} != {bytes} or names.count("put") != count:  # (no value hashed before)
         return None
-    if keys == task_ids:  # every key its task id (put's default)
-        keys = task_ids
-    elif len({*keys}) != count:
-        return None
-    if len({*task_ids}) != count or not state.knows_none(task_ids, keys):
+    if not state.all_new(task_ids, task_ids if keys == task_ids else keys):  # (keys == task_ids: put's default)
         return None
     parts = map(bytes.partition, carriers, repeat(CARRIER_SEPARATOR, count))
     return _NewPuts(put_ops.copy(), list(map(_JSON, parts))), task_ids

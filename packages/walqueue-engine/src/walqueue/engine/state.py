@@ -154,12 +154,17 @@ class State:
 
     __hash__ = None  # type: ignore[assignment]
 
-    def knows_none(self, task_ids: Collection[str], keys: Collection[str]) -> bool:
-        """Whether no task has one of `task_ids` or `keys` as its id, and no task owns one of `keys` (at C speed).
+    def all_new(self, task_ids: Collection[str], keys: Collection[str]) -> bool:
+        """Whether a batch of puts all create tasks: keys distinct, task ids distinct, and none of them known.
 
-        True means `lookup_key` of each key is None and no task id is taken (`ops.plan_puts`' new batch); False
-        may also mean a key is a task's id without being its key: the caller then asks item by item.
+        At C speed, for a whole batch (`ops._fresh_batch`, `admission.stage_new_puts`); `keys is task_ids` says
+        every key is its task's id. Known: a task has one of `task_ids` or `keys` as its id, or owns one of `keys`.
+        True means `lookup_key` of each key is None and no task id is taken; False may also mean a key is a
+        task's id without being its key: the caller then asks item by item.
         """
+        count = len(task_ids)
+        if (keys is not task_ids and len({*keys}) != count) or len({*task_ids}) != count:
+            return False
         ids = self.tasks.keys()
         return (
             ids.isdisjoint(task_ids)
